@@ -1,0 +1,334 @@
+/* ckpt.h — public API of libckpt, the ckptfs reader library.
+ *
+ * libckpt opens a PyTorch Distributed Checkpoint (DCP) directory (`.metadata` + `*.distcp`
+ * files), indexes every state_dict entry without executing anything, and copies any
+ * hyper-rectangle of any tensor into a caller buffer, touching only the overlapping bytes
+ * of the shard files.  It knows nothing of FUSE, MPI or the command line.
+ *
+ * Conventions
+ *   - Every name is prefixed `ckpt_`; handles are opaque; `*_free(NULL)` is a no-op.
+ *   - Functions that can fail return a `ckpt_status` and fill an optional, caller-owned
+ *     `ckpt_error` (pass NULL to ignore) whose message names the file, key and byte offset.
+ *     There is no hidden global or thread-local error state.
+ *   - A `ckpt_reader` is safe to use from several threads at once after `ckpt_reader_open`
+ *     returns (lazy per-chunk decoding is internally locked).
+ *   - Pointers returned by accessors live as long as the handle they came from.
+ */
+#ifndef CKPT_H
+#define CKPT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CKPT_VERSION_STRING "0.1.0"
+
+/* ---------------------------------------------------------------- errors */
+
+typedef enum ckpt_status {
+    CKPT_OK = 0,
+    CKPT_E_IO,          /* a system call failed (errno in the message) */
+    CKPT_E_NOMEM,       /* allocation failed */
+    CKPT_E_FORMAT,      /* malformed input: pickle, zip, metadata, chunk layout */
+    CKPT_E_UNSUPPORTED, /* well-formed but not representable (unknown transform, opcode...) */
+    CKPT_E_LIMIT,       /* input exceeds a configured safety bound (depth, size, count) */
+    CKPT_E_NOTFOUND,    /* no such key, file or record */
+    CKPT_E_RANGE,       /* a byte range or region lies outside its container */
+    CKPT_E_INVAL,       /* the caller passed an invalid argument */
+    CKPT_E_CHECKSUM,    /* stored bytes do not match their recorded checksum */
+} ckpt_status;
+
+#define CKPT_ERROR_MSG_MAX 1024
+
+typedef struct ckpt_error {
+    ckpt_status code;
+    char message[CKPT_ERROR_MSG_MAX]; /* "FILE: offset N: what went wrong (key 'K')" */
+} ckpt_error;
+
+/* Static description of a status code ("invalid format", ...). Never NULL. */
+const char *ckpt_strerror(ckpt_status code);
+
+/* ---------------------------------------------------------------- dtypes */
+
+typedef enum ckpt_dtype {
+    CKPT_DTYPE_INVALID = 0,
+    CKPT_DTYPE_FLOAT64,
+    CKPT_DTYPE_FLOAT32,
+    CKPT_DTYPE_FLOAT16,
+    CKPT_DTYPE_BFLOAT16,
+    CKPT_DTYPE_FLOAT8_E4M3FN,
+    CKPT_DTYPE_FLOAT8_E5M2,
+    CKPT_DTYPE_FLOAT8_E4M3FNUZ,
+    CKPT_DTYPE_FLOAT8_E5M2FNUZ,
+    CKPT_DTYPE_FLOAT8_E8M0FNU,
+    CKPT_DTYPE_INT8,
+    CKPT_DTYPE_INT16,
+    CKPT_DTYPE_INT32,
+    CKPT_DTYPE_INT64,
+    CKPT_DTYPE_UINT8,
+    CKPT_DTYPE_UINT16,
+    CKPT_DTYPE_UINT32,
+    CKPT_DTYPE_UINT64,
+    CKPT_DTYPE_BOOL,
+    CKPT_DTYPE_COMPLEX64,
+    CKPT_DTYPE_COMPLEX128,
+    CKPT_DTYPE_COUNT_
+} ckpt_dtype;
+
+/* torch's primary name ("bfloat16"); "invalid" for unknown values. */
+const char *ckpt_dtype_name(ckpt_dtype dt);
+/* Bytes per element, 0 for CKPT_DTYPE_INVALID. */
+size_t ckpt_dtype_itemsize(ckpt_dtype dt);
+/* Parses a torch name, with or without a "torch." prefix; also accepts aliases
+ * ("float", "half", "long", "bf16", ...).  CKPT_DTYPE_INVALID if unknown. */
+ckpt_dtype ckpt_dtype_from_name(const char *name);
+
+/* ---------------------------------------------------------------- reader */
+
+#define CKPT_MAX_NDIM 64
+
+typedef struct ckpt_reader ckpt_reader;
+typedef struct ckpt_entry ckpt_entry;
+
+/* Safety bounds for untrusted input.  Zero fields take the defaults shown. */
+typedef struct ckpt_limits {
+    uint64_t max_metadata_bytes; /* size of `.metadata` accepted (default 4 GiB) */
+    uint64_t max_pickle_memory;  /* memory a decoded pickle may use (default 8 GiB) */
+    uint32_t max_depth;          /* nesting of containers (default 512) */
+    uint64_t max_items;          /* total values in one pickle (default 256 M) */
+    uint64_t max_object_bytes;   /* non-tensor entry size loaded into memory (default 1 GiB) */
+} ckpt_limits;
+
+typedef struct ckpt_open_options {
+    const ckpt_limits *limits; /* NULL: defaults */
+} ckpt_open_options;
+
+/* Opens and indexes the checkpoint in `dir`: decodes `.metadata` (or the rank-local
+ * `__<r>.metadata` files when it is absent).  Shard files are opened lazily.  `opts` may be
+ * NULL.  On failure `*out` is NULL. */
+ckpt_status ckpt_reader_open(const char *dir, const ckpt_open_options *opts, ckpt_reader **out,
+                             ckpt_error *err);
+void ckpt_reader_free(ckpt_reader *r);
+
+const char *ckpt_reader_dir(const ckpt_reader *r);
+
+typedef struct ckpt_reader_info {
+    const char *root_class;       /* "torch.distributed.checkpoint.metadata.Metadata" */
+    const char *version;          /* Metadata.version, NULL when absent or None */
+    const char *format_hint;      /* human-readable variant: "torch >= 2.9", "torch 1.13 (_shard)",
+                                     "megatron-core", "rank-local metadata", ... */
+    bool has_planner_data;        /* paths come from planner_data */
+    bool has_storage_meta;        /* Metadata.storage_meta present (torch >= 2.4) */
+    bool rank_local_metadata;     /* built from __<r>.metadata files */
+    bool has_mcore_data;          /* Megatron's extra attributes present */
+    uint32_t num_metadata_files;  /* 1, or the number of rank-local files */
+    uint64_t metadata_bytes;      /* size of the metadata file(s) */
+    uint64_t num_entries;         /* tensors + objects */
+    uint64_t num_tensors;
+    uint64_t num_objects;
+    uint64_t num_chunks;          /* stored chunks, zero-size chunks excluded */
+    uint64_t num_empty_chunks;    /* zero-size chunks recorded in the metadata */
+    uint64_t tensor_bytes;        /* sum of numel * itemsize over tensors */
+    uint64_t stored_bytes;        /* sum of storage_data lengths */
+    uint32_t num_files;           /* distinct data files referenced */
+    uint32_t num_ranks;           /* distinct `__<r>_` prefixes among them (0 if none) */
+    uint64_t dtype_counts[CKPT_DTYPE_COUNT_]; /* tensors per dtype */
+} ckpt_reader_info;
+
+void ckpt_reader_get_info(const ckpt_reader *r, ckpt_reader_info *info);
+
+/* Entries in `state_dict_metadata` order. */
+size_t ckpt_reader_num_entries(const ckpt_reader *r);
+const ckpt_entry *ckpt_reader_entry(const ckpt_reader *r, size_t index);
+/* By flat key (`model.layers.0.w`) or by tree path (`model/layers.0.w`).  NULL if absent. */
+const ckpt_entry *ckpt_reader_find(const ckpt_reader *r, const char *key_or_path);
+
+/* Data files referenced by storage_data, in first-seen order. */
+size_t ckpt_reader_num_files(const ckpt_reader *r);
+const char *ckpt_reader_file_name(const ckpt_reader *r, uint32_t file_id); /* relative */
+
+/* ---------------------------------------------------------------- entries */
+
+typedef enum ckpt_entry_kind {
+    CKPT_ENTRY_TENSOR = 1, /* TensorStorageMetadata */
+    CKPT_ENTRY_OBJECT = 2, /* BytesStorageMetadata: a pickled Python value */
+} ckpt_entry_kind;
+
+const char *ckpt_entry_key(const ckpt_entry *e);   /* flat key from state_dict_metadata */
+/* Tree path: planner_data elements joined by '/', each element escaped ('%' -> "%25",
+ * '/' -> "%2F", and an element that is "." or ".." or empty spelled "%2E", "%2E%2E", "%00"...
+ * see docs/naming.md).  Without planner_data it is the escaped flat key. */
+const char *ckpt_entry_path(const ckpt_entry *e);
+size_t ckpt_entry_path_len(const ckpt_entry *e); /* number of raw path elements */
+const char *ckpt_entry_path_elem(const ckpt_entry *e, size_t i); /* raw (unescaped) element */
+ckpt_entry_kind ckpt_entry_kind_of(const ckpt_entry *e);
+size_t ckpt_entry_index(const ckpt_entry *e);
+
+/* Tensor entries (0 / INVALID for objects). */
+ckpt_dtype ckpt_entry_dtype(const ckpt_entry *e);
+int ckpt_entry_ndim(const ckpt_entry *e);
+const int64_t *ckpt_entry_shape(const ckpt_entry *e); /* ndim values; NULL when ndim == 0 */
+uint64_t ckpt_entry_numel(const ckpt_entry *e);       /* 1 for 0-d tensors */
+uint64_t ckpt_entry_nbytes(const ckpt_entry *e);      /* numel * itemsize */
+size_t ckpt_entry_num_chunks(const ckpt_entry *e);    /* as recorded, zero-size included */
+
+typedef struct ckpt_chunk_info {
+    const int64_t *offsets;  /* ndim values: global offset of the box */
+    const int64_t *sizes;    /* ndim values: extent of the box */
+    uint64_t numel;          /* product of sizes (0 for zero-size chunks) */
+    int32_t file_id;         /* -1 for zero-size chunks (nothing stored) */
+    uint64_t file_offset;    /* byte range of the stored item in its file */
+    uint64_t length;
+    const char *transforms;  /* comma-separated transform descriptors, NULL when none */
+    const char *problem;     /* why the chunk cannot be located (file_id == -1), or NULL */
+} ckpt_chunk_info;
+
+/* Chunk i of a tensor.  For objects, i == 0 gives the stored item's byte range (offsets/sizes
+ * NULL). */
+ckpt_status ckpt_entry_chunk(const ckpt_entry *e, size_t i, ckpt_chunk_info *out);
+/* A defect found in the metadata for this entry (unknown dtype, chunk outside the shape...),
+ * or NULL.  Reading such an entry fails with CKPT_E_FORMAT and this text. */
+const char *ckpt_entry_problem(const ckpt_entry *e);
+
+/* ---------------------------------------------------------------- regions */
+
+/* Copies the box [start, start+count) of tensor `e` into `dst` in C order, little-endian,
+ * `dst_size` >= prod(count) * itemsize.  start/count have ndim values each (NULL for 0-d).
+ * Only the overlapping parts of the stored chunks are read. */
+ckpt_status ckpt_read_region(ckpt_reader *r, const ckpt_entry *e, const int64_t *start,
+                             const int64_t *count, void *dst, size_t dst_size, ckpt_error *err);
+/* The whole tensor. */
+ckpt_status ckpt_read_tensor(ckpt_reader *r, const ckpt_entry *e, void *dst, size_t dst_size,
+                             ckpt_error *err);
+
+/* A plan: where each byte of a region comes from.  Each piece copies `length` bytes from
+ * `file_offset` of data file `file_id` to `dst_offset` of the region's C-order buffer.
+ * Pieces are sorted by destination, never overlap, and cover every byte of the region.
+ * A chunk whose bytes are not addressable in its file (stream transforms)
+ * yields pieces with file_id == CKPT_PIECE_DECODED: `file_offset` is then
+ * the offset inside the chunk's decoded little-endian storage and `chunk` says which. */
+#define CKPT_PIECE_DECODED (-1)
+
+typedef struct ckpt_piece {
+    int32_t file_id;
+    uint16_t swap_unit;    /* 0, or reverse each group of this many bytes (big-endian files) */
+    uint16_t reserved;
+    uint32_t chunk;        /* chunk index within the entry */
+    uint64_t file_offset;
+    uint64_t length;
+    uint64_t dst_offset;
+} ckpt_piece;
+
+typedef struct ckpt_plan ckpt_plan;
+
+ckpt_status ckpt_plan_region(ckpt_reader *r, const ckpt_entry *e, const int64_t *start,
+                             const int64_t *count, ckpt_plan **out, ckpt_error *err);
+size_t ckpt_plan_num_pieces(const ckpt_plan *p);
+const ckpt_piece *ckpt_plan_pieces(const ckpt_plan *p);
+uint64_t ckpt_plan_bytes(const ckpt_plan *p); /* total destination bytes */
+/* Executes a plan (reads files, decodes transformed chunks) into dst. */
+ckpt_status ckpt_plan_execute(ckpt_reader *r, const ckpt_entry *e, const ckpt_plan *p, void *dst,
+                              size_t dst_size, ckpt_error *err);
+void ckpt_plan_free(ckpt_plan *p);
+
+/* An open read-only file descriptor of data file `file_id` (owned by the reader; do not
+ * close), for zero-copy users (splice).  -1 with `err` filled on failure. */
+int ckpt_reader_file_fd(ckpt_reader *r, uint32_t file_id, ckpt_error *err);
+
+/* ---------------------------------------------------------------- checks */
+
+/* The tensor's stored chunks tile its shape exactly: no overlap, no gap (zero-size chunks
+ * ignored).  CKPT_E_FORMAT naming the chunks otherwise. */
+ckpt_status ckpt_entry_check_layout(const ckpt_entry *e, ckpt_error *err);
+/* Opens chunk i's stored item and checks it against the metadata (zip well-formed, data.pkl
+ * decodes, dtype and box size agree, storage record inside the item). */
+ckpt_status ckpt_entry_check_chunk(ckpt_reader *r, const ckpt_entry *e, size_t i,
+                                   ckpt_error *err);
+/* Checks that every data file exists and every stored byte range lies inside its file;
+ * calls report(ctx, entry or NULL, error) per defect.  Returns CKPT_OK when none. */
+typedef void (*ckpt_check_fn)(void *ctx, const ckpt_entry *e, const ckpt_error *err);
+ckpt_status ckpt_reader_check_ranges(ckpt_reader *r, ckpt_check_fn report, void *ctx,
+                                     uint64_t *failures);
+
+/* Converts one stored element to double (complex: the real part; bool: 0/1; float8 and
+ * bfloat16 decoded exactly).  NaN for CKPT_DTYPE_INVALID. */
+double ckpt_elem_to_double(ckpt_dtype dt, const void *elem);
+
+/* ---------------------------------------------------------------- values */
+
+/* Non-tensor entries decode to a tree of values.  Python objects of unknown classes are
+ * kept symbolically (class name, arguments, state); nothing is ever executed. */
+typedef enum ckpt_value_type {
+    CKPT_VALUE_NONE = 0,
+    CKPT_VALUE_BOOL,
+    CKPT_VALUE_INT,     /* fits int64 */
+    CKPT_VALUE_BIGINT,  /* larger: decimal text via ckpt_value_str */
+    CKPT_VALUE_FLOAT,
+    CKPT_VALUE_STRING,  /* UTF-8 */
+    CKPT_VALUE_BYTES,
+    CKPT_VALUE_LIST,
+    CKPT_VALUE_TUPLE,
+    CKPT_VALUE_SET,
+    CKPT_VALUE_DICT,
+    CKPT_VALUE_TENSOR,  /* an embedded tensor */
+    CKPT_VALUE_OBJECT,  /* instance of another class: name + args + state */
+} ckpt_value_type;
+
+typedef struct ckpt_value ckpt_value;
+typedef struct ckpt_object ckpt_object; /* a loaded non-tensor entry, owns its values */
+
+ckpt_status ckpt_object_load(ckpt_reader *r, const ckpt_entry *e, ckpt_object **out,
+                             ckpt_error *err);
+const ckpt_value *ckpt_object_root(const ckpt_object *o);
+void ckpt_object_free(ckpt_object *o);
+
+ckpt_value_type ckpt_value_type_of(const ckpt_value *v);
+bool ckpt_value_bool(const ckpt_value *v);
+int64_t ckpt_value_int(const ckpt_value *v);
+double ckpt_value_float(const ckpt_value *v);
+/* STRING and BYTES: pointer + length (NUL-terminated as well); BIGINT: decimal text;
+ * OBJECT: "module.Class". */
+const char *ckpt_value_str(const ckpt_value *v, size_t *len);
+/* LIST, TUPLE, SET: items; DICT: pairs; OBJECT: 0. */
+size_t ckpt_value_len(const ckpt_value *v);
+const ckpt_value *ckpt_value_item(const ckpt_value *v, size_t i);
+const ckpt_value *ckpt_value_dict_key(const ckpt_value *v, size_t i);
+const ckpt_value *ckpt_value_dict_val(const ckpt_value *v, size_t i);
+/* OBJECT: constructor arguments and state (NULL when absent). */
+const ckpt_value *ckpt_value_object_args(const ckpt_value *v);
+const ckpt_value *ckpt_value_object_state(const ckpt_value *v);
+/* TENSOR. */
+ckpt_dtype ckpt_value_tensor_dtype(const ckpt_value *v);
+int ckpt_value_tensor_ndim(const ckpt_value *v);
+const int64_t *ckpt_value_tensor_shape(const ckpt_value *v);
+ckpt_status ckpt_value_tensor_read(const ckpt_value *v, void *dst, size_t dst_size,
+                                   ckpt_error *err);
+
+/* Renderings into a malloc'ed, NUL-terminated string the caller frees.
+ * JSON: numbers, strings, lists/tuples as arrays, dicts as objects when every key is a
+ * string (else {"__dict__": [[k, v], ...]}), tensors as
+ * {"__tensor__": {"dtype":..., "shape": [...]}}, objects as {"__object__": "mod.Class", ...}.
+ * Text: Python-like repr (`{'lr': 0.001, 'betas': (0.9, 0.999)}`). */
+ckpt_status ckpt_value_to_json(const ckpt_value *v, char **out, ckpt_error *err);
+ckpt_status ckpt_value_to_text(const ckpt_value *v, char **out, ckpt_error *err);
+
+/* ---------------------------------------------------------------- metadata dump */
+
+/* The whole checkpoint metadata as compact JSON (malloc'ed, NUL-terminated; the caller frees
+ * it): the decoded `.metadata` pickle rendered without executing or interpreting anything
+ * (classes as {"__object__": "module.Class", "args": [...], "state": ...}, see
+ * src/value/pk_json.c).  Without `.metadata`, the rank-local files are dumped as one object
+ * {"__0.metadata": ..., "__1.metadata": ...} in rank order.  The safe replacement for
+ * unpickling the metadata; `opts` (may be NULL) bounds file size, memory and depth as for
+ * ckpt_reader_open. */
+ckpt_status ckpt_metadata_dump_json(const char *dir, const ckpt_open_options *opts, char **out,
+                                    ckpt_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CKPT_H */

@@ -1,0 +1,122 @@
+/* chunk_resolve.c — the first access to a chunk: open its torch.save item (or safetensors
+ * entry), check it against the metadata (dtype, box size, bounds) and remember where its
+ * storage bytes are, so later reads go straight to the data.  I/O happens outside the
+ * reader lock; the result is published under it. */
+#include "index/reader_i.h"
+
+#include "util/error.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct resolved {
+    chunk_storage_kind kind;
+    bool big_endian;
+    bool contiguous;
+    uint64_t elem0;
+    int64_t stride[CKPT_MAX_NDIM];
+    ts_item *item;
+} resolved;
+
+static ckpt_status resolve_zip(ckpt_reader *r, const ckpt_entry *e, const ckpt_chunk *c,
+                               const ckpt_source *src, resolved *out, ckpt_error *err) {
+    ts_open_options o = {.transforms = c->loc.transforms,
+                         .max_decoded_bytes = c->loc.transforms ? (e->nbytes / (e->numel ? e->numel : 1)) * c->numel + (64u << 20) : 0};
+    (void)r;
+    ts_item *it = NULL;
+    CKPT_TRY(ts_item_open(src, &o, &it, err));
+    ts_tensor_view v;
+    ckpt_status s = CKPT_OK;
+    const pk_value *root = ts_item_root(it);
+    if (!ts_is_tensor_node(root)) {
+        const char *cls = pk_class_name(root);
+        s = ckpt_fail(err, CKPT_E_FORMAT, "%s: item at offset %llu holds '%s', not a tensor",
+                      src->name, (unsigned long long)src->base, cls ? cls : "a plain value");
+        goto fail;
+    }
+    CKPT_TRY_GOTO(s, ts_tensor_view_of(it, root, &v, err), fail);
+    if (v.dtype != e->dtype) {
+        s = ckpt_fail(err, CKPT_E_FORMAT, "%s: item at offset %llu stores %s, metadata says %s",
+                      src->name, (unsigned long long)src->base, ckpt_dtype_name(v.dtype),
+                      ckpt_dtype_name(e->dtype));
+        goto fail;
+    }
+    if (v.ndim != e->ndim || (e->ndim && memcmp(v.shape, c->sizes, (size_t)e->ndim * 8) != 0)) {
+        s = ckpt_fail(err, CKPT_E_FORMAT,
+                      "%s: item at offset %llu has a different shape than its chunk box",
+                      src->name, (unsigned long long)src->base);
+        goto fail;
+    }
+    size_t isz = ckpt_dtype_itemsize(v.dtype);
+    out->big_endian = ts_item_big_endian(it);
+    out->elem0 = v.record->data_offset + (uint64_t)v.storage_offset * isz;
+    memcpy(out->stride, v.stride, sizeof v.stride);
+    int64_t acc = 1;
+    out->contiguous = true;
+    for (int d = e->ndim - 1; d >= 0; d--) {
+        if (v.shape[d] != 1 && v.stride[d] != acc) out->contiguous = false;
+        acc *= v.shape[d];
+    }
+    if (ts_item_is_decoded(it)) {
+        out->kind = CHUNK_IN_MEMORY;
+        out->item = it;
+    } else {
+        out->kind = CHUNK_IN_FILE;
+        out->elem0 += src->base;
+        ts_item_free(it);
+    }
+    return CKPT_OK;
+fail:
+    ts_item_free(it);
+    return s;
+}
+
+ckpt_status ckpt_chunk_resolve(ckpt_reader *r, const ckpt_entry *e, ckpt_chunk *c,
+                               ckpt_error *err) {
+    int state = atomic_load_explicit(&c->state, memory_order_acquire);
+    if (state == CHUNK_RESOLVED) return CKPT_OK;
+    if (state == CHUNK_FAILED) return ckpt_fail(err, c->fail_code, "%s", c->fail_msg);
+    if (e->problem) return ckpt_fail(err, CKPT_E_FORMAT, "'%s': %s", e->key, e->problem);
+
+    resolved res;
+    memset(&res, 0, sizeof res);
+    ckpt_source src;
+    ckpt_error local;
+    ckpt_error *er = err ? err : &local;
+    ckpt_status s = ckpt_loc_source(r, &c->loc, e->key, &src, er);
+    if (s == CKPT_OK) s = resolve_zip(r, e, c, &src, &res, er);
+    if (s != CKPT_OK && s != CKPT_E_NOMEM) ckpt_error_suffix(er, " (key '%s', chunk at offset %lld)", e->key,
+                                       (long long)(e->ndim ? c->offsets[0] : 0));
+
+    pthread_mutex_lock(&r->lock);
+    state = atomic_load_explicit(&c->state, memory_order_relaxed);
+    if (state == CHUNK_UNRESOLVED) {
+        if (s == CKPT_OK) {
+            int64_t *stride = ckpt_arena_alloc(r->arena, ((size_t)e->ndim + 1) * sizeof *stride);
+            if (stride) {
+                memcpy(stride, res.stride, (size_t)e->ndim * sizeof *stride);
+                c->stride = stride;
+                c->kind = res.kind;
+                c->big_endian = res.big_endian;
+                c->contiguous = res.contiguous;
+                c->elem0 = res.elem0;
+                c->item = res.item;
+                res.item = NULL;
+                atomic_store_explicit(&c->state, CHUNK_RESOLVED, memory_order_release);
+            } else {
+                s = ckpt_fail(er, CKPT_E_NOMEM, "out of memory");
+            }
+        } else if (s != CKPT_E_NOMEM && s != CKPT_E_IO) { /* remember permanent defects */
+            c->fail_code = s;
+            c->fail_msg = ckpt_arena_strndup(r->arena, er->message, strlen(er->message));
+            if (c->fail_msg) atomic_store_explicit(&c->state, CHUNK_FAILED, memory_order_release);
+        }
+    } else if (state == CHUNK_FAILED) {
+        s = ckpt_fail(er, c->fail_code, "%s", c->fail_msg);
+    } else {
+        s = CKPT_OK; /* another thread won the race */
+    }
+    pthread_mutex_unlock(&r->lock);
+    ts_item_free(res.item);
+    return s;
+}

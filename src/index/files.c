@@ -1,0 +1,104 @@
+/* files.c — the data files a checkpoint references: name validation (no path traversal),
+ * interning, and lazily opened read-only descriptors shared by all threads. */
+#include "index/reader_i.h"
+
+#include "util/error.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+bool ckpt_safe_file_name(const char *name) {
+    size_t n = strlen(name);
+    if (n == 0 || n > 255 || strcmp(name, ".") == 0 || strcmp(name, "..") == 0) return false;
+    for (size_t i = 0; i < n; i++)
+        if (name[i] == '/' || (unsigned char)name[i] < 0x20) return false;
+    return true;
+}
+
+static bool name_eq(const void *ctx, uint64_t v) {
+    const void *const *c = ctx;
+    const ckpt_reader *r = c[0];
+    return strcmp(r->files[v].name, (const char *)c[1]) == 0;
+}
+
+int32_t ckpt_files_intern(ckpt_reader *r, const char *name, const char **problem) {
+    *problem = NULL;
+    if (!ckpt_safe_file_name(name)) {
+        *problem = "relative_path is not a plain file name (path traversal refused)";
+        return -1;
+    }
+    uint64_t h = ckpt_hash_bytes(name, strlen(name), 7), v;
+    const void *ctx[2] = {r, name};
+    if (ckpt_htab_find(&r->file_by_name, h, name_eq, ctx, &v)) return (int32_t)v;
+    if (r->nfiles >= INT32_MAX) return -1;
+    if (r->nfiles == r->files_cap) {
+        size_t cap = r->files_cap ? r->files_cap * 2 : 16;
+        ckpt_file *n = realloc(r->files, cap * sizeof *n);
+        if (!n) return -1;
+        r->files = n;
+        r->files_cap = cap;
+    }
+    ckpt_file *f = &r->files[r->nfiles];
+    f->name = ckpt_arena_strndup(r->arena, name, strlen(name));
+    f->fd = -1;
+    f->open_errno = 0;
+    if (!f->name || !ckpt_htab_insert(&r->file_by_name, h, r->nfiles)) return -1;
+    return (int32_t)r->nfiles++;
+}
+
+int ckpt_files_fd(ckpt_reader *r, uint32_t file_id, ckpt_error *err) {
+    if (file_id >= r->nfiles) {
+        ckpt_fail(err, CKPT_E_INVAL, "no data file #%u", file_id);
+        return -1;
+    }
+    ckpt_file *f = &r->files[file_id];
+    pthread_mutex_lock(&r->lock);
+    int fd = f->fd;
+    if (fd < 0) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", r->dir, f->name);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) f->open_errno = errno;
+        else f->fd = fd;
+    }
+    int saved = f->open_errno;
+    pthread_mutex_unlock(&r->lock);
+    if (fd < 0)
+        ckpt_fail(err, saved == ENOENT ? CKPT_E_NOTFOUND : CKPT_E_IO, "%s/%s: cannot open: %s",
+                  r->dir, f->name, strerror(saved));
+    return fd;
+}
+
+void ckpt_files_close_all(ckpt_reader *r) {
+    for (size_t i = 0; i < r->nfiles; i++)
+        if (r->files[i].fd >= 0) close(r->files[i].fd);
+}
+
+ckpt_status ckpt_loc_source(ckpt_reader *r, const ckpt_loc *loc, const char *what,
+                            ckpt_source *src, ckpt_error *err) {
+    if (loc->file_id < 0)
+        return ckpt_fail(err, CKPT_E_FORMAT, "%s: %s", what,
+                         loc->problem ? loc->problem : "no storage location");
+    int fd = ckpt_files_fd(r, (uint32_t)loc->file_id, err);
+    if (fd < 0) return ckpt_error_suffix(err, " (needed by %s)", what);
+    src->fd = fd;
+    src->base = loc->offset;
+    src->len = loc->length;
+    src->mem = NULL;
+    src->name = r->files[loc->file_id].name;
+    return CKPT_OK;
+}
+
+int ckpt_reader_file_fd(ckpt_reader *r, uint32_t file_id, ckpt_error *err) {
+    return ckpt_files_fd(r, file_id, err);
+}
+
+size_t ckpt_reader_num_files(const ckpt_reader *r) { return r->nfiles; }
+
+const char *ckpt_reader_file_name(const ckpt_reader *r, uint32_t file_id) {
+    return file_id < r->nfiles ? r->files[file_id].name : NULL;
+}

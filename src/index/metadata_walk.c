@@ -1,0 +1,510 @@
+/* metadata_walk.c — turns a decoded `.metadata` pickle (Metadata / MCoreMetadata, any torch
+ * version) into the reader's index: entries, chunk boxes and their storage locations.
+ * Nothing from the pickle is trusted: every field is type-checked, and defects of a single
+ * entry are recorded on it (readable later as an error) instead of failing the whole open. */
+#include "index/reader_i.h"
+
+#include "pickle/pickle.h"
+#include "util/error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct walk {
+    ckpt_reader *r;
+    const char *file;
+    ckpt_htab chunk_index; /* (entry, offsets) -> entry<<32 | chunk, built on first miss */
+    bool chunk_index_built;
+} walk;
+
+static char *astr(ckpt_reader *r, const char *s) {
+    return ckpt_arena_strndup(r->arena, s, strlen(s));
+}
+
+static bool key_eq(const void *ctx, uint64_t v) {
+    const void *const *c = ctx;
+    const ckpt_reader *r = c[0];
+    return strcmp(r->entries[v].key, (const char *)c[1]) == 0;
+}
+
+static ckpt_entry *find_key(ckpt_reader *r, const char *key) {
+    const void *ctx[2] = {r, key};
+    uint64_t v;
+    if (ckpt_htab_find(&r->by_key, ckpt_hash_bytes(key, strlen(key), 0), key_eq, ctx, &v))
+        return &r->entries[v];
+    return NULL;
+}
+
+static ckpt_status nomem(ckpt_error *err) {
+    return ckpt_fail(err, CKPT_E_NOMEM, "out of memory while indexing the metadata");
+}
+
+static ckpt_entry *new_entry(ckpt_reader *r, const char *key) {
+    if (r->nentries == r->entries_cap) {
+        size_t cap = r->entries_cap ? r->entries_cap * 2 : 256;
+        ckpt_entry *n = realloc(r->entries, cap * sizeof *n);
+        if (!n) return NULL;
+        r->entries = n;
+        r->entries_cap = cap;
+    }
+    ckpt_entry *e = &r->entries[r->nentries];
+    memset(e, 0, sizeof *e);
+    e->key = astr(r, key);
+    e->index = r->nentries;
+    e->loc.file_id = -1;
+    if (!e->key || !ckpt_htab_insert(&r->by_key, ckpt_hash_bytes(key, strlen(key), 0), e->index))
+        return NULL;
+    r->nentries++;
+    return e;
+}
+
+static const char *dtype_name_of(const pk_value *props) {
+    const pk_value *st = props && props->type == PK_OBJECT ? props->u.obj.state : NULL;
+    const pk_value *dt = NULL;
+    if (st && (st->type == PK_TUPLE || st->type == PK_LIST)) dt = pk_item(st, 0);
+    else if (st && st->type == PK_DICT) dt = pk_get(st, "dtype");
+    if (!dt && props && props->type == PK_OBJECT) dt = pk_item(props->u.obj.args, 0);
+    return dt && dt->type == PK_GLOBAL ? dt->u.global.name : NULL;
+}
+
+static const char *problemf(ckpt_reader *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static const char *problemf(ckpt_reader *r, const char *fmt, ...) {
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    return astr(r, buf);
+}
+
+static bool boxes_equal(const int64_t *a, const int64_t *b, int ndim) {
+    return ndim == 0 || memcmp(a, b, (size_t)ndim * sizeof *a) == 0;
+}
+
+/* Fills the tensor description of a TensorStorageMetadata node into `e` (new entry) or
+ * appends its chunks (entry seen in an earlier rank-local metadata file). */
+static ckpt_status walk_tensor(walk *w, ckpt_entry *e, bool merging, const pk_value *v,
+                               ckpt_error *err) {
+    ckpt_reader *r = w->r;
+    int64_t shape[CKPT_MAX_NDIM];
+    size_t ndim = 0;
+    if (!pk_as_int_seq(pk_get(v, "size"), shape, CKPT_MAX_NDIM, &ndim)) {
+        e->problem = problemf(r, "tensor size is missing or malformed");
+        return CKPT_OK;
+    }
+    if (!merging) {
+        e->kind = CKPT_ENTRY_TENSOR;
+        const char *dn = dtype_name_of(pk_get(v, "properties"));
+        e->dtype = ckpt_dtype_from_name(dn);
+        if (e->dtype == CKPT_DTYPE_INVALID)
+            e->problem = problemf(r, "unknown or missing dtype '%s'", dn ? dn : "?");
+        e->ndim = (int)ndim;
+        int64_t *s = ckpt_arena_alloc(r->arena, (ndim ? ndim : 1) * sizeof *s);
+        if (!s) return nomem(err);
+        memcpy(s, shape, ndim * sizeof *s);
+        e->shape = ndim ? s : NULL;
+        uint64_t numel = 1;
+        for (size_t d = 0; d < ndim; d++) {
+            if (shape[d] < 0) {
+                e->problem = problemf(r, "negative dimension %lld", (long long)shape[d]);
+                numel = 0;
+                break;
+            }
+            if (shape[d] && numel > (UINT64_C(1) << 62) / (uint64_t)shape[d]) {
+                e->problem = problemf(r, "tensor has too many elements");
+                numel = 0;
+                break;
+            }
+            numel *= (uint64_t)shape[d];
+        }
+        e->numel = numel;
+        size_t isz = ckpt_dtype_itemsize(e->dtype);
+        e->nbytes = isz && numel <= (UINT64_C(1) << 62) / isz ? numel * isz : 0;
+    } else if ((int)ndim != e->ndim || memcmp(shape, e->shape, ndim * sizeof *shape) != 0) {
+        e->problem = problemf(r, "rank-local metadata files disagree on the shape");
+        return CKPT_OK;
+    }
+
+    const pk_value *chunks = pk_get(v, "chunks");
+    if (!chunks || (chunks->type != PK_LIST && chunks->type != PK_TUPLE)) {
+        e->problem = problemf(r, "tensor has no chunk list");
+        return CKPT_OK;
+    }
+    size_t n = pk_len(chunks);
+    size_t old = e->nchunks;
+    ckpt_chunk *arr = ckpt_arena_grow(r->arena, e->chunks, old * sizeof *arr, (old + n + 1) * sizeof *arr);
+    if (!arr) return nomem(err);
+    e->chunks = arr;
+    int64_t *pool = ckpt_arena_alloc(r->arena, (n * 2 * ndim + 1) * sizeof *pool);
+    if (!pool) return nomem(err);
+    for (size_t i = 0; i < n; i++) {
+        const pk_value *c = pk_item(chunks, i);
+        int64_t *off = pool + i * 2 * ndim, *sz = off + ndim;
+        size_t n1 = 0, n2 = 0;
+        if (!pk_as_int_seq(pk_get(c, "offsets"), off, ndim ? ndim : 1, &n1) ||
+            !pk_as_int_seq(pk_get(c, "sizes"), sz, ndim ? ndim : 1, &n2) || n1 != ndim || n2 != ndim) {
+            e->problem = problemf(r, "chunk %zu: offsets/sizes missing or not of rank %zu", i, ndim);
+            continue;
+        }
+        uint64_t numel = 1;
+        bool inside = true;
+        for (size_t d = 0; d < ndim; d++) {
+            if (off[d] < 0 || sz[d] < 0 || off[d] > shape[d] || sz[d] > shape[d] - off[d]) inside = false;
+            numel *= (uint64_t)(sz[d] < 0 ? 0 : sz[d]);
+        }
+        if (!inside) {
+            e->problem = problemf(r, "chunk %zu lies outside the tensor's shape", i);
+            continue;
+        }
+        if (merging) { /* rank-local merge: drop boxes already present */
+            bool dup = false;
+            for (size_t k = 0; k < e->nchunks && !dup; k++)
+                dup = boxes_equal(e->chunks[k].offsets, off, e->ndim);
+            if (dup) continue;
+        }
+        ckpt_chunk *ch = &e->chunks[e->nchunks++];
+        memset(ch, 0, sizeof *ch);
+        ch->offsets = off;
+        ch->sizes = sz;
+        ch->numel = numel;
+        ch->loc.file_id = -1;
+        ch->loc.problem = numel ? "no storage_data entry for this chunk" : NULL;
+    }
+    if (w->chunk_index_built) { /* keep the lazily built index complete */
+        for (size_t k = old; k < e->nchunks; k++) {
+            uint64_t h = ckpt_hash_bytes(e->chunks[k].offsets, (size_t)e->ndim * 8, e->index);
+            if (!ckpt_htab_insert(&w->chunk_index, h, ((uint64_t)e->index << 32) | k)) return nomem(err);
+        }
+    }
+    return CKPT_OK;
+}
+
+static ckpt_status walk_state_dict_metadata(walk *w, const pk_value *sdm, ckpt_error *err) {
+    ckpt_reader *r = w->r;
+    if (!sdm || sdm->type != PK_DICT)
+        return ckpt_fail(err, CKPT_E_FORMAT, "%s: state_dict_metadata is missing or not a dict",
+                         w->file);
+    for (size_t i = 0; i < sdm->u.dict.len; i++) {
+        const char *key = pk_as_str(sdm->u.dict.keys[i]);
+        const pk_value *v = sdm->u.dict.vals[i];
+        if (!key)
+            return ckpt_fail(err, CKPT_E_FORMAT, "%s: state_dict_metadata key #%zu is not a string",
+                             w->file, i);
+        ckpt_entry *e = find_key(r, key);
+        bool merging = e != NULL;
+        if (!e && !(e = new_entry(r, key))) return nomem(err);
+        const char *cls = pk_class_name(v);
+        bool tensor = (cls && strcmp(cls, "TensorStorageMetadata") == 0) ||
+                      (!cls && pk_get(v, "chunks"));
+        if (tensor) {
+            if (merging && e->kind != CKPT_ENTRY_TENSOR) continue;
+            CKPT_TRY(walk_tensor(w, e, merging, v, err));
+        } else if (cls && strcmp(cls, "BytesStorageMetadata") == 0) {
+            e->kind = CKPT_ENTRY_OBJECT;
+            if (!merging) e->loc.problem = "no storage_data entry for this object";
+        } else if (!merging) {
+            e->kind = CKPT_ENTRY_OBJECT;
+            e->problem = problemf(r, "unknown storage metadata class '%s'", cls ? cls : "?");
+        }
+    }
+    return CKPT_OK;
+}
+
+static ckpt_status set_path(ckpt_reader *r, ckpt_entry *e, const pk_value *path, ckpt_error *err) {
+    size_t n = path ? pk_len(path) : 0;
+    bool usable = path && (path->type == PK_TUPLE || path->type == PK_LIST) && n > 0;
+    for (size_t i = 0; usable && i < n; i++) {
+        const pk_value *el = pk_item(path, i);
+        usable = el->type == PK_STR || el->type == PK_INT;
+    }
+    if (!usable) { /* no planner path: the flat key is a single element */
+        e->elems = ckpt_arena_alloc(r->arena, sizeof *e->elems);
+        if (!e->elems) return nomem(err);
+        e->elems[0] = e->key;
+        e->nelems = 1;
+    } else {
+        e->elems = ckpt_arena_alloc(r->arena, n * sizeof *e->elems);
+        if (!e->elems) return nomem(err);
+        for (size_t i = 0; i < n; i++) {
+            const pk_value *el = pk_item(path, i);
+            char num[32];
+            const char *s = el->type == PK_STR ? el->u.str.ptr : num;
+            size_t len = el->type == PK_STR ? el->u.str.len : 0;
+            if (el->type == PK_INT) len = (size_t)snprintf(num, sizeof num, "%lld", (long long)el->u.i);
+            e->elems[i] = ckpt_arena_strndup(r->arena, s, len);
+            if (!e->elems[i]) return nomem(err);
+        }
+        e->nelems = n;
+    }
+    /* joined, escaped path */
+    size_t total = 0;
+    char **esc = malloc(e->nelems * sizeof *esc);
+    if (!esc) return nomem(err);
+    for (size_t i = 0; i < e->nelems; i++) {
+        esc[i] = ckpt_path_escape_elem(r->arena, e->elems[i], strlen(e->elems[i]));
+        if (!esc[i]) {
+            free(esc);
+            return nomem(err);
+        }
+        total += strlen(esc[i]) + 1;
+    }
+    char *p = ckpt_arena_alloc(r->arena, total + 1);
+    if (!p) {
+        free(esc);
+        return nomem(err);
+    }
+    size_t at = 0;
+    for (size_t i = 0; i < e->nelems; i++) {
+        if (i) p[at++] = '/';
+        size_t l = strlen(esc[i]);
+        memcpy(p + at, esc[i], l);
+        at += l;
+    }
+    p[at] = '\0';
+    e->path = p;
+    free(esc);
+    return CKPT_OK;
+}
+
+static ckpt_status walk_planner_data(walk *w, const pk_value *pd, ckpt_error *err) {
+    ckpt_reader *r = w->r;
+    if (!pd || pd->type != PK_DICT) return CKPT_OK;
+    if (pd->u.dict.len) r->info.has_planner_data = true;
+    for (size_t i = 0; i < pd->u.dict.len; i++) {
+        const char *key = pk_as_str(pd->u.dict.keys[i]);
+        ckpt_entry *e = key ? find_key(r, key) : NULL;
+        if (e && !e->path) CKPT_TRY(set_path(r, e, pd->u.dict.vals[i], err));
+    }
+    return CKPT_OK;
+}
+
+static bool chunk_eq(const void *ctx, uint64_t v) {
+    const void *const *c = ctx;
+    const ckpt_reader *r = c[0];
+    const int64_t *off = c[1];
+    const ckpt_entry *e = &r->entries[v >> 32];
+    return (v >> 32) == *(const uint64_t *)c[2] &&
+           boxes_equal(e->chunks[v & 0xffffffffu].offsets, off, e->ndim);
+}
+
+static ckpt_status build_chunk_index(walk *w, ckpt_error *err) {
+    ckpt_reader *r = w->r;
+    size_t total = 0;
+    for (size_t i = 0; i < r->nentries; i++) total += r->entries[i].nchunks;
+    if (!ckpt_htab_init(&w->chunk_index, total)) return nomem(err);
+    for (size_t i = 0; i < r->nentries; i++) {
+        const ckpt_entry *e = &r->entries[i];
+        for (size_t k = 0; k < e->nchunks; k++) {
+            uint64_t h = ckpt_hash_bytes(e->chunks[k].offsets, (size_t)e->ndim * 8, i);
+            if (!ckpt_htab_insert(&w->chunk_index, h, ((uint64_t)i << 32) | k)) return nomem(err);
+        }
+    }
+    w->chunk_index_built = true;
+    return CKPT_OK;
+}
+
+static ckpt_status fill_loc(walk *w, ckpt_loc *loc, const pk_value *info, ckpt_error *err) {
+    ckpt_reader *r = w->r;
+    const char *rel = pk_as_str(pk_get(info, "relative_path"));
+    int64_t off = -1, len = -1;
+    pk_as_int(pk_get(info, "offset"), &off);
+    pk_as_int(pk_get(info, "length"), &len);
+    memset(loc, 0, sizeof *loc);
+    loc->file_id = -1;
+    if (!rel || off < 0 || len < 0) {
+        loc->problem = "storage_data entry lacks relative_path/offset/length";
+        return CKPT_OK;
+    }
+    loc->offset = (uint64_t)off;
+    loc->length = (uint64_t)len;
+    const pk_value *td = pk_get(info, "transform_descriptors");
+    if (td && pk_len(td)) {
+        size_t total = 0, n = pk_len(td);
+        for (size_t i = 0; i < n; i++) {
+            const char *s = pk_as_str(pk_item(td, i));
+            if (!s || strchr(s, ',')) {
+                loc->problem = "transform_descriptors holds a non-string or a ','";
+                return CKPT_OK;
+            }
+            total += strlen(s) + 1;
+        }
+        char *t = ckpt_arena_alloc(r->arena, total + 1);
+        if (!t) return nomem(err);
+        for (size_t i = 0; i < n; i++) {
+            if (i) strcat(t, ",");
+            strcat(t, pk_as_str(pk_item(td, i)));
+        }
+        loc->transforms = t;
+    }
+    const char *problem = NULL;
+    loc->file_id = ckpt_files_intern(r, rel, &problem);
+    if (loc->file_id < 0) loc->problem = problem ? problem : "out of memory";
+    r->info.stored_bytes += loc->length;
+    return CKPT_OK;
+}
+
+static ckpt_status walk_storage_data(walk *w, const pk_value *sd, ckpt_error *err) {
+    ckpt_reader *r = w->r;
+    if (!sd || sd->type == PK_NONE) return CKPT_OK;
+    if (sd->type != PK_DICT)
+        return ckpt_fail(err, CKPT_E_FORMAT, "%s: storage_data is not a dict", w->file);
+    for (size_t i = 0; i < sd->u.dict.len; i++) {
+        const pk_value *mi = sd->u.dict.keys[i];
+        const pk_value *info = sd->u.dict.vals[i];
+        const char *fqn = pk_as_str(pk_get(mi, "fqn"));
+        ckpt_entry *e = fqn ? find_key(r, fqn) : NULL;
+        if (!e) {
+            r->unmatched_storage++;
+            continue;
+        }
+        const pk_value *offv = pk_get(mi, "offset");
+        if (!offv || offv->type == PK_NONE) {
+            if (e->kind == CKPT_ENTRY_OBJECT) CKPT_TRY(fill_loc(w, &e->loc, info, err));
+            else r->unmatched_storage++;
+            continue;
+        }
+        int64_t off[CKPT_MAX_NDIM];
+        size_t n = 0;
+        if (e->kind != CKPT_ENTRY_TENSOR || !pk_as_int_seq(offv, off, CKPT_MAX_NDIM, &n) ||
+            (int)n != e->ndim) {
+            r->unmatched_storage++;
+            continue;
+        }
+        ckpt_chunk *match = NULL;
+        int64_t hint = -1;
+        pk_as_int(pk_get(mi, "index"), &hint);
+        if (hint >= 0 && (uint64_t)hint < e->nchunks && boxes_equal(e->chunks[hint].offsets, off, e->ndim))
+            match = &e->chunks[hint];
+        if (!match) {
+            if (!w->chunk_index_built) CKPT_TRY(build_chunk_index(w, err));
+            uint64_t eidx = e->index, v;
+            const void *ctx[3] = {r, off, &eidx};
+            if (ckpt_htab_find(&w->chunk_index, ckpt_hash_bytes(off, n * 8, e->index), chunk_eq, ctx, &v))
+                match = &e->chunks[v & 0xffffffffu];
+        }
+        if (!match || match->loc.file_id >= 0 || !match->numel) {
+            r->unmatched_storage++; /* unknown box, duplicate, or a zero-size chunk */
+            continue;
+        }
+        CKPT_TRY(fill_loc(w, &match->loc, info, err));
+    }
+    return CKPT_OK;
+}
+
+static void note_root(ckpt_reader *r, const pk_value *root, const pk_value *sdm) {
+    ckpt_reader_info *in = &r->info;
+    const char *mod = pk_class_module(root), *cls = pk_class_name(root);
+    if (!in->root_class && mod && cls) {
+        char buf[512];
+        snprintf(buf, sizeof buf, "%s.%s", mod, cls);
+        in->root_class = astr(r, buf);
+    }
+    const pk_value *ver = pk_get(root, "version");
+    if (ver && ver->type == PK_STR && !in->version) in->version = astr(r, ver->u.str.ptr);
+    const pk_value *sm = pk_get(root, "storage_meta");
+    if (sm && sm->type != PK_NONE) in->has_storage_meta = true;
+    if ((cls && strcmp(cls, "MCoreMetadata") == 0) || pk_get(root, "mcore_data") ||
+        pk_get(root, "all_local_plans"))
+        in->has_mcore_data = true;
+    /* TensorProperties' module tells torch 2.0-2.2 from >= 2.3 */
+    if (!in->format_hint) {
+        const char *hint;
+        const char *pmod = NULL;
+        for (size_t i = 0; sdm && i < sdm->u.dict.len && !pmod; i++)
+            pmod = pk_class_module(pk_get(sdm->u.dict.vals[i], "properties"));
+        if (in->has_mcore_data) hint = "megatron-core torch_dist";
+        else if (mod && strstr(mod, "_shard.checkpoint")) hint = "torch 1.13 (torch.distributed._shard.checkpoint)";
+        else if (in->version) hint = "torch >= 2.9 (DCP version recorded)";
+        else if (in->has_storage_meta) hint = "torch 2.4 - 2.8 (storage_meta, no version)";
+        else if (pmod && strstr(pmod, "checkpoint.metadata")) hint = "torch 2.3";
+        else hint = "torch 2.0 - 2.2";
+        in->format_hint = hint;
+    }
+}
+
+ckpt_status ckpt_index_add_metadata(ckpt_reader *r, const char *file, const uint8_t *buf,
+                                    size_t len, ckpt_error *err) {
+    pk_limits lim = {
+        .max_bytes = r->limits.max_pickle_memory,
+        .max_items = r->limits.max_items,
+        .max_depth = r->limits.max_depth,
+    };
+    pk_doc *doc = NULL;
+    ckpt_status st = pk_decode(buf, len, &lim, &doc, err);
+    if (st != CKPT_OK) {
+        ckpt_error_prefix(err, "%s: ", file);
+        return st;
+    }
+    walk w = {.r = r, .file = file};
+    const pk_value *root = pk_doc_root(doc);
+    const pk_value *sdm = pk_get(root, "state_dict_metadata");
+    if (!root || root->type != PK_OBJECT || !sdm) {
+        const char *cls = pk_class_name(root);
+        st = ckpt_fail(err, CKPT_E_FORMAT,
+                       "%s: not a DCP Metadata pickle (root is %s, no state_dict_metadata)", file,
+                       cls ? cls : "not an object");
+        goto done;
+    }
+    note_root(r, root, sdm);
+    CKPT_TRY_GOTO(st, walk_state_dict_metadata(&w, sdm, err), done);
+    CKPT_TRY_GOTO(st, walk_planner_data(&w, pk_get(root, "planner_data"), err), done);
+    CKPT_TRY_GOTO(st, walk_storage_data(&w, pk_get(root, "storage_data"), err), done);
+done:
+    if (w.chunk_index_built) ckpt_htab_release(&w.chunk_index);
+    pk_doc_free(doc);
+    return st;
+}
+
+static bool path_eq(const void *ctx, uint64_t v) {
+    const void *const *c = ctx;
+    const ckpt_reader *r = c[0];
+    return strcmp(r->entries[v].path, (const char *)c[1]) == 0;
+}
+
+ckpt_status ckpt_index_finish(ckpt_reader *r, ckpt_error *err) {
+    if (!ckpt_htab_init(&r->by_path, r->nentries)) return nomem(err);
+    ckpt_reader_info *in = &r->info;
+    for (size_t i = 0; i < r->nentries; i++) {
+        ckpt_entry *e = &r->entries[i];
+        if (!e->path) CKPT_TRY(set_path(r, e, NULL, err));
+        const void *ctx[2] = {r, e->path};
+        uint64_t dummy;
+        uint64_t h = ckpt_hash_bytes(e->path, strlen(e->path), 0);
+        if (!ckpt_htab_find(&r->by_path, h, path_eq, ctx, &dummy) &&
+            !ckpt_htab_insert(&r->by_path, h, i))
+            return nomem(err);
+        in->num_entries++;
+        if (e->kind == CKPT_ENTRY_TENSOR) {
+            in->num_tensors++;
+            in->tensor_bytes += e->nbytes;
+            in->dtype_counts[e->dtype]++;
+            for (size_t k = 0; k < e->nchunks; k++) {
+                if (e->chunks[k].numel) in->num_chunks++;
+                else in->num_empty_chunks++;
+            }
+        } else {
+            in->num_objects++;
+        }
+    }
+    in->num_files = (uint32_t)r->nfiles;
+    /* ranks: distinct "__<r>_" prefixes */
+    uint32_t ranks = 0;
+    int64_t *seen = calloc(r->nfiles + 1, sizeof *seen);
+    if (!seen) return nomem(err);
+    for (size_t f = 0; f < r->nfiles; f++) {
+        const char *name = r->files[f].name, *p = strstr(name, "__");
+        char *end;
+        if (!p) continue;
+        long long rank = strtoll(p + 2, &end, 10);
+        if (end == p + 2 || *end != '_') continue;
+        bool dup = false;
+        for (uint32_t k = 0; k < ranks && !dup; k++) dup = seen[k] == rank;
+        if (!dup) seen[ranks++] = rank;
+    }
+    free(seen);
+    in->num_ranks = ranks;
+    return CKPT_OK;
+}

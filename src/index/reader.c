@@ -1,0 +1,264 @@
+/* reader.c — opening a checkpoint directory: finding and reading the metadata file(s),
+ * building the index, and the public accessors of readers and entries. */
+#include "index/reader_i.h"
+
+#include "util/error.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static void apply_limit_defaults(ckpt_limits *l, const ckpt_limits *given) {
+    if (given) *l = *given;
+    if (!l->max_metadata_bytes) l->max_metadata_bytes = 4ull << 30;
+    if (!l->max_pickle_memory) l->max_pickle_memory = 8ull << 30;
+    if (!l->max_depth) l->max_depth = 512;
+    if (!l->max_items) l->max_items = 256ull << 20;
+    if (!l->max_object_bytes) l->max_object_bytes = 1ull << 30;
+}
+
+static ckpt_status read_whole(const char *path, uint64_t max, uint8_t **buf, size_t *len,
+                              ckpt_error *err) {
+    *buf = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return ckpt_fail(err, errno == ENOENT ? CKPT_E_NOTFOUND : CKPT_E_IO, "%s: cannot open: %s",
+                         path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return ckpt_fail(err, CKPT_E_IO, "%s: not a regular file", path);
+    }
+    if ((uint64_t)st.st_size > max) {
+        close(fd);
+        return ckpt_fail(err, CKPT_E_LIMIT, "%s: %lld bytes exceed the metadata size limit of %llu",
+                         path, (long long)st.st_size, (unsigned long long)max);
+    }
+    size_t n = (size_t)st.st_size;
+    uint8_t *p = malloc(n ? n : 1);
+    if (!p) {
+        close(fd);
+        return ckpt_fail(err, CKPT_E_NOMEM, "%s: out of memory reading %zu bytes", path, n);
+    }
+    ckpt_source src = {.fd = fd, .base = 0, .len = n, .name = path};
+    ckpt_status s = ckpt_source_read(&src, 0, p, n, err);
+    close(fd);
+    if (s != CKPT_OK) {
+        free(p);
+        return s;
+    }
+    *buf = p;
+    *len = n;
+    return CKPT_OK;
+}
+
+static ckpt_status add_file(ckpt_reader *r, const char *name, ckpt_error *err) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", r->dir, name);
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    CKPT_TRY(read_whole(path, r->limits.max_metadata_bytes, &buf, &len, err));
+    r->info.metadata_bytes += len;
+    r->info.num_metadata_files++;
+    ckpt_status s = ckpt_index_add_metadata(r, path, buf, len, err);
+    free(buf);
+    return s;
+}
+
+static int cmp_rank(const void *a, const void *b) {
+    long long x = *(const long long *)a, y = *(const long long *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Rank-local metadata: `__<rank>.metadata` files, merged in rank order. */
+static ckpt_status add_rank_local(ckpt_reader *r, ckpt_error *err) {
+    DIR *d = opendir(r->dir);
+    if (!d) return ckpt_fail(err, CKPT_E_IO, "%s: cannot list: %s", r->dir, strerror(errno));
+    long long *ranks = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        char *end;
+        if (strncmp(de->d_name, "__", 2) != 0) continue;
+        long long rank = strtoll(de->d_name + 2, &end, 10);
+        if (end == de->d_name + 2 || strcmp(end, ".metadata") != 0 || rank < 0) continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 16;
+            long long *nr = realloc(ranks, cap * sizeof *nr);
+            if (!nr) {
+                free(ranks);
+                closedir(d);
+                return ckpt_fail(err, CKPT_E_NOMEM, "out of memory listing %s", r->dir);
+            }
+            ranks = nr;
+        }
+        ranks[n++] = rank;
+    }
+    closedir(d);
+    if (!n) {
+        free(ranks);
+        return ckpt_fail(err, CKPT_E_NOTFOUND,
+                         "%s: no .metadata file (not a checkpoint, or an incomplete one)", r->dir);
+    }
+    qsort(ranks, n, sizeof *ranks, cmp_rank);
+    ckpt_status s = CKPT_OK;
+    for (size_t i = 0; i < n && s == CKPT_OK; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "__%lld.metadata", ranks[i]);
+        s = add_file(r, name, err);
+    }
+    free(ranks);
+    r->info.rank_local_metadata = true;
+    return s;
+}
+
+static ckpt_status reader_new(const char *dir, const ckpt_limits *limits, ckpt_reader **out,
+                              ckpt_error *err) {
+    ckpt_reader *r = calloc(1, sizeof *r);
+    *out = r;
+    if (!r) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    pthread_mutex_init(&r->lock, NULL);
+    apply_limit_defaults(&r->limits, limits);
+    r->dir = strdup(dir);
+    r->arena = ckpt_arena_new(0);
+    if (!r->dir || !r->arena || !ckpt_htab_init(&r->by_key, 1024) ||
+        !ckpt_htab_init(&r->file_by_name, 64))
+        return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    return CKPT_OK;
+}
+
+ckpt_status ckpt_reader_open_buffer(const char *dir, const uint8_t *buf, size_t len,
+                                    const ckpt_limits *limits, ckpt_reader **out, ckpt_error *err) {
+    ckpt_reader *r = NULL;
+    *out = NULL;
+    ckpt_status s = reader_new(dir, limits, &r, err);
+    if (s == CKPT_OK) {
+        r->info.metadata_bytes = len;
+        r->info.num_metadata_files = 1;
+        s = ckpt_index_add_metadata(r, "(metadata buffer)", buf, len, err);
+    }
+    if (s == CKPT_OK) s = ckpt_index_finish(r, err);
+    if (s != CKPT_OK) {
+        ckpt_reader_free(r);
+        return s;
+    }
+    *out = r;
+    return CKPT_OK;
+}
+
+ckpt_status ckpt_reader_open(const char *dir, const ckpt_open_options *opts, ckpt_reader **out,
+                             ckpt_error *err) {
+    *out = NULL;
+    if (!dir) return ckpt_fail(err, CKPT_E_INVAL, "no checkpoint directory given");
+    struct stat st;
+    if (stat(dir, &st) < 0)
+        return ckpt_fail(err, errno == ENOENT ? CKPT_E_NOTFOUND : CKPT_E_IO, "%s: %s", dir,
+                         strerror(errno));
+    if (!S_ISDIR(st.st_mode)) return ckpt_fail(err, CKPT_E_INVAL, "%s: not a directory", dir);
+    ckpt_reader *r = NULL;
+    ckpt_status s = reader_new(dir, opts ? opts->limits : NULL, &r, err);
+    if (s != CKPT_OK) goto fail;
+    s = add_file(r, ".metadata", err);
+    if (s == CKPT_E_NOTFOUND) s = add_rank_local(r, err);
+    if (s != CKPT_OK) goto fail;
+    CKPT_TRY_GOTO(s, ckpt_index_finish(r, err), fail);
+    *out = r;
+    return CKPT_OK;
+fail:
+    ckpt_reader_free(r);
+    return s;
+}
+
+void ckpt_reader_free(ckpt_reader *r) {
+    if (!r) return;
+    for (size_t i = 0; i < r->nentries; i++) {
+        ckpt_entry *e = &r->entries[i];
+        for (size_t k = 0; k < e->nchunks; k++) ts_item_free(e->chunks[k].item);
+    }
+    ckpt_files_close_all(r);
+    ckpt_htab_release(&r->by_key);
+    ckpt_htab_release(&r->by_path);
+    ckpt_htab_release(&r->file_by_name);
+    pthread_mutex_destroy(&r->lock);
+    ckpt_arena_free(r->arena);
+    free(r->entries);
+    free(r->files);
+    free(r->dir);
+    free(r);
+}
+
+const char *ckpt_reader_dir(const ckpt_reader *r) { return r->dir; }
+
+void ckpt_reader_get_info(const ckpt_reader *r, ckpt_reader_info *info) { *info = r->info; }
+
+size_t ckpt_reader_num_entries(const ckpt_reader *r) { return r->nentries; }
+
+const ckpt_entry *ckpt_reader_entry(const ckpt_reader *r, size_t index) {
+    return index < r->nentries ? &r->entries[index] : NULL;
+}
+
+static bool by_key_eq(const void *ctx, uint64_t v) {
+    const void *const *c = ctx;
+    return strcmp(((const ckpt_reader *)c[0])->entries[v].key, (const char *)c[1]) == 0;
+}
+
+static bool by_path_eq(const void *ctx, uint64_t v) {
+    const void *const *c = ctx;
+    return strcmp(((const ckpt_reader *)c[0])->entries[v].path, (const char *)c[1]) == 0;
+}
+
+const ckpt_entry *ckpt_reader_find(const ckpt_reader *r, const char *key_or_path) {
+    if (!key_or_path) return NULL;
+    uint64_t h = ckpt_hash_bytes(key_or_path, strlen(key_or_path), 0), v;
+    const void *ctx[2] = {r, key_or_path};
+    if (ckpt_htab_find(&r->by_key, h, by_key_eq, ctx, &v)) return &r->entries[v];
+    if (ckpt_htab_find(&r->by_path, h, by_path_eq, ctx, &v)) return &r->entries[v];
+    return NULL;
+}
+
+const char *ckpt_entry_key(const ckpt_entry *e) { return e->key; }
+const char *ckpt_entry_path(const ckpt_entry *e) { return e->path; }
+size_t ckpt_entry_path_len(const ckpt_entry *e) { return e->nelems; }
+const char *ckpt_entry_path_elem(const ckpt_entry *e, size_t i) {
+    return i < e->nelems ? e->elems[i] : NULL;
+}
+ckpt_entry_kind ckpt_entry_kind_of(const ckpt_entry *e) { return e->kind; }
+size_t ckpt_entry_index(const ckpt_entry *e) { return e->index; }
+ckpt_dtype ckpt_entry_dtype(const ckpt_entry *e) { return e->dtype; }
+int ckpt_entry_ndim(const ckpt_entry *e) { return e->ndim; }
+const int64_t *ckpt_entry_shape(const ckpt_entry *e) { return e->shape; }
+uint64_t ckpt_entry_numel(const ckpt_entry *e) {
+    return e->kind == CKPT_ENTRY_TENSOR ? e->numel : 0;
+}
+uint64_t ckpt_entry_nbytes(const ckpt_entry *e) { return e->nbytes; }
+size_t ckpt_entry_num_chunks(const ckpt_entry *e) { return e->nchunks; }
+const char *ckpt_entry_problem(const ckpt_entry *e) { return e->problem; }
+
+static void loc_to_info(const ckpt_loc *loc, ckpt_chunk_info *out) {
+    out->file_id = loc->file_id;
+    out->file_offset = loc->offset;
+    out->length = loc->length;
+    out->transforms = loc->transforms;
+    out->problem = loc->problem;
+}
+
+ckpt_status ckpt_entry_chunk(const ckpt_entry *e, size_t i, ckpt_chunk_info *out) {
+    memset(out, 0, sizeof *out);
+    if (e->kind == CKPT_ENTRY_OBJECT) {
+        if (i != 0) return CKPT_E_INVAL;
+        loc_to_info(&e->loc, out);
+        return CKPT_OK;
+    }
+    if (i >= e->nchunks) return CKPT_E_INVAL;
+    const ckpt_chunk *c = &e->chunks[i];
+    out->offsets = c->offsets;
+    out->sizes = c->sizes;
+    out->numel = c->numel;
+    loc_to_info(&c->loc, out);
+    return CKPT_OK;
+}

@@ -1,0 +1,115 @@
+/* reader_i.h — private layout of the reader: entries, chunks, data files and their locks.
+ * Shared by the index (building), chunk resolution, the slicer and object loading. */
+#ifndef CKPT_INDEX_READER_I_H
+#define CKPT_INDEX_READER_I_H
+
+#include "ckpt.h"
+#include "torchsave/item.h"
+#include "util/arena.h"
+#include "util/htab.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+/* Where a stored item lives: a byte range of one data file. */
+typedef struct ckpt_loc {
+    int32_t file_id;        /* -1: no usable location (see problem) */
+    uint64_t offset;
+    uint64_t length;
+    const char *transforms; /* comma-separated, or NULL */
+    const char *problem;    /* why the item cannot be read (set at index time), or NULL */
+} ckpt_loc;
+
+enum { CHUNK_UNRESOLVED = 0, CHUNK_RESOLVED = 1, CHUNK_FAILED = 2 };
+
+typedef enum chunk_storage_kind {
+    CHUNK_IN_FILE = 0, /* storage bytes addressable in the data file */
+    CHUNK_IN_MEMORY,   /* transforms undone: bytes live in `item`'s decoded buffer */
+} chunk_storage_kind;
+
+typedef struct ckpt_chunk {
+    const int64_t *offsets;
+    const int64_t *sizes;
+    uint64_t numel;
+    ckpt_loc loc;
+    /* lazily resolved (protected by reader->lock; `state` read with acquire) */
+    atomic_int state;
+    chunk_storage_kind kind;
+    bool big_endian;
+    bool contiguous;         /* C-order strides over `sizes` */
+    uint64_t elem0;          /* byte offset of storage element `storage_offset` (file or memory) */
+    const int64_t *stride;   /* element strides (ndim values) */
+    ts_item *item;           /* kept for CHUNK_IN_MEMORY */
+    ckpt_status fail_code;   /* CHUNK_FAILED: the error to report again */
+    const char *fail_msg;
+} ckpt_chunk;
+
+struct ckpt_entry {
+    const char *key;
+    const char *path;
+    const char **elems;
+    size_t nelems;
+    size_t index;
+    ckpt_entry_kind kind;
+    ckpt_dtype dtype;
+    int ndim;
+    const int64_t *shape;
+    uint64_t numel;
+    uint64_t nbytes;
+    ckpt_chunk *chunks;
+    size_t nchunks;
+    ckpt_loc loc;            /* objects */
+    const char *problem;     /* metadata-level defect (dtype unknown...), or NULL */
+};
+
+typedef struct ckpt_file {
+    const char *name;
+    int fd;                  /* -1 until opened (protected by reader->lock) */
+    int open_errno;          /* set when opening failed */
+} ckpt_file;
+
+struct ckpt_reader {
+    char *dir;
+    ckpt_arena *arena;       /* every string and array of the index */
+    ckpt_limits limits;
+    ckpt_entry *entries;
+    size_t nentries;
+    size_t entries_cap;
+    ckpt_htab by_key;
+    ckpt_htab by_path;
+    ckpt_file *files;
+    size_t nfiles;
+    size_t files_cap;
+    ckpt_htab file_by_name;
+    pthread_mutex_t lock;
+    ckpt_reader_info info;
+    uint64_t unmatched_storage; /* storage_data entries that match no chunk/entry */
+};
+
+/* A reader over an in-memory `.metadata` (fuzzing and tests); data files are looked up in
+ * `dir`. */
+ckpt_status ckpt_reader_open_buffer(const char *dir, const uint8_t *buf, size_t len,
+                                    const ckpt_limits *limits, ckpt_reader **out, ckpt_error *err);
+
+/* index building (metadata_walk.c) */
+ckpt_status ckpt_index_add_metadata(ckpt_reader *r, const char *file, const uint8_t *buf,
+                                    size_t len, ckpt_error *err);
+ckpt_status ckpt_index_finish(ckpt_reader *r, ckpt_error *err);
+
+/* files.c */
+int32_t ckpt_files_intern(ckpt_reader *r, const char *name, const char **problem);
+int ckpt_files_fd(ckpt_reader *r, uint32_t file_id, ckpt_error *err);
+void ckpt_files_close_all(ckpt_reader *r);
+bool ckpt_safe_file_name(const char *name);
+/* A source for a located item (fd opened on demand). */
+ckpt_status ckpt_loc_source(ckpt_reader *r, const ckpt_loc *loc, const char *what,
+                            ckpt_source *src, ckpt_error *err);
+
+/* chunk_resolve.c: makes chunk->elem0/stride/... valid. Thread-safe. */
+ckpt_status ckpt_chunk_resolve(ckpt_reader *r, const ckpt_entry *e, ckpt_chunk *c,
+                               ckpt_error *err);
+
+/* path escaping (path.c) */
+char *ckpt_path_escape_elem(ckpt_arena *a, const char *elem, size_t len);
+
+#endif

@@ -1,0 +1,132 @@
+/* pickle.h — a data-only decoder for Python pickles (protocols 0-5 as far as torch uses them).
+ *
+ * It never executes anything: GLOBAL/STACK_GLOBAL become symbolic class references,
+ * REDUCE/NEWOBJ/NEWOBJ_EX become object nodes (class + args), BUILD attaches state, and
+ * persistent ids become PK_PERSID nodes.  Everything lives in one arena with a byte budget;
+ * the number of values, the stack, the memo and the mark depth are bounded.  Values can be
+ * shared (memo) and even cyclic (a list appended into itself), so every consumer that
+ * recurses must bound its depth.  (max_depth is checked when items are added to a container;
+ * a hostile stream can still deepen an already-nested container later through the memo.)
+ *
+ * Decoding choices (details in pickle_vm.c): module/name strings are kept as written
+ * (`copy_reg`, `__builtin__` are not mapped); INST/OBJ give objects built like REDUCE; a
+ * second BUILD replaces the earlier state; APPEND(S)/SETITEM(S) on an object fill its
+ * listitems/dictitems; Python-2 str opcodes give PK_STR (Latin-1 when not valid UTF-8);
+ * ints that fit int64 are PK_INT whatever opcode carried them; small ints, None, True, False
+ * and the empty tuple are shared within a document.  EXT1/2/4 and NEXT_BUFFER/READONLY_BUFFER
+ * fail with CKPT_E_UNSUPPORTED.
+ */
+#ifndef CKPT_PICKLE_H
+#define CKPT_PICKLE_H
+
+#include "ckpt.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum pk_type {
+    PK_NONE = 0,
+    PK_BOOL,
+    PK_INT,       /* u.i */
+    PK_BIGINT,    /* u.str: little-endian two's complement bytes (as LONG1/LONG4 store them) */
+    PK_FLOAT,     /* u.f */
+    PK_STR,       /* u.str: UTF-8, NUL-terminated */
+    PK_BYTES,     /* u.str: raw bytes (NUL-terminated for convenience) */
+    PK_TUPLE,     /* u.seq */
+    PK_LIST,      /* u.seq */
+    PK_SET,       /* u.seq */
+    PK_FROZENSET, /* u.seq */
+    PK_DICT,      /* u.dict: ordered pairs, keys of any type */
+    PK_GLOBAL,    /* u.global: a class/function reference, never resolved */
+    PK_OBJECT,    /* u.obj: cls applied to args (REDUCE/NEWOBJ), with optional BUILD state */
+    PK_PERSID,    /* u.persid: persistent id (torch storages) */
+} pk_type;
+
+typedef struct pk_value pk_value;
+
+typedef enum pk_obj_how { PK_HOW_REDUCE = 0, PK_HOW_NEWOBJ = 1, PK_HOW_NEWOBJ_EX = 2 } pk_obj_how;
+
+struct pk_value {
+    pk_type type;
+    union {
+        bool b;
+        int64_t i;
+        double f;
+        struct {
+            const char *ptr;
+            size_t len;
+        } str;
+        struct {
+            pk_value **items;
+            size_t len;
+            size_t cap;
+        } seq;
+        struct {
+            pk_value **keys;
+            pk_value **vals;
+            size_t len;
+            size_t cap;
+        } dict;
+        struct {
+            const char *module;
+            const char *name;
+        } global;
+        struct {
+            pk_value *cls;       /* usually PK_GLOBAL; may be any value */
+            pk_value *args;      /* PK_TUPLE (NEWOBJ/REDUCE args), never NULL */
+            pk_value *kwargs;    /* NEWOBJ_EX only, else NULL */
+            pk_value *state;     /* BUILD argument, NULL if never built */
+            pk_value *listitems; /* PK_LIST: APPEND(S) applied to the object, or NULL */
+            pk_value *dictitems; /* PK_DICT: SETITEM(S) applied to the object, or NULL */
+            pk_obj_how how;
+        } obj;
+        struct {
+            pk_value *pid;
+        } persid;
+    } u;
+};
+
+typedef struct pk_limits {
+    uint64_t max_bytes; /* arena budget (the decoded tree's memory); 0 = 1 GiB */
+    uint64_t max_items; /* values created; 0 = 64 M */
+    uint32_t max_depth; /* nested MARKs and container nesting of the result; 0 = 512 */
+    uint64_t max_memo;  /* highest memo index + 1; 0 = 16 M */
+} pk_limits;
+
+typedef struct pk_doc pk_doc;
+
+/* Decodes the pickle in buf[0, len).  Stops at STOP; trailing bytes are ignored.
+ * On failure the error names the byte offset and opcode:
+ *   "pickle offset 1234: unknown opcode 0xff".
+ * The caller prefixes the file name. */
+ckpt_status pk_decode(const uint8_t *buf, size_t len, const pk_limits *limits, pk_doc **out,
+                      ckpt_error *err);
+const pk_value *pk_doc_root(const pk_doc *doc);
+uint64_t pk_doc_bytes_used(const pk_doc *doc);
+void pk_doc_free(pk_doc *doc);
+
+/* ---- helpers for consumers (all accept NULL and return false/NULL/0 then) ---- */
+
+/* True if v is PK_GLOBAL named `name` (module ignored when `module` is NULL). */
+bool pk_is_global(const pk_value *v, const char *module, const char *name);
+/* Class name of an object (its cls's global name) or of a global; NULL otherwise. */
+const char *pk_class_name(const pk_value *v);
+const char *pk_class_module(const pk_value *v);
+/* Dict lookup by string key (the last occurrence wins, as in Python); for PK_OBJECT, looks in
+ * its state when that is a dict, else in its dictitems (OrderedDict). */
+const pk_value *pk_get(const pk_value *v, const char *key);
+/* Sequence (tuple/list/set) length and item; an object `torch.Size((…))` or any object whose
+ * single argument is a sequence is NOT unwrapped here (see pk_as_int_seq). */
+size_t pk_len(const pk_value *v); /* dicts: number of pairs (use u.dict to read them) */
+const pk_value *pk_item(const pk_value *v, size_t i);
+bool pk_as_int(const pk_value *v, int64_t *out); /* PK_INT or PK_BOOL */
+/* Fills out[0..n) from a tuple/list of ints, or from a torch.Size object wrapping one.
+ * Returns false if it is neither, an item is not an int, or there are more than `cap`. */
+bool pk_as_int_seq(const pk_value *v, int64_t *out, size_t cap, size_t *n);
+/* String value (PK_STR) or NULL. */
+const char *pk_as_str(const pk_value *v);
+/* "int", "dict", ... for messages. */
+const char *pk_type_name(pk_type t);
+
+#endif

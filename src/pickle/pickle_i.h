@@ -1,0 +1,90 @@
+/* pickle_i.h — what the pickle decoder's files share and consumers must not use: the
+ * document, value construction with count/depth/budget accounting (pickle_value.c) and the
+ * protocol-0 text parsers (pickle_text.c). */
+#ifndef CKPT_PICKLE_I_H
+#define CKPT_PICKLE_I_H
+
+#include "pickle/pickle.h"
+#include "util/arena.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct pk_doc {
+    ckpt_arena *arena;
+    const pk_value *root;
+};
+
+/* Value construction state.  Every constructor returns NULL/false on failure and leaves the
+ * reason in `status`/`why`/`limit` for the VM to turn into a message. */
+typedef struct pk_builder {
+    ckpt_arena *arena;
+    uint64_t items; /* values created so far */
+    uint64_t max_items;
+    uint64_t max_bytes;
+    uint32_t max_depth;
+    ckpt_status status;
+    const char *why;
+    uint64_t limit; /* the bound that was hit (0 if none) */
+} pk_builder;
+
+/* Containers (tuple, list, set, frozenset, dict, object, persid) are allocated with a hidden
+ * nesting depth after the public struct: depth = 1 + the deepest item when it was added.
+ * Scalars and globals have depth 0.  The value is the first member, so a pk_value * the
+ * builder created can be converted back. */
+typedef struct pk_node {
+    pk_value v;
+    uint32_t depth;
+} pk_node;
+
+bool pkb_is_container(pk_type t);
+uint32_t pkb_depth(const pk_value *v);
+
+void *pkb_alloc(pk_builder *b, size_t size);
+pk_value *pkb_scalar(pk_builder *b, pk_type t);
+/* A container of depth 1 with no items. */
+pk_value *pkb_container(pk_builder *b, pk_type t);
+/* Raises c's depth to 1 + child_depth; fails when that exceeds max_depth. */
+bool pkb_nest(pk_builder *b, pk_value *c, uint32_t child_depth);
+/* PK_STR / PK_BYTES / PK_BIGINT holding a NUL-terminated copy of p[0, n). */
+pk_value *pkb_string(pk_builder *b, pk_type t, const uint8_t *p, size_t n);
+/* PK_STR / PK_BYTES / PK_BIGINT taking over arena memory p (n bytes + NUL already there). */
+pk_value *pkb_string_adopt(pk_builder *b, pk_type t, char *p, size_t n);
+/* New tuple/list/set/frozenset holding items[0, n). */
+pk_value *pkb_seq(pk_builder *b, pk_type t, pk_value *const *items, size_t n);
+/* Appends items to a list/set (geometric growth in the arena). */
+bool pkb_seq_extend(pk_builder *b, pk_value *seq, pk_value *const *items, size_t n);
+/* Appends npairs (key, value) pairs, given interleaved in kv[0, 2*npairs), to a dict. */
+bool pkb_dict_extend(pk_builder *b, pk_value *dict, pk_value *const *kv, size_t npairs);
+
+/* Strict UTF-8 (no overlongs, surrogates or code points above U+10FFFF). */
+bool pk_utf8_valid(const uint8_t *s, size_t n);
+
+/* ---- protocol-0 text (pickle_text.c) ---- */
+
+/* Python refuses int() of more digits than this (sys.int_info.default_max_str_digits). */
+#define PK_MAX_INT_DIGITS 4300u
+/* Longest FLOAT text accepted. */
+#define PK_MAX_FLOAT_TEXT 1024u
+
+typedef enum pkt_num { PKT_OK = 0, PKT_OVERFLOW, PKT_SYNTAX } pkt_num;
+
+/* Optional '+'/'-' then one or more ASCII digits, nothing else. */
+pkt_num pkt_parse_i64(const uint8_t *s, size_t n, int64_t *out);
+/* Same syntax, any size (caller checked the syntax and n <= PK_MAX_INT_DIGITS + 1): writes the
+ * minimal little-endian two's complement bytes (as LONG1 stores them) to out, which must hold
+ * n / 2 + 8 bytes, and returns their count. */
+size_t pkt_decimal_to_le(const uint8_t *s, size_t n, uint8_t *out);
+/* Python float() of ASCII text (C locale, surrounding blanks allowed). */
+bool pkt_parse_float(const uint8_t *s, size_t n, double *out);
+/* codecs.escape_decode: out (>= n bytes) receives the bytes; false on a bad escape. */
+bool pkt_escape_decode(const uint8_t *s, size_t n, uint8_t *out, size_t *out_len, const char **why);
+/* Latin-1 bytes to UTF-8; out must hold 2 * n bytes. */
+size_t pkt_latin1_to_utf8(const uint8_t *s, size_t n, uint8_t *out);
+/* 'raw-unicode-escape' text to UTF-8; out must hold 2 * n bytes.  Rejects bad escapes,
+ * surrogates and code points above U+10FFFF. */
+bool pkt_raw_unicode_escape(const uint8_t *s, size_t n, uint8_t *out, size_t *out_len,
+                            const char **why);
+
+#endif

@@ -1,0 +1,340 @@
+/* pickle_value.c — the decoded document and its values: arena-backed construction with value
+ * counting and nesting-depth accounting (used by the VM), UTF-8 validation, and the read-only
+ * helpers consumers use to walk a tree (pk_get, pk_as_int_seq, ...). */
+#include "pickle/pickle_i.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- document */
+
+const pk_value *pk_doc_root(const pk_doc *doc) { return doc ? doc->root : NULL; }
+
+uint64_t pk_doc_bytes_used(const pk_doc *doc) {
+    return doc && doc->arena ? ckpt_arena_used(doc->arena) : 0;
+}
+
+void pk_doc_free(pk_doc *doc) {
+    if (!doc) return;
+    ckpt_arena_free(doc->arena);
+    free(doc);
+}
+
+/* ---------------------------------------------------------------- construction */
+
+static bool fail(pk_builder *b, ckpt_status st, const char *why, uint64_t limit) {
+    b->status = st;
+    b->why = why;
+    b->limit = limit;
+    return false;
+}
+
+void *pkb_alloc(pk_builder *b, size_t size) {
+    void *p = ckpt_arena_alloc(b->arena, size);
+    if (!p) {
+        if (ckpt_arena_over_budget(b->arena))
+            fail(b, CKPT_E_LIMIT, "decoded values exceed the memory budget", b->max_bytes);
+        else
+            fail(b, CKPT_E_NOMEM, "out of memory", 0);
+    }
+    return p;
+}
+
+bool pkb_is_container(pk_type t) {
+    switch (t) {
+    case PK_TUPLE:
+    case PK_LIST:
+    case PK_SET:
+    case PK_FROZENSET:
+    case PK_DICT:
+    case PK_OBJECT:
+    case PK_PERSID: return true;
+    default: return false;
+    }
+}
+
+uint32_t pkb_depth(const pk_value *v) {
+    return pkb_is_container(v->type) ? ((const pk_node *)(const void *)v)->depth : 0;
+}
+
+static bool count_item(pk_builder *b) {
+    if (b->items >= b->max_items) return fail(b, CKPT_E_LIMIT, "too many values", b->max_items);
+    b->items++;
+    return true;
+}
+
+pk_value *pkb_scalar(pk_builder *b, pk_type t) {
+    if (!count_item(b)) return NULL;
+    pk_value *v = pkb_alloc(b, sizeof *v);
+    if (v) v->type = t;
+    return v;
+}
+
+pk_value *pkb_container(pk_builder *b, pk_type t) {
+    if (!count_item(b)) return NULL;
+    pk_node *n = pkb_alloc(b, sizeof *n);
+    if (!n) return NULL;
+    n->v.type = t;
+    n->depth = 1;
+    return &n->v;
+}
+
+bool pkb_nest(pk_builder *b, pk_value *c, uint32_t child_depth) {
+    pk_node *n = (pk_node *)(void *)c;
+    if (child_depth >= n->depth) {
+        if (child_depth >= b->max_depth)
+            return fail(b, CKPT_E_LIMIT, "containers nested too deeply", b->max_depth);
+        n->depth = child_depth + 1;
+    }
+    return true;
+}
+
+pk_value *pkb_string_adopt(pk_builder *b, pk_type t, char *p, size_t n) {
+    pk_value *v = pkb_scalar(b, t);
+    if (!v) return NULL;
+    v->u.str.ptr = p;
+    v->u.str.len = n;
+    return v;
+}
+
+pk_value *pkb_string(pk_builder *b, pk_type t, const uint8_t *p, size_t n) {
+    if (n == SIZE_MAX) {
+        fail(b, CKPT_E_LIMIT, "string too long", 0);
+        return NULL;
+    }
+    char *s = pkb_alloc(b, n + 1);
+    if (!s) return NULL;
+    if (n) memcpy(s, p, n);
+    return pkb_string_adopt(b, t, s, n);
+}
+
+static uint32_t max_depth_of(pk_value *const *items, size_t n) {
+    uint32_t d = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t di = pkb_depth(items[i]);
+        if (di > d) d = di;
+    }
+    return d;
+}
+
+/* Makes room for `extra` more slots in an arena array of `len` used / `*cap` slots. */
+static bool reserve(pk_builder *b, pk_value ***arr, size_t len, size_t *cap, size_t extra) {
+    if (extra > SIZE_MAX / sizeof(pk_value *) - len)
+        return fail(b, CKPT_E_LIMIT, "container too large", 0);
+    size_t need = len + extra;
+    if (need <= *cap) return true;
+    size_t ncap = *cap < 4 ? 4 : *cap;
+    while (ncap < need)
+        ncap = ncap > SIZE_MAX / 2 / sizeof(pk_value *) ? need : ncap * 2;
+    pk_value **p =
+        ckpt_arena_grow(b->arena, *arr, len * sizeof(pk_value *), ncap * sizeof(pk_value *));
+    if (!p) {
+        if (ckpt_arena_over_budget(b->arena))
+            fail(b, CKPT_E_LIMIT, "decoded values exceed the memory budget", b->max_bytes);
+        else
+            fail(b, CKPT_E_NOMEM, "out of memory", 0);
+        return false;
+    }
+    *arr = p;
+    *cap = ncap;
+    return true;
+}
+
+pk_value *pkb_seq(pk_builder *b, pk_type t, pk_value *const *items, size_t n) {
+    pk_value *v = pkb_container(b, t);
+    if (!v) return NULL;
+    if (n) {
+        if (!reserve(b, &v->u.seq.items, 0, &v->u.seq.cap, n)) return NULL;
+        memcpy(v->u.seq.items, items, n * sizeof *items);
+        v->u.seq.len = n;
+        if (!pkb_nest(b, v, max_depth_of(items, n))) return NULL;
+    }
+    return v;
+}
+
+bool pkb_seq_extend(pk_builder *b, pk_value *seq, pk_value *const *items, size_t n) {
+    if (!n) return true;
+    /* Depth first: the items may include seq itself (a list appended into itself). */
+    if (!pkb_nest(b, seq, max_depth_of(items, n))) return false;
+    if (!reserve(b, &seq->u.seq.items, seq->u.seq.len, &seq->u.seq.cap, n)) return false;
+    memcpy(seq->u.seq.items + seq->u.seq.len, items, n * sizeof *items);
+    seq->u.seq.len += n;
+    return true;
+}
+
+bool pkb_dict_extend(pk_builder *b, pk_value *dict, pk_value *const *kv, size_t npairs) {
+    if (!npairs) return true;
+    if (!pkb_nest(b, dict, max_depth_of(kv, 2 * npairs))) return false;
+    size_t len = dict->u.dict.len, cap = dict->u.dict.cap;
+    if (len + npairs > cap) {
+        size_t kcap = cap;
+        if (!reserve(b, &dict->u.dict.keys, len, &kcap, npairs)) return false;
+        size_t vcap = cap;
+        if (!reserve(b, &dict->u.dict.vals, len, &vcap, npairs)) return false;
+        dict->u.dict.cap = kcap; /* both grow by the same rule */
+    }
+    for (size_t i = 0; i < npairs; i++) {
+        dict->u.dict.keys[len + i] = kv[2 * i];
+        dict->u.dict.vals[len + i] = kv[2 * i + 1];
+    }
+    dict->u.dict.len = len + npairs;
+    return true;
+}
+
+/* ---------------------------------------------------------------- UTF-8 */
+
+bool pk_utf8_valid(const uint8_t *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        if (n - i >= 8) {
+            uint64_t w;
+            memcpy(&w, s + i, 8);
+            if (!(w & 0x8080808080808080ull)) {
+                i += 8;
+                continue;
+            }
+        }
+        uint8_t c = s[i];
+        if (c < 0x80) {
+            i++;
+        } else if (c < 0xC2) {
+            return false; /* continuation byte or overlong 2-byte lead */
+        } else if (c < 0xE0) {
+            if (n - i < 2 || (s[i + 1] & 0xC0) != 0x80) return false;
+            i += 2;
+        } else if (c < 0xF0) {
+            if (n - i < 3) return false;
+            uint8_t c1 = s[i + 1], c2 = s[i + 2];
+            if ((c1 & 0xC0) != 0x80 || (c2 & 0xC0) != 0x80) return false;
+            if (c == 0xE0 && c1 < 0xA0) return false;  /* overlong */
+            if (c == 0xED && c1 >= 0xA0) return false; /* surrogate */
+            i += 3;
+        } else if (c < 0xF5) {
+            if (n - i < 4) return false;
+            uint8_t c1 = s[i + 1], c2 = s[i + 2], c3 = s[i + 3];
+            if ((c1 & 0xC0) != 0x80 || (c2 & 0xC0) != 0x80 || (c3 & 0xC0) != 0x80) return false;
+            if (c == 0xF0 && c1 < 0x90) return false;  /* overlong */
+            if (c == 0xF4 && c1 >= 0x90) return false; /* above U+10FFFF */
+            i += 4;
+        } else {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* ---------------------------------------------------------------- consumer helpers */
+
+const char *pk_type_name(pk_type t) {
+    switch (t) {
+    case PK_NONE: return "None";
+    case PK_BOOL: return "bool";
+    case PK_INT: return "int";
+    case PK_BIGINT: return "bigint";
+    case PK_FLOAT: return "float";
+    case PK_STR: return "str";
+    case PK_BYTES: return "bytes";
+    case PK_TUPLE: return "tuple";
+    case PK_LIST: return "list";
+    case PK_SET: return "set";
+    case PK_FROZENSET: return "frozenset";
+    case PK_DICT: return "dict";
+    case PK_GLOBAL: return "global";
+    case PK_OBJECT: return "object";
+    case PK_PERSID: return "persistent id";
+    }
+    return "?";
+}
+
+bool pk_is_global(const pk_value *v, const char *module, const char *name) {
+    if (!v || v->type != PK_GLOBAL || !name) return false;
+    if (strcmp(v->u.global.name, name) != 0) return false;
+    return !module || strcmp(v->u.global.module, module) == 0;
+}
+
+static const pk_value *class_of(const pk_value *v) {
+    if (!v) return NULL;
+    if (v->type == PK_OBJECT) v = v->u.obj.cls;
+    return v && v->type == PK_GLOBAL ? v : NULL;
+}
+
+const char *pk_class_name(const pk_value *v) {
+    const pk_value *g = class_of(v);
+    return g ? g->u.global.name : NULL;
+}
+
+const char *pk_class_module(const pk_value *v) {
+    const pk_value *g = class_of(v);
+    return g ? g->u.global.module : NULL;
+}
+
+static const pk_value *dict_get(const pk_value *d, const char *key) {
+    size_t klen = strlen(key);
+    /* From the end: a repeated key's last value wins, as in Python. */
+    for (size_t i = d->u.dict.len; i-- > 0;) {
+        const pk_value *k = d->u.dict.keys[i];
+        if (k->type == PK_STR && k->u.str.len == klen && memcmp(k->u.str.ptr, key, klen) == 0)
+            return d->u.dict.vals[i];
+    }
+    return NULL;
+}
+
+const pk_value *pk_get(const pk_value *v, const char *key) {
+    if (!v || !key) return NULL;
+    if (v->type == PK_DICT) return dict_get(v, key);
+    if (v->type != PK_OBJECT) return NULL;
+    const pk_value *st = v->u.obj.state;
+    if (st && st->type == PK_DICT) return dict_get(st, key);
+    const pk_value *di = v->u.obj.dictitems;
+    if (di && di->type == PK_DICT) return dict_get(di, key);
+    return NULL;
+}
+
+static bool is_seq(const pk_value *v) {
+    return v && (v->type == PK_TUPLE || v->type == PK_LIST || v->type == PK_SET ||
+                 v->type == PK_FROZENSET);
+}
+
+size_t pk_len(const pk_value *v) {
+    if (is_seq(v)) return v->u.seq.len;
+    if (v && v->type == PK_DICT) return v->u.dict.len;
+    return 0;
+}
+
+const pk_value *pk_item(const pk_value *v, size_t i) {
+    if (!is_seq(v) || i >= v->u.seq.len) return NULL;
+    return v->u.seq.items[i];
+}
+
+bool pk_as_int(const pk_value *v, int64_t *out) {
+    if (!v) return false;
+    int64_t x;
+    if (v->type == PK_INT)
+        x = v->u.i;
+    else if (v->type == PK_BOOL)
+        x = v->u.b ? 1 : 0;
+    else
+        return false;
+    if (out) *out = x;
+    return true;
+}
+
+bool pk_as_int_seq(const pk_value *v, int64_t *out, size_t cap, size_t *n) {
+    if (!v) return false;
+    if (v->type == PK_OBJECT) {
+        const char *name = pk_class_name(v);
+        const pk_value *a = v->u.obj.args;
+        if (!name || strcmp(name, "Size") != 0) return false;
+        if (!a || a->type != PK_TUPLE || a->u.seq.len != 1) return false;
+        v = a->u.seq.items[0];
+    }
+    if (v->type != PK_TUPLE && v->type != PK_LIST) return false;
+    size_t len = v->u.seq.len;
+    if (len > cap) return false;
+    for (size_t i = 0; i < len; i++)
+        if (!pk_as_int(v->u.seq.items[i], out ? &out[i] : NULL)) return false;
+    if (n) *n = len;
+    return true;
+}
+
+const char *pk_as_str(const pk_value *v) { return v && v->type == PK_STR ? v->u.str.ptr : NULL; }

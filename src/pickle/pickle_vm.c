@@ -1,0 +1,926 @@
+/* pickle_vm.c — pk_decode: the opcode loop of the data-only pickle decoder.  Reads every
+ * data-producing opcode of protocols 0-5, keeps the value stack, the mark stack and the memo,
+ * and builds values through pickle_value.c.  Nothing is executed and nothing recurses; every
+ * length is checked against the remaining input before anything is allocated.
+ *
+ * Semantics chosen where Python would run code:
+ *   GLOBAL/STACK_GLOBAL -> PK_GLOBAL (module and name as written: no copyreg/__builtin__
+ *   mapping); REDUCE, INST, OBJ -> PK_OBJECT how=REDUCE; NEWOBJ(_EX) -> how=NEWOBJ(_EX);
+ *   BUILD on an object stores its state, and a second BUILD replaces the first state (as a
+ *   __setstate__ that assigns would); APPEND(S)/SETITEM(S) on an object go to its
+ *   listitems/dictitems (OrderedDict, defaultdict); PERSID/BINPERSID -> PK_PERSID.
+ *   Python-2 str opcodes (STRING, BINSTRING, SHORT_BINSTRING) give PK_STR: the bytes as they
+ *   are when they are valid UTF-8, else read as Latin-1 (encoding='latin1').
+ *   EXT1/2/4 and out-of-band buffers are rejected with CKPT_E_UNSUPPORTED.
+ * The stack and mark stack follow CPython's _pickle.c: a MARK fences the stack, and POP on a
+ * fence pops the mark.  The memo is a dense array for the indices pickles use (0, 1, 2, ...)
+ * and a hash map for sparse ones, so its memory follows the number of stores, not the
+ * indices.  Working memory (stack, memo) is bounded by max_bytes as well. */
+#include "pickle/pickle_i.h"
+#include "pickle/pickle_ops_i.h"
+#include "util/error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_MAX_BYTES (1ull << 30)
+#define DEFAULT_MAX_ITEMS (64ull << 20)
+#define DEFAULT_MAX_DEPTH 512u
+#define DEFAULT_MAX_MEMO (16ull << 20)
+
+/* Ints in [SMALL_MIN, SMALL_MAX) are shared within a document. */
+#define SMALL_MIN (-16)
+#define SMALL_MAX 1024
+/* Memo indices up to 2 * (stores so far) + MEMO_SLACK go to the dense array. */
+#define MEMO_SLACK 1024u
+
+typedef struct pk_vm {
+    const uint8_t *buf;
+    size_t len;
+    size_t pos;
+    size_t op_off; /* offset of the opcode being executed */
+    unsigned op;
+    ckpt_error *err;
+    pk_builder b;
+
+    pk_value **stack;
+    size_t sp, scap;
+    size_t fence; /* stack index of the innermost MARK (0 if none) */
+    size_t *marks;
+    size_t nmarks, mcap;
+
+    pk_value **memo; /* dense part: memo[i] for i < memo_cap, NULL when unset */
+    size_t memo_cap;
+    uint64_t *hkeys; /* sparse part: open addressing, key + 1 (0 = empty) */
+    pk_value **hvals;
+    size_t hcap, hcount;
+    uint64_t memo_count; /* distinct indices stored (what MEMOIZE uses) */
+    uint64_t max_memo;
+
+    uint64_t aux_bytes; /* malloc'ed working memory: stack, marks, memo */
+
+    pk_value *none, *yes, *no, *empty_tuple;
+    pk_value *small[SMALL_MAX - SMALL_MIN];
+    pk_value *result;
+} pk_vm;
+
+/* ---------------------------------------------------------------- errors */
+
+__attribute__((format(printf, 3, 4))) static ckpt_status fail(pk_vm *vm, ckpt_status st,
+                                                              const char *fmt, ...) {
+    char what[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    const char *name = pk_op_name(vm->op);
+    return ckpt_fail(vm->err, st, "pickle offset %zu: %s (opcode 0x%02x %s)", vm->op_off, what,
+                     vm->op, name ? name : "?");
+}
+
+static ckpt_status fail_build(pk_vm *vm) {
+    const pk_builder *b = &vm->b;
+    ckpt_status st = b->status != CKPT_OK ? b->status : CKPT_E_NOMEM;
+    const char *why = b->why ? b->why : "out of memory";
+    if (b->limit) return fail(vm, st, "%s (limit %llu)", why, (unsigned long long)b->limit);
+    return fail(vm, st, "%s", why);
+}
+
+static ckpt_status truncated(pk_vm *vm, uint64_t need) {
+    return fail(vm, CKPT_E_FORMAT, "truncated: argument needs %llu bytes, %zu left",
+                (unsigned long long)need, vm->len - vm->pos);
+}
+
+static ckpt_status underflow(pk_vm *vm) { return fail(vm, CKPT_E_FORMAT, "stack underflow"); }
+
+/* ---------------------------------------------------------------- input */
+
+static uint64_t rd_le(const uint8_t *p, int n) {
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+/* The next n bytes of argument, or NULL (and a truncation error in *st). */
+static const uint8_t *take(pk_vm *vm, uint64_t n, ckpt_status *st) {
+    if (n > vm->len - vm->pos) {
+        *st = truncated(vm, n);
+        return NULL;
+    }
+    const uint8_t *p = vm->buf + vm->pos;
+    vm->pos += (size_t)n;
+    return p;
+}
+
+/* A newline-terminated text argument (newline excluded). */
+static ckpt_status take_line(pk_vm *vm, const uint8_t **s, size_t *n) {
+    const uint8_t *start = vm->buf + vm->pos;
+    const uint8_t *nl = memchr(start, '\n', vm->len - vm->pos);
+    if (!nl) return fail(vm, CKPT_E_FORMAT, "truncated: text argument has no newline");
+    *s = start;
+    *n = (size_t)(nl - start);
+    vm->pos += *n + 1;
+    return CKPT_OK;
+}
+
+/* ---------------------------------------------------------------- working memory */
+
+static ckpt_status grow_aux(pk_vm *vm, const char *what, void **arr, size_t *cap, size_t need,
+                            size_t elem, size_t min_cap, uint64_t max_cap, bool zero) {
+    if (need > max_cap)
+        return fail(vm, CKPT_E_LIMIT, "%s too large (limit %llu)", what,
+                    (unsigned long long)max_cap);
+    size_t ncap = *cap < min_cap ? min_cap : *cap;
+    while (ncap < need)
+        ncap = ncap > SIZE_MAX / 4 / elem ? need : ncap * 2;
+    if (ncap > max_cap) ncap = (size_t)max_cap;
+    if (ncap > SIZE_MAX / elem) return fail(vm, CKPT_E_LIMIT, "%s too large", what);
+    uint64_t old_bytes = (uint64_t)*cap * elem, new_bytes = (uint64_t)ncap * elem;
+    if (vm->aux_bytes - old_bytes + new_bytes > vm->b.max_bytes)
+        return fail(vm, CKPT_E_LIMIT, "working memory exceeds the memory budget (limit %llu)",
+                    (unsigned long long)vm->b.max_bytes);
+    void *p = realloc(*arr, (size_t)new_bytes);
+    if (!p) return fail(vm, CKPT_E_NOMEM, "out of memory");
+    if (zero) memset((char *)p + old_bytes, 0, (size_t)(new_bytes - old_bytes));
+    vm->aux_bytes = vm->aux_bytes - old_bytes + new_bytes;
+    *arr = p;
+    *cap = ncap;
+    return CKPT_OK;
+}
+
+static inline ckpt_status push(pk_vm *vm, pk_value *v) {
+    if (vm->sp == vm->scap) {
+        void *arr = vm->stack;
+        ckpt_status st = grow_aux(vm, "stack", &arr, &vm->scap, vm->sp + 1, sizeof *vm->stack, 256,
+                                  vm->b.max_items, false);
+        if (st) return st;
+        vm->stack = arr;
+    }
+    vm->stack[vm->sp++] = v;
+    return CKPT_OK;
+}
+
+/* Pushes a freshly built value, or reports why it could not be built. */
+static inline ckpt_status push_new(pk_vm *vm, pk_value *v) {
+    return v ? push(vm, v) : fail_build(vm);
+}
+
+#define NEED_STACK(vm, k)                                                                          \
+    do {                                                                                           \
+        if ((vm)->sp - (vm)->fence < (k)) return underflow(vm);                                    \
+    } while (0)
+
+static ckpt_status push_mark(pk_vm *vm) {
+    if (vm->nmarks >= vm->b.max_depth)
+        return fail(vm, CKPT_E_LIMIT, "MARKs nested too deeply (limit %u)", vm->b.max_depth);
+    if (vm->nmarks == vm->mcap) {
+        void *arr = vm->marks;
+        ckpt_status st = grow_aux(vm, "mark stack", &arr, &vm->mcap, vm->nmarks + 1,
+                                  sizeof *vm->marks, 16, vm->b.max_depth, false);
+        if (st) return st;
+        vm->marks = arr;
+    }
+    vm->marks[vm->nmarks++] = vm->sp;
+    vm->fence = vm->sp;
+    return CKPT_OK;
+}
+
+/* Pops the innermost mark: the items above it are stack[*start, sp). */
+static ckpt_status pop_mark(pk_vm *vm, size_t *start) {
+    if (!vm->nmarks) return fail(vm, CKPT_E_FORMAT, "no MARK on the stack");
+    *start = vm->marks[--vm->nmarks];
+    vm->fence = vm->nmarks ? vm->marks[vm->nmarks - 1] : 0;
+    return CKPT_OK;
+}
+
+/* ---------------------------------------------------------------- memo */
+
+static size_t hslot(uint64_t key, size_t cap) {
+    return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 17) & (cap - 1);
+}
+
+static pk_value *memo_get(const pk_vm *vm, uint64_t idx) {
+    if (idx < vm->memo_cap) return vm->memo[idx];
+    if (!vm->hcount) return NULL;
+    for (size_t i = hslot(idx + 1, vm->hcap);; i = (i + 1) & (vm->hcap - 1)) {
+        if (vm->hkeys[i] == idx + 1) return vm->hvals[i];
+        if (!vm->hkeys[i]) return NULL;
+    }
+}
+
+static void hash_insert(uint64_t *keys, pk_value **vals, size_t cap, uint64_t key, pk_value *v,
+                        bool *added) {
+    size_t i = hslot(key, cap);
+    while (keys[i] && keys[i] != key)
+        i = (i + 1) & (cap - 1);
+    *added = !keys[i];
+    keys[i] = key;
+    vals[i] = v;
+}
+
+/* Rebuilds the hash with at least `cap` slots, moving indices below memo_cap to the array. */
+static ckpt_status hash_rebuild(pk_vm *vm, size_t cap) {
+    uint64_t bytes = (uint64_t)cap * (sizeof(uint64_t) + sizeof(pk_value *));
+    uint64_t old = (uint64_t)vm->hcap * (sizeof(uint64_t) + sizeof(pk_value *));
+    if (vm->aux_bytes - old + bytes > vm->b.max_bytes)
+        return fail(vm, CKPT_E_LIMIT, "working memory exceeds the memory budget (limit %llu)",
+                    (unsigned long long)vm->b.max_bytes);
+    uint64_t *keys = calloc(cap, sizeof *keys);
+    pk_value **vals = calloc(cap, sizeof *vals);
+    if (!keys || !vals) {
+        free(keys);
+        free(vals);
+        return fail(vm, CKPT_E_NOMEM, "out of memory");
+    }
+    size_t count = 0;
+    for (size_t i = 0; i < vm->hcap; i++) {
+        uint64_t k = vm->hkeys[i];
+        if (!k) continue;
+        if (k - 1 < vm->memo_cap) {
+            vm->memo[k - 1] = vm->hvals[i];
+            continue;
+        }
+        bool added;
+        hash_insert(keys, vals, cap, k, vm->hvals[i], &added);
+        count++;
+    }
+    free(vm->hkeys);
+    free(vm->hvals);
+    vm->hkeys = keys;
+    vm->hvals = vals;
+    vm->aux_bytes = vm->aux_bytes - old + bytes;
+    vm->hcap = cap;
+    vm->hcount = count;
+    return CKPT_OK;
+}
+
+static ckpt_status memo_put(pk_vm *vm, uint64_t idx, pk_value *v) {
+    if (idx >= vm->max_memo)
+        return fail(vm, CKPT_E_LIMIT, "memo index %llu too large (limit %llu)",
+                    (unsigned long long)idx, (unsigned long long)vm->max_memo);
+    if (idx >= vm->memo_cap && idx <= 2 * vm->memo_count + MEMO_SLACK) {
+        void *arr = vm->memo;
+        ckpt_status st = grow_aux(vm, "memo", &arr, &vm->memo_cap, (size_t)idx + 1,
+                                  sizeof *vm->memo, 256, vm->max_memo, true);
+        if (st) return st;
+        vm->memo = arr;
+        if (vm->hcount) CKPT_TRY(hash_rebuild(vm, vm->hcap));
+    }
+    if (idx < vm->memo_cap) {
+        if (!vm->memo[idx]) vm->memo_count++;
+        vm->memo[idx] = v;
+        return CKPT_OK;
+    }
+    if ((vm->hcount + 1) * 2 > vm->hcap) CKPT_TRY(hash_rebuild(vm, vm->hcap ? vm->hcap * 2 : 64));
+    bool added;
+    hash_insert(vm->hkeys, vm->hvals, vm->hcap, idx + 1, v, &added);
+    if (added) {
+        vm->hcount++;
+        vm->memo_count++;
+    }
+    return CKPT_OK;
+}
+
+static ckpt_status memo_push(pk_vm *vm, uint64_t idx) {
+    pk_value *v = memo_get(vm, idx);
+    if (!v) return fail(vm, CKPT_E_FORMAT, "memo key %llu not found", (unsigned long long)idx);
+    return push(vm, v);
+}
+
+static ckpt_status memo_store(pk_vm *vm, uint64_t idx) {
+    NEED_STACK(vm, 1);
+    return memo_put(vm, idx, vm->stack[vm->sp - 1]);
+}
+
+/* ---------------------------------------------------------------- scalars */
+
+static pk_value *mk_singleton(pk_vm *vm, pk_value **slot, pk_type t, bool b) {
+    if (!*slot) {
+        *slot = pkb_scalar(&vm->b, t);
+        if (*slot) (*slot)->u.b = b;
+    }
+    return *slot;
+}
+
+static pk_value *mk_int(pk_vm *vm, int64_t x) {
+    pk_value **slot = x >= SMALL_MIN && x < SMALL_MAX ? &vm->small[x - SMALL_MIN] : NULL;
+    if (slot && *slot) return *slot;
+    pk_value *v = pkb_scalar(&vm->b, PK_INT);
+    if (!v) return NULL;
+    v->u.i = x;
+    if (slot) *slot = v;
+    return v;
+}
+
+/* LONG1/LONG4 payload: little-endian two's complement. */
+static pk_value *mk_long(pk_vm *vm, const uint8_t *p, size_t n) {
+    if (n == 0) return mk_int(vm, 0);
+    uint8_t fill = (p[n - 1] & 0x80) ? 0xFF : 0x00;
+    bool fits = true;
+    if (n > 8) {
+        for (size_t i = 8; i < n && fits; i++)
+            fits = p[i] == fill;
+        fits = fits && (p[7] & 0x80) == (fill & 0x80);
+    }
+    if (!fits) return pkb_string(&vm->b, PK_BIGINT, p, n);
+    size_t k = n < 8 ? n : 8;
+    uint64_t u = rd_le(p, (int)k);
+    if (k < 8 && fill) u |= ~0ull << (8 * k);
+    return mk_int(vm, (int64_t)u);
+}
+
+/* INT/LONG text: decimal of any size. */
+static ckpt_status push_decimal(pk_vm *vm, const uint8_t *s, size_t n) {
+    int64_t x;
+    switch (pkt_parse_i64(s, n, &x)) {
+    case PKT_OK: return push_new(vm, mk_int(vm, x));
+    case PKT_SYNTAX: return fail(vm, CKPT_E_FORMAT, "invalid integer literal");
+    case PKT_OVERFLOW: break;
+    }
+    if (n > PK_MAX_INT_DIGITS + 1)
+        return fail(vm, CKPT_E_LIMIT, "integer literal longer than %u digits", PK_MAX_INT_DIGITS);
+    char *buf = pkb_alloc(&vm->b, n / 2 + 9);
+    if (!buf) return fail_build(vm);
+    size_t len = pkt_decimal_to_le(s, n, (uint8_t *)buf);
+    buf[len] = '\0';
+    return push_new(vm, pkb_string_adopt(&vm->b, PK_BIGINT, buf, len));
+}
+
+static ckpt_status push_utf8(pk_vm *vm, const uint8_t *p, size_t n) {
+    if (!pk_utf8_valid(p, n)) return fail(vm, CKPT_E_FORMAT, "string is not valid UTF-8");
+    return push_new(vm, pkb_string(&vm->b, PK_STR, p, n));
+}
+
+/* A Python-2 str: UTF-8 when it is, else Latin-1. */
+static ckpt_status push_py2str(pk_vm *vm, const uint8_t *p, size_t n) {
+    if (pk_utf8_valid(p, n)) return push_new(vm, pkb_string(&vm->b, PK_STR, p, n));
+    if (n > (SIZE_MAX - 1) / 2) return fail(vm, CKPT_E_LIMIT, "string too long");
+    char *buf = pkb_alloc(&vm->b, 2 * n + 1);
+    if (!buf) return fail_build(vm);
+    size_t len = pkt_latin1_to_utf8(p, n, (uint8_t *)buf);
+    return push_new(vm, pkb_string_adopt(&vm->b, PK_STR, buf, len));
+}
+
+typedef enum str_kind { STR_UTF8, STR_PY2, STR_BYTES } str_kind;
+
+/* SHORT_BINUNICODE, BINBYTES, ...: a length prefix of `width` bytes, then the payload. */
+static ckpt_status push_counted(pk_vm *vm, int width, bool is_signed, str_kind kind) {
+    ckpt_status st = CKPT_OK;
+    const uint8_t *p = take(vm, (uint64_t)width, &st);
+    if (!p) return st;
+    uint64_t n = rd_le(p, width);
+    if (is_signed && (n & 0x80000000u))
+        return fail(vm, CKPT_E_FORMAT, "negative length %lld", (long long)(int32_t)(uint32_t)n);
+    p = take(vm, n, &st);
+    if (!p) return st;
+    if (kind == STR_UTF8) return push_utf8(vm, p, (size_t)n);
+    if (kind == STR_PY2) return push_py2str(vm, p, (size_t)n);
+    return push_new(vm, pkb_string(&vm->b, PK_BYTES, p, (size_t)n));
+}
+
+/* ---------------------------------------------------------------- containers */
+
+static pk_value *mk_tuple(pk_vm *vm, pk_value *const *items, size_t n) {
+    if (n) return pkb_seq(&vm->b, PK_TUPLE, items, n);
+    if (!vm->empty_tuple) vm->empty_tuple = pkb_container(&vm->b, PK_TUPLE);
+    return vm->empty_tuple;
+}
+
+/* Replaces the top k items with a tuple of them. */
+static ckpt_status tuple_top(pk_vm *vm, size_t k) {
+    NEED_STACK(vm, k);
+    pk_value *t = mk_tuple(vm, vm->stack + vm->sp - k, k);
+    if (!t) return fail_build(vm);
+    vm->sp -= k;
+    vm->stack[vm->sp++] = t;
+    return CKPT_OK;
+}
+
+static ckpt_status append_items(pk_vm *vm, pk_value *target, pk_value *const *items, size_t n) {
+    pk_builder *b = &vm->b;
+    if (target->type == PK_LIST)
+        return pkb_seq_extend(b, target, items, n) ? CKPT_OK : fail_build(vm);
+    if (target->type != PK_OBJECT)
+        return fail(vm, CKPT_E_FORMAT, "cannot append to %s", pk_type_name(target->type));
+    if (!n) return CKPT_OK;
+    if (!target->u.obj.listitems && !(target->u.obj.listitems = pkb_container(b, PK_LIST)))
+        return fail_build(vm);
+    pk_value *li = target->u.obj.listitems;
+    if (!pkb_seq_extend(b, li, items, n) || !pkb_nest(b, target, pkb_depth(li)))
+        return fail_build(vm);
+    return CKPT_OK;
+}
+
+static ckpt_status set_items(pk_vm *vm, pk_value *target, pk_value *const *kv, size_t n) {
+    pk_builder *b = &vm->b;
+    if (n % 2) return fail(vm, CKPT_E_FORMAT, "odd number of items for a dict");
+    if (target->type == PK_DICT)
+        return pkb_dict_extend(b, target, kv, n / 2) ? CKPT_OK : fail_build(vm);
+    if (target->type != PK_OBJECT)
+        return fail(vm, CKPT_E_FORMAT, "cannot set items on %s", pk_type_name(target->type));
+    if (!n) return CKPT_OK;
+    if (!target->u.obj.dictitems && !(target->u.obj.dictitems = pkb_container(b, PK_DICT)))
+        return fail_build(vm);
+    pk_value *di = target->u.obj.dictitems;
+    if (!pkb_dict_extend(b, di, kv, n / 2) || !pkb_nest(b, target, pkb_depth(di)))
+        return fail_build(vm);
+    return CKPT_OK;
+}
+
+/* The target of APPENDS/SETITEMS/ADDITEMS: the item just below the popped mark. */
+static ckpt_status mark_target(pk_vm *vm, size_t *start, pk_value **target) {
+    CKPT_TRY(pop_mark(vm, start));
+    if (*start <= vm->fence) return underflow(vm);
+    *target = vm->stack[*start - 1];
+    return CKPT_OK;
+}
+
+static pk_value *mk_object(pk_vm *vm, pk_value *cls, pk_value *args, pk_value *kwargs,
+                           pk_obj_how how) {
+    pk_value *o = pkb_container(&vm->b, PK_OBJECT);
+    if (!o) return NULL;
+    o->u.obj.cls = cls;
+    o->u.obj.args = args;
+    o->u.obj.kwargs = kwargs;
+    o->u.obj.how = how;
+    uint32_t d = pkb_depth(cls);
+    if (pkb_depth(args) > d) d = pkb_depth(args);
+    if (kwargs && pkb_depth(kwargs) > d) d = pkb_depth(kwargs);
+    return pkb_nest(&vm->b, o, d) ? o : NULL;
+}
+
+/* A GLOBAL/INST module or name line: UTF-8 without NULs, copied into the arena. */
+static ckpt_status global_part(pk_vm *vm, const char **out) {
+    const uint8_t *s;
+    size_t n;
+    CKPT_TRY(take_line(vm, &s, &n));
+    if (!pk_utf8_valid(s, n) || memchr(s, '\0', n))
+        return fail(vm, CKPT_E_FORMAT, "module or name is not a valid string");
+    pk_value *str = pkb_string(&vm->b, PK_STR, s, n);
+    if (!str) return fail_build(vm);
+    *out = str->u.str.ptr;
+    return CKPT_OK;
+}
+
+static pk_value *mk_global(pk_vm *vm, const char *module, const char *name) {
+    pk_value *g = pkb_scalar(&vm->b, PK_GLOBAL);
+    if (g) {
+        g->u.global.module = module;
+        g->u.global.name = name;
+    }
+    return g;
+}
+
+/* ---------------------------------------------------------------- opcodes */
+
+static ckpt_status op_text_int(pk_vm *vm, bool is_long) {
+    const uint8_t *s;
+    size_t n;
+    CKPT_TRY(take_line(vm, &s, &n));
+    if (!is_long && n == 2 && s[0] == '0' && (s[1] == '0' || s[1] == '1'))
+        return push_new(vm, s[1] == '1' ? mk_singleton(vm, &vm->yes, PK_BOOL, true)
+                                        : mk_singleton(vm, &vm->no, PK_BOOL, false));
+    if (is_long && n && s[n - 1] == 'L') n--;
+    return push_decimal(vm, s, n);
+}
+
+static ckpt_status op_float(pk_vm *vm) {
+    const uint8_t *s;
+    size_t n;
+    double d;
+    CKPT_TRY(take_line(vm, &s, &n));
+    if (!pkt_parse_float(s, n, &d)) return fail(vm, CKPT_E_FORMAT, "invalid float literal");
+    pk_value *v = pkb_scalar(&vm->b, PK_FLOAT);
+    if (v) v->u.f = d;
+    return push_new(vm, v);
+}
+
+static ckpt_status op_binfloat(pk_vm *vm) {
+    ckpt_status st = CKPT_OK;
+    const uint8_t *p = take(vm, 8, &st);
+    if (!p) return st;
+    uint64_t bits = 0;
+    for (int i = 0; i < 8; i++)
+        bits = (bits << 8) | p[i]; /* big-endian */
+    pk_value *v = pkb_scalar(&vm->b, PK_FLOAT);
+    if (v) memcpy(&v->u.f, &bits, sizeof bits);
+    return push_new(vm, v);
+}
+
+static ckpt_status op_string(pk_vm *vm) {
+    const uint8_t *s;
+    size_t n, len;
+    const char *why = NULL;
+    CKPT_TRY(take_line(vm, &s, &n));
+    if (n < 2 || s[0] != s[n - 1] || (s[0] != '\'' && s[0] != '"'))
+        return fail(vm, CKPT_E_FORMAT, "STRING argument is not quoted");
+    s++;
+    n -= 2;
+    uint8_t *buf = pkb_alloc(&vm->b, n + 1);
+    if (!buf) return fail_build(vm);
+    if (!pkt_escape_decode(s, n, buf, &len, &why)) return fail(vm, CKPT_E_FORMAT, "%s", why);
+    if (pk_utf8_valid(buf, len)) {
+        buf[len] = '\0';
+        return push_new(vm, pkb_string_adopt(&vm->b, PK_STR, (char *)buf, len));
+    }
+    return push_py2str(vm, buf, len);
+}
+
+static ckpt_status op_unicode(pk_vm *vm) {
+    const uint8_t *s;
+    size_t n, len;
+    const char *why = NULL;
+    CKPT_TRY(take_line(vm, &s, &n));
+    if (n > (SIZE_MAX - 1) / 2) return fail(vm, CKPT_E_LIMIT, "string too long");
+    char *buf = pkb_alloc(&vm->b, 2 * n + 1);
+    if (!buf) return fail_build(vm);
+    if (!pkt_raw_unicode_escape(s, n, (uint8_t *)buf, &len, &why))
+        return fail(vm, CKPT_E_FORMAT, "%s", why);
+    buf[len] = '\0';
+    return push_new(vm, pkb_string_adopt(&vm->b, PK_STR, buf, len));
+}
+
+static ckpt_status op_persid(pk_vm *vm) {
+    const uint8_t *s;
+    size_t n;
+    CKPT_TRY(take_line(vm, &s, &n));
+    for (size_t i = 0; i < n; i++)
+        if (s[i] & 0x80) return fail(vm, CKPT_E_FORMAT, "persistent id is not ASCII");
+    pk_value *pid = pkb_string(&vm->b, PK_STR, s, n);
+    pk_value *v = pid ? pkb_container(&vm->b, PK_PERSID) : NULL;
+    if (v) v->u.persid.pid = pid;
+    return push_new(vm, v);
+}
+
+static ckpt_status op_binpersid(pk_vm *vm) {
+    NEED_STACK(vm, 1);
+    pk_value *pid = vm->stack[vm->sp - 1];
+    pk_value *v = pkb_container(&vm->b, PK_PERSID);
+    if (!v) return fail_build(vm);
+    v->u.persid.pid = pid;
+    if (!pkb_nest(&vm->b, v, pkb_depth(pid))) return fail_build(vm);
+    vm->stack[vm->sp - 1] = v;
+    return CKPT_OK;
+}
+
+static ckpt_status op_memo_text(pk_vm *vm, bool put) {
+    const uint8_t *s;
+    size_t n;
+    int64_t idx;
+    CKPT_TRY(take_line(vm, &s, &n));
+    pkt_num r = pkt_parse_i64(s, n, &idx);
+    if (r == PKT_SYNTAX || (r == PKT_OK && idx < 0))
+        return fail(vm, CKPT_E_FORMAT, "invalid memo index");
+    if (r == PKT_OVERFLOW) {
+        if (put) return fail(vm, CKPT_E_LIMIT, "memo index too large");
+        return fail(vm, CKPT_E_FORMAT, "memo key not found");
+    }
+    return put ? memo_store(vm, (uint64_t)idx) : memo_push(vm, (uint64_t)idx);
+}
+
+static ckpt_status op_memo_bin(pk_vm *vm, int width, bool put) {
+    ckpt_status st = CKPT_OK;
+    const uint8_t *p = take(vm, (uint64_t)width, &st);
+    if (!p) return st;
+    uint64_t idx = rd_le(p, width);
+    return put ? memo_store(vm, idx) : memo_push(vm, idx);
+}
+
+static ckpt_status op_long_bin(pk_vm *vm, int width) {
+    ckpt_status st = CKPT_OK;
+    const uint8_t *p = take(vm, (uint64_t)width, &st);
+    if (!p) return st;
+    uint64_t n = rd_le(p, width);
+    if (width == 4 && (n & 0x80000000u))
+        return fail(vm, CKPT_E_FORMAT, "negative LONG4 byte count");
+    p = take(vm, n, &st);
+    if (!p) return st;
+    return push_new(vm, mk_long(vm, p, (size_t)n));
+}
+
+static ckpt_status op_global(pk_vm *vm) {
+    const char *module, *name;
+    CKPT_TRY(global_part(vm, &module));
+    CKPT_TRY(global_part(vm, &name));
+    return push_new(vm, mk_global(vm, module, name));
+}
+
+static bool is_plain_str(const pk_value *v) {
+    return v->type == PK_STR && !memchr(v->u.str.ptr, '\0', v->u.str.len);
+}
+
+static ckpt_status op_stack_global(pk_vm *vm) {
+    NEED_STACK(vm, 2);
+    pk_value *module = vm->stack[vm->sp - 2], *name = vm->stack[vm->sp - 1];
+    if (!is_plain_str(module) || !is_plain_str(name))
+        return fail(vm, CKPT_E_FORMAT, "STACK_GLOBAL needs two strings, got %s and %s",
+                    pk_type_name(module->type), pk_type_name(name->type));
+    pk_value *g = mk_global(vm, module->u.str.ptr, name->u.str.ptr);
+    if (!g) return fail_build(vm);
+    vm->sp -= 2;
+    vm->stack[vm->sp++] = g;
+    return CKPT_OK;
+}
+
+/* REDUCE, NEWOBJ: cls args -> object. */
+static ckpt_status op_call(pk_vm *vm, pk_obj_how how) {
+    NEED_STACK(vm, 2);
+    pk_value *cls = vm->stack[vm->sp - 2], *args = vm->stack[vm->sp - 1];
+    if (args->type != PK_TUPLE)
+        return fail(vm, CKPT_E_FORMAT, "arguments are %s, not tuple", pk_type_name(args->type));
+    pk_value *o = mk_object(vm, cls, args, NULL, how);
+    if (!o) return fail_build(vm);
+    vm->sp -= 2;
+    vm->stack[vm->sp++] = o;
+    return CKPT_OK;
+}
+
+static ckpt_status op_newobj_ex(pk_vm *vm) {
+    NEED_STACK(vm, 3);
+    pk_value *cls = vm->stack[vm->sp - 3], *args = vm->stack[vm->sp - 2],
+             *kwargs = vm->stack[vm->sp - 1];
+    if (args->type != PK_TUPLE || kwargs->type != PK_DICT)
+        return fail(vm, CKPT_E_FORMAT, "NEWOBJ_EX needs a tuple and a dict, got %s and %s",
+                    pk_type_name(args->type), pk_type_name(kwargs->type));
+    pk_value *o = mk_object(vm, cls, args, kwargs, PK_HOW_NEWOBJ_EX);
+    if (!o) return fail_build(vm);
+    vm->sp -= 3;
+    vm->stack[vm->sp++] = o;
+    return CKPT_OK;
+}
+
+static ckpt_status op_build(pk_vm *vm) {
+    NEED_STACK(vm, 2);
+    pk_value *inst = vm->stack[vm->sp - 2], *state = vm->stack[vm->sp - 1];
+    if (inst->type != PK_OBJECT)
+        return fail(vm, CKPT_E_FORMAT, "BUILD on %s", pk_type_name(inst->type));
+    inst->u.obj.state = state; /* a second BUILD replaces the state */
+    if (!pkb_nest(&vm->b, inst, pkb_depth(state))) return fail_build(vm);
+    vm->sp--;
+    return CKPT_OK;
+}
+
+/* INST (module/name in the stream) and OBJ (class is the first marked item). */
+static ckpt_status op_inst(pk_vm *vm, bool obj) {
+    const char *module = NULL, *name = NULL;
+    if (!obj) {
+        CKPT_TRY(global_part(vm, &module));
+        CKPT_TRY(global_part(vm, &name));
+    }
+    size_t start;
+    CKPT_TRY(pop_mark(vm, &start));
+    pk_value *cls;
+    if (obj) {
+        if (vm->sp == start) return fail(vm, CKPT_E_FORMAT, "OBJ without a class");
+        cls = vm->stack[start++];
+    } else if (!(cls = mk_global(vm, module, name))) {
+        return fail_build(vm);
+    }
+    pk_value *args = mk_tuple(vm, vm->stack + start, vm->sp - start);
+    pk_value *o = args ? mk_object(vm, cls, args, NULL, PK_HOW_REDUCE) : NULL;
+    if (!o) return fail_build(vm);
+    vm->sp = obj ? start - 1 : start;
+    return push(vm, o);
+}
+
+/* TUPLE, LIST, DICT, FROZENSET: the marked items become a new container. */
+static ckpt_status op_collect(pk_vm *vm, pk_type t) {
+    size_t start;
+    CKPT_TRY(pop_mark(vm, &start));
+    size_t n = vm->sp - start;
+    pk_value *v;
+    if (t == PK_TUPLE) {
+        v = mk_tuple(vm, vm->stack + start, n);
+    } else if (t == PK_DICT) {
+        if (n % 2) return fail(vm, CKPT_E_FORMAT, "odd number of items for a dict");
+        v = pkb_container(&vm->b, PK_DICT);
+        if (v && !pkb_dict_extend(&vm->b, v, vm->stack + start, n / 2)) v = NULL;
+    } else {
+        v = pkb_seq(&vm->b, t, vm->stack + start, n);
+    }
+    if (!v) return fail_build(vm);
+    vm->sp = start;
+    return push(vm, v);
+}
+
+/* APPENDS, SETITEMS, ADDITEMS. */
+static ckpt_status op_extend(pk_vm *vm, unsigned op) {
+    size_t start;
+    pk_value *target = NULL;
+    CKPT_TRY(mark_target(vm, &start, &target));
+    pk_value *const *items = vm->stack + start;
+    size_t n = vm->sp - start;
+    ckpt_status st;
+    if (op == PK_OP_APPENDS) {
+        st = append_items(vm, target, items, n);
+    } else if (op == PK_OP_SETITEMS) {
+        st = set_items(vm, target, items, n);
+    } else if (target->type != PK_SET) {
+        st = fail(vm, CKPT_E_FORMAT, "cannot add items to %s", pk_type_name(target->type));
+    } else {
+        st = pkb_seq_extend(&vm->b, target, items, n) ? CKPT_OK : fail_build(vm);
+    }
+    vm->sp = start;
+    return st;
+}
+
+static ckpt_status op_pop(pk_vm *vm) {
+    if (vm->nmarks && vm->marks[vm->nmarks - 1] == vm->sp) {
+        size_t start;
+        return pop_mark(vm, &start);
+    }
+    NEED_STACK(vm, 1);
+    vm->sp--;
+    return CKPT_OK;
+}
+
+static ckpt_status op_frame(pk_vm *vm) {
+    ckpt_status st = CKPT_OK;
+    const uint8_t *p = take(vm, 8, &st);
+    if (!p) return st;
+    uint64_t n = rd_le(p, 8);
+    if (n > vm->len - vm->pos) return truncated(vm, n);
+    return CKPT_OK; /* frames are a buffering hint: the payload is parsed in place */
+}
+
+static ckpt_status op_proto(pk_vm *vm) {
+    ckpt_status st = CKPT_OK;
+    const uint8_t *p = take(vm, 1, &st);
+    if (!p) return st;
+    if (*p > 5) return fail(vm, CKPT_E_UNSUPPORTED, "unsupported pickle protocol %u", *p);
+    return CKPT_OK;
+}
+
+static ckpt_status step(pk_vm *vm) {
+    pk_builder *b = &vm->b;
+    switch (vm->op) {
+    case PK_OP_PROTO: return op_proto(vm);
+    case PK_OP_FRAME: return op_frame(vm);
+    case PK_OP_MARK: return push_mark(vm);
+    case PK_OP_POP: return op_pop(vm);
+    case PK_OP_POP_MARK: {
+        size_t start;
+        CKPT_TRY(pop_mark(vm, &start));
+        vm->sp = start;
+        return CKPT_OK;
+    }
+    case PK_OP_DUP: NEED_STACK(vm, 1); return push(vm, vm->stack[vm->sp - 1]);
+
+    case PK_OP_NONE: return push_new(vm, mk_singleton(vm, &vm->none, PK_NONE, false));
+    case PK_OP_NEWTRUE: return push_new(vm, mk_singleton(vm, &vm->yes, PK_BOOL, true));
+    case PK_OP_NEWFALSE: return push_new(vm, mk_singleton(vm, &vm->no, PK_BOOL, false));
+    case PK_OP_INT: return op_text_int(vm, false);
+    case PK_OP_LONG: return op_text_int(vm, true);
+    case PK_OP_BININT:
+    case PK_OP_BININT1:
+    case PK_OP_BININT2: {
+        int width = vm->op == PK_OP_BININT ? 4 : vm->op == PK_OP_BININT1 ? 1 : 2;
+        ckpt_status st = CKPT_OK;
+        const uint8_t *p = take(vm, (uint64_t)width, &st);
+        if (!p) return st;
+        uint64_t u = rd_le(p, width);
+        int64_t x = width == 4 ? (int64_t)(int32_t)(uint32_t)u : (int64_t)u;
+        return push_new(vm, mk_int(vm, x));
+    }
+    case PK_OP_LONG1: return op_long_bin(vm, 1);
+    case PK_OP_LONG4: return op_long_bin(vm, 4);
+    case PK_OP_FLOAT: return op_float(vm);
+    case PK_OP_BINFLOAT: return op_binfloat(vm);
+
+    case PK_OP_STRING: return op_string(vm);
+    case PK_OP_BINSTRING: return push_counted(vm, 4, true, STR_PY2);
+    case PK_OP_SHORT_BINSTRING: return push_counted(vm, 1, false, STR_PY2);
+    case PK_OP_UNICODE: return op_unicode(vm);
+    case PK_OP_SHORT_BINUNICODE: return push_counted(vm, 1, false, STR_UTF8);
+    case PK_OP_BINUNICODE: return push_counted(vm, 4, false, STR_UTF8);
+    case PK_OP_BINUNICODE8: return push_counted(vm, 8, false, STR_UTF8);
+    case PK_OP_SHORT_BINBYTES: return push_counted(vm, 1, false, STR_BYTES);
+    case PK_OP_BINBYTES: return push_counted(vm, 4, false, STR_BYTES);
+    case PK_OP_BINBYTES8:
+    case PK_OP_BYTEARRAY8: return push_counted(vm, 8, false, STR_BYTES);
+
+    case PK_OP_EMPTY_TUPLE: return push_new(vm, mk_tuple(vm, NULL, 0));
+    case PK_OP_TUPLE1: return tuple_top(vm, 1);
+    case PK_OP_TUPLE2: return tuple_top(vm, 2);
+    case PK_OP_TUPLE3: return tuple_top(vm, 3);
+    case PK_OP_TUPLE: return op_collect(vm, PK_TUPLE);
+    case PK_OP_EMPTY_LIST: return push_new(vm, pkb_container(b, PK_LIST));
+    case PK_OP_LIST: return op_collect(vm, PK_LIST);
+    case PK_OP_EMPTY_DICT: return push_new(vm, pkb_container(b, PK_DICT));
+    case PK_OP_DICT: return op_collect(vm, PK_DICT);
+    case PK_OP_EMPTY_SET: return push_new(vm, pkb_container(b, PK_SET));
+    case PK_OP_FROZENSET: return op_collect(vm, PK_FROZENSET);
+    case PK_OP_APPEND: {
+        NEED_STACK(vm, 2);
+        ckpt_status st = append_items(vm, vm->stack[vm->sp - 2], vm->stack + vm->sp - 1, 1);
+        vm->sp--;
+        return st;
+    }
+    case PK_OP_SETITEM: {
+        NEED_STACK(vm, 3);
+        ckpt_status st = set_items(vm, vm->stack[vm->sp - 3], vm->stack + vm->sp - 2, 2);
+        vm->sp -= 2;
+        return st;
+    }
+    case PK_OP_APPENDS:
+    case PK_OP_SETITEMS:
+    case PK_OP_ADDITEMS: return op_extend(vm, vm->op);
+
+    case PK_OP_GLOBAL: return op_global(vm);
+    case PK_OP_STACK_GLOBAL: return op_stack_global(vm);
+    case PK_OP_REDUCE: return op_call(vm, PK_HOW_REDUCE);
+    case PK_OP_NEWOBJ: return op_call(vm, PK_HOW_NEWOBJ);
+    case PK_OP_NEWOBJ_EX: return op_newobj_ex(vm);
+    case PK_OP_BUILD: return op_build(vm);
+    case PK_OP_INST: return op_inst(vm, false);
+    case PK_OP_OBJ: return op_inst(vm, true);
+    case PK_OP_PERSID: return op_persid(vm);
+    case PK_OP_BINPERSID: return op_binpersid(vm);
+
+    case PK_OP_GET: return op_memo_text(vm, false);
+    case PK_OP_BINGET: return op_memo_bin(vm, 1, false);
+    case PK_OP_LONG_BINGET: return op_memo_bin(vm, 4, false);
+    case PK_OP_PUT: return op_memo_text(vm, true);
+    case PK_OP_BINPUT: return op_memo_bin(vm, 1, true);
+    case PK_OP_LONG_BINPUT: return op_memo_bin(vm, 4, true);
+    case PK_OP_MEMOIZE: return memo_store(vm, vm->memo_count);
+
+    case PK_OP_EXT1:
+    case PK_OP_EXT2:
+    case PK_OP_EXT4:
+        return fail(vm, CKPT_E_UNSUPPORTED, "extension registry codes are not supported");
+    case PK_OP_NEXT_BUFFER:
+    case PK_OP_READONLY_BUFFER:
+        return fail(vm, CKPT_E_UNSUPPORTED, "out-of-band buffers are not supported");
+    }
+    return ckpt_fail(vm->err, CKPT_E_FORMAT, "pickle offset %zu: unknown opcode 0x%02x", vm->op_off,
+                     vm->op);
+}
+
+static ckpt_status run(pk_vm *vm) {
+    /* The stack always exists, so `stack + sp` is never arithmetic on NULL. */
+    void *arr = NULL;
+    CKPT_TRY(
+        grow_aux(vm, "stack", &arr, &vm->scap, 1, sizeof *vm->stack, 16, vm->b.max_items, false));
+    vm->stack = arr;
+    for (;;) {
+        if (vm->pos >= vm->len) {
+            return ckpt_fail(vm->err, CKPT_E_FORMAT,
+                             "pickle offset %zu: truncated: input ends before STOP", vm->pos);
+        }
+        vm->op_off = vm->pos;
+        vm->op = vm->buf[vm->pos++];
+        if (vm->op == PK_OP_STOP) {
+            NEED_STACK(vm, 1);
+            vm->result = vm->stack[--vm->sp];
+            return CKPT_OK;
+        }
+        CKPT_TRY(step(vm));
+    }
+}
+
+ckpt_status pk_decode(const uint8_t *buf, size_t len, const pk_limits *limits, pk_doc **out,
+                      ckpt_error *err) {
+    if (out) *out = NULL;
+    if (!out || (!buf && len)) return ckpt_fail(err, CKPT_E_INVAL, "pk_decode: bad argument");
+    pk_limits lim = limits ? *limits : (pk_limits){0};
+    if (!lim.max_bytes) lim.max_bytes = DEFAULT_MAX_BYTES;
+    if (!lim.max_items) lim.max_items = DEFAULT_MAX_ITEMS;
+    if (!lim.max_depth) lim.max_depth = DEFAULT_MAX_DEPTH;
+    if (!lim.max_memo) lim.max_memo = DEFAULT_MAX_MEMO;
+
+    pk_doc *doc = calloc(1, sizeof *doc);
+    pk_vm *vm = calloc(1, sizeof *vm);
+    if (doc) doc->arena = ckpt_arena_new(lim.max_bytes);
+    if (!doc || !vm || !doc->arena) {
+        pk_doc_free(doc);
+        free(vm);
+        return ckpt_fail(err, CKPT_E_NOMEM, "pickle: out of memory");
+    }
+    vm->buf = buf;
+    vm->len = len;
+    vm->err = err;
+    vm->b.arena = doc->arena;
+    vm->b.max_items = lim.max_items;
+    vm->b.max_bytes = lim.max_bytes;
+    vm->b.max_depth = lim.max_depth;
+    vm->max_memo = lim.max_memo;
+
+    ckpt_status st = run(vm);
+    doc->root = vm->result;
+    free(vm->stack);
+    free(vm->marks);
+    free(vm->memo);
+    free(vm->hkeys);
+    free(vm->hvals);
+    free(vm);
+    if (st != CKPT_OK) {
+        pk_doc_free(doc);
+        return st;
+    }
+    *out = doc;
+    return CKPT_OK;
+}

@@ -1,0 +1,31 @@
+/* region.h — the slicer's core: intersect a region of a tensor with its chunks and describe
+ * each intersection as a strided box (source bytes in the chunk's storage, destination bytes
+ * in the region's C-order buffer). */
+#ifndef CKPT_SLICE_REGION_H
+#define CKPT_SLICE_REGION_H
+
+#include "index/reader_i.h"
+
+typedef struct slice_box {
+    uint32_t chunk;                  /* index in the entry */
+    const ckpt_chunk *c;
+    int ndim;
+    size_t itemsize;
+    int64_t count[CKPT_MAX_NDIM];    /* elements per dim */
+    int64_t src_stride[CKPT_MAX_NDIM]; /* bytes */
+    int64_t dst_stride[CKPT_MAX_NDIM]; /* bytes */
+    uint64_t src0;                   /* file offset (IN_FILE) or decoded-buffer offset */
+    uint64_t dst0;                   /* offset in the region buffer */
+} slice_box;
+
+typedef ckpt_status (*slice_box_fn)(void *ctx, const slice_box *box, ckpt_error *err);
+
+/* Validates the region (start/count may be NULL: whole tensor), resolves every chunk that
+ * intersects it and calls fn once per non-empty intersection.  *region_bytes receives the
+ * region's size.  Fails if the chunks do not cover the region (a gap), since the result would
+ * contain unwritten bytes. */
+ckpt_status slice_for_each_box(ckpt_reader *r, const ckpt_entry *e, const int64_t *start,
+                               const int64_t *count, slice_box_fn fn, void *ctx,
+                               uint64_t *region_bytes, ckpt_error *err);
+
+#endif

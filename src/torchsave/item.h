@@ -1,0 +1,65 @@
+/* item.h — one torch.save item (a "torch.save archive") as DCP stores it: a byte range of a
+ * data file, optionally wrapped by stream transforms, holding a zip whose data.pkl describes a
+ * tensor or a Python object and whose data/<key> records hold tensor storages.
+ *
+ * ts_item_open undoes transforms (into memory), opens the zip, decodes data.pkl with the
+ * data-only pickle decoder and reads the `byteorder` record.  ts_tensor_view interprets a
+ * `torch._utils._rebuild_tensor_v2/_v3` (or `_rebuild_parameter`) node as a strided view of
+ * one storage record. */
+#ifndef CKPT_TORCHSAVE_ITEM_H
+#define CKPT_TORCHSAVE_ITEM_H
+
+#include "ckpt.h"
+#include "pickle/pickle.h"
+#include "util/source.h"
+#include "zip/zip.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct ts_item ts_item;
+
+typedef struct ts_open_options {
+    const char *transforms;     /* comma-separated transform descriptors, or NULL */
+    uint64_t max_decoded_bytes; /* bound for transformed items decoded into memory */
+    uint64_t max_pickle_bytes;  /* bound for data.pkl */
+    const pk_limits *pickle_limits;
+} ts_open_options;
+
+/* `src` describes the stored item; its `name` is used in messages.  The item keeps a copy of
+ * *src (the fd must stay open while the item lives). */
+ckpt_status ts_item_open(const ckpt_source *src, const ts_open_options *opts, ts_item **out,
+                         ckpt_error *err);
+void ts_item_free(ts_item *it);
+
+const pk_value *ts_item_root(const ts_item *it);  /* decoded data.pkl */
+const zip_archive *ts_item_zip(const ts_item *it);
+bool ts_item_big_endian(const ts_item *it);       /* byteorder record says "big" */
+/* The source the zip lives in: the original window, or the decoded memory buffer. */
+const ckpt_source *ts_item_source(const ts_item *it);
+bool ts_item_is_decoded(const ts_item *it);        /* transforms were undone into memory */
+
+typedef struct ts_tensor_view {
+    ckpt_dtype dtype;
+    int ndim;
+    int64_t shape[CKPT_MAX_NDIM];
+    int64_t stride[CKPT_MAX_NDIM]; /* in elements */
+    int64_t storage_offset;        /* in elements */
+    const char *storage_key;       /* record name under data/ */
+    uint64_t storage_numel;        /* elements in the storage */
+    const zip_record *record;      /* data/<key>, validated: size == numel * itemsize */
+} ts_tensor_view;
+
+/* Interprets `v` (a rebuild-tensor object node from this item's pickle) and validates that
+ * every addressed element lies inside the storage record. */
+ckpt_status ts_tensor_view_of(const ts_item *it, const pk_value *v, ts_tensor_view *out,
+                              ckpt_error *err);
+/* True when `v` is an object node built by one of torch's tensor rebuild functions. */
+bool ts_is_tensor_node(const pk_value *v);
+
+/* Copies the view's elements in C order into dst (dst_size >= numel*itemsize), swapping
+ * bytes when the archive is big-endian. */
+ckpt_status ts_tensor_copy(const ts_item *it, const ts_tensor_view *view, void *dst,
+                           size_t dst_size, ckpt_error *err);
+
+#endif

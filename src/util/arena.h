@@ -1,0 +1,25 @@
+/* arena.h — a bump allocator with a hard byte budget.  Decoders of untrusted input allocate
+ * everything from one arena, so a hostile file can never use more than the budget and freeing
+ * a decoded document is one call, with no recursion over its (possibly cyclic) values. */
+#ifndef CKPT_UTIL_ARENA_H
+#define CKPT_UTIL_ARENA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct ckpt_arena ckpt_arena;
+
+/* budget: the most bytes the arena may hand out in total (0 = unlimited). */
+ckpt_arena *ckpt_arena_new(uint64_t budget);
+void ckpt_arena_free(ckpt_arena *a);
+/* 16-byte aligned, zero-filled memory; NULL when out of memory or over budget
+ * (ckpt_arena_over_budget tells which). */
+void *ckpt_arena_alloc(ckpt_arena *a, size_t size);
+/* Copies `len` bytes and appends a NUL. */
+char *ckpt_arena_strndup(ckpt_arena *a, const char *s, size_t len);
+/* Grows an array allocated from the arena (old contents copied; old block is not reused). */
+void *ckpt_arena_grow(ckpt_arena *a, void *old, size_t old_size, size_t new_size);
+int ckpt_arena_over_budget(const ckpt_arena *a);
+uint64_t ckpt_arena_used(const ckpt_arena *a);
+
+#endif

@@ -1,0 +1,37 @@
+/* source.c — bounded reads from a file window or a memory buffer. */
+#include "util/source.h"
+
+#include "util/error.h"
+
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+
+ckpt_status ckpt_source_read(const ckpt_source *src, uint64_t off, void *buf, uint64_t len,
+                             ckpt_error *err) {
+    const char *name = src->name ? src->name : "(source)";
+    if (off > src->len || len > src->len - off)
+        return ckpt_fail(err, CKPT_E_RANGE,
+                         "%s: read of %llu bytes at offset %llu passes the end of its %llu-byte range",
+                         name, (unsigned long long)len, (unsigned long long)(src->base + off),
+                         (unsigned long long)src->len);
+    if (src->mem) {
+        memcpy(buf, src->mem + off, (size_t)len);
+        return CKPT_OK;
+    }
+    uint8_t *p = buf;
+    uint64_t done = 0;
+    while (done < len) {
+        ssize_t n = pread(src->fd, p + done, (size_t)(len - done), (off_t)(src->base + off + done));
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return ckpt_fail(err, CKPT_E_IO, "%s: read at offset %llu failed: %s", name,
+                             (unsigned long long)(src->base + off + done), strerror(errno));
+        }
+        if (n == 0)
+            return ckpt_fail(err, CKPT_E_IO, "%s: unexpected end of file at offset %llu", name,
+                             (unsigned long long)(src->base + off + done));
+        done += (uint64_t)n;
+    }
+    return CKPT_OK;
+}

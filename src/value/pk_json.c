@@ -1,0 +1,204 @@
+/* pk_json.c — pk_to_json: a raw pickle tree (e.g. a whole `.metadata`) as compact JSON in the
+ * style of ckpt_value_to_json, without interpreting idioms beyond torch.Size:
+ *   global            {"__global__": "module.name"}
+ *   object            {"__object__": "module.name", "args": [...], "kwargs": {...},
+ *                      "state": ..., "listitems": [...], "dictitems": ...}  (absent parts
+ *                      omitted; a callee that is not a global is rendered in place of the name)
+ *   torch.Size((..))  [..]
+ *   persistent id     {"__persid__": ...}
+ *   bytes             {"__bytes__": "<hex>"}
+ *   dict, non-str key {"__dict__": [[k, v], ...]}
+ *   tuple, set        [...]
+ * One pass, no allocation besides the output buffer (and scratch for integers wider than
+ * 64 bytes); shared nodes are rendered at each use, so the output size is capped. */
+#include "value/value.h"
+
+#include "util/error.h"
+#include "util/json.h"
+#include "util/strbuf.h"
+#include "value/bigint.h"
+#include "value/value_i.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PK_JSON_DEFAULT_DEPTH 512
+
+typedef struct pkj_ctx {
+    ckpt_strbuf sb;
+    unsigned max_depth;
+    ckpt_status status; /* failures other than the buffer's own */
+    ckpt_error *err;
+} pkj_ctx;
+
+static void put(pkj_ctx *c, const pk_value *v, unsigned depth);
+
+static void put_bigint(pkj_ctx *c, const pk_value *v) {
+    const uint8_t *le = (const uint8_t *)v->u.str.ptr;
+    size_t n = v->u.str.len;
+    int64_t i;
+    if (bigint_to_i64(le, n, &i)) {
+        value_add_i64(&c->sb, i);
+        return;
+    }
+    if (n > BIGINT_MAX_BYTES) {
+        c->status =
+            ckpt_fail(c->err, CKPT_E_LIMIT, "integer of %zu bytes is too large to print", n);
+        return;
+    }
+    char small[256];
+    size_t cap = bigint_decimal_cap(n) + 1;
+    char *dec = cap <= sizeof small ? small : malloc(cap);
+    size_t len = dec ? bigint_to_decimal(le, n, dec, cap) : 0;
+    if (len)
+        ckpt_strbuf_add(&c->sb, dec, len);
+    else
+        c->status = ckpt_fail(c->err, CKPT_E_NOMEM, "out of memory printing an integer");
+    if (dec != small) free(dec);
+}
+
+static void put_seq(pkj_ctx *c, pk_value *const *items, size_t n, unsigned depth) {
+    ckpt_strbuf_addc(&c->sb, '[');
+    for (size_t i = 0; i < n; i++) {
+        if (i) ckpt_strbuf_addc(&c->sb, ',');
+        put(c, items[i], depth + 1);
+    }
+    ckpt_strbuf_addc(&c->sb, ']');
+}
+
+static void put_dict(pkj_ctx *c, const pk_value *v, unsigned depth) {
+    size_t n = v->u.dict.len;
+    bool str_keys = true;
+    for (size_t i = 0; i < n && str_keys; i++)
+        str_keys = v->u.dict.keys[i] && v->u.dict.keys[i]->type == PK_STR;
+    if (str_keys) {
+        ckpt_strbuf_addc(&c->sb, '{');
+        for (size_t i = 0; i < n; i++) {
+            const pk_value *k = v->u.dict.keys[i];
+            if (i) ckpt_strbuf_addc(&c->sb, ',');
+            ckpt_json_escape(&c->sb, k->u.str.ptr, k->u.str.len);
+            ckpt_strbuf_addc(&c->sb, ':');
+            put(c, v->u.dict.vals[i], depth + 1);
+        }
+        ckpt_strbuf_addc(&c->sb, '}');
+        return;
+    }
+    ckpt_strbuf_adds(&c->sb, "{\"__dict__\":[");
+    for (size_t i = 0; i < n; i++) {
+        ckpt_strbuf_adds(&c->sb, i ? ",[" : "[");
+        put(c, v->u.dict.keys[i], depth + 1);
+        ckpt_strbuf_addc(&c->sb, ',');
+        put(c, v->u.dict.vals[i], depth + 1);
+        ckpt_strbuf_addc(&c->sb, ']');
+    }
+    ckpt_strbuf_adds(&c->sb, "]}");
+}
+
+static void put_qualname(pkj_ctx *c, const pk_value *g) {
+    const char *m = g->u.global.module ? g->u.global.module : "";
+    const char *n = g->u.global.name ? g->u.global.name : "";
+    /* "module.name" built in the output's own escaping: both parts escaped as one string. */
+    size_t ml = strlen(m), nl = strlen(n);
+    char small[256];
+    char *s = ml + nl + 2 <= sizeof small ? small : malloc(ml + nl + 2);
+    if (!s) {
+        c->status = ckpt_fail(c->err, CKPT_E_NOMEM, "out of memory rendering a pickle");
+        return;
+    }
+    memcpy(s, m, ml);
+    s[ml] = '.';
+    memcpy(s + ml + 1, n, nl);
+    ckpt_json_escape(&c->sb, s, *m ? ml + 1 + nl : nl);
+    if (s != small) free(s);
+}
+
+static void put_part(pkj_ctx *c, const char *prefix, const pk_value *v, unsigned depth) {
+    if (!v) return;
+    ckpt_strbuf_adds(&c->sb, prefix);
+    put(c, v, depth + 1);
+}
+
+static void put_object(pkj_ctx *c, const pk_value *v, unsigned depth) {
+    const pk_value *cls = v->u.obj.cls, *args = v->u.obj.args;
+    if (pk_is_global(cls, "torch", "Size") && args && args->type == PK_TUPLE &&
+        args->u.seq.len == 1 && !v->u.obj.kwargs && !v->u.obj.state && !v->u.obj.listitems &&
+        !v->u.obj.dictitems) {
+        const pk_value *dims = args->u.seq.items[0];
+        if (dims && (dims->type == PK_TUPLE || dims->type == PK_LIST)) {
+            put_seq(c, dims->u.seq.items, dims->u.seq.len, depth);
+            return;
+        }
+    }
+    ckpt_strbuf_adds(&c->sb, "{\"__object__\":");
+    if (cls && cls->type == PK_GLOBAL)
+        put_qualname(c, cls);
+    else
+        put(c, cls, depth + 1);
+    put_part(c, ",\"args\":", args, depth);
+    put_part(c, ",\"kwargs\":", v->u.obj.kwargs, depth);
+    put_part(c, ",\"state\":", v->u.obj.state, depth);
+    put_part(c, ",\"listitems\":", v->u.obj.listitems, depth);
+    put_part(c, ",\"dictitems\":", v->u.obj.dictitems, depth);
+    ckpt_strbuf_addc(&c->sb, '}');
+}
+
+static void put(pkj_ctx *c, const pk_value *v, unsigned depth) {
+    if (c->sb.status != CKPT_OK || c->status != CKPT_OK) return; /* stop once it failed */
+    if (depth > c->max_depth) {
+        c->status = ckpt_fail(c->err, CKPT_E_LIMIT,
+                              "pickle nested deeper than %u levels (or cyclic)", c->max_depth);
+        return;
+    }
+    ckpt_strbuf *sb = &c->sb;
+    if (!v) {
+        ckpt_strbuf_adds(sb, "null");
+        return;
+    }
+    switch (v->type) {
+    case PK_NONE: ckpt_strbuf_adds(sb, "null"); break;
+    case PK_BOOL: ckpt_strbuf_adds(sb, v->u.b ? "true" : "false"); break;
+    case PK_INT: value_add_i64(sb, v->u.i); break;
+    case PK_BIGINT: put_bigint(c, v); break;
+    case PK_FLOAT: value_json_float(sb, v->u.f); break;
+    case PK_STR: ckpt_json_escape(sb, v->u.str.ptr, v->u.str.len); break;
+    case PK_BYTES: value_json_bytes(sb, v->u.str.ptr, v->u.str.len); break;
+    case PK_TUPLE:
+    case PK_LIST:
+    case PK_SET:
+    case PK_FROZENSET: put_seq(c, v->u.seq.items, v->u.seq.len, depth); break;
+    case PK_DICT: put_dict(c, v, depth); break;
+    case PK_GLOBAL:
+        ckpt_strbuf_adds(sb, "{\"__global__\":");
+        put_qualname(c, v);
+        ckpt_strbuf_addc(sb, '}');
+        break;
+    case PK_OBJECT: put_object(c, v, depth); break;
+    case PK_PERSID:
+        ckpt_strbuf_adds(sb, "{\"__persid__\":");
+        put(c, v->u.persid.pid, depth + 1);
+        ckpt_strbuf_addc(sb, '}');
+        break;
+    default:
+        c->status = ckpt_fail(c->err, CKPT_E_FORMAT, "unknown pickle value type %d", (int)v->type);
+        break;
+    }
+}
+
+ckpt_status pk_to_json(const pk_value *v, unsigned max_depth, char **out, ckpt_error *err) {
+    if (!out) return ckpt_fail(err, CKPT_E_INVAL, "pk_to_json: NULL argument");
+    *out = NULL;
+    if (!v) return ckpt_fail(err, CKPT_E_INVAL, "pk_to_json: NULL argument");
+    pkj_ctx c = {.max_depth = max_depth ? max_depth : PK_JSON_DEFAULT_DEPTH, .err = err};
+    ckpt_strbuf_init(&c.sb, CKPT_PK_JSON_RENDER_MAX);
+    put(&c, v, 1);
+    ckpt_status st = c.status;
+    if (st == CKPT_OK) st = ckpt_strbuf_status(&c.sb, "rendering a pickle as JSON", err);
+    if (st != CKPT_OK) {
+        ckpt_strbuf_release(&c.sb);
+        return st;
+    }
+    *out = ckpt_strbuf_detach(&c.sb, NULL);
+    if (!*out) return ckpt_fail(err, CKPT_E_NOMEM, "rendering a pickle as JSON: out of memory");
+    return CKPT_OK;
+}

@@ -1,0 +1,296 @@
+/* render_text.c — ckpt_value_to_text: the value tree as Python's repr() would print it
+ * (`{'lr': 0.001, 'betas': (0.9, 0.999)}`, `(1,)`, `set()`, `b'\x00'`, `True`, `None`), with
+ * these spellings for what has no Python literal:
+ *   tensor            tensor(dtype=float32, shape=[2, 3])
+ *   reference         module.Name                      (class, function, dtype, enum member)
+ *   object            module.Class(arg, ..., kw=v, ..., attr=v, ..., items=...)
+ *                     where attr=v are the entries of a BUILD state dict whose keys are all
+ *                     identifiers (any other state prints as state=...), and items= shows
+ *                     APPENDed / SETITEMed contents.
+ * Strings follow CPython's unicode repr: single quotes unless the text has ' but no ", escapes
+ * \\ \n \r \t, \xNN for other control characters, and \xNN / \uNNNN / \UNNNNNNNN for the
+ * non-printable non-ASCII characters of Unicode categories Cc Cf Cs Co Zs Zl Zp and the
+ * noncharacters.  Unassigned code points (also non-printable to Python) are kept raw. */
+#include "ckpt.h"
+
+#include "util/error.h"
+#include "util/strbuf.h"
+#include "value/float_repr.h"
+#include "value/value_i.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+/* Non-printable, assigned code points above U+007F (Unicode 14, categories Cc Cf Cs Co Zs Zl
+ * Zp), sorted. */
+static const uint32_t nonprint[][2] = {
+    {0x80, 0xa0},       {0xad, 0xad},       {0x600, 0x605},      {0x61c, 0x61c},
+    {0x6dd, 0x6dd},     {0x70f, 0x70f},     {0x890, 0x891},      {0x8e2, 0x8e2},
+    {0x1680, 0x1680},   {0x180e, 0x180e},   {0x2000, 0x200f},    {0x2028, 0x202f},
+    {0x205f, 0x2064},   {0x2066, 0x206f},   {0x3000, 0x3000},    {0xd800, 0xf8ff},
+    {0xfdd0, 0xfdef},   {0xfeff, 0xfeff},   {0xfff9, 0xfffb},    {0x110bd, 0x110bd},
+    {0x110cd, 0x110cd}, {0x13430, 0x13438}, {0x1bca0, 0x1bca3},  {0x1d173, 0x1d17a},
+    {0xe0001, 0xe0001}, {0xe0020, 0xe007f}, {0xf0000, 0x10ffff},
+};
+
+static bool printable(uint32_t cp) {
+    if ((cp & 0xfffe) == 0xfffe) return false; /* U+xxFFFE, U+xxFFFF: noncharacters */
+    size_t lo = 0, hi = sizeof nonprint / sizeof nonprint[0];
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (cp < nonprint[mid][0])
+            hi = mid;
+        else if (cp > nonprint[mid][1])
+            lo = mid + 1;
+        else
+            return false;
+    }
+    return true;
+}
+
+/* One UTF-8 sequence at s (avail > 0); surrogates accepted (Python strings may hold them).
+ * Returns its length, 0 when malformed. */
+static size_t utf8_decode(const uint8_t *s, size_t avail, uint32_t *cp) {
+    size_t n = s[0] >= 0xf0 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc0 ? 2 : 0;
+    if (n == 0 || n > avail || s[0] > 0xf4) return 0;
+    uint32_t c = s[0] & (0x7f >> n);
+    for (size_t i = 1; i < n; i++) {
+        if ((s[i] & 0xc0) != 0x80) return 0;
+        c = c << 6 | (s[i] & 0x3f);
+    }
+    static const uint32_t min[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (c < min[n] || c > 0x10ffff) return 0;
+    *cp = c;
+    return n;
+}
+
+static char pick_quote(const char *p, size_t len) {
+    return memchr(p, '\'', len) && !memchr(p, '"', len) ? '"' : '\'';
+}
+
+/* Escape shared by str and bytes for ASCII; false when c needs no escape. */
+static bool put_ascii_escape(ckpt_strbuf *sb, unsigned c, char quote) {
+    if (c == (unsigned char)quote || c == '\\') {
+        char e[2] = {'\\', (char)c};
+        ckpt_strbuf_add(sb, e, 2);
+    } else if (c == '\n') {
+        ckpt_strbuf_adds(sb, "\\n");
+    } else if (c == '\r') {
+        ckpt_strbuf_adds(sb, "\\r");
+    } else if (c == '\t') {
+        ckpt_strbuf_adds(sb, "\\t");
+    } else if (c < 0x20 || c >= 0x7f) {
+        ckpt_strbuf_addf(sb, "\\x%02x", c);
+    } else {
+        return false;
+    }
+    return true;
+}
+
+static void put_str(ckpt_strbuf *sb, const char *p, size_t len) {
+    char quote = pick_quote(p, len);
+    if (!ckpt_strbuf_grow(sb, len + 2)) return;
+    ckpt_strbuf_addc(sb, quote);
+    const uint8_t *u = (const uint8_t *)p;
+    size_t run = 0; /* start of the bytes not yet copied */
+    for (size_t i = 0; i < len;) {
+        uint32_t cp = u[i];
+        size_t n = 1;
+        bool raw, byte = cp < 0x80; /* byte: escape u[i] alone */
+        if (byte) {
+            raw = cp >= 0x20 && cp < 0x7f && cp != (unsigned char)quote && cp != '\\';
+        } else {
+            n = utf8_decode(u + i, len - i, &cp);
+            raw = n && printable(cp);
+            if (!n) { /* not UTF-8: show the byte */
+                n = 1;
+                cp = u[i];
+                byte = true;
+            }
+        }
+        if (!raw) {
+            ckpt_strbuf_add(sb, p + run, i - run);
+            if (byte)
+                put_ascii_escape(sb, cp, quote);
+            else if (cp <= 0xff)
+                ckpt_strbuf_addf(sb, "\\x%02" PRIx32, cp);
+            else if (cp <= 0xffff)
+                ckpt_strbuf_addf(sb, "\\u%04" PRIx32, cp);
+            else
+                ckpt_strbuf_addf(sb, "\\U%08" PRIx32, cp);
+            run = i + n;
+        }
+        i += n;
+    }
+    ckpt_strbuf_add(sb, p + run, len - run);
+    ckpt_strbuf_addc(sb, quote);
+}
+
+static void put_bytes(ckpt_strbuf *sb, const char *p, size_t len) {
+    char quote = pick_quote(p, len);
+    if (!ckpt_strbuf_grow(sb, len + 3)) return;
+    ckpt_strbuf_addc(sb, 'b');
+    ckpt_strbuf_addc(sb, quote);
+    size_t run = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned c = (unsigned char)p[i];
+        if (c >= 0x20 && c < 0x7f && c != (unsigned char)quote && c != '\\') continue;
+        ckpt_strbuf_add(sb, p + run, i - run);
+        put_ascii_escape(sb, c, quote);
+        run = i + 1;
+    }
+    ckpt_strbuf_add(sb, p + run, len - run);
+    ckpt_strbuf_addc(sb, quote);
+}
+
+typedef struct text_ctx {
+    ckpt_strbuf sb;
+    bool too_deep;
+} text_ctx;
+
+static void put(text_ctx *c, const ckpt_value *v, unsigned depth);
+
+static void put_items(text_ctx *c, ckpt_value *const *items, size_t n, unsigned depth,
+                      bool *first) {
+    for (size_t i = 0; i < n; i++) {
+        if (!*first) ckpt_strbuf_adds(&c->sb, ", ");
+        *first = false;
+        put(c, items[i], depth + 1);
+    }
+}
+
+static bool is_identifier(const ckpt_value *k) {
+    if (k->type != CKPT_VALUE_STRING || k->u.str.len == 0) return false;
+    for (size_t i = 0; i < k->u.str.len; i++) {
+        char ch = k->u.str.ptr[i];
+        bool alpha = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || ch == '_';
+        if (!alpha && !(i > 0 && ch >= '0' && ch <= '9')) return false;
+    }
+    return true;
+}
+
+/* k=v for every entry of a dict whose keys are identifiers; false (nothing written) else. */
+static bool put_keywords(text_ctx *c, const ckpt_value *d, unsigned depth, bool *first) {
+    if (d->type != CKPT_VALUE_DICT) return false;
+    for (size_t i = 0; i < d->u.dict.len; i++)
+        if (!is_identifier(d->u.dict.keys[i])) return false;
+    for (size_t i = 0; i < d->u.dict.len; i++) {
+        const ckpt_value *k = d->u.dict.keys[i];
+        if (!*first) ckpt_strbuf_adds(&c->sb, ", ");
+        *first = false;
+        ckpt_strbuf_add(&c->sb, k->u.str.ptr, k->u.str.len);
+        ckpt_strbuf_addc(&c->sb, '=');
+        put(c, d->u.dict.vals[i], depth + 1);
+    }
+    return true;
+}
+
+static void put_named(text_ctx *c, const char *name, const ckpt_value *v, unsigned depth,
+                      bool *first) {
+    if (!v) return;
+    if (!*first) ckpt_strbuf_adds(&c->sb, ", ");
+    *first = false;
+    ckpt_strbuf_adds(&c->sb, name);
+    ckpt_strbuf_addc(&c->sb, '=');
+    put(c, v, depth + 1);
+}
+
+static void put_object(text_ctx *c, const ckpt_value *v, unsigned depth) {
+    ckpt_strbuf_add(&c->sb, v->u.obj.name, v->u.obj.name_len);
+    const ckpt_value *args = v->u.obj.args, *kw = v->u.obj.kwargs, *st = v->u.obj.state;
+    if (!args && !kw && !st && !v->u.obj.listitems && !v->u.obj.dictitems) return;
+    ckpt_strbuf_addc(&c->sb, '(');
+    bool first = true;
+    if (args && (args->type == CKPT_VALUE_TUPLE || args->type == CKPT_VALUE_LIST))
+        put_items(c, args->u.seq.items, args->u.seq.len, depth, &first);
+    else if (args)
+        put_items(c, (ckpt_value *const *)&v->u.obj.args, 1, depth, &first);
+    if (kw && !put_keywords(c, kw, depth, &first)) put_named(c, "kwargs", kw, depth, &first);
+    if (st && !put_keywords(c, st, depth, &first)) put_named(c, "state", st, depth, &first);
+    put_named(c, "items", v->u.obj.listitems, depth, &first);
+    put_named(c, "items", v->u.obj.dictitems, depth, &first);
+    ckpt_strbuf_addc(&c->sb, ')');
+}
+
+static void put(text_ctx *c, const ckpt_value *v, unsigned depth) {
+    if (c->sb.status != CKPT_OK || c->too_deep) return; /* stop walking once it failed */
+    if (depth > CKPT_VALUE_MAX_DEPTH) {
+        c->too_deep = true;
+        return;
+    }
+    ckpt_strbuf *sb = &c->sb;
+    bool first = true;
+    switch (v->type) {
+    case CKPT_VALUE_NONE: ckpt_strbuf_adds(sb, "None"); break;
+    case CKPT_VALUE_BOOL: ckpt_strbuf_adds(sb, v->u.b ? "True" : "False"); break;
+    case CKPT_VALUE_INT: value_add_i64(sb, v->u.i); break;
+    case CKPT_VALUE_BIGINT: ckpt_strbuf_add(sb, v->u.str.ptr, v->u.str.len); break;
+    case CKPT_VALUE_FLOAT: {
+        char buf[FLOAT_REPR_MAX];
+        ckpt_strbuf_add(sb, buf, float_repr(v->u.f, FLOAT_REPR_PYTHON, buf));
+        break;
+    }
+    case CKPT_VALUE_STRING: put_str(sb, v->u.str.ptr, v->u.str.len); break;
+    case CKPT_VALUE_BYTES: put_bytes(sb, v->u.str.ptr, v->u.str.len); break;
+    case CKPT_VALUE_LIST:
+        ckpt_strbuf_addc(sb, '[');
+        put_items(c, v->u.seq.items, v->u.seq.len, depth, &first);
+        ckpt_strbuf_addc(sb, ']');
+        break;
+    case CKPT_VALUE_TUPLE:
+        ckpt_strbuf_addc(sb, '(');
+        put_items(c, v->u.seq.items, v->u.seq.len, depth, &first);
+        ckpt_strbuf_adds(sb, v->u.seq.len == 1 ? ",)" : ")");
+        break;
+    case CKPT_VALUE_SET:
+        if (v->u.seq.len == 0) {
+            ckpt_strbuf_adds(sb, "set()");
+            break;
+        }
+        ckpt_strbuf_addc(sb, '{');
+        put_items(c, v->u.seq.items, v->u.seq.len, depth, &first);
+        ckpt_strbuf_addc(sb, '}');
+        break;
+    case CKPT_VALUE_DICT:
+        ckpt_strbuf_addc(sb, '{');
+        for (size_t i = 0; i < v->u.dict.len; i++) {
+            if (i) ckpt_strbuf_adds(sb, ", ");
+            put(c, v->u.dict.keys[i], depth + 1);
+            ckpt_strbuf_adds(sb, ": ");
+            put(c, v->u.dict.vals[i], depth + 1);
+        }
+        ckpt_strbuf_addc(sb, '}');
+        break;
+    case CKPT_VALUE_TENSOR: {
+        const ts_tensor_view *t = v->u.tensor.view;
+        ckpt_strbuf_addf(sb, "tensor(dtype=%s, shape=[", ckpt_dtype_name(t->dtype));
+        for (int d = 0; d < t->ndim; d++)
+            ckpt_strbuf_addf(sb, d ? ", %" PRId64 : "%" PRId64, t->shape[d]);
+        ckpt_strbuf_adds(sb, "])");
+        break;
+    }
+    case CKPT_VALUE_OBJECT: put_object(c, v, depth); break;
+    }
+}
+
+ckpt_status ckpt_value_to_text(const ckpt_value *v, char **out, ckpt_error *err) {
+    if (!out) return ckpt_fail(err, CKPT_E_INVAL, "ckpt_value_to_text: NULL argument");
+    *out = NULL;
+    if (!v) return ckpt_fail(err, CKPT_E_INVAL, "ckpt_value_to_text: NULL argument");
+    text_ctx c = {.too_deep = false};
+    ckpt_strbuf_init(&c.sb, CKPT_VALUE_RENDER_MAX);
+    put(&c, v, 1);
+    if (c.too_deep) {
+        ckpt_strbuf_release(&c.sb);
+        return ckpt_fail(err, CKPT_E_LIMIT, "value nested deeper than %d levels",
+                         CKPT_VALUE_MAX_DEPTH);
+    }
+    ckpt_status st = ckpt_strbuf_status(&c.sb, "rendering a value as text", err);
+    if (st != CKPT_OK) {
+        ckpt_strbuf_release(&c.sb);
+        return st;
+    }
+    *out = ckpt_strbuf_detach(&c.sb, NULL);
+    if (!*out) return ckpt_fail(err, CKPT_E_NOMEM, "rendering a value as text: out of memory");
+    return CKPT_OK;
+}

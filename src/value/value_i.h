@@ -1,0 +1,77 @@
+/* value_i.h — private layout of ckpt_value / ckpt_object and the limits shared by the
+ * conversion (convert.c), the accessors (value.c) and the renderers (render_*.c, pk_json.c). */
+#ifndef CKPT_VALUE_VALUE_I_H
+#define CKPT_VALUE_VALUE_I_H
+
+#include "ckpt.h"
+#include "torchsave/item.h"
+#include "util/arena.h"
+#include "util/strbuf.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Longest path from the root of a converted value tree (the shared, memoized DAG included):
+ * deeper or cyclic pickles fail with CKPT_E_LIMIT, and renderers may recurse that deep. */
+#define CKPT_VALUE_MAX_DEPTH 256
+
+/* Renderings longer than this fail with CKPT_E_LIMIT (a DAG with heavy sharing renders
+ * exponentially large). */
+#define CKPT_VALUE_RENDER_MAX ((size_t)1 << 30)
+/* pk_to_json renders whole `.metadata` files, which can be large. */
+#define CKPT_PK_JSON_RENDER_MAX ((size_t)4 << 30)
+
+struct ckpt_value {
+    ckpt_value_type type;
+    union {
+        bool b;
+        int64_t i;
+        double f;
+        struct { /* STRING (UTF-8), BYTES, BIGINT (decimal text); NUL-terminated */
+            const char *ptr;
+            size_t len;
+        } str;
+        struct { /* LIST, TUPLE, SET */
+            ckpt_value **items;
+            size_t len;
+        } seq;
+        struct { /* DICT: ordered pairs, keys of any type */
+            ckpt_value **keys;
+            ckpt_value **vals;
+            size_t len;
+        } dict;
+        /* OBJECT.  A bare reference to a named thing (a class, function, torch dtype, enum
+         * member) has args == NULL and no other part; a constructed instance has args (a TUPLE,
+         * possibly empty) plus whatever the pickle attached. */
+        struct {
+            const char *name; /* "module.Qualname" */
+            size_t name_len;
+            ckpt_value *args;      /* TUPLE or NULL */
+            ckpt_value *kwargs;    /* DICT (NEWOBJ_EX keyword arguments) or NULL */
+            ckpt_value *state;     /* BUILD state or NULL */
+            ckpt_value *listitems; /* LIST of APPENDed items or NULL */
+            ckpt_value *dictitems; /* DICT of SETITEMs or NULL */
+        } obj;
+        struct {
+            const ts_item *item; /* owned by the ckpt_object */
+            const ts_tensor_view *view;
+        } tensor;
+    } u;
+};
+
+struct ckpt_object {
+    ckpt_arena *arena; /* every ckpt_value and string of the tree */
+    ts_item *item;     /* owned; NULL for objects built from a bare pickle */
+    const ckpt_value *root;
+};
+
+/* Pieces shared by the renderers (render_json.c; sticky strbuf errors). */
+/* Decimal integer. */
+bool value_add_i64(ckpt_strbuf *sb, int64_t v);
+/* Python's float repr, with NaN / Infinity / -Infinity. */
+bool value_json_float(ckpt_strbuf *sb, double d);
+/* {"__bytes__":"<lowercase hex>"} */
+bool value_json_bytes(ckpt_strbuf *sb, const char *p, size_t len);
+
+#endif

@@ -1,0 +1,106 @@
+/* fuzz_pickle.c — libFuzzer target: the input is a pickle; it is decoded with small limits and
+ * the resulting tree (shared and cyclic values included) is walked without recursion, touching
+ * every field and calling the consumer helpers, so bad pointers or lengths show up under ASan. */
+#include "pickle/pickle.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define MAX_VISITS 200000u
+
+static size_t touch_string(const pk_value *v) {
+    /* Every byte and the terminating NUL must be readable. */
+    size_t sum = 0;
+    for (size_t i = 0; i <= v->u.str.len; i++)
+        sum += (unsigned char)v->u.str.ptr[i];
+    if (v->u.str.ptr[v->u.str.len] != '\0') abort();
+    return sum;
+}
+
+/* Returns a checksum so the reads are not optimized away. */
+static size_t walk(const pk_value *root) {
+    const pk_value **todo = malloc(MAX_VISITS * sizeof *todo);
+    if (!todo) return 0;
+    size_t n = 0, visits = 0, sink = 0;
+    todo[n++] = root;
+    while (n && visits++ < MAX_VISITS) {
+        const pk_value *v = todo[--n];
+#define PUSH(x)                                                                                    \
+    do {                                                                                           \
+        if (!(x)) abort();                                                                         \
+        if (n < MAX_VISITS) todo[n++] = (x);                                                       \
+    } while (0)
+        int64_t ints[8];
+        size_t cnt;
+        (void)pk_as_int_seq(v, ints, 8, &cnt);
+        (void)pk_get(v, "state_dict_metadata");
+        (void)pk_class_name(v);
+        (void)pk_class_module(v);
+        (void)pk_as_str(v);
+        (void)pk_type_name(v->type);
+        switch (v->type) {
+        case PK_NONE: break;
+        case PK_BOOL: sink += v->u.b; break;
+        case PK_INT: sink += (size_t)v->u.i; break;
+        case PK_FLOAT: sink += (size_t)(v->u.f == v->u.f); break;
+        case PK_BIGINT:
+        case PK_STR:
+        case PK_BYTES: sink += touch_string(v); break;
+        case PK_TUPLE:
+        case PK_LIST:
+        case PK_SET:
+        case PK_FROZENSET:
+            if (v->u.seq.len > v->u.seq.cap) abort();
+            if (pk_len(v) != v->u.seq.len) abort();
+            for (size_t i = 0; i < v->u.seq.len; i++)
+                PUSH(v->u.seq.items[i]);
+            break;
+        case PK_DICT:
+            if (v->u.dict.len > v->u.dict.cap) abort();
+            for (size_t i = 0; i < v->u.dict.len; i++) {
+                PUSH(v->u.dict.keys[i]);
+                PUSH(v->u.dict.vals[i]);
+            }
+            break;
+        case PK_GLOBAL:
+            sink += strlen(v->u.global.module) + strlen(v->u.global.name);
+            (void)pk_is_global(v, "torch", "Size");
+            break;
+        case PK_OBJECT:
+            PUSH(v->u.obj.cls);
+            if (!v->u.obj.args || v->u.obj.args->type != PK_TUPLE) abort();
+            PUSH(v->u.obj.args);
+            if (v->u.obj.kwargs) PUSH(v->u.obj.kwargs);
+            if (v->u.obj.state) PUSH(v->u.obj.state);
+            if (v->u.obj.listitems) PUSH(v->u.obj.listitems);
+            if (v->u.obj.dictitems) PUSH(v->u.obj.dictitems);
+            break;
+        case PK_PERSID: PUSH(v->u.persid.pid); break;
+        default: abort();
+        }
+#undef PUSH
+    }
+    free(todo);
+    return sink;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    pk_limits lim = {
+        .max_bytes = 32u << 20, .max_items = 1u << 20, .max_depth = 64, .max_memo = 1u << 16};
+    pk_doc *doc = NULL;
+    ckpt_error err;
+    ckpt_status st = pk_decode(data, size, &lim, &doc, &err);
+    if (st != CKPT_OK) {
+        if (doc) abort();
+        if (strncmp(err.message, "pickle offset ", 14) != 0) abort();
+        return 0;
+    }
+    volatile size_t sum = walk(pk_doc_root(doc));
+    (void)sum;
+    pk_doc_free(doc);
+    return 0;
+}

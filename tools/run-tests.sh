@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# run-tests.sh — the one command that runs every ckptfs test on a fresh Debian 12 machine:
+# installs dependencies (apt + the Python packages of the interop tests), builds twice
+# (optimised, and ASan+UBSan), runs the unit, CLI and fuzz-replay suites in both builds,
+# the unit suite under valgrind, and — with torch installed — regenerates every fixture
+# with real torch and checks the reader against those fresh files too.
+# Ends with a line "N passed, N failed".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+./tools/install-deps.sh --python || { echo "run-tests: dependency installation failed"; exit 1; }
+
+passed=0
+failed=0
+tally() { # tally BUILD_DIR: adds the results of the last `meson test` in BUILD_DIR
+  local counts
+  counts=$(python3 - "$1/meson-logs/testlog.json" <<'PY'
+import json, sys
+ok = bad = 0
+try:
+    for line in open(sys.argv[1]):
+        r = json.loads(line)
+        if r.get("result") in ("OK", "EXPECTEDFAIL", "SKIP"): ok += 1
+        else: bad += 1
+except FileNotFoundError:
+    bad += 1
+print(ok, bad)
+PY
+)
+  passed=$((passed + ${counts% *}))
+  failed=$((failed + ${counts#* }))
+}
+
+step() { echo; echo "=== $*"; }
+
+step "build (debugoptimized)"
+[ -d build ] || meson setup build >/dev/null || exit 1
+ninja -C build || exit 1
+step "tests (debugoptimized)"
+meson test -C build --print-errorlogs --num-processes 2
+tally build
+
+step "build (ASan + UBSan)"
+[ -d build-asan ] || CC=gcc meson setup build-asan -Db_sanitize=address,undefined -Db_lundef=false \
+  -Dbuildtype=debug >/dev/null || exit 1
+ninja -C build-asan || exit 1
+step "tests (ASan + UBSan)"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+  meson test -C build-asan --print-errorlogs --num-processes 2
+tally build-asan
+
+step "unit tests under valgrind"
+meson test -C build --suite unit --print-errorlogs --num-processes 2 \
+  --wrap='valgrind --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite -q' \
+  --test-args='--jobs 1' --timeout-multiplier 10
+tally build
+
+if python3 -c "import torch" 2>/dev/null; then
+  step "fixtures regenerated with real torch $(python3 -c 'import torch; print(torch.__version__)')"
+  fresh=$(mktemp -d)
+  if python3 tests/fixtures/generate.py --out "$fresh" >"$fresh.log" 2>&1; then
+    CKPT_FIXTURES="$fresh" meson test -C build --suite cli --suite reader --print-errorlogs \
+      --num-processes 1
+    tally build
+  else
+    tail -30 "$fresh.log"
+    echo "run-tests: fixture regeneration FAILED"
+    failed=$((failed + 1))
+  fi
+  rm -rf "$fresh" "$fresh.log"
+else
+  echo "run-tests: torch not importable; skipped the cross-check against fresh fixtures"
+fi
+
+echo
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
