@@ -98,7 +98,7 @@ typedef struct ckpt_entry ckpt_entry;
 typedef struct ckpt_limits {
     uint64_t max_metadata_bytes; /* size of `.metadata` accepted (default 4 GiB) */
     uint64_t max_pickle_memory;  /* memory a decoded pickle may use (default 8 GiB) */
-    uint32_t max_depth;          /* nesting of containers (default 512) */
+    uint32_t max_depth;          /* nesting of containers (default 256) */
     uint64_t max_items;          /* total values in one pickle (default 256 M) */
     uint64_t max_object_bytes;   /* non-tensor entry size loaded into memory (default 1 GiB) */
 } ckpt_limits;

@@ -4,10 +4,12 @@
  * reader lock; the result is published under it. */
 #include "index/reader_i.h"
 
+#include "torchsave/safetensors.h"
 #include "util/error.h"
 
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 typedef struct resolved {
     chunk_storage_kind kind;
@@ -71,6 +73,59 @@ fail:
     return s;
 }
 
+static void contiguous_strides(const ckpt_entry *e, const ckpt_chunk *c, resolved *out) {
+    int64_t acc = 1;
+    for (int d = e->ndim - 1; d >= 0; d--) {
+        out->stride[d] = acc;
+        acc *= c->sizes[d];
+    }
+    out->contiguous = true;
+}
+
+/* SerializationFormat.SAFETENSORS (torch >= 2.8): the item's offset is the start of one
+ * safetensors blob holding every tensor item of the file, keyed by fqn; `length` is the
+ * tensor's byte size, not the blob's, so the window runs to the end of the file. */
+static ckpt_status resolve_safetensors(const ckpt_entry *e, const ckpt_chunk *c,
+                                       const ckpt_source *item, resolved *out, ckpt_error *err) {
+    struct stat st;
+    if (fstat(item->fd, &st) < 0 || (uint64_t)st.st_size < item->base)
+        return ckpt_fail(err, CKPT_E_RANGE, "%s: item offset %llu is past the end of the file",
+                         item->name, (unsigned long long)item->base);
+    ckpt_source win = *item;
+    win.len = (uint64_t)st.st_size - item->base;
+    ts_safetensors *sf = NULL;
+    CKPT_TRY(ts_safetensors_open(&win, 0, 0, &sf, err));
+    ckpt_status s = CKPT_OK;
+    const ts_st_tensor *t = ts_safetensors_find(sf, e->key);
+    uint64_t isz = ckpt_dtype_itemsize(e->dtype);
+    if (!t)
+        s = ckpt_fail(err, CKPT_E_FORMAT, "%s: safetensors blob at offset %llu has no tensor '%s'",
+                      item->name, (unsigned long long)item->base, e->key);
+    else if (t->dtype != e->dtype || t->ndim != e->ndim ||
+             (e->ndim && memcmp(t->shape, c->sizes, (size_t)e->ndim * 8) != 0) ||
+             t->size != c->numel * isz || t->size != item->len)
+        s = ckpt_fail(err, CKPT_E_FORMAT,
+                      "%s: safetensors entry '%s' (%s) does not match its chunk in the metadata",
+                      item->name, e->key, t->dtype_name);
+    if (s == CKPT_OK) {
+        out->kind = CHUNK_IN_FILE;
+        out->elem0 = item->base + t->data_offset;
+        contiguous_strides(e, c, out);
+    }
+    ts_safetensors_free(sf);
+    return s;
+}
+
+static ckpt_status resolve_item(ckpt_reader *r, const ckpt_entry *e, const ckpt_chunk *c,
+                                const ckpt_source *src, resolved *out, ckpt_error *err) {
+    if (!c->loc.transforms && src->len >= 4) {
+        uint8_t magic[4];
+        CKPT_TRY(ckpt_source_read(src, 0, magic, 4, err));
+        if (memcmp(magic, "PK\x03\x04", 4) != 0) return resolve_safetensors(e, c, src, out, err);
+    }
+    return resolve_zip(r, e, c, src, out, err);
+}
+
 ckpt_status ckpt_chunk_resolve(ckpt_reader *r, const ckpt_entry *e, ckpt_chunk *c,
                                ckpt_error *err) {
     int state = atomic_load_explicit(&c->state, memory_order_acquire);
@@ -84,7 +139,7 @@ ckpt_status ckpt_chunk_resolve(ckpt_reader *r, const ckpt_entry *e, ckpt_chunk *
     ckpt_error local;
     ckpt_error *er = err ? err : &local;
     ckpt_status s = ckpt_loc_source(r, &c->loc, e->key, &src, er);
-    if (s == CKPT_OK) s = resolve_zip(r, e, c, &src, &res, er);
+    if (s == CKPT_OK) s = resolve_item(r, e, c, &src, &res, er);
     if (s != CKPT_OK && s != CKPT_E_NOMEM) ckpt_error_suffix(er, " (key '%s', chunk at offset %lld)", e->key,
                                        (long long)(e->ndim ? c->offsets[0] : 0));
 

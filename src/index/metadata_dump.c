@@ -30,13 +30,12 @@ static void limits_from(const ckpt_open_options *opts, dump_limits *l) {
     l->pk = (pk_limits){
         .max_bytes = g.max_pickle_memory ? g.max_pickle_memory : 8ull << 30,
         .max_items = g.max_items ? g.max_items : 256ull << 20,
-        .max_depth = g.max_depth ? g.max_depth : 512,
+        .max_depth = g.max_depth ? g.max_depth : 256, /* as ckpt_reader_open */
     };
 }
 
 /* Reads and renders one metadata file.  CKPT_E_NOTFOUND when it does not exist. */
-static ckpt_status dump_file(const char *path, const dump_limits *l, char **out,
-                             ckpt_error *err) {
+static ckpt_status dump_file(const char *path, const dump_limits *l, char **out, ckpt_error *err) {
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -81,8 +80,7 @@ static int cmp_rank(const void *a, const void *b) {
 }
 
 /* Ranks of the `__<r>.metadata` files in dir, sorted. */
-static ckpt_status list_ranks(const char *dir, long long **ranks, size_t *count,
-                              ckpt_error *err) {
+static ckpt_status list_ranks(const char *dir, long long **ranks, size_t *count, ckpt_error *err) {
     *ranks = NULL;
     *count = 0;
     DIR *d = opendir(dir);

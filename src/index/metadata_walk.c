@@ -431,6 +431,8 @@ ckpt_status ckpt_index_add_metadata(ckpt_reader *r, const char *file, const uint
         .max_bytes = r->limits.max_pickle_memory,
         .max_items = r->limits.max_items,
         .max_depth = r->limits.max_depth,
+        /* one memo store per opcode at most; the memo's memory counts against max_bytes */
+        .max_memo = (uint64_t)len + 16,
     };
     pk_doc *doc = NULL;
     ckpt_status st = pk_decode(buf, len, &lim, &doc, err);

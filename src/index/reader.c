@@ -17,7 +17,7 @@ static void apply_limit_defaults(ckpt_limits *l, const ckpt_limits *given) {
     if (given) *l = *given;
     if (!l->max_metadata_bytes) l->max_metadata_bytes = 4ull << 30;
     if (!l->max_pickle_memory) l->max_pickle_memory = 8ull << 30;
-    if (!l->max_depth) l->max_depth = 512;
+    if (!l->max_depth) l->max_depth = 256;
     if (!l->max_items) l->max_items = 256ull << 20;
     if (!l->max_object_bytes) l->max_object_bytes = 1ull << 30;
 }

@@ -47,8 +47,14 @@ typedef struct pk_value pk_value;
 
 typedef enum pk_obj_how { PK_HOW_REDUCE = 0, PK_HOW_NEWOBJ = 1, PK_HOW_NEWOBJ_EX = 2 } pk_obj_how;
 
+/* Values are allocated at the size of their variant (a PK_INT takes 16 bytes, not
+ * sizeof(pk_value)): read only the union member that `type` names, and never copy a pk_value
+ * by value — hold `const pk_value *`. */
 struct pk_value {
     pk_type type;
+    /* Containers: nesting depth when last added to (1 + deepest item), a lower bound of the
+     * real depth; 0 for scalars.  Lives in what was padding, so offsets are unchanged. */
+    uint32_t depth;
     union {
         bool b;
         int64_t i;
@@ -88,7 +94,8 @@ struct pk_value {
 };
 
 typedef struct pk_limits {
-    uint64_t max_bytes; /* arena budget (the decoded tree's memory); 0 = 1 GiB */
+    uint64_t max_bytes; /* arena budget (the decoded tree's memory); 0 = 1 GiB.  The decoder's
+                         working memory (stack, memo) is held to the same figure. */
     uint64_t max_items; /* values created; 0 = 64 M */
     uint32_t max_depth; /* nested MARKs and container nesting of the result; 0 = 512 */
     uint64_t max_memo;  /* highest memo index + 1; 0 = 16 M */
@@ -122,7 +129,8 @@ size_t pk_len(const pk_value *v); /* dicts: number of pairs (use u.dict to read 
 const pk_value *pk_item(const pk_value *v, size_t i);
 bool pk_as_int(const pk_value *v, int64_t *out); /* PK_INT or PK_BOOL */
 /* Fills out[0..n) from a tuple/list of ints, or from a torch.Size object wrapping one.
- * Returns false if it is neither, an item is not an int, or there are more than `cap`. */
+ * Returns false if it is neither, an item is not an int, or there are more than `cap` (out
+ * may then be partly written). */
 bool pk_as_int_seq(const pk_value *v, int64_t *out, size_t cap, size_t *n);
 /* String value (PK_STR) or NULL. */
 const char *pk_as_str(const pk_value *v);

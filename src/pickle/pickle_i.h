@@ -29,17 +29,8 @@ typedef struct pk_builder {
     uint64_t limit; /* the bound that was hit (0 if none) */
 } pk_builder;
 
-/* Containers (tuple, list, set, frozenset, dict, object, persid) are allocated with a hidden
- * nesting depth after the public struct: depth = 1 + the deepest item when it was added.
- * Scalars and globals have depth 0.  The value is the first member, so a pk_value * the
- * builder created can be converted back. */
-typedef struct pk_node {
-    pk_value v;
-    uint32_t depth;
-} pk_node;
-
 bool pkb_is_container(pk_type t);
-uint32_t pkb_depth(const pk_value *v);
+static inline uint32_t pkb_depth(const pk_value *v) { return v->depth; }
 
 void *pkb_alloc(pk_builder *b, size_t size);
 pk_value *pkb_scalar(pk_builder *b, pk_type t);
@@ -47,10 +38,12 @@ pk_value *pkb_scalar(pk_builder *b, pk_type t);
 pk_value *pkb_container(pk_builder *b, pk_type t);
 /* Raises c's depth to 1 + child_depth; fails when that exceeds max_depth. */
 bool pkb_nest(pk_builder *b, pk_value *c, uint32_t child_depth);
-/* PK_STR / PK_BYTES / PK_BIGINT holding a NUL-terminated copy of p[0, n). */
+/* PK_STR / PK_BYTES / PK_BIGINT holding a NUL-terminated copy of p[0, n) (stored inline). */
 pk_value *pkb_string(pk_builder *b, pk_type t, const uint8_t *p, size_t n);
-/* PK_STR / PK_BYTES / PK_BIGINT taking over arena memory p (n bytes + NUL already there). */
-pk_value *pkb_string_adopt(pk_builder *b, pk_type t, char *p, size_t n);
+/* An uninitialised string value of n bytes (NUL at [n]) to fill through *bytes; the caller
+ * may shorten it afterwards with pkb_string_trim. */
+pk_value *pkb_string_alloc(pk_builder *b, pk_type t, size_t n, char **bytes);
+void pkb_string_trim(pk_value *v, size_t n);
 /* New tuple/list/set/frozenset holding items[0, n). */
 pk_value *pkb_seq(pk_builder *b, pk_type t, pk_value *const *items, size_t n);
 /* Appends items to a list/set (geometric growth in the arena). */

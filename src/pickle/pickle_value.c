@@ -3,6 +3,7 @@
  * helpers consumers use to walk a tree (pk_get, pk_as_int_seq, ...). */
 #include "pickle/pickle_i.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,8 +54,28 @@ bool pkb_is_container(pk_type t) {
     }
 }
 
-uint32_t pkb_depth(const pk_value *v) {
-    return pkb_is_container(v->type) ? ((const pk_node *)(const void *)v)->depth : 0;
+/* Bytes a value of type t needs: the header and its union member only. */
+static size_t variant_size(pk_type t) {
+    pk_value *v = NULL;
+    size_t head = offsetof(pk_value, u);
+    switch (t) {
+    case PK_NONE:
+    case PK_BOOL:
+    case PK_INT:
+    case PK_FLOAT: return head + sizeof v->u.i;
+    case PK_BIGINT:
+    case PK_STR:
+    case PK_BYTES: return head + sizeof v->u.str;
+    case PK_TUPLE:
+    case PK_LIST:
+    case PK_SET:
+    case PK_FROZENSET: return head + sizeof v->u.seq;
+    case PK_DICT: return head + sizeof v->u.dict;
+    case PK_GLOBAL: return head + sizeof v->u.global;
+    case PK_OBJECT: return head + sizeof v->u.obj;
+    case PK_PERSID: return head + sizeof v->u.persid;
+    }
+    return sizeof *v;
 }
 
 static bool count_item(pk_builder *b) {
@@ -65,47 +86,54 @@ static bool count_item(pk_builder *b) {
 
 pk_value *pkb_scalar(pk_builder *b, pk_type t) {
     if (!count_item(b)) return NULL;
-    pk_value *v = pkb_alloc(b, sizeof *v);
+    pk_value *v = pkb_alloc(b, variant_size(t));
     if (v) v->type = t;
     return v;
 }
 
 pk_value *pkb_container(pk_builder *b, pk_type t) {
-    if (!count_item(b)) return NULL;
-    pk_node *n = pkb_alloc(b, sizeof *n);
-    if (!n) return NULL;
-    n->v.type = t;
-    n->depth = 1;
-    return &n->v;
+    pk_value *v = pkb_scalar(b, t);
+    if (v) v->depth = 1;
+    return v;
 }
 
 bool pkb_nest(pk_builder *b, pk_value *c, uint32_t child_depth) {
-    pk_node *n = (pk_node *)(void *)c;
-    if (child_depth >= n->depth) {
+    if (child_depth >= c->depth) {
         if (child_depth >= b->max_depth)
             return fail(b, CKPT_E_LIMIT, "containers nested too deeply", b->max_depth);
-        n->depth = child_depth + 1;
+        c->depth = child_depth + 1;
     }
     return true;
 }
 
-pk_value *pkb_string_adopt(pk_builder *b, pk_type t, char *p, size_t n) {
-    pk_value *v = pkb_scalar(b, t);
-    if (!v) return NULL;
-    v->u.str.ptr = p;
-    v->u.str.len = n;
-    return v;
-}
-
-pk_value *pkb_string(pk_builder *b, pk_type t, const uint8_t *p, size_t n) {
-    if (n == SIZE_MAX) {
+pk_value *pkb_string_alloc(pk_builder *b, pk_type t, size_t n, char **bytes) {
+    size_t head = variant_size(t);
+    if (n > SIZE_MAX - head - 16) {
         fail(b, CKPT_E_LIMIT, "string too long", 0);
         return NULL;
     }
-    char *s = pkb_alloc(b, n + 1);
-    if (!s) return NULL;
-    if (n) memcpy(s, p, n);
-    return pkb_string_adopt(b, t, s, n);
+    if (!count_item(b)) return NULL;
+    pk_value *v = pkb_alloc(b, head + n + 1);
+    if (!v) return NULL;
+    v->type = t;
+    char *p = (char *)v + head;
+    p[n] = '\0';
+    v->u.str.ptr = p;
+    v->u.str.len = n;
+    *bytes = p;
+    return v;
+}
+
+void pkb_string_trim(pk_value *v, size_t n) {
+    ((char *)v->u.str.ptr)[n] = '\0';
+    v->u.str.len = n;
+}
+
+pk_value *pkb_string(pk_builder *b, pk_type t, const uint8_t *p, size_t n) {
+    char *s;
+    pk_value *v = pkb_string_alloc(b, t, n, &s);
+    if (v && n) memcpy(s, p, n);
+    return v;
 }
 
 static uint32_t max_depth_of(pk_value *const *items, size_t n) {
@@ -123,7 +151,7 @@ static bool reserve(pk_builder *b, pk_value ***arr, size_t len, size_t *cap, siz
         return fail(b, CKPT_E_LIMIT, "container too large", 0);
     size_t need = len + extra;
     if (need <= *cap) return true;
-    size_t ncap = *cap < 4 ? 4 : *cap;
+    size_t ncap = *cap ? *cap : need; /* the first batch exactly, then doubling */
     while (ncap < need)
         ncap = ncap > SIZE_MAX / 2 / sizeof(pk_value *) ? need : ncap * 2;
     pk_value **p =

@@ -342,11 +342,11 @@ static ckpt_status push_decimal(pk_vm *vm, const uint8_t *s, size_t n) {
     }
     if (n > PK_MAX_INT_DIGITS + 1)
         return fail(vm, CKPT_E_LIMIT, "integer literal longer than %u digits", PK_MAX_INT_DIGITS);
-    char *buf = pkb_alloc(&vm->b, n / 2 + 9);
-    if (!buf) return fail_build(vm);
-    size_t len = pkt_decimal_to_le(s, n, (uint8_t *)buf);
-    buf[len] = '\0';
-    return push_new(vm, pkb_string_adopt(&vm->b, PK_BIGINT, buf, len));
+    char *buf;
+    pk_value *v = pkb_string_alloc(&vm->b, PK_BIGINT, n / 2 + 8, &buf);
+    if (!v) return fail_build(vm);
+    pkb_string_trim(v, pkt_decimal_to_le(s, n, (uint8_t *)buf));
+    return push(vm, v);
 }
 
 static ckpt_status push_utf8(pk_vm *vm, const uint8_t *p, size_t n) {
@@ -358,10 +358,11 @@ static ckpt_status push_utf8(pk_vm *vm, const uint8_t *p, size_t n) {
 static ckpt_status push_py2str(pk_vm *vm, const uint8_t *p, size_t n) {
     if (pk_utf8_valid(p, n)) return push_new(vm, pkb_string(&vm->b, PK_STR, p, n));
     if (n > (SIZE_MAX - 1) / 2) return fail(vm, CKPT_E_LIMIT, "string too long");
-    char *buf = pkb_alloc(&vm->b, 2 * n + 1);
-    if (!buf) return fail_build(vm);
-    size_t len = pkt_latin1_to_utf8(p, n, (uint8_t *)buf);
-    return push_new(vm, pkb_string_adopt(&vm->b, PK_STR, buf, len));
+    char *buf;
+    pk_value *v = pkb_string_alloc(&vm->b, PK_STR, 2 * n, &buf);
+    if (!v) return fail_build(vm);
+    pkb_string_trim(v, pkt_latin1_to_utf8(p, n, (uint8_t *)buf));
+    return push(vm, v);
 }
 
 typedef enum str_kind { STR_UTF8, STR_PY2, STR_BYTES } str_kind;
@@ -519,14 +520,16 @@ static ckpt_status op_string(pk_vm *vm) {
         return fail(vm, CKPT_E_FORMAT, "STRING argument is not quoted");
     s++;
     n -= 2;
-    uint8_t *buf = pkb_alloc(&vm->b, n + 1);
-    if (!buf) return fail_build(vm);
-    if (!pkt_escape_decode(s, n, buf, &len, &why)) return fail(vm, CKPT_E_FORMAT, "%s", why);
-    if (pk_utf8_valid(buf, len)) {
-        buf[len] = '\0';
-        return push_new(vm, pkb_string_adopt(&vm->b, PK_STR, (char *)buf, len));
+    char *buf;
+    pk_value *v = pkb_string_alloc(&vm->b, PK_STR, n, &buf);
+    if (!v) return fail_build(vm);
+    if (!pkt_escape_decode(s, n, (uint8_t *)buf, &len, &why))
+        return fail(vm, CKPT_E_FORMAT, "%s", why);
+    if (pk_utf8_valid((const uint8_t *)buf, len)) {
+        pkb_string_trim(v, len);
+        return push(vm, v);
     }
-    return push_py2str(vm, buf, len);
+    return push_py2str(vm, (const uint8_t *)buf, len); /* v is left unused */
 }
 
 static ckpt_status op_unicode(pk_vm *vm) {
@@ -535,12 +538,13 @@ static ckpt_status op_unicode(pk_vm *vm) {
     const char *why = NULL;
     CKPT_TRY(take_line(vm, &s, &n));
     if (n > (SIZE_MAX - 1) / 2) return fail(vm, CKPT_E_LIMIT, "string too long");
-    char *buf = pkb_alloc(&vm->b, 2 * n + 1);
-    if (!buf) return fail_build(vm);
+    char *buf;
+    pk_value *v = pkb_string_alloc(&vm->b, PK_STR, 2 * n, &buf);
+    if (!v) return fail_build(vm);
     if (!pkt_raw_unicode_escape(s, n, (uint8_t *)buf, &len, &why))
         return fail(vm, CKPT_E_FORMAT, "%s", why);
-    buf[len] = '\0';
-    return push_new(vm, pkb_string_adopt(&vm->b, PK_STR, buf, len));
+    pkb_string_trim(v, len);
+    return push(vm, v);
 }
 
 static ckpt_status op_persid(pk_vm *vm) {

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <zstd.h>
+#include <zstd_errors.h>
 
 #define TS_MAX_TRANSFORMS 16
 #define TS_ZSTD_WINDOWLOG_DEFAULT 27 /* ZSTD_WINDOWLOG_LIMIT_DEFAULT */
@@ -177,7 +178,10 @@ static ckpt_status zstd_decode(const ckpt_source *in, uint64_t max_out, const ch
         }
         ret = ZSTD_decompressStream(dctx, &ob, &ib);
         if (ZSTD_isError(ret)) {
-            st = ckpt_fail(err, CKPT_E_FORMAT, "%s: zstd error near input offset %llu: %s", what,
+            /* A window larger than the output bound allows is a limit, not corruption. */
+            bool window = ZSTD_getErrorCode(ret) == ZSTD_error_frameParameter_windowTooLarge;
+            st = ckpt_fail(err, window ? CKPT_E_LIMIT : CKPT_E_FORMAT,
+                           "%s: zstd error near input offset %llu: %s", what,
                            (ull)(in_off - (ib.size - ib.pos)), ZSTD_getErrorName(ret));
             goto done;
         }

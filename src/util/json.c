@@ -397,7 +397,9 @@ ckpt_status ckpt_json_parse(ckpt_arena *arena, const char *text, size_t len, uin
     json_parser p = {.s = (const uint8_t *)text,
                      .n = len,
                      .arena = arena,
-                     .max_depth = max_depth ? max_depth : CKPT_JSON_DEFAULT_DEPTH,
+                     .max_depth = !max_depth                        ? CKPT_JSON_DEFAULT_DEPTH
+                                  : max_depth > CKPT_JSON_MAX_DEPTH ? CKPT_JSON_MAX_DEPTH
+                                                                    : max_depth,
                      .err = err};
     ckpt_json *root = ckpt_arena_alloc(arena, sizeof *root);
     ckpt_status st;

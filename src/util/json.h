@@ -52,6 +52,7 @@ struct ckpt_json_member {
 };
 
 #define CKPT_JSON_DEFAULT_DEPTH 128
+#define CKPT_JSON_MAX_DEPTH 4096 /* larger max_depth values are clamped (recursion) */
 
 /* Parses `len` bytes of `text` (need not be NUL-terminated).  max_depth: most nested
  * arrays/objects (0 = CKPT_JSON_DEFAULT_DEPTH).  Errors: CKPT_E_FORMAT ("json offset N: ..."),

@@ -449,7 +449,8 @@ static ckpt_status conv_object(conv_ctx *c, const pk_value *v, unsigned depth, c
         r->u.obj.name_len = callee->u.obj.name_len;
     } else {
         /* Something other than a named callable was called: keep it as the first argument
-         * of a "__call__" object. */
+         * of a "__call__" object, one level deeper than it was converted. */
+        if (depth + hc > CKPT_VALUE_MAX_DEPTH) return too_deep(c);
         r->u.obj.name = "__call__";
         r->u.obj.name_len = strlen("__call__");
         if (hc + 1 > *h) *h = hc + 1;

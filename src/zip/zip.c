@@ -17,7 +17,8 @@
  * Error classes: CKPT_E_FORMAT for malformed structures (signatures, missing EOCD, bad extras,
  * duplicate names), CKPT_E_RANGE for offsets/sizes that leave the archive or the region they
  * belong to, CKPT_E_UNSUPPORTED for multi-disk archives and compressed/encrypted records (the
- * latter only when read), CKPT_E_LIMIT for records larger than the caller's bound.  Messages
+ * latter only when read), CKPT_E_LIMIT for records larger than the caller's bound and central
+ * directories over ZIP_MAX_CD_BYTES.  Messages
  * start with "zip offset N:" where N is relative to the archive start. */
 #include "zip/zip.h"
 
@@ -34,8 +35,9 @@
 #define ZIP_CDH_LEN 46u
 #define ZIP_LFH_LEN 30u
 #define ZIP_MAX_COMMENT 65535u
-#define ZIP_LFH_GAP 4096u          /* local headers closer than this share one read */
-#define ZIP_LFH_CLUSTER_MAX 65536u /* ... as long as the read stays this small */
+#define ZIP_LFH_GAP 4096u             /* local headers closer than this share one read */
+#define ZIP_LFH_CLUSTER_MAX 65536u    /* ... as long as the read stays this small */
+#define ZIP_MAX_CD_BYTES (1ull << 30) /* ~15 M records; torch writes ~70 bytes per record */
 
 #define SIG_LFH 0x04034b50u
 #define SIG_CDH 0x02014b50u
@@ -347,6 +349,16 @@ static int cmp_by_lho(const void *a, const void *b, void *ctx) {
     return x < y ? -1 : x > y;
 }
 
+/* Records the data start from the local header `h` of e (PyTorch's getRecordOffset). */
+static ckpt_status local_header(zip_entry *e, const uint8_t *h, ckpt_error *err) {
+    if (rd32(h) != SIG_LFH)
+        return ckpt_fail(err, CKPT_E_FORMAT,
+                         "zip offset %llu: bad local header signature 0x%08x for '%s'", (ull)e->lho,
+                         (unsigned)rd32(h), e->pub.name);
+    e->pub.data_offset = e->lho + ZIP_LFH_LEN + rd16(h + 26) + rd16(h + 28);
+    return CKPT_OK;
+}
+
 /* Resolves data_offset for every record, reading local headers not in `tail` or `cd`. */
 static ckpt_status resolve_data(zip_archive *z, const zip_view *tail, const zip_view *cd,
                                 uint64_t cd_off, ckpt_error *err) {
@@ -389,15 +401,7 @@ static ckpt_status resolve_data(zip_archive *z, const zip_view *tail, const zip_
         CKPT_TRY_GOTO(st, fetch(src, &z->reads, start, end - start, &cluster, err), out);
         for (size_t k = next; k < last; k++) {
             zip_entry *e = &z->recs[todo[k]];
-            const uint8_t *h = view_at(&cluster, e->lho);
-            if (rd32(h) != SIG_LFH) {
-                st = ckpt_fail(err, CKPT_E_FORMAT,
-                               "zip offset %llu: bad local header signature 0x%08x for '%s'",
-                               (ull)e->lho, (unsigned)rd32(h), e->pub.name);
-                goto out;
-            }
-            /* Stash the data start; range checks happen below for all records alike. */
-            e->pub.data_offset = e->lho + ZIP_LFH_LEN + rd16(h + 26) + rd16(h + 28);
+            CKPT_TRY_GOTO(st, local_header(e, view_at(&cluster, e->lho), err), out);
         }
         next = last;
     }
@@ -410,16 +414,9 @@ static ckpt_status resolve_data(zip_archive *z, const zip_view *tail, const zip_
             h = view_at(tail, e->lho);
         else if (view_has(cd, e->lho, ZIP_LFH_LEN))
             h = view_at(cd, e->lho);
-        if (h) {
-            if (rd32(h) != SIG_LFH) {
-                st = ckpt_fail(err, CKPT_E_FORMAT,
-                               "zip offset %llu: bad local header signature 0x%08x for '%s'",
-                               (ull)e->lho, (unsigned)rd32(h), e->pub.name);
-                goto out;
-            }
-            e->pub.data_offset = e->lho + ZIP_LFH_LEN + rd16(h + 26) + rd16(h + 28);
-        }
-        /* lho + 30 <= cd_off, so data_offset cannot overflow (name/extra lengths are 16-bit). */
+        if (h) CKPT_TRY_GOTO(st, local_header(e, h, err), out);
+        /* Every record, however its header was read.  lho + 30 <= cd_off and the name/extra
+         * lengths are 16-bit, so data_offset cannot overflow. */
         if (e->pub.data_offset > cd_off || e->comp_size > cd_off - e->pub.data_offset) {
             st = ckpt_fail(err, CKPT_E_RANGE,
                            "zip offset %llu: data of '%s' (%llu bytes at %llu) passes the start "
@@ -452,6 +449,13 @@ ckpt_status zip_open(const ckpt_source *src, zip_archive **out, ckpt_error *err)
                        "zip offset %llu: central directory (%llu bytes at %llu) passes the end "
                        "of central directory record at %llu",
                        (ull)d.cd_off, (ull)d.cd_size, (ull)d.cd_off, (ull)d.trailer);
+        goto fail;
+    }
+    if (d.cd_size > ZIP_MAX_CD_BYTES) {
+        st = ckpt_fail(err, CKPT_E_LIMIT,
+                       "zip offset %llu: central directory of %llu bytes exceeds the %llu-byte "
+                       "limit",
+                       (ull)d.cd_off, (ull)d.cd_size, (ull)ZIP_MAX_CD_BYTES);
         goto fail;
     }
     if (d.entries == 0) {

@@ -218,6 +218,11 @@ Test(json, depth_limit) {
     cr_assert(strstr(err.message, "deeper than 3"), "%s", err.message);
     cr_assert_eq(ckpt_json_parse(a, "{\"a\":{\"b\":[{}]}}", 16, 4, &v, &err), CKPT_OK);
     cr_assert_eq(ckpt_json_parse(a, "{\"a\":{\"b\":[{}]}}", 16, 3, &v, &err), CKPT_E_LIMIT);
+    /* huge limits are clamped to CKPT_JSON_MAX_DEPTH (the parser recurses) */
+    char deep[10000];
+    memset(deep, '[', sizeof deep);
+    cr_assert_eq(ckpt_json_parse(a, deep, sizeof deep, UINT32_MAX, &v, &err), CKPT_E_LIMIT);
+    cr_assert(strstr(err.message, "deeper than 4096"), "%s", err.message);
     /* a depth bomb: a million '[' fails fast at the default limit, without deep recursion */
     size_t n = 1000000;
     char *bomb = malloc(n);

@@ -1,10 +1,12 @@
 /* test_value.c — non-tensor values: pickles written by CPython (value_vectors/gen.py) decoded
  * with pk_decode, converted with ckpt_object_from_pickle and rendered with
  * ckpt_value_to_json / ckpt_value_to_text / pk_to_json, compared byte for byte with what
- * Python computed; plus accessors, hand-made hostile pickles, float and bigint formatting,
- * and the speed of pk_to_json on a million-entry pickle. */
+ * Python computed; plus accessors, tensors inside a torch.save item, hand-made hostile
+ * pickles, float and bigint formatting, and the speed of pk_to_json on a million-entry
+ * pickle. */
 #include "ckpt.h"
 #include "pickle/pickle.h"
+#include "torchsave/item.h"
 #include "value/bigint.h"
 #include "value/float_repr.h"
 #include "value/value.h"
@@ -288,6 +290,42 @@ Test(value, shared_dag_is_converted_once, .timeout = 30) {
     }
     cr_expect_lt(secs, 5.0, "conversion took %.2f s", secs);
     ckpt_object_free(o);
+}
+
+Test(value, tensors_inside_a_torch_save_item) {
+    size_t len;
+    char *zip = read_file("tensor_item", ".zip", &len);
+    ckpt_source src = {.fd = -1, .len = len, .mem = (const uint8_t *)zip, .name = "tensor_item"};
+    ts_open_options opts = {.max_decoded_bytes = 1 << 20, .max_pickle_bytes = 1 << 20};
+    ts_item *it = NULL;
+    ckpt_object *o = NULL;
+    ckpt_error err = {0};
+    cr_assert_eq(ts_item_open(&src, &opts, &it, &err), CKPT_OK, "%s", err.message);
+    cr_assert_eq(ckpt_object_from_item(it, &o, &err), CKPT_OK, "%s", err.message);
+    const ckpt_value *r = ckpt_object_root(o);
+    char *j = to_json(r), *t = to_text(r);
+    cr_expect_str_eq(j,
+                     "{\"lr\":0.1,\"w\":{\"__tensor__\":{\"dtype\":\"float32\",\"shape\":[2,3]}},"
+                     "\"wt\":{\"__tensor__\":{\"dtype\":\"float32\",\"shape\":[3,2]}}}");
+    cr_expect_str_eq(t, "{'lr': 0.1, 'w': tensor(dtype=float32, shape=[2, 3]), "
+                        "'wt': tensor(dtype=float32, shape=[3, 2])}");
+    free(j);
+    free(t);
+    const ckpt_value *w = dict_get(r, "w"), *wt = dict_get(r, "wt");
+    cr_assert_eq(ckpt_value_type_of(wt), CKPT_VALUE_TENSOR);
+    cr_expect_eq(ckpt_value_tensor_dtype(wt), CKPT_DTYPE_FLOAT32);
+    cr_assert_eq(ckpt_value_tensor_ndim(wt), 2);
+    cr_expect_eq(ckpt_value_tensor_shape(wt)[0], 3);
+    cr_expect_eq(ckpt_value_tensor_shape(wt)[1], 2);
+    float got[6];
+    static const float want_w[6] = {1, 2, 3, 4, 5, 6}, want_wt[6] = {1, 4, 2, 5, 3, 6};
+    cr_assert_eq(ckpt_value_tensor_read(w, got, sizeof got, &err), CKPT_OK, "%s", err.message);
+    cr_expect_arr_eq(got, want_w, sizeof got);
+    cr_assert_eq(ckpt_value_tensor_read(wt, got, sizeof got, &err), CKPT_OK, "%s", err.message);
+    cr_expect_arr_eq(got, want_wt, sizeof got); /* transposed view of the same storage */
+    cr_expect_eq(ckpt_value_tensor_read(wt, got, sizeof got - 1, &err), CKPT_E_INVAL);
+    ckpt_object_free(o); /* frees the item too */
+    free(zip);
 }
 
 /* ------------------------------------------------------------------ hand-made pickles */

@@ -745,3 +745,33 @@ Test(zip, distcp_windows_through_one_fd) {
     }
     close(fd);
 }
+
+Test(zip, huge_central_directory_is_a_limit) {
+    /* A sparse 1.5 GiB file whose trailer claims a central directory of almost all of it. */
+    FILE *f = tmpfile();
+    uint64_t total = 3ull << 29;
+    cr_assert_eq(ftruncate(fileno(f), (off_t)total), 0);
+    uint8_t t[98] = {0};
+    uint64_t z64 = total - 98;
+    put32(t, 0x06064b50u);
+    put64(t + 4, 44);
+    put64(t + 24, 1);
+    put64(t + 32, 1);
+    put64(t + 40, z64);
+    put64(t + 48, 0);
+    put32(t + 56, 0x07064b50u);
+    put64(t + 56 + 8, z64);
+    put32(t + 56 + 16, 1);
+    put32(t + 76, 0x06054b50u);
+    put16(t + 76 + 8, 1);
+    put16(t + 76 + 10, 1);
+    put32(t + 76 + 12, 0xffffffffu);
+    put32(t + 76 + 16, 0xffffffffu);
+    cr_assert_eq(pwrite(fileno(f), t, sizeof t, (off_t)z64), (ssize_t)sizeof t);
+    ckpt_source s = {.fd = fileno(f), .len = total, .name = "sparse"};
+    zip_archive *z;
+    ckpt_error err = {0};
+    cr_assert_eq(zip_open(&s, &z, &err), CKPT_E_LIMIT, "%s", err.message);
+    cr_assert(strstr(err.message, "exceeds the 1073741824-byte limit"), "%s", err.message);
+    fclose(f);
+}

@@ -55,19 +55,19 @@ typedef struct cli_opt {
 } cli_opt;
 
 enum {
-    CLI_OPT_END = 0,       /* no more arguments */
-    CLI_OPT_OPERAND = -1,  /* *arg is an operand */
-    CLI_OPT_ERROR = -2,    /* message printed; exit with CLI_EXIT_USAGE */
-    CLI_OPT_HELP = -3,     /* --help seen */
+    CLI_OPT_END = 0,      /* no more arguments */
+    CLI_OPT_OPERAND = -1, /* *arg is an operand */
+    CLI_OPT_ERROR = -2,   /* message printed; exit with CLI_EXIT_USAGE */
+    CLI_OPT_HELP = -3,    /* --help seen */
 };
 
 typedef struct cli_parser {
     int argc;
     char **argv;
-    int i;           /* next argv index */
-    int sub;         /* position inside a bundle of short options, 0 if none */
+    int i;              /* next argv index */
+    int sub;            /* position inside a bundle of short options, 0 if none */
     bool only_operands; /* after "--" */
-    const char *cmd; /* for messages */
+    const char *cmd;    /* for messages */
 } cli_parser;
 
 void cli_parser_init(cli_parser *p, const char *cmd, int argc, char **argv);
@@ -95,7 +95,6 @@ uint64_t cli_entry_bytes(const ckpt_entry *e);
 
 /* ---- slices ---- */
 
-
 /* A box of a tensor selected with Python slice syntax.  `drop[d]` marks dims indexed by a
  * single integer (numpy drops them from the result's shape). */
 typedef struct cli_slice {
@@ -118,8 +117,8 @@ uint64_t cli_slice_numel(const cli_slice *s);
  * order.  A sink returning false stops the read with CKPT_E_IO and "error writing to standard
  * output: <errno>" in `err`. */
 typedef bool (*cli_block_sink)(void *ctx, const void *buf, size_t len);
-ckpt_status cli_read_blocks(ckpt_reader *r, const ckpt_entry *e, const cli_slice *s,
-                            uint64_t limit, cli_block_sink sink, void *ctx, ckpt_error *err);
+ckpt_status cli_read_blocks(ckpt_reader *r, const ckpt_entry *e, const cli_slice *s, uint64_t limit,
+                            cli_block_sink sink, void *ctx, ckpt_error *err);
 
 /* ---- formatting ---- */
 
@@ -136,7 +135,7 @@ size_t cli_format_elem(ckpt_dtype dt, const void *elem, bool json, char *buf, si
 bool cli_dtype_is_float(ckpt_dtype dt);
 bool cli_dtype_is_complex(ckpt_dtype dt);
 
-/* JSON string literal of s (NUL-terminated) to out. */
+/* JSON string literal of s (NUL-terminated) to out; invalid UTF-8 bytes become \ufffd. */
 void cli_json_string(FILE *out, const char *s);
 /* "[2, 3]" into buf. */
 const char *cli_shape_str(int ndim, const int64_t *shape, char *buf, size_t size);

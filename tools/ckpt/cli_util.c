@@ -140,9 +140,12 @@ bool cli_parse_size(const char *s, uint64_t *out) {
     unsigned shift = 0;
     switch (*end) {
     case '\0': break;
-    case 'k': case 'K': shift = 10; break;
-    case 'm': case 'M': shift = 20; break;
-    case 'g': case 'G': shift = 30; break;
+    case 'k':
+    case 'K': shift = 10; break;
+    case 'm':
+    case 'M': shift = 20; break;
+    case 'g':
+    case 'G': shift = 30; break;
     default: return false;
     }
     if (*end && end[1] != '\0' && strcmp(end + 1, "iB") != 0 && strcmp(end + 1, "B") != 0)
@@ -221,19 +224,23 @@ void cli_print_chunks(FILE *out, const ckpt_reader *r, const ckpt_entry *e) {
 void cli_slice_full(cli_slice *s, int ndim, const int64_t *shape) {
     memset(s, 0, sizeof *s);
     s->ndim = ndim;
-    for (int d = 0; d < ndim; d++) s->count[d] = shape[d];
+    for (int d = 0; d < ndim; d++)
+        s->count[d] = shape[d];
 }
 
 uint64_t cli_slice_numel(const cli_slice *s) {
     uint64_t n = 1;
-    for (int d = 0; d < s->ndim; d++) n *= (uint64_t)s->count[d];
+    for (int d = 0; d < s->ndim; d++)
+        n *= (uint64_t)s->count[d];
     return n;
 }
 
 static char *trim(char *s) {
-    while (*s == ' ' || *s == '\t') s++;
+    while (*s == ' ' || *s == '\t')
+        s++;
     size_t n = strlen(s);
-    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t')) s[--n] = '\0';
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t'))
+        s[--n] = '\0';
     return s;
 }
 
@@ -382,8 +389,8 @@ static uint64_t sat_mul(uint64_t a, uint64_t b) {
     return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
 }
 
-ckpt_status cli_read_blocks(ckpt_reader *r, const ckpt_entry *e, const cli_slice *s,
-                            uint64_t limit, cli_block_sink sink, void *ctx, ckpt_error *err) {
+ckpt_status cli_read_blocks(ckpt_reader *r, const ckpt_entry *e, const cli_slice *s, uint64_t limit,
+                            cli_block_sink sink, void *ctx, ckpt_error *err) {
     size_t item = ckpt_dtype_itemsize(ckpt_entry_dtype(e));
     int nd = s->ndim;
     if (item == 0) {
@@ -400,9 +407,11 @@ ckpt_status cli_read_blocks(ckpt_reader *r, const ckpt_entry *e, const cli_slice
      * time, dim k `rows` indices per block, dims > k are whole. */
     uint64_t inner[CKPT_MAX_NDIM + 1];
     inner[nd] = item;
-    for (int d = nd - 1; d >= 0; d--) inner[d] = sat_mul(inner[d + 1], (uint64_t)s->count[d]);
+    for (int d = nd - 1; d >= 0; d--)
+        inner[d] = sat_mul(inner[d + 1], (uint64_t)s->count[d]);
     int k = 0;
-    while (k < nd && inner[k + 1] > limit) k++;
+    while (k < nd && inner[k + 1] > limit)
+        k++;
     uint64_t rows = 1;
     if (nd) {
         rows = limit / inner[k + 1];
@@ -445,7 +454,8 @@ ckpt_status cli_read_blocks(ckpt_reader *r, const ckpt_entry *e, const cli_slice
             if (!sink(ctx, buf, n)) goto sink_failed;
         }
         int d = k - 1; /* odometer over dims < k */
-        while (d >= 0 && ++idx[d] == s->count[d]) idx[d--] = 0;
+        while (d >= 0 && ++idx[d] == s->count[d])
+            idx[d--] = 0;
         if (d < 0) break;
     }
 out:
@@ -511,7 +521,8 @@ static bool narrow_params(ckpt_dtype dt, int *mant, int *emin) {
 
 /* Does the decimal `text` read back as `v` in format `dt`? */
 static bool reads_back(ckpt_dtype dt, double v, const char *text) {
-    if (dt == CKPT_DTYPE_FLOAT32 || dt == CKPT_DTYPE_COMPLEX64) return strtof(text, NULL) == (float)v;
+    if (dt == CKPT_DTYPE_FLOAT32 || dt == CKPT_DTYPE_COMPLEX64)
+        return strtof(text, NULL) == (float)v;
     double p = strtod(text, NULL);
     int mant, emin;
     if (!narrow_params(dt, &mant, &emin)) return p == v; /* float64 */
@@ -527,8 +538,8 @@ size_t cli_format_float(ckpt_dtype dt, double v, bool force_point, bool json, ch
                         size_t size) {
     if (isnan(v)) return (size_t)snprintf(buf, size, "%s", json ? "NaN" : "nan");
     if (isinf(v))
-        return (size_t)snprintf(buf, size, "%s",
-                                v > 0 ? (json ? "Infinity" : "inf") : (json ? "-Infinity" : "-inf"));
+        return (size_t)snprintf(
+            buf, size, "%s", v > 0 ? (json ? "Infinity" : "inf") : (json ? "-Infinity" : "-inf"));
     if (v == 0)
         return (size_t)snprintf(buf, size, "%s%s", signbit(v) ? "-0" : "0",
                                 force_point ? ".0" : "");
@@ -546,7 +557,8 @@ size_t cli_format_float(ckpt_dtype dt, double v, bool force_point, bool json, ch
     for (; *s && *s != 'e'; s++)
         if (*s >= '0' && *s <= '9' && nd < sizeof digits - 1) digits[nd++] = *s;
     int x = *s == 'e' ? atoi(s + 1) : 0;
-    while (nd > 1 && digits[nd - 1] == '0') nd--;
+    while (nd > 1 && digits[nd - 1] == '0')
+        nd--;
     digits[nd] = '\0';
     char out[96];
     size_t o = 0;
@@ -562,11 +574,13 @@ size_t cli_format_float(ckpt_dtype dt, double v, bool force_point, bool json, ch
     } else if (x < 0) {
         out[o++] = '0';
         out[o++] = '.';
-        for (int k = 0; k < -x - 1; k++) out[o++] = '0';
+        for (int k = 0; k < -x - 1; k++)
+            out[o++] = '0';
         memcpy(out + o, digits, nd);
         o += nd;
     } else {
-        for (int k = 0; k <= x; k++) out[o++] = (size_t)k < nd ? digits[k] : '0';
+        for (int k = 0; k <= x; k++)
+            out[o++] = (size_t)k < nd ? digits[k] : '0';
         if (nd > (size_t)x + 1) {
             out[o++] = '.';
             memcpy(out + o, digits + x + 1, nd - (size_t)x - 1);
@@ -653,9 +667,34 @@ const char *cli_shape_str(int ndim, const int64_t *shape, char *buf, size_t size
     return buf;
 }
 
+/* Length of the valid UTF-8 sequence at p (1-4), or 0 if it is not one. */
+static size_t utf8_len(const unsigned char *p) {
+    unsigned char c = p[0];
+    if (c < 0x80) return 1;
+    size_t n;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) {
+        n = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        n = 3;
+        if (c == 0xE0) lo = 0xA0;
+        if (c == 0xED) hi = 0x9F; /* no surrogates */
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        n = 4;
+        if (c == 0xF0) lo = 0x90;
+        if (c == 0xF4) hi = 0x8F;
+    } else {
+        return 0;
+    }
+    if (p[1] < lo || p[1] > hi) return 0;
+    for (size_t i = 2; i < n; i++)
+        if (p[i] < 0x80 || p[i] > 0xBF) return 0;
+    return n;
+}
+
 void cli_json_string(FILE *out, const char *s) {
     fputc('"', out);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
         switch (*p) {
         case '"': fputs("\\\"", out); break;
         case '\\': fputs("\\\\", out); break;
@@ -665,18 +704,28 @@ void cli_json_string(FILE *out, const char *s) {
         case '\b': fputs("\\b", out); break;
         case '\f': fputs("\\f", out); break;
         default:
-            if (*p < 0x20 || *p == 0x7f)
+            if (*p < 0x20 || *p == 0x7f) {
                 fprintf(out, "\\u%04x", *p);
-            else
-                fputc(*p, out);
+            } else {
+                size_t n = utf8_len(p);
+                if (!n) {
+                    fputs("\\ufffd", out); /* keep the output valid JSON */
+                } else {
+                    fwrite(p, 1, n, out);
+                    p += n;
+                    continue;
+                }
+            }
         }
+        p++;
     }
     fputc('"', out);
 }
 
 static void newline_indent(FILE *out, int indent, int level) {
     fputc('\n', out);
-    for (int k = 0; k < indent * level; k++) fputc(' ', out);
+    for (int k = 0; k < indent * level; k++)
+        fputc(' ', out);
 }
 
 void cli_json_pretty(FILE *out, const char *json, int indent) {
@@ -701,7 +750,8 @@ void cli_json_pretty(FILE *out, const char *json, int indent) {
         case '{':
         case '[': {
             const char *q = p + 1;
-            while (*q == ' ' || *q == '\n' || *q == '\t' || *q == '\r') q++;
+            while (*q == ' ' || *q == '\n' || *q == '\t' || *q == '\r')
+                q++;
             if (*q == (c == '{' ? '}' : ']')) {
                 fputc(c, out);
                 fputc(*q, out);

@@ -39,9 +39,9 @@ void cmd_cat_help(FILE *out) {
 enum { OPT_SLICE = 1, OPT_TEXT, OPT_JSON, OPT_VERBOSE, OPT_FORCE, OPT_BLOCK };
 
 static const cli_opt cat_opts[] = {
-    {"slice", 's', true, OPT_SLICE},    {"text", 't', false, OPT_TEXT},
-    {"json", 0, false, OPT_JSON},       {"verbose", 'v', false, OPT_VERBOSE},
-    {"force", 'f', false, OPT_FORCE},   {"block-size", 0, true, OPT_BLOCK},
+    {"slice", 's', true, OPT_SLICE},  {"text", 't', false, OPT_TEXT},
+    {"json", 0, false, OPT_JSON},     {"verbose", 'v', false, OPT_VERBOSE},
+    {"force", 'f', false, OPT_FORCE}, {"block-size", 0, true, OPT_BLOCK},
 };
 
 #define DEFAULT_BLOCK ((uint64_t)64 << 20)
@@ -81,12 +81,12 @@ static int cat_raw(ckpt_reader *r, const ckpt_entry *e, const cli_slice *s, uint
 typedef struct view {
     ckpt_dtype dt;
     size_t item;
-    int nd;                        /* result dims */
-    int src[CKPT_MAX_NDIM];        /* source dim of result dim j */
-    int64_t n[CKPT_MAX_NDIM];      /* result shape */
-    int64_t m[CKPT_MAX_NDIM];      /* kept indices per dim (n, or 2*EDGE_ITEMS) */
+    int nd;                         /* result dims */
+    int src[CKPT_MAX_NDIM];         /* source dim of result dim j */
+    int64_t n[CKPT_MAX_NDIM];       /* result shape */
+    int64_t m[CKPT_MAX_NDIM];       /* kept indices per dim (n, or 2*EDGE_ITEMS) */
     uint64_t stride[CKPT_MAX_NDIM]; /* bytes per index step in `data` */
-    unsigned char *data;           /* the kept values, C order over m[] */
+    unsigned char *data;            /* the kept values, C order over m[] */
     bool json;
     FILE *out;
 } view;
@@ -103,8 +103,10 @@ static void put_sep(const view *v, int j) {
         return;
     }
     fputs(",\n", v->out);
-    for (int k = 0; k < v->nd - j - 2; k++) fputc('\n', v->out);
-    for (int k = 0; k <= j; k++) fputc(' ', v->out);
+    for (int k = 0; k < v->nd - j - 2; k++)
+        fputc('\n', v->out);
+    for (int k = 0; k <= j; k++)
+        fputc(' ', v->out);
 }
 
 static void put_array(const view *v, int j, const unsigned char *p) {
@@ -147,7 +149,8 @@ static ckpt_status load_view(ckpt_reader *r, const ckpt_entry *e, const cli_slic
     for (int j = 0; j < v->nd; j++)
         if (v->n[j] == 0) return CKPT_OK; /* nothing to read */
     bool cut = false;
-    for (int j = 0; j < v->nd; j++) cut |= v->m[j] != v->n[j];
+    for (int j = 0; j < v->nd; j++)
+        cut |= v->m[j] != v->n[j];
     if (!cut) {
         if (v->nd == 0 && s->ndim == 0)
             return ckpt_read_region(r, e, NULL, NULL, v->data, total, err);
@@ -184,14 +187,16 @@ static ckpt_status load_view(ckpt_reader *r, const ckpt_entry *e, const cli_slic
             start[d] = s->start[d] + lo[j];
         }
         size_t bytes = v->item;
-        for (int j = 0; j < v->nd; j++) bytes *= (size_t)count[v->src[j]];
+        for (int j = 0; j < v->nd; j++)
+            bytes *= (size_t)count[v->src[j]];
         st = ckpt_read_region(r, e, start, count, box, bytes, err);
         if (st != CKPT_OK) break;
         /* scatter the box into data */
         int64_t idx[CKPT_MAX_NDIM] = {0};
         for (size_t at = 0; at < bytes; at += v->item) {
             uint64_t dst = 0;
-            for (int j = 0; j < v->nd; j++) dst += (uint64_t)(dst0[j] + idx[j]) * v->stride[j];
+            for (int j = 0; j < v->nd; j++)
+                dst += (uint64_t)(dst0[j] + idx[j]) * v->stride[j];
             memcpy(v->data + dst, box + at, v->item);
             for (int j = v->nd - 1; j >= 0; j--) {
                 if (++idx[j] < count[v->src[j]]) break;
@@ -319,8 +324,9 @@ int cmd_cat(int argc, char **argv) {
     cli_slice s;
     if (ckpt_entry_kind_of(e) != CKPT_ENTRY_TENSOR) {
         if (slice) {
-            status = cli_usage_error("cat", "'%s' is an object, not a tensor: --slice applies "
-                                            "to tensors only",
+            status = cli_usage_error("cat",
+                                     "'%s' is an object, not a tensor: --slice applies "
+                                     "to tensors only",
                                      ckpt_entry_key(e));
             goto out;
         }
@@ -345,9 +351,8 @@ int cmd_cat(int argc, char **argv) {
         status = cat_values(r, e, &s, json);
     } else {
         if (!force && isatty(STDOUT_FILENO)) {
-            status = cli_usage_error("cat",
-                                     "refusing to write binary tensor data to a terminal "
-                                     "(use --text, redirect the output, or -f)");
+            status = cli_usage_error("cat", "refusing to write binary tensor data to a terminal "
+                                            "(use --text, redirect the output, or -f)");
             goto out;
         }
         if (verbose) header(stderr, e, &s);

@@ -44,13 +44,13 @@ static void print_text(const ckpt_reader *r, const ckpt_reader_info *in, bool fi
            in->rank_local_metadata ? "rank-local file" : "file",
            in->num_metadata_files == 1 ? "" : "s");
     size_line("metadata size:", in->metadata_bytes);
-    printf("%-16s planner_data %s, storage_meta %s, megatron %s\n", "features:",
-           in->has_planner_data ? "yes" : "no", in->has_storage_meta ? "yes" : "no",
+    printf("%-16s planner_data %s, storage_meta %s, megatron %s\n",
+           "features:", in->has_planner_data ? "yes" : "no", in->has_storage_meta ? "yes" : "no",
            in->has_mcore_data ? "yes" : "no");
     printf("%-16s %u\n", "ranks:", in->num_ranks);
     printf("%-16s %u\n", "data files:", in->num_files);
-    printf("%-16s %llu (%llu tensors, %llu objects)\n", "entries:",
-           (unsigned long long)in->num_entries, (unsigned long long)in->num_tensors,
+    printf("%-16s %llu (%llu tensors, %llu objects)\n",
+           "entries:", (unsigned long long)in->num_entries, (unsigned long long)in->num_tensors,
            (unsigned long long)in->num_objects);
     printf("%-16s %llu stored, %llu empty\n", "chunks:", (unsigned long long)in->num_chunks,
            (unsigned long long)in->num_empty_chunks);

@@ -32,8 +32,10 @@ void cmd_ls_help(FILE *out) {
 enum { OPT_LONG = 1, OPT_REC, OPT_HUMAN, OPT_CHUNKS, OPT_JSON };
 
 static const cli_opt ls_opts[] = {
-    {"long", 'l', false, OPT_LONG},          {"recursive", 'R', false, OPT_REC},
-    {"human-readable", 'h', false, OPT_HUMAN}, {"chunks", 0, false, OPT_CHUNKS},
+    {"long", 'l', false, OPT_LONG},
+    {"recursive", 'R', false, OPT_REC},
+    {"human-readable", 'h', false, OPT_HUMAN},
+    {"chunks", 0, false, OPT_CHUNKS},
     {"json", 0, false, OPT_JSON},
 };
 
@@ -227,7 +229,8 @@ static int print_rows(const ckpt_reader *r, ls_row *rows, size_t n, const ls_opt
         if (e && o->chunks) cli_print_chunks(stdout, r, e);
     }
 out:
-    for (size_t i = 0; i < n; i++) free(c[i].shape);
+    for (size_t i = 0; i < n; i++)
+        free(c[i].shape);
     free(c);
     return status;
 }
@@ -258,9 +261,11 @@ int cmd_ls(int argc, char **argv) {
 
     /* the prefix, without leading/trailing slashes */
     const char *given = operands[1] ? operands[1] : "";
-    while (*given == '/') given++;
+    while (*given == '/')
+        given++;
     size_t lp = strlen(given);
-    while (lp && given[lp - 1] == '/') lp--;
+    while (lp && given[lp - 1] == '/')
+        lp--;
     char *pre = strndup(given, lp);
     if (!pre) {
         cli_error("out of memory");

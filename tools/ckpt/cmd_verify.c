@@ -62,7 +62,13 @@ static void report(vctx *v, const ckpt_entry *e, const char *message) {
         cli_json_string(stdout, message);
         fputc('}', stdout);
     } else if (e) {
-        printf("FAIL %s: %s\n", ckpt_entry_key(e), message);
+        /* library messages often start with "'KEY': "; do not say it twice */
+        const char *key = ckpt_entry_key(e);
+        size_t kl = strlen(key);
+        if (message[0] == '\'' && strncmp(message + 1, key, kl) == 0 &&
+            strncmp(message + 1 + kl, "': ", 3) == 0)
+            message += kl + 4;
+        printf("FAIL %s: %s\n", key, message);
     } else {
         printf("FAIL: %s\n", message);
     }
@@ -126,8 +132,8 @@ int cmd_verify(int argc, char **argv) {
     cli_parser_init(&p, "verify", argc, argv);
     vctx v = {0};
     const char *dir = NULL, *arg;
-    for (int id; (id = cli_next(&p, verify_opts, sizeof verify_opts / sizeof verify_opts[0],
-                                &arg));) {
+    for (int id;
+         (id = cli_next(&p, verify_opts, sizeof verify_opts / sizeof verify_opts[0], &arg));) {
         switch (id) {
         case CLI_OPT_HELP: cmd_verify_help(stdout); return cli_flush_stdout() ? 0 : CLI_EXIT_FAIL;
         case CLI_OPT_ERROR: return CLI_EXIT_USAGE;
@@ -158,7 +164,8 @@ int cmd_verify(int argc, char **argv) {
         }
         v.nflagged = n;
         ckpt_reader_check_ranges(r, range_cb, &v, NULL);
-        for (size_t i = 0; i < n; i++) check_entry(r, ckpt_reader_entry(r, i), &v);
+        for (size_t i = 0; i < n; i++)
+            check_entry(r, ckpt_reader_entry(r, i), &v);
     }
     if (!v.quiet) {
         if (v.json) {

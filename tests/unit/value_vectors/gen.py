@@ -470,6 +470,11 @@ def vectors():
     for _ in range(300):
         deeper = [deeper]
     yield "deep300", deeper, 4, "limit", "ok"
+    # 200 levels, then the same 200 again below 100 more: only the second use is too deep
+    reused = deep
+    for _ in range(100):
+        reused = [reused]
+    yield "deep_shared", [deep, reused], 4, "limit", "ok"
     cyc = []
     cyc.append(cyc)
     yield "cycle_list", cyc, 2, "limit", "limit"
@@ -524,6 +529,7 @@ def tensor_item():
         raise AssertionError("never called")
 
     _rebuild_tensor_v2.__module__ = "torch._utils"
+    _rebuild_tensor_v2.__qualname__ = "_rebuild_tensor_v2"
     utils._rebuild_tensor_v2 = _rebuild_tensor_v2
     storage_cls = _in(torch, type("FloatStorage", (), {}))
 
@@ -547,10 +553,9 @@ def tensor_item():
                                         "wt": Tensor((3, 2), (1, 3))})
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as z:
-        z.writestr("archive/data.pkl", buf.getvalue())
-        z.writestr("archive/byteorder", "little")
-        z.writestr("archive/data/0", struct.pack("<6f", 1, 2, 3, 4, 5, 6))
-        z.writestr("archive/version", "3\n")
+        for name, data in (("data.pkl", buf.getvalue()), ("byteorder", b"little"),
+                           ("data/0", struct.pack("<6f", 1, 2, 3, 4, 5, 6)), ("version", b"3\n")):
+            z.writestr(zipfile.ZipInfo("archive/" + name, date_time=(2026, 1, 1, 0, 0, 0)), data)
     with open(os.path.join(OUT, "tensor_item.zip"), "wb") as f:
         f.write(out.getvalue())
 
