@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 bool ckpt_safe_file_name(const char *name) {
@@ -28,7 +29,11 @@ static bool name_eq(const void *ctx, uint64_t v) {
 int32_t ckpt_files_intern(ckpt_reader *r, const char *name, const char **problem) {
     *problem = NULL;
     if (!ckpt_safe_file_name(name)) {
-        *problem = "relative_path is not a plain file name (path traversal refused)";
+        char msg[400];
+        snprintf(msg, sizeof msg,
+                 "relative_path '%.300s' is not a plain file name (path traversal refused)", name);
+        *problem = ckpt_arena_strndup(r->arena, msg, strlen(msg));
+        if (!*problem) *problem = "relative_path is not a plain file name (path traversal refused)";
         return -1;
     }
     uint64_t h = ckpt_hash_bytes(name, strlen(name), 7), v;
@@ -85,6 +90,13 @@ ckpt_status ckpt_loc_source(ckpt_reader *r, const ckpt_loc *loc, const char *wha
                          loc->problem ? loc->problem : "no storage location");
     int fd = ckpt_files_fd(r, (uint32_t)loc->file_id, err);
     if (fd < 0) return ckpt_error_suffix(err, " (needed by %s)", what);
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+        (loc->offset > (uint64_t)st.st_size || loc->length > (uint64_t)st.st_size - loc->offset))
+        return ckpt_fail(err, CKPT_E_RANGE, "%s: bytes [%llu, %llu) of %s lie past its end (%lld bytes)",
+                         what, (unsigned long long)loc->offset,
+                         (unsigned long long)(loc->offset + loc->length), r->files[loc->file_id].name,
+                         (long long)st.st_size);
     src->fd = fd;
     src->base = loc->offset;
     src->len = loc->length;

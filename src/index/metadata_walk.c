@@ -8,15 +8,25 @@
 #include "util/error.h"
 
 #include <stdarg.h>
+#include <time.h> /*TMPTIME*/
+static double tnow(void){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec+t.tv_nsec*1e-9;} /*TMPTIME*/
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define FILE_CACHE_SLOTS 64
 
 typedef struct walk {
     ckpt_reader *r;
     const char *file;
     ckpt_htab chunk_index; /* (entry, offsets) -> entry<<32 | chunk, built on first miss */
     bool chunk_index_built;
+    /* relative_path string node -> file id: the decoder shares equal strings, so the few
+     * file names of a checkpoint are mostly the same few nodes (a miss just interns again) */
+    struct {
+        const char *rel;
+        int32_t id;
+    } file_cache[FILE_CACHE_SLOTS];
 } walk;
 
 static char *astr(ckpt_reader *r, const char *s) {
@@ -339,9 +349,15 @@ static ckpt_status fill_loc(walk *w, ckpt_loc *loc, const pk_value *info, ckpt_e
         }
         loc->transforms = t;
     }
-    const char *problem = NULL;
-    loc->file_id = ckpt_files_intern(r, rel, &problem);
-    if (loc->file_id < 0) loc->problem = problem ? problem : "out of memory";
+    size_t slot = (size_t)(((uintptr_t)rel * 0x9E3779B97F4A7C15ull) >> 58) % FILE_CACHE_SLOTS;
+    if (w->file_cache[slot].rel == rel) {
+        loc->file_id = w->file_cache[slot].id;
+    } else {
+        const char *problem = NULL;
+        loc->file_id = ckpt_files_intern(r, rel, &problem);
+        if (loc->file_id < 0) loc->problem = problem ? problem : "out of memory";
+        else w->file_cache[slot].rel = rel, w->file_cache[slot].id = loc->file_id;
+    }
     r->info.stored_bytes += loc->length;
     return CKPT_OK;
 }
@@ -351,11 +367,15 @@ static ckpt_status walk_storage_data(walk *w, const pk_value *sd, ckpt_error *er
     if (!sd || sd->type == PK_NONE) return CKPT_OK;
     if (sd->type != PK_DICT)
         return ckpt_fail(err, CKPT_E_FORMAT, "%s: storage_data is not a dict", w->file);
+    const char *last_fqn = NULL; /* a tensor's chunks come in a row, naming it alike */
+    ckpt_entry *last_e = NULL;
     for (size_t i = 0; i < sd->u.dict.len; i++) {
         const pk_value *mi = sd->u.dict.keys[i];
         const pk_value *info = sd->u.dict.vals[i];
         const char *fqn = pk_as_str(pk_get(mi, "fqn"));
-        ckpt_entry *e = fqn ? find_key(r, fqn) : NULL;
+        ckpt_entry *e = !fqn ? NULL : fqn == last_fqn ? last_e : find_key(r, fqn);
+        last_fqn = fqn;
+        last_e = e;
         if (!e) {
             r->unmatched_storage++;
             continue;
@@ -413,7 +433,7 @@ static void note_root(ckpt_reader *r, const pk_value *root, const pk_value *sdm)
     if (!in->format_hint) {
         const char *hint;
         const char *pmod = NULL;
-        for (size_t i = 0; sdm && i < sdm->u.dict.len && !pmod; i++)
+        for (size_t i = 0; sdm && sdm->type == PK_DICT && i < sdm->u.dict.len && !pmod; i++)
             pmod = pk_class_module(pk_get(sdm->u.dict.vals[i], "properties"));
         if (in->has_mcore_data) hint = "megatron-core torch_dist";
         else if (mod && strstr(mod, "_shard.checkpoint")) hint = "torch 1.13 (torch.distributed._shard.checkpoint)";
@@ -435,7 +455,9 @@ ckpt_status ckpt_index_add_metadata(ckpt_reader *r, const char *file, const uint
         .max_memo = (uint64_t)len + 16,
     };
     pk_doc *doc = NULL;
+    double T0 = tnow(); /*TMPTIME*/
     ckpt_status st = pk_decode(buf, len, &lim, &doc, err);
+    double T1 = tnow(); /*TMPTIME*/
     if (st != CKPT_OK) {
         ckpt_error_prefix(err, "%s: ", file);
         return st;
@@ -452,11 +474,17 @@ ckpt_status ckpt_index_add_metadata(ckpt_reader *r, const char *file, const uint
     }
     note_root(r, root, sdm);
     CKPT_TRY_GOTO(st, walk_state_dict_metadata(&w, sdm, err), done);
+    double T2 = tnow(); /*TMPTIME*/
     CKPT_TRY_GOTO(st, walk_planner_data(&w, pk_get(root, "planner_data"), err), done);
+    double T3 = tnow(); /*TMPTIME*/
     CKPT_TRY_GOTO(st, walk_storage_data(&w, pk_get(root, "storage_data"), err), done);
+    double T4 = tnow(); /*TMPTIME*/
+    fprintf(stderr, "TIME decode %.3f sdm %.3f planner %.3f storage %.3f", T1-T0, T2-T1, T3-T2, T4-T3); /*TMPTIME*/
 done:
     if (w.chunk_index_built) ckpt_htab_release(&w.chunk_index);
+    double T5 = tnow(); /*TMPTIME*/
     pk_doc_free(doc);
+    fprintf(stderr, " free %.3f\n", tnow()-T5); /*TMPTIME*/
     return st;
 }
 

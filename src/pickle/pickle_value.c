@@ -190,19 +190,48 @@ bool pkb_seq_extend(pk_builder *b, pk_value *seq, pk_value *const *items, size_t
     return true;
 }
 
+/* An array built earlier holding exactly the keys kv[0], kv[2], ... (npairs of them), or NULL;
+ * *slot tells where to remember the array about to be built for them instead. */
+static pk_value **shared_keys(pk_builder *b, pk_value *const *kv, size_t npairs, size_t *slot) {
+    uint64_t h = npairs;
+    for (size_t i = 0; i < npairs; i++)
+        h = (h ^ (uintptr_t)kv[2 * i]) * 0x100000001b3ull;
+    h ^= h >> 29;
+    *slot = (size_t)((h * 0x9E3779B97F4A7C15ull) >> (64 - PKB_KEYS_CACHE_BITS));
+    pk_value **keys = b->keys_cache[*slot].keys;
+    if (!keys || b->keys_cache[*slot].hash != h || b->keys_cache[*slot].len != npairs) {
+        b->keys_cache[*slot].hash = h;
+        b->keys_cache[*slot].len = npairs;
+        b->keys_cache[*slot].keys = NULL;
+        return NULL;
+    }
+    for (size_t i = 0; i < npairs; i++)
+        if (keys[i] != kv[2 * i]) return NULL;
+    return keys;
+}
+
 bool pkb_dict_extend(pk_builder *b, pk_value *dict, pk_value *const *kv, size_t npairs) {
     if (!npairs) return true;
     if (!pkb_nest(b, dict, max_depth_of(kv, 2 * npairs))) return false;
     size_t len = dict->u.dict.len, cap = dict->u.dict.cap;
+    bool shared = false;
     if (len + npairs > cap) {
-        size_t kcap = cap;
-        if (!reserve(b, &dict->u.dict.keys, len, &kcap, npairs)) return false;
-        size_t vcap = cap;
+        size_t slot = 0, kcap = cap, vcap = cap;
+        pk_value **keys = cap ? NULL : shared_keys(b, kv, npairs, &slot);
+        if (keys) { /* the first batch has the keys of an earlier dict */
+            dict->u.dict.keys = keys;
+            kcap = npairs;
+            shared = true;
+        } else if (!reserve(b, &dict->u.dict.keys, len, &kcap, npairs)) {
+            return false;
+        } else if (!cap) {
+            b->keys_cache[slot].keys = dict->u.dict.keys; /* filled below */
+        }
         if (!reserve(b, &dict->u.dict.vals, len, &vcap, npairs)) return false;
         dict->u.dict.cap = kcap; /* both grow by the same rule */
     }
     for (size_t i = 0; i < npairs; i++) {
-        dict->u.dict.keys[len + i] = kv[2 * i];
+        if (!shared) dict->u.dict.keys[len + i] = kv[2 * i];
         dict->u.dict.vals[len + i] = kv[2 * i + 1];
     }
     dict->u.dict.len = len + npairs;
@@ -298,10 +327,12 @@ const char *pk_class_module(const pk_value *v) {
 
 static const pk_value *dict_get(const pk_value *d, const char *key) {
     size_t klen = strlen(key);
-    /* From the end: a repeated key's last value wins, as in Python. */
+    /* From the end: a repeated key's last value wins, as in Python.  (Keys are usually short
+     * and differ early: the first byte is checked before the call to memcmp.) */
     for (size_t i = d->u.dict.len; i-- > 0;) {
         const pk_value *k = d->u.dict.keys[i];
-        if (k->type == PK_STR && k->u.str.len == klen && memcmp(k->u.str.ptr, key, klen) == 0)
+        if (k->type == PK_STR && k->u.str.len == klen && k->u.str.ptr[0] == key[0] &&
+            memcmp(k->u.str.ptr, key, klen) == 0)
             return d->u.dict.vals[i];
     }
     return NULL;

@@ -19,6 +19,7 @@
 #include "pickle/pickle_i.h"
 #include "pickle/pickle_ops_i.h"
 #include "util/error.h"
+#include "util/htab.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -33,8 +34,24 @@
 /* Ints in [SMALL_MIN, SMALL_MAX) are shared within a document. */
 #define SMALL_MIN (-16)
 #define SMALL_MAX 1024
+/* Values that never change once built (ints, strings, tuples) are also shared through
+ * direct-mapped caches of 2^INTERN_BITS slots per kind, keyed by content: an equal value
+ * built recently is reused (the offsets of a tensor's chunks repeated in its storage index,
+ * the same key or file name in every chunk's record...).  A tuple is reused only when it holds
+ * the very same item nodes; strings longer than INTERN_STR_MAX and tuples longer than
+ * INTERN_TUPLE_MAX are not looked up. */
+#define INTERN_BITS 12
+#define INTERN_STR_MAX 256u
+#define INTERN_TUPLE_MAX 8u
 /* Memo indices up to 2 * (stores so far) + MEMO_SLACK go to the dense array. */
 #define MEMO_SLACK 1024u
+
+/* A cache slot: the int itself, or a hash of the content; v is NULL when empty.  Keeping the
+ * key here spares loading v (usually a cache miss) on the frequent mismatches. */
+typedef struct intern_slot {
+    uint64_t key;
+    pk_value *v;
+} intern_slot;
 
 typedef struct pk_vm {
     const uint8_t *buf;
@@ -51,8 +68,9 @@ typedef struct pk_vm {
     size_t *marks;
     size_t nmarks, mcap;
 
-    pk_value **memo; /* dense part: memo[i] for i < memo_cap, NULL when unset */
+    pk_value **memo; /* dense part: memo[i] for i < memo_len, NULL when unset */
     size_t memo_cap;
+    size_t memo_len; /* memo[memo_len, memo_cap) is uninitialised: all unset */
     uint64_t *hkeys; /* sparse part: open addressing, key + 1 (0 = empty) */
     pk_value **hvals;
     size_t hcap, hcount;
@@ -63,6 +81,9 @@ typedef struct pk_vm {
 
     pk_value *none, *yes, *no, *empty_tuple;
     pk_value *small[SMALL_MAX - SMALL_MIN];
+    intern_slot ints[1u << INTERN_BITS];
+    intern_slot strs[1u << INTERN_BITS];
+    intern_slot tuples[1u << INTERN_BITS];
     pk_value *result;
 } pk_vm;
 
@@ -129,7 +150,7 @@ static ckpt_status take_line(pk_vm *vm, const uint8_t **s, size_t *n) {
 /* ---------------------------------------------------------------- working memory */
 
 static ckpt_status grow_aux(pk_vm *vm, const char *what, void **arr, size_t *cap, size_t need,
-                            size_t elem, size_t min_cap, uint64_t max_cap, bool zero) {
+                            size_t elem, size_t min_cap, uint64_t max_cap) {
     if (need > max_cap)
         return fail(vm, CKPT_E_LIMIT, "%s too large (limit %llu)", what,
                     (unsigned long long)max_cap);
@@ -144,7 +165,6 @@ static ckpt_status grow_aux(pk_vm *vm, const char *what, void **arr, size_t *cap
                     (unsigned long long)vm->b.max_bytes);
     void *p = realloc(*arr, (size_t)new_bytes);
     if (!p) return fail(vm, CKPT_E_NOMEM, "out of memory");
-    if (zero) memset((char *)p + old_bytes, 0, (size_t)(new_bytes - old_bytes));
     vm->aux_bytes = vm->aux_bytes - old_bytes + new_bytes;
     *arr = p;
     *cap = ncap;
@@ -155,7 +175,7 @@ static inline ckpt_status push(pk_vm *vm, pk_value *v) {
     if (vm->sp == vm->scap) {
         void *arr = vm->stack;
         ckpt_status st = grow_aux(vm, "stack", &arr, &vm->scap, vm->sp + 1, sizeof *vm->stack, 256,
-                                  vm->b.max_items, false);
+                                  vm->b.max_items);
         if (st) return st;
         vm->stack = arr;
     }
@@ -179,7 +199,7 @@ static ckpt_status push_mark(pk_vm *vm) {
     if (vm->nmarks == vm->mcap) {
         void *arr = vm->marks;
         ckpt_status st = grow_aux(vm, "mark stack", &arr, &vm->mcap, vm->nmarks + 1,
-                                  sizeof *vm->marks, 16, vm->b.max_depth, false);
+                                  sizeof *vm->marks, 16, vm->b.max_depth);
         if (st) return st;
         vm->marks = arr;
     }
@@ -203,7 +223,7 @@ static size_t hslot(uint64_t key, size_t cap) {
 }
 
 static pk_value *memo_get(const pk_vm *vm, uint64_t idx) {
-    if (idx < vm->memo_cap) return vm->memo[idx];
+    if (idx < vm->memo_cap) return idx < vm->memo_len ? vm->memo[idx] : NULL;
     if (!vm->hcount) return NULL;
     for (size_t i = hslot(idx + 1, vm->hcap);; i = (i + 1) & (vm->hcap - 1)) {
         if (vm->hkeys[i] == idx + 1) return vm->hvals[i];
@@ -219,6 +239,19 @@ static void hash_insert(uint64_t *keys, pk_value **vals, size_t cap, uint64_t ke
     *added = !keys[i];
     keys[i] = key;
     vals[i] = v;
+}
+
+/* The dense memo slot idx (< memo_cap), initialising the slots before it that were never
+ * written.  (Pickles store indices in order, so there is rarely anything to clear: the array
+ * grows without being zero-filled.) */
+static pk_value **memo_slot(pk_vm *vm, size_t idx) {
+    if (idx >= vm->memo_len) {
+        if (idx > vm->memo_len)
+            memset(vm->memo + vm->memo_len, 0, (idx - vm->memo_len) * sizeof *vm->memo);
+        vm->memo[idx] = NULL;
+        vm->memo_len = idx + 1;
+    }
+    return &vm->memo[idx];
 }
 
 /* Rebuilds the hash with at least `cap` slots, moving indices below memo_cap to the array. */
@@ -240,7 +273,7 @@ static ckpt_status hash_rebuild(pk_vm *vm, size_t cap) {
         uint64_t k = vm->hkeys[i];
         if (!k) continue;
         if (k - 1 < vm->memo_cap) {
-            vm->memo[k - 1] = vm->hvals[i];
+            *memo_slot(vm, (size_t)(k - 1)) = vm->hvals[i];
             continue;
         }
         bool added;
@@ -264,14 +297,15 @@ static ckpt_status memo_put(pk_vm *vm, uint64_t idx, pk_value *v) {
     if (idx >= vm->memo_cap && idx <= 2 * vm->memo_count + MEMO_SLACK) {
         void *arr = vm->memo;
         ckpt_status st = grow_aux(vm, "memo", &arr, &vm->memo_cap, (size_t)idx + 1,
-                                  sizeof *vm->memo, 256, vm->max_memo, true);
+                                  sizeof *vm->memo, 256, vm->max_memo);
         if (st) return st;
         vm->memo = arr;
         if (vm->hcount) CKPT_TRY(hash_rebuild(vm, vm->hcap));
     }
     if (idx < vm->memo_cap) {
-        if (!vm->memo[idx]) vm->memo_count++;
-        vm->memo[idx] = v;
+        pk_value **slot = memo_slot(vm, (size_t)idx);
+        if (!*slot) vm->memo_count++;
+        *slot = v;
         return CKPT_OK;
     }
     if ((vm->hcount + 1) * 2 > vm->hcap) CKPT_TRY(hash_rebuild(vm, vm->hcap ? vm->hcap * 2 : 64));
@@ -305,13 +339,32 @@ static pk_value *mk_singleton(pk_vm *vm, pk_value **slot, pk_type t, bool b) {
     return *slot;
 }
 
+static intern_slot *intern_lookup(intern_slot *cache, uint64_t key) {
+    return &cache[(key * 0x9E3779B97F4A7C15ull) >> (64 - INTERN_BITS)];
+}
+
 static pk_value *mk_int(pk_vm *vm, int64_t x) {
-    pk_value **slot = x >= SMALL_MIN && x < SMALL_MAX ? &vm->small[x - SMALL_MIN] : NULL;
-    if (slot && *slot) return *slot;
+    pk_value **small = x >= SMALL_MIN && x < SMALL_MAX ? &vm->small[x - SMALL_MIN] : NULL;
+    if (small && *small) return *small;
+    intern_slot *slot = small ? NULL : intern_lookup(vm->ints, (uint64_t)x);
+    if (slot && slot->v && slot->key == (uint64_t)x) return slot->v;
     pk_value *v = pkb_scalar(&vm->b, PK_INT);
     if (!v) return NULL;
     v->u.i = x;
-    if (slot) *slot = v;
+    if (small) *small = v;
+    else *slot = (intern_slot){(uint64_t)x, v};
+    return v;
+}
+
+/* A PK_STR of p[0, n), which the caller checked to be UTF-8. */
+static pk_value *mk_str(pk_vm *vm, const uint8_t *p, size_t n) {
+    if (n > INTERN_STR_MAX) return pkb_string(&vm->b, PK_STR, p, n);
+    uint64_t h = ckpt_hash_bytes(p, n, 0);
+    intern_slot *slot = intern_lookup(vm->strs, h);
+    pk_value *v = slot->v;
+    if (v && slot->key == h && v->u.str.len == n && memcmp(v->u.str.ptr, p, n) == 0) return v;
+    v = pkb_string(&vm->b, PK_STR, p, n);
+    if (v) *slot = (intern_slot){h, v};
     return v;
 }
 
@@ -351,12 +404,12 @@ static ckpt_status push_decimal(pk_vm *vm, const uint8_t *s, size_t n) {
 
 static ckpt_status push_utf8(pk_vm *vm, const uint8_t *p, size_t n) {
     if (!pk_utf8_valid(p, n)) return fail(vm, CKPT_E_FORMAT, "string is not valid UTF-8");
-    return push_new(vm, pkb_string(&vm->b, PK_STR, p, n));
+    return push_new(vm, mk_str(vm, p, n));
 }
 
 /* A Python-2 str: UTF-8 when it is, else Latin-1. */
 static ckpt_status push_py2str(pk_vm *vm, const uint8_t *p, size_t n) {
-    if (pk_utf8_valid(p, n)) return push_new(vm, pkb_string(&vm->b, PK_STR, p, n));
+    if (pk_utf8_valid(p, n)) return push_new(vm, mk_str(vm, p, n));
     if (n > (SIZE_MAX - 1) / 2) return fail(vm, CKPT_E_LIMIT, "string too long");
     char *buf;
     pk_value *v = pkb_string_alloc(&vm->b, PK_STR, 2 * n, &buf);
@@ -385,9 +438,28 @@ static ckpt_status push_counted(pk_vm *vm, int width, bool is_signed, str_kind k
 /* ---------------------------------------------------------------- containers */
 
 static pk_value *mk_tuple(pk_vm *vm, pk_value *const *items, size_t n) {
-    if (n) return pkb_seq(&vm->b, PK_TUPLE, items, n);
-    if (!vm->empty_tuple) vm->empty_tuple = pkb_container(&vm->b, PK_TUPLE);
-    return vm->empty_tuple;
+    if (!n) {
+        if (!vm->empty_tuple) vm->empty_tuple = pkb_container(&vm->b, PK_TUPLE);
+        return vm->empty_tuple;
+    }
+    if (n > INTERN_TUPLE_MAX) return pkb_seq(&vm->b, PK_TUPLE, items, n);
+    uint64_t h = n;
+    uint32_t depth = 0;
+    for (size_t i = 0; i < n; i++) {
+        h = (h ^ (uintptr_t)items[i]) * 0x100000001b3ull;
+        if (pkb_depth(items[i]) > depth) depth = pkb_depth(items[i]);
+    }
+    intern_slot *slot = intern_lookup(vm->tuples, h);
+    pk_value *t = slot->v;
+    if (t && slot->key == h && t->u.seq.len == n) {
+        size_t i = 0;
+        while (i < n && t->u.seq.items[i] == items[i])
+            i++;
+        if (i == n) return pkb_nest(&vm->b, t, depth) ? t : NULL; /* items may have deepened */
+    }
+    t = pkb_seq(&vm->b, PK_TUPLE, items, n);
+    if (t) *slot = (intern_slot){h, t};
+    return t;
 }
 
 /* Replaces the top k items with a tuple of them. */
@@ -868,7 +940,7 @@ static ckpt_status run(pk_vm *vm) {
     /* The stack always exists, so `stack + sp` is never arithmetic on NULL. */
     void *arr = NULL;
     CKPT_TRY(
-        grow_aux(vm, "stack", &arr, &vm->scap, 1, sizeof *vm->stack, 16, vm->b.max_items, false));
+        grow_aux(vm, "stack", &arr, &vm->scap, 1, sizeof *vm->stack, 16, vm->b.max_items));
     vm->stack = arr;
     for (;;) {
         if (vm->pos >= vm->len) {

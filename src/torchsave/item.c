@@ -85,7 +85,7 @@ ckpt_status ts_item_open(const ckpt_source *src, const ts_open_options *opts, ts
         ckpt_error_prefix(err, "data.pkl: ");
         goto fail_ctx;
     }
-    CKPT_TRY_GOTO(st, read_byteorder(it, err), fail);
+    CKPT_TRY_GOTO(st, read_byteorder(it, err), fail_ctx);
     *out = it;
     return CKPT_OK;
 fail_ctx:

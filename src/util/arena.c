@@ -17,7 +17,11 @@ typedef struct arena_block {
     size_t used; /* bytes used after the header */
 } arena_block;
 
-#define HEADER_SIZE ((sizeof(arena_block) + 15u) & ~(size_t)15u)
+/* Allocations are 8-byte aligned: enough for every type kept in arenas (pointers, 64-bit
+ * integers, doubles), and small values (a 40-byte dict node, a one-item array) waste less
+ * than with 16. */
+#define ARENA_ALIGN 8u
+#define HEADER_SIZE ((sizeof(arena_block) + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1))
 
 struct ckpt_arena {
     arena_block *head;
@@ -59,7 +63,7 @@ static arena_block *map_block(size_t size) {
 }
 
 void *ckpt_arena_alloc(ckpt_arena *a, size_t size) {
-    size_t rounded = (size + 15u) & ~(size_t)15u;
+    size_t rounded = (size + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
     if (rounded < size || rounded > SIZE_MAX / 2) return NULL;
     if (a->budget && (rounded > a->budget || a->used > a->budget - rounded)) {
         a->over_budget = 1;

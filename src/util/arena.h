@@ -12,7 +12,7 @@ typedef struct ckpt_arena ckpt_arena;
 /* budget: the most bytes the arena may hand out in total (0 = unlimited). */
 ckpt_arena *ckpt_arena_new(uint64_t budget);
 void ckpt_arena_free(ckpt_arena *a);
-/* 16-byte aligned, zero-filled memory; NULL when out of memory or over budget
+/* 8-byte aligned, zero-filled memory; NULL when out of memory or over budget
  * (ckpt_arena_over_budget tells which). */
 void *ckpt_arena_alloc(ckpt_arena *a, size_t size);
 /* Copies `len` bytes and appends a NUL. */

@@ -25,11 +25,14 @@ ckpt_status ckpt_source_read(const ckpt_source *src, uint64_t off, void *buf, ui
         ssize_t n = pread(src->fd, p + done, (size_t)(len - done), (off_t)(src->base + off + done));
         if (n < 0) {
             if (errno == EINTR) continue;
+            if (errno == EINVAL && src->base + off + done > (uint64_t)INT64_MAX)
+                return ckpt_fail(err, CKPT_E_RANGE, "%s: offset %llu is beyond any file", name,
+                                 (unsigned long long)(src->base + off + done));
             return ckpt_fail(err, CKPT_E_IO, "%s: read at offset %llu failed: %s", name,
                              (unsigned long long)(src->base + off + done), strerror(errno));
         }
-        if (n == 0)
-            return ckpt_fail(err, CKPT_E_IO, "%s: unexpected end of file at offset %llu", name,
+        if (n == 0) /* the range passes the end of the file (truncated, or a bad range) */
+            return ckpt_fail(err, CKPT_E_RANGE, "%s: unexpected end of file at offset %llu", name,
                              (unsigned long long)(src->base + off + done));
         done += (uint64_t)n;
     }

@@ -49,6 +49,12 @@ def fixture_names() -> list[str]:
 
 NAMES = fixture_names()
 
+# Bad-input checkpoints from tests/fixtures/make_corrupt.py: "base" is intact, every other case
+# is damaged in one way; its reference.tsv lists the entries the damage leaves intact.
+CORRUPT = Path(__file__).resolve().parents[1] / "fixtures" / "corrupt"
+CORRUPT_CASES = sorted(p.name for p in CORRUPT.iterdir()
+                       if (p / "ckpt").is_dir()) if CORRUPT.is_dir() else []
+
 SANITIZER_MARKERS = ("AddressSanitizer", "LeakSanitizer", "UndefinedBehaviorSanitizer",
                      "runtime error:", "MemorySanitizer", "ThreadSanitizer")
 
@@ -149,12 +155,13 @@ class Entry:
 
 
 class Ref:
-    def __init__(self, name: str):
-        d = FIXTURES / name
+    def __init__(self, name: str, root: Path = FIXTURES):
+        d = root / name
         self.name = name
         self.dir = d / "ckpt"
         self.bin = (d / "reference.bin").read_bytes()
-        self.meta = json.loads((d / "reference.json").read_text(encoding="utf-8"))
+        rj = d / "reference.json"
+        self.meta = json.loads(rj.read_text(encoding="utf-8")) if rj.is_file() else {}
         details = {e["key"]: e for e in self.meta.get("entries", [])}
         self.entries = []
         for line in (d / "reference.tsv").read_text(encoding="utf-8").split("\n"):
@@ -1041,3 +1048,33 @@ def test_synthetic_summarised_text(synthetic):
     # 1000 elements or fewer are printed whole
     text = out_text(run("cat", "--text", "--slice", "0:1000", d, "edge"))
     assert "..." not in text and len(text_tokens(text)) == 1000
+
+
+# ------------------------------------------------------------------------------------------
+# the bad-input checkpoints of tests/fixtures/corrupt
+# ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("case", CORRUPT_CASES)
+def test_corrupt_case(case):
+    r = Ref(case, CORRUPT)
+    p = run("verify", r.dir, ok=(0,) if case == "base" else (1,))
+    out = out_text(p)
+    if case != "base":
+        assert re.search(r"^FAIL[ :]", out, re.M), out
+    js = json.loads(out_text(run("verify", "--json", "--data", r.dir, ok=(0, 1))))
+    assert js["ok"] is (case == "base")
+    # the entries the damage leaves intact still read back exactly
+    for e in r.entries:
+        if e.kind == "tensor":
+            assert run("cat", r.dir, e.key).stdout == r.data(e), e.key
+        else:
+            assert out_text(run("cat", r.dir, e.key)) == e.repr + "\n", e.key
+    # nothing crashes, whatever the damage
+    for cmd in (["info", "--json"], ["dump-metadata"], ["ls", "-lR", "--chunks"]):
+        run(*cmd, r.dir, ok=(0, 1))
+    p = run("ls", "--json", "--chunks", r.dir, ok=(0, 1))
+    if p.returncode == 0:
+        for g in json.loads(out_text(p)):
+            run("cat", r.dir, g["key"], ok=(0, 1))
+            run("cat", "--text", "--slice", "...", r.dir, g["key"], ok=(0, 1, 2))
+            run("cat", "--json", r.dir, g["key"], ok=(0, 1))

@@ -276,12 +276,13 @@ Test(zip, bad_arguments) {
     free(p);
 }
 
-Test(zip, short_file_is_io_error) {
+/* A window that runs past the end of its file is a bad range, not an I/O failure. */
+Test(zip, short_file_is_range_error) {
     int fd = zv_open("tensor_f32.pt");
     ckpt_source s = {.fd = fd, .len = 5000, .name = "tensor_f32.pt"}; /* file has 1577 */
     zip_archive *z;
     ckpt_error err = {0};
-    cr_assert_eq(zip_open(&s, &z, &err), CKPT_E_IO);
+    cr_assert_eq(zip_open(&s, &z, &err), CKPT_E_RANGE);
     cr_assert(strstr(err.message, "tensor_f32.pt"), "%s", err.message);
     close(fd);
 }
