@@ -8,13 +8,11 @@
 #include "util/error.h"
 
 #include <stdarg.h>
-#include <time.h> /*TMPTIME*/
-static double tnow(void){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec+t.tv_nsec*1e-9;} /*TMPTIME*/
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define FILE_CACHE_SLOTS 64
+#define FILE_CACHE_BITS 6
 
 typedef struct walk {
     ckpt_reader *r;
@@ -26,7 +24,13 @@ typedef struct walk {
     struct {
         const char *rel;
         int32_t id;
-    } file_cache[FILE_CACHE_SLOTS];
+    } file_cache[1u << FILE_CACHE_BITS];
+    /* the fields read from every chunk, storage index and storage info */
+    struct {
+        pk_key_cache offsets, sizes;                               /* ChunkStorageMetadata */
+        pk_key_cache fqn, offset, index;                           /* MetadataIndex */
+        pk_key_cache relative_path, item_offset, length, transform; /* _StorageInfo */
+    } keys;
 } walk;
 
 static char *astr(ckpt_reader *r, const char *s) {
@@ -45,6 +49,13 @@ static ckpt_entry *find_key(ckpt_reader *r, const char *key) {
     if (ckpt_htab_find(&r->by_key, ckpt_hash_bytes(key, strlen(key), 0), key_eq, ctx, &v))
         return &r->entries[v];
     return NULL;
+}
+
+/* find_key trying entry `guess` first: the parts of a metadata file list the keys in much the
+ * same order, so the entry after the last one found is a good guess. */
+static ckpt_entry *find_key_near(ckpt_reader *r, const char *key, size_t guess) {
+    if (guess < r->nentries && strcmp(r->entries[guess].key, key) == 0) return &r->entries[guess];
+    return find_key(r, key);
 }
 
 static ckpt_status nomem(ckpt_error *err) {
@@ -154,8 +165,9 @@ static ckpt_status walk_tensor(walk *w, ckpt_entry *e, bool merging, const pk_va
         const pk_value *c = pk_item(chunks, i);
         int64_t *off = pool + i * 2 * ndim, *sz = off + ndim;
         size_t n1 = 0, n2 = 0;
-        if (!pk_as_int_seq(pk_get(c, "offsets"), off, ndim ? ndim : 1, &n1) ||
-            !pk_as_int_seq(pk_get(c, "sizes"), sz, ndim ? ndim : 1, &n2) || n1 != ndim || n2 != ndim) {
+        if (!pk_as_int_seq(pk_get_cached(c, "offsets", &w->keys.offsets), off, ndim ? ndim : 1, &n1) ||
+            !pk_as_int_seq(pk_get_cached(c, "sizes", &w->keys.sizes), sz, ndim ? ndim : 1, &n2) ||
+            n1 != ndim || n2 != ndim) {
             e->problem = problemf(r, "chunk %zu: offsets/sizes missing or not of rank %zu", i, ndim);
             continue;
         }
@@ -283,10 +295,13 @@ static ckpt_status walk_planner_data(walk *w, const pk_value *pd, ckpt_error *er
     ckpt_reader *r = w->r;
     if (!pd || pd->type != PK_DICT) return CKPT_OK;
     if (pd->u.dict.len) r->info.has_planner_data = true;
+    size_t guess = 0;
     for (size_t i = 0; i < pd->u.dict.len; i++) {
         const char *key = pk_as_str(pd->u.dict.keys[i]);
-        ckpt_entry *e = key ? find_key(r, key) : NULL;
-        if (e && !e->path) CKPT_TRY(set_path(r, e, pd->u.dict.vals[i], err));
+        ckpt_entry *e = key ? find_key_near(r, key, guess) : NULL;
+        if (!e) continue;
+        guess = e->index + 1;
+        if (!e->path) CKPT_TRY(set_path(r, e, pd->u.dict.vals[i], err));
     }
     return CKPT_OK;
 }
@@ -318,10 +333,10 @@ static ckpt_status build_chunk_index(walk *w, ckpt_error *err) {
 
 static ckpt_status fill_loc(walk *w, ckpt_loc *loc, const pk_value *info, ckpt_error *err) {
     ckpt_reader *r = w->r;
-    const char *rel = pk_as_str(pk_get(info, "relative_path"));
+    const char *rel = pk_as_str(pk_get_cached(info, "relative_path", &w->keys.relative_path));
     int64_t off = -1, len = -1;
-    pk_as_int(pk_get(info, "offset"), &off);
-    pk_as_int(pk_get(info, "length"), &len);
+    pk_as_int(pk_get_cached(info, "offset", &w->keys.item_offset), &off);
+    pk_as_int(pk_get_cached(info, "length", &w->keys.length), &len);
     memset(loc, 0, sizeof *loc);
     loc->file_id = -1;
     if (!rel || off < 0 || len < 0) {
@@ -330,7 +345,7 @@ static ckpt_status fill_loc(walk *w, ckpt_loc *loc, const pk_value *info, ckpt_e
     }
     loc->offset = (uint64_t)off;
     loc->length = (uint64_t)len;
-    const pk_value *td = pk_get(info, "transform_descriptors");
+    const pk_value *td = pk_get_cached(info, "transform_descriptors", &w->keys.transform);
     if (td && pk_len(td)) {
         size_t total = 0, n = pk_len(td);
         for (size_t i = 0; i < n; i++) {
@@ -349,7 +364,7 @@ static ckpt_status fill_loc(walk *w, ckpt_loc *loc, const pk_value *info, ckpt_e
         }
         loc->transforms = t;
     }
-    size_t slot = (size_t)(((uintptr_t)rel * 0x9E3779B97F4A7C15ull) >> 58) % FILE_CACHE_SLOTS;
+    size_t slot = (size_t)(((uintptr_t)rel * 0x9E3779B97F4A7C15ull) >> (64 - FILE_CACHE_BITS));
     if (w->file_cache[slot].rel == rel) {
         loc->file_id = w->file_cache[slot].id;
     } else {
@@ -367,22 +382,29 @@ static ckpt_status walk_storage_data(walk *w, const pk_value *sd, ckpt_error *er
     if (!sd || sd->type == PK_NONE) return CKPT_OK;
     if (sd->type != PK_DICT)
         return ckpt_fail(err, CKPT_E_FORMAT, "%s: storage_data is not a dict", w->file);
-    const char *last_fqn = NULL; /* a tensor's chunks come in a row, naming it alike */
+    /* A tensor's chunks come in a row, usually naming it with one (shared) string node. */
+    const char *last_fqn = NULL;
     ckpt_entry *last_e = NULL;
+    size_t next = 0;
     for (size_t i = 0; i < sd->u.dict.len; i++) {
         const pk_value *mi = sd->u.dict.keys[i];
         const pk_value *info = sd->u.dict.vals[i];
-        const char *fqn = pk_as_str(pk_get(mi, "fqn"));
-        ckpt_entry *e = !fqn ? NULL : fqn == last_fqn ? last_e : find_key(r, fqn);
+        const char *fqn = pk_as_str(pk_get_cached(mi, "fqn", &w->keys.fqn));
+        ckpt_entry *e = NULL;
+        if (fqn && fqn == last_fqn) e = last_e;
+        else if (fqn) e = find_key_near(r, fqn, next);
         last_fqn = fqn;
         last_e = e;
+        if (e) next = e->index + 1;
         if (!e) {
             r->unmatched_storage++;
             continue;
         }
-        const pk_value *offv = pk_get(mi, "offset");
+        const pk_value *offv = pk_get_cached(mi, "offset", &w->keys.offset);
         if (!offv || offv->type == PK_NONE) {
-            if (e->kind == CKPT_ENTRY_OBJECT) CKPT_TRY(fill_loc(w, &e->loc, info, err));
+            /* the first location wins (rank-local metadata: lowest rank) */
+            if (e->kind == CKPT_ENTRY_OBJECT && e->loc.file_id < 0)
+                CKPT_TRY(fill_loc(w, &e->loc, info, err));
             else r->unmatched_storage++;
             continue;
         }
@@ -395,7 +417,7 @@ static ckpt_status walk_storage_data(walk *w, const pk_value *sd, ckpt_error *er
         }
         ckpt_chunk *match = NULL;
         int64_t hint = -1;
-        pk_as_int(pk_get(mi, "index"), &hint);
+        pk_as_int(pk_get_cached(mi, "index", &w->keys.index), &hint);
         if (hint >= 0 && (uint64_t)hint < e->nchunks && boxes_equal(e->chunks[hint].offsets, off, e->ndim))
             match = &e->chunks[hint];
         if (!match) {
@@ -455,9 +477,7 @@ ckpt_status ckpt_index_add_metadata(ckpt_reader *r, const char *file, const uint
         .max_memo = (uint64_t)len + 16,
     };
     pk_doc *doc = NULL;
-    double T0 = tnow(); /*TMPTIME*/
     ckpt_status st = pk_decode(buf, len, &lim, &doc, err);
-    double T1 = tnow(); /*TMPTIME*/
     if (st != CKPT_OK) {
         ckpt_error_prefix(err, "%s: ", file);
         return st;
@@ -474,17 +494,11 @@ ckpt_status ckpt_index_add_metadata(ckpt_reader *r, const char *file, const uint
     }
     note_root(r, root, sdm);
     CKPT_TRY_GOTO(st, walk_state_dict_metadata(&w, sdm, err), done);
-    double T2 = tnow(); /*TMPTIME*/
     CKPT_TRY_GOTO(st, walk_planner_data(&w, pk_get(root, "planner_data"), err), done);
-    double T3 = tnow(); /*TMPTIME*/
     CKPT_TRY_GOTO(st, walk_storage_data(&w, pk_get(root, "storage_data"), err), done);
-    double T4 = tnow(); /*TMPTIME*/
-    fprintf(stderr, "TIME decode %.3f sdm %.3f planner %.3f storage %.3f", T1-T0, T2-T1, T3-T2, T4-T3); /*TMPTIME*/
 done:
     if (w.chunk_index_built) ckpt_htab_release(&w.chunk_index);
-    double T5 = tnow(); /*TMPTIME*/
     pk_doc_free(doc);
-    fprintf(stderr, " free %.3f\n", tnow()-T5); /*TMPTIME*/
     return st;
 }
 

@@ -123,6 +123,16 @@ const char *pk_class_module(const pk_value *v);
 /* Dict lookup by string key (the last occurrence wins, as in Python); for PK_OBJECT, looks in
  * its state when that is a dict, else in its dictitems (OrderedDict). */
 const pk_value *pk_get(const pk_value *v, const char *key);
+/* pk_get for one key looked up in many dicts (a field of many objects of one class): the
+ * decoder gives dicts filled alike one shared key array, and *cache remembers where the key
+ * is in the array last seen.  Zero-initialise one cache per key and document, and never use
+ * it with another document (arrays are only told apart by address). */
+typedef struct pk_key_cache {
+    pk_value *const *keys; /* key array last looked in, and its length then */
+    size_t len;
+    size_t pos; /* index of the key's last occurrence, or SIZE_MAX if absent */
+} pk_key_cache;
+const pk_value *pk_get_cached(const pk_value *v, const char *key, pk_key_cache *cache);
 /* Sequence (tuple/list/set) length and item; an object `torch.Size((…))` or any object whose
  * single argument is a sequence is NOT unwrapped here (see pk_as_int_seq). */
 size_t pk_len(const pk_value *v); /* dicts: number of pairs (use u.dict to read them) */

@@ -325,28 +325,49 @@ const char *pk_class_module(const pk_value *v) {
     return g ? g->u.global.module : NULL;
 }
 
-static const pk_value *dict_get(const pk_value *d, const char *key) {
+/* Index of the last occurrence of key in d (a repeated key's last value wins, as in Python),
+ * or SIZE_MAX.  Keys are usually short and differ early: the first byte is checked before
+ * the call to memcmp. */
+static size_t dict_find(const pk_value *d, const char *key) {
     size_t klen = strlen(key);
-    /* From the end: a repeated key's last value wins, as in Python.  (Keys are usually short
-     * and differ early: the first byte is checked before the call to memcmp.) */
     for (size_t i = d->u.dict.len; i-- > 0;) {
         const pk_value *k = d->u.dict.keys[i];
         if (k->type == PK_STR && k->u.str.len == klen && k->u.str.ptr[0] == key[0] &&
             memcmp(k->u.str.ptr, key, klen) == 0)
-            return d->u.dict.vals[i];
+            return i;
     }
+    return SIZE_MAX;
+}
+
+/* The dict pk_get looks in. */
+static const pk_value *fields_of(const pk_value *v) {
+    if (!v) return NULL;
+    if (v->type == PK_DICT) return v;
+    if (v->type != PK_OBJECT) return NULL;
+    const pk_value *st = v->u.obj.state;
+    if (st && st->type == PK_DICT) return st;
+    const pk_value *di = v->u.obj.dictitems;
+    if (di && di->type == PK_DICT) return di;
     return NULL;
 }
 
 const pk_value *pk_get(const pk_value *v, const char *key) {
-    if (!v || !key) return NULL;
-    if (v->type == PK_DICT) return dict_get(v, key);
-    if (v->type != PK_OBJECT) return NULL;
-    const pk_value *st = v->u.obj.state;
-    if (st && st->type == PK_DICT) return dict_get(st, key);
-    const pk_value *di = v->u.obj.dictitems;
-    if (di && di->type == PK_DICT) return dict_get(di, key);
-    return NULL;
+    const pk_value *d = key ? fields_of(v) : NULL;
+    size_t i = d ? dict_find(d, key) : SIZE_MAX;
+    return i == SIZE_MAX ? NULL : d->u.dict.vals[i];
+}
+
+const pk_value *pk_get_cached(const pk_value *v, const char *key, pk_key_cache *cache) {
+    const pk_value *d = key && cache ? fields_of(v) : NULL;
+    if (!d || !d->u.dict.len) return NULL;
+    /* The keys below len of an array never change (arrays are only appended to), so the
+     * array and length tell the keys. */
+    if (d->u.dict.keys != cache->keys || d->u.dict.len != cache->len) {
+        cache->keys = d->u.dict.keys;
+        cache->len = d->u.dict.len;
+        cache->pos = dict_find(d, key);
+    }
+    return cache->pos == SIZE_MAX ? NULL : d->u.dict.vals[cache->pos];
 }
 
 static bool is_seq(const pk_value *v) {
