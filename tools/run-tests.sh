@@ -47,12 +47,12 @@ step "build (ASan + UBSan)"
 ninja -C build-asan || exit 1
 step "tests (ASan + UBSan)"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-  meson test -C build-asan --print-errorlogs --num-processes 2
+  LSAN_OPTIONS=suppressions=$root/tests/lsan.supp:print_suppressions=0 meson test -C build-asan --print-errorlogs --num-processes 2
 tally build-asan
 
 step "unit tests under valgrind"
 meson test -C build --suite unit --print-errorlogs --num-processes 2 \
-  --wrap='valgrind --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite -q' \
+  --wrap="valgrind --trace-children=yes --suppressions=$root/tests/valgrind.supp --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite -q" \
   --test-args='--jobs 1' --timeout-multiplier 10
 tally build
 

@@ -89,7 +89,7 @@ ckpt_status ckpt_plan_region(ckpt_reader *r, const ckpt_entry *e, const int64_t 
         ckpt_plan_free(p);
         return s;
     }
-    qsort(p->pieces, p->len, sizeof *p->pieces, by_dst);
+    if (p->len) qsort(p->pieces, p->len, sizeof *p->pieces, by_dst);
     *out = p;
     return CKPT_OK;
 }

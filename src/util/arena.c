@@ -4,12 +4,16 @@
  * here they tripled the system time of faulting the memory in.) */
 #include "util/arena.h"
 
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
 #define ARENA_BLOCK_MIN (64u * 1024u)
 #define ARENA_BLOCK_MAX (64u * 1024u * 1024u)
+/* Blocks of this size and up are mapped one ahead by a helper thread (see struct ckpt_arena). */
+#define ARENA_AHEAD_MIN (4u * 1024u * 1024u)
 
 typedef struct arena_block {
     struct arena_block *next;
@@ -23,12 +27,20 @@ typedef struct arena_block {
 #define ARENA_ALIGN 8u
 #define HEADER_SIZE ((sizeof(arena_block) + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1))
 
+/* Read-ahead: once an arena grows big blocks, a helper thread maps and populates the next
+ * block while the current one fills, so faulting the memory in (most of the cost of decoding
+ * a big pickle) overlaps with the caller's work when another core is free.  The helper only
+ * writes `ahead`; pthread_join hands it over. */
 struct ckpt_arena {
     arena_block *head;
     uint64_t budget;
     uint64_t used;
     size_t next_block; /* size of the next block to map */
     int over_budget;
+    pthread_t helper;
+    bool helper_running;
+    size_t ahead_size;   /* what the helper maps */
+    arena_block *ahead;  /* a block mapped ahead and not used yet, or NULL */
 };
 
 ckpt_arena *ckpt_arena_new(uint64_t budget) {
@@ -40,8 +52,15 @@ ckpt_arena *ckpt_arena_new(uint64_t budget) {
     return a;
 }
 
+static void join_helper(ckpt_arena *a) {
+    if (a->helper_running) pthread_join(a->helper, NULL);
+    a->helper_running = false;
+}
+
 void ckpt_arena_free(ckpt_arena *a) {
     if (!a) return;
+    join_helper(a);
+    if (a->ahead) munmap(a->ahead, a->ahead->size);
     arena_block *b = a->head;
     while (b) {
         arena_block *next = b->next;
@@ -62,6 +81,32 @@ static arena_block *map_block(size_t size) {
     return b;
 }
 
+static void *map_ahead(void *arg) {
+    ckpt_arena *a = arg;
+    a->ahead = map_block(a->ahead_size);
+    return NULL;
+}
+
+/* A new block of `size` bytes, or the one mapped ahead if that holds `need` bytes. */
+static arena_block *new_block(ckpt_arena *a, size_t size, size_t need) {
+    join_helper(a);
+    if (a->ahead && a->ahead->size >= need) {
+        arena_block *b = a->ahead;
+        a->ahead = NULL;
+        return b;
+    }
+    return map_block(size); /* (a block ahead too small waits for the next request) */
+}
+
+/* Starts mapping the block the next regular request will want, unless it is small, already
+ * there, or could not be used within the budget. */
+static void start_ahead(ckpt_arena *a) {
+    size_t size = a->next_block;
+    if (size < ARENA_AHEAD_MIN || a->ahead || (a->budget && a->used + size > a->budget)) return;
+    a->ahead_size = size;
+    a->helper_running = pthread_create(&a->helper, NULL, map_ahead, a) == 0;
+}
+
 void *ckpt_arena_alloc(ckpt_arena *a, size_t size) {
     size_t rounded = (size + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
     if (rounded < size || rounded > SIZE_MAX / 2) return NULL;
@@ -75,7 +120,7 @@ void *ckpt_arena_alloc(ckpt_arena *a, size_t size) {
         if (want < ARENA_BLOCK_MAX) a->next_block = want * 2;
         if (want < rounded + HEADER_SIZE) /* an oversized request gets its own block */
             want = (rounded + HEADER_SIZE + 4095u) & ~(size_t)4095u;
-        arena_block *nb = map_block(want);
+        arena_block *nb = new_block(a, want, rounded + HEADER_SIZE);
         if (!nb) return NULL;
         if (b && b->size - HEADER_SIZE - b->used >= nb->size - HEADER_SIZE - rounded) {
             /* keep filling the current block; the new one goes behind it */
@@ -87,6 +132,7 @@ void *ckpt_arena_alloc(ckpt_arena *a, size_t size) {
             a->head = nb;
             b = nb;
         }
+        start_ahead(a);
     }
     void *p = (unsigned char *)b + HEADER_SIZE + b->used;
     b->used += rounded;
