@@ -11,7 +11,10 @@ ninja -C build >/dev/null
 ck=tests/fixtures/data/fsdp2_ws4/ckpt
 run() { echo "\$ $*"; "$@"; echo; }
 run ./build/tools/ckpt/ckpt info "$ck"
-run ./build/tools/ckpt/ckpt ls -l -R "$ck"
+run ./build/tools/ckpt/ckpt ls "$ck"
+run ./build/tools/ckpt/ckpt ls -l "$ck" model
+run ./build/tools/ckpt/ckpt ls -l "$ck" optim/param_groups/0
 run ./build/tools/ckpt/ckpt cat --text -v "$ck" model/norm.weight
+run ./build/tools/ckpt/ckpt cat --text --slice 0:2,: "$ck" optim/state/tok_embeddings.weight/exp_avg
 run ./build/tools/ckpt/ckpt cat --text "$ck" optim/param_groups/0/betas
 run ./build/tools/ckpt/ckpt verify "$ck"
