@@ -13,9 +13,9 @@
  *   are when they are valid UTF-8, else read as Latin-1 (encoding='latin1').
  *   EXT1/2/4 and out-of-band buffers are rejected with CKPT_E_UNSUPPORTED.
  * The stack and mark stack follow CPython's _pickle.c: a MARK fences the stack, and POP on a
- * fence pops the mark.  The memo is a dense array for the indices pickles use (0, 1, 2, ...)
- * and a hash map for sparse ones, so its memory follows the number of stores, not the
- * indices.  Working memory (stack, memo) is bounded by max_bytes as well. */
+ * fence pops the mark.  The memo is dense (chunks of entries) for the indices pickles use
+ * (0, 1, 2, ...) and a hash map for sparse ones, so its memory follows the number of stores,
+ * not the indices.  Working memory (stack, memo) is bounded by max_bytes as well. */
 #include "pickle/pickle_i.h"
 #include "pickle/pickle_ops_i.h"
 #include "util/error.h"
@@ -43,8 +43,11 @@
 #define INTERN_BITS 12
 #define INTERN_STR_MAX 256u
 #define INTERN_TUPLE_MAX 8u
-/* Memo indices up to 2 * (stores so far) + MEMO_SLACK go to the dense array. */
+/* Memo indices up to 2 * (stores so far) + MEMO_SLACK go to the dense part, which is made of
+ * chunks of MEMO_CHUNK entries. */
 #define MEMO_SLACK 1024u
+#define MEMO_CHUNK_BITS 12
+#define MEMO_CHUNK ((size_t)1 << MEMO_CHUNK_BITS)
 
 /* A cache slot: the int itself, or a hash of the content; v is NULL when empty.  Keeping the
  * key here spares loading v (usually a cache miss) on the frequent mismatches. */
@@ -68,16 +71,20 @@ typedef struct pk_vm {
     size_t *marks;
     size_t nmarks, mcap;
 
-    pk_value **memo; /* dense part: memo[i] for i < memo_len, NULL when unset */
-    size_t memo_cap;
-    size_t memo_len; /* memo[memo_len, memo_cap) is uninitialised: all unset */
+    /* Dense part: memo_dir[c] holds indices [c, c + 1) * MEMO_CHUNK, or is NULL when none is
+     * set.  Chunks come from memo_arena: zero-filled (NULL = unset), never moved as the memo
+     * grows, and faulted in ahead of use for big pickles (see arena.c). */
+    pk_value ***memo_dir;
+    size_t memo_dir_cap;
+    size_t memo_cap; /* indices below it are dense: memo_dir_cap * MEMO_CHUNK */
+    ckpt_arena *memo_arena;
     uint64_t *hkeys; /* sparse part: open addressing, key + 1 (0 = empty) */
     pk_value **hvals;
     size_t hcap, hcount;
     uint64_t memo_count; /* distinct indices stored (what MEMOIZE uses) */
     uint64_t max_memo;
 
-    uint64_t aux_bytes; /* malloc'ed working memory: stack, marks, memo */
+    uint64_t aux_bytes; /* working memory: stack, marks, memo */
 
     pk_value *none, *yes, *no, *empty_tuple;
     pk_value *small[SMALL_MAX - SMALL_MIN];
@@ -223,7 +230,10 @@ static size_t hslot(uint64_t key, size_t cap) {
 }
 
 static pk_value *memo_get(const pk_vm *vm, uint64_t idx) {
-    if (idx < vm->memo_cap) return idx < vm->memo_len ? vm->memo[idx] : NULL;
+    if (idx < vm->memo_cap) {
+        pk_value **chunk = vm->memo_dir[idx >> MEMO_CHUNK_BITS];
+        return chunk ? chunk[idx & (MEMO_CHUNK - 1)] : NULL;
+    }
     if (!vm->hcount) return NULL;
     for (size_t i = hslot(idx + 1, vm->hcap);; i = (i + 1) & (vm->hcap - 1)) {
         if (vm->hkeys[i] == idx + 1) return vm->hvals[i];
@@ -241,20 +251,26 @@ static void hash_insert(uint64_t *keys, pk_value **vals, size_t cap, uint64_t ke
     vals[i] = v;
 }
 
-/* The dense memo slot idx (< memo_cap), initialising the slots before it that were never
- * written.  (Pickles store indices in order, so there is rarely anything to clear: the array
- * grows without being zero-filled.) */
-static pk_value **memo_slot(pk_vm *vm, size_t idx) {
-    if (idx >= vm->memo_len) {
-        if (idx > vm->memo_len)
-            memset(vm->memo + vm->memo_len, 0, (idx - vm->memo_len) * sizeof *vm->memo);
-        vm->memo[idx] = NULL;
-        vm->memo_len = idx + 1;
+/* The dense memo slot idx (< memo_cap), allocating its chunk. */
+static ckpt_status memo_slot(pk_vm *vm, uint64_t idx, pk_value ***slot) {
+    pk_value ***chunk = &vm->memo_dir[idx >> MEMO_CHUNK_BITS];
+    if (!*chunk) {
+        uint64_t bytes = MEMO_CHUNK * sizeof **chunk;
+        if (vm->aux_bytes + bytes > vm->b.max_bytes)
+            return fail(vm, CKPT_E_LIMIT, "working memory exceeds the memory budget (limit %llu)",
+                        (unsigned long long)vm->b.max_bytes);
+        if (!vm->memo_arena && !(vm->memo_arena = ckpt_arena_new(0)))
+            return fail(vm, CKPT_E_NOMEM, "out of memory");
+        if (!(*chunk = ckpt_arena_alloc(vm->memo_arena, (size_t)bytes)))
+            return fail(vm, CKPT_E_NOMEM, "out of memory");
+        vm->aux_bytes += bytes;
     }
-    return &vm->memo[idx];
+    *slot = &(*chunk)[idx & (MEMO_CHUNK - 1)];
+    return CKPT_OK;
 }
 
-/* Rebuilds the hash with at least `cap` slots, moving indices below memo_cap to the array. */
+/* Rebuilds the hash with at least `cap` slots, moving indices below memo_cap to the dense
+ * part. */
 static ckpt_status hash_rebuild(pk_vm *vm, size_t cap) {
     uint64_t bytes = (uint64_t)cap * (sizeof(uint64_t) + sizeof(pk_value *));
     uint64_t old = (uint64_t)vm->hcap * (sizeof(uint64_t) + sizeof(pk_value *));
@@ -273,7 +289,14 @@ static ckpt_status hash_rebuild(pk_vm *vm, size_t cap) {
         uint64_t k = vm->hkeys[i];
         if (!k) continue;
         if (k - 1 < vm->memo_cap) {
-            *memo_slot(vm, (size_t)(k - 1)) = vm->hvals[i];
+            pk_value **slot;
+            ckpt_status st = memo_slot(vm, k - 1, &slot);
+            if (st) {
+                free(keys);
+                free(vals);
+                return st;
+            }
+            *slot = vm->hvals[i];
             continue;
         }
         bool added;
@@ -295,15 +318,20 @@ static ckpt_status memo_put(pk_vm *vm, uint64_t idx, pk_value *v) {
         return fail(vm, CKPT_E_LIMIT, "memo index %llu too large (limit %llu)",
                     (unsigned long long)idx, (unsigned long long)vm->max_memo);
     if (idx >= vm->memo_cap && idx <= 2 * vm->memo_count + MEMO_SLACK) {
-        void *arr = vm->memo;
-        ckpt_status st = grow_aux(vm, "memo", &arr, &vm->memo_cap, (size_t)idx + 1,
-                                  sizeof *vm->memo, 256, vm->max_memo);
+        void *arr = vm->memo_dir;
+        size_t old = vm->memo_dir_cap;
+        ckpt_status st = grow_aux(vm, "memo", &arr, &vm->memo_dir_cap,
+                                  (size_t)(idx >> MEMO_CHUNK_BITS) + 1, sizeof *vm->memo_dir, 16,
+                                  (vm->max_memo >> MEMO_CHUNK_BITS) + 1);
         if (st) return st;
-        vm->memo = arr;
+        vm->memo_dir = arr;
+        memset(vm->memo_dir + old, 0, (vm->memo_dir_cap - old) * sizeof *vm->memo_dir);
+        vm->memo_cap = vm->memo_dir_cap << MEMO_CHUNK_BITS;
         if (vm->hcount) CKPT_TRY(hash_rebuild(vm, vm->hcap));
     }
     if (idx < vm->memo_cap) {
-        pk_value **slot = memo_slot(vm, (size_t)idx);
+        pk_value **slot;
+        CKPT_TRY(memo_slot(vm, idx, &slot));
         if (!*slot) vm->memo_count++;
         *slot = v;
         return CKPT_OK;
@@ -955,6 +983,13 @@ static ckpt_status run(pk_vm *vm) {
             return CKPT_OK;
         }
         CKPT_TRY(step(vm));
+        /* Protocol 4 memoizes nearly every value right after building it: a plain branch here
+         * costs less than another trip through the opcode switch. */
+        if (vm->pos < vm->len && vm->buf[vm->pos] == PK_OP_MEMOIZE) {
+            vm->op_off = vm->pos++;
+            vm->op = PK_OP_MEMOIZE;
+            CKPT_TRY(memo_store(vm, vm->memo_count));
+        }
     }
 }
 
@@ -989,7 +1024,8 @@ ckpt_status pk_decode(const uint8_t *buf, size_t len, const pk_limits *limits, p
     doc->root = vm->result;
     free(vm->stack);
     free(vm->marks);
-    free(vm->memo);
+    free(vm->memo_dir);
+    ckpt_arena_free(vm->memo_arena);
     free(vm->hkeys);
     free(vm->hvals);
     free(vm);

@@ -14,6 +14,9 @@
 #define ARENA_BLOCK_MAX (64u * 1024u * 1024u)
 /* Blocks of this size and up are mapped one ahead by a helper thread (see struct ckpt_arena). */
 #define ARENA_AHEAD_MIN (4u * 1024u * 1024u)
+/* Arenas that mapped this much are unmapped by a detached thread: returning a few hundred MiB
+ * to the kernel takes a good part of a second, which the caller need not wait for. */
+#define ARENA_ASYNC_FREE_MIN (64u * 1024u * 1024u)
 
 typedef struct arena_block {
     struct arena_block *next;
@@ -37,6 +40,7 @@ struct ckpt_arena {
     uint64_t used;
     size_t next_block; /* size of the next block to map */
     int over_budget;
+    uint64_t mapped; /* bytes of the blocks in the list */
     pthread_t helper;
     bool helper_running;
     size_t ahead_size;   /* what the helper maps */
@@ -57,16 +61,38 @@ static void join_helper(ckpt_arena *a) {
     a->helper_running = false;
 }
 
-void ckpt_arena_free(ckpt_arena *a) {
-    if (!a) return;
-    join_helper(a);
-    if (a->ahead) munmap(a->ahead, a->ahead->size);
-    arena_block *b = a->head;
+static void unmap_blocks(arena_block *b) {
     while (b) {
         arena_block *next = b->next;
         munmap(b, b->size);
         b = next;
     }
+}
+
+static void *unmap_thread(void *blocks) {
+    unmap_blocks(blocks);
+    return NULL;
+}
+
+/* Hands the blocks to a detached thread to unmap; false if none could be started. */
+static bool unmap_async(arena_block *blocks) {
+    pthread_attr_t attr;
+    pthread_t t;
+    if (pthread_attr_init(&attr) != 0) return false;
+    bool ok = pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0 &&
+              pthread_create(&t, &attr, unmap_thread, blocks) == 0;
+    pthread_attr_destroy(&attr);
+    return ok;
+}
+
+void ckpt_arena_free(ckpt_arena *a) {
+    if (!a) return;
+    join_helper(a);
+    if (a->ahead) {
+        a->ahead->next = a->head;
+        a->head = a->ahead;
+    }
+    if (!(a->mapped >= ARENA_ASYNC_FREE_MIN && unmap_async(a->head))) unmap_blocks(a->head);
     free(a);
 }
 
@@ -122,6 +148,7 @@ void *ckpt_arena_alloc(ckpt_arena *a, size_t size) {
             want = (rounded + HEADER_SIZE + 4095u) & ~(size_t)4095u;
         arena_block *nb = new_block(a, want, rounded + HEADER_SIZE);
         if (!nb) return NULL;
+        a->mapped += nb->size;
         if (b && b->size - HEADER_SIZE - b->used >= nb->size - HEADER_SIZE - rounded) {
             /* keep filling the current block; the new one goes behind it */
             nb->next = b->next;

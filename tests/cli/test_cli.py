@@ -998,7 +998,7 @@ def synthetic(tmp_path_factory):
     import torch.distributed.checkpoint as dcp
     d = tmp_path_factory.mktemp("synthetic") / "ckpt"
     g = torch.Generator().manual_seed(0)
-    sd = {"big": torch.randn(17 * 1024 * 1024 + 3, generator=g),  # > the 64 MiB default block
+    sd = {"big": torch.randn(17 * 1024 * 1024 + 3, generator=g),  # spans many read blocks
           "cube": torch.randn(20, 30, 40, generator=g),
           "ints": torch.arange(5000, dtype=torch.int64).reshape(50, 100),
           "wide": torch.randn(3, 2000, generator=g).to(torch.bfloat16),

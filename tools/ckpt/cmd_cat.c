@@ -30,7 +30,7 @@ void cmd_cat_help(FILE *out) {
           "  -v, --verbose       print a '# KEY: DTYPE [SHAPE]' header first (to stderr for\n"
           "                      raw output)\n"
           "  -f, --force         write raw bytes even when stdout is a terminal\n"
-          "      --block-size N  read raw output in blocks of at most N bytes (default 64M;\n"
+          "      --block-size N  read raw output in blocks of at most N bytes (default 1M;\n"
           "                      K/M/G suffixes)\n"
           "      --help          show this help\n",
           out);
@@ -44,7 +44,9 @@ static const cli_opt cat_opts[] = {
     {"force", 'f', false, OPT_FORCE}, {"block-size", 0, true, OPT_BLOCK},
 };
 
-#define DEFAULT_BLOCK ((uint64_t)64 << 20)
+/* Small blocks stay in the CPU caches and avoid faulting in a large fresh buffer: measured
+ * here (docs/benchmarks.md), 1 MiB blocks stream 3x faster than 64 MiB blocks. */
+#define DEFAULT_BLOCK ((uint64_t)1 << 20)
 /* --text/--json hold the (summarised) values in memory: bound it. */
 #define MAX_TEXT_BYTES ((uint64_t)1 << 30)
 #define EDGE_ITEMS 3
