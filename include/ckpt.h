@@ -117,25 +117,25 @@ void ckpt_reader_free(ckpt_reader *r);
 const char *ckpt_reader_dir(const ckpt_reader *r);
 
 typedef struct ckpt_reader_info {
-    const char *root_class;       /* "torch.distributed.checkpoint.metadata.Metadata" */
-    const char *version;          /* Metadata.version, NULL when absent or None */
-    const char *format_hint;      /* human-readable variant: "torch >= 2.9", "torch 1.13 (_shard)",
-                                     "megatron-core", "rank-local metadata", ... */
-    bool has_planner_data;        /* paths come from planner_data */
-    bool has_storage_meta;        /* Metadata.storage_meta present (torch >= 2.4) */
-    bool rank_local_metadata;     /* built from __<r>.metadata files */
-    bool has_mcore_data;          /* Megatron's extra attributes present */
-    uint32_t num_metadata_files;  /* 1, or the number of rank-local files */
-    uint64_t metadata_bytes;      /* size of the metadata file(s) */
-    uint64_t num_entries;         /* tensors + objects */
+    const char *root_class;      /* "torch.distributed.checkpoint.metadata.Metadata" */
+    const char *version;         /* Metadata.version, NULL when absent or None */
+    const char *format_hint;     /* human-readable variant: "torch >= 2.9", "torch 1.13 (_shard)",
+                                    "megatron-core", "rank-local metadata", ... */
+    bool has_planner_data;       /* paths come from planner_data */
+    bool has_storage_meta;       /* Metadata.storage_meta present (torch >= 2.4) */
+    bool rank_local_metadata;    /* built from __<r>.metadata files */
+    bool has_mcore_data;         /* Megatron's extra attributes present */
+    uint32_t num_metadata_files; /* 1, or the number of rank-local files */
+    uint64_t metadata_bytes;     /* size of the metadata file(s) */
+    uint64_t num_entries;        /* tensors + objects */
     uint64_t num_tensors;
     uint64_t num_objects;
-    uint64_t num_chunks;          /* stored chunks, zero-size chunks excluded */
-    uint64_t num_empty_chunks;    /* zero-size chunks recorded in the metadata */
-    uint64_t tensor_bytes;        /* sum of numel * itemsize over tensors */
-    uint64_t stored_bytes;        /* sum of storage_data lengths */
-    uint32_t num_files;           /* distinct data files referenced */
-    uint32_t num_ranks;           /* distinct `__<r>_` prefixes among them (0 if none) */
+    uint64_t num_chunks;       /* stored chunks, zero-size chunks excluded */
+    uint64_t num_empty_chunks; /* zero-size chunks recorded in the metadata */
+    uint64_t tensor_bytes;     /* sum of numel * itemsize over tensors */
+    uint64_t stored_bytes;     /* sum of storage_data lengths */
+    uint32_t num_files;        /* distinct data files referenced */
+    uint32_t num_ranks;        /* distinct `__<r>_` prefixes among them (0 if none) */
     uint64_t dtype_counts[CKPT_DTYPE_COUNT_]; /* tensors per dtype */
 } ckpt_reader_info;
 
@@ -158,12 +158,12 @@ typedef enum ckpt_entry_kind {
     CKPT_ENTRY_OBJECT = 2, /* BytesStorageMetadata: a pickled Python value */
 } ckpt_entry_kind;
 
-const char *ckpt_entry_key(const ckpt_entry *e);   /* flat key from state_dict_metadata */
+const char *ckpt_entry_key(const ckpt_entry *e); /* flat key from state_dict_metadata */
 /* Tree path: planner_data elements joined by '/', each element escaped ('%' -> "%25",
  * '/' -> "%2F", and an element that is "." or ".." or empty spelled "%2E", "%2E%2E", "%00"...
  * see docs/naming.md).  Without planner_data it is the escaped flat key. */
 const char *ckpt_entry_path(const ckpt_entry *e);
-size_t ckpt_entry_path_len(const ckpt_entry *e); /* number of raw path elements */
+size_t ckpt_entry_path_len(const ckpt_entry *e);                 /* number of raw path elements */
 const char *ckpt_entry_path_elem(const ckpt_entry *e, size_t i); /* raw (unescaped) element */
 ckpt_entry_kind ckpt_entry_kind_of(const ckpt_entry *e);
 size_t ckpt_entry_index(const ckpt_entry *e);
@@ -177,14 +177,14 @@ uint64_t ckpt_entry_nbytes(const ckpt_entry *e);      /* numel * itemsize */
 size_t ckpt_entry_num_chunks(const ckpt_entry *e);    /* as recorded, zero-size included */
 
 typedef struct ckpt_chunk_info {
-    const int64_t *offsets;  /* ndim values: global offset of the box */
-    const int64_t *sizes;    /* ndim values: extent of the box */
-    uint64_t numel;          /* product of sizes (0 for zero-size chunks) */
-    int32_t file_id;         /* -1 for zero-size chunks (nothing stored) */
-    uint64_t file_offset;    /* byte range of the stored item in its file */
+    const int64_t *offsets; /* ndim values: global offset of the box */
+    const int64_t *sizes;   /* ndim values: extent of the box */
+    uint64_t numel;         /* product of sizes (0 for zero-size chunks) */
+    int32_t file_id;        /* -1 for zero-size chunks (nothing stored) */
+    uint64_t file_offset;   /* byte range of the stored item in its file */
     uint64_t length;
-    const char *transforms;  /* comma-separated transform descriptors, NULL when none */
-    const char *problem;     /* why the chunk cannot be located (file_id == -1), or NULL */
+    const char *transforms; /* comma-separated transform descriptors, NULL when none */
+    const char *problem;    /* why the chunk cannot be located (file_id == -1), or NULL */
 } ckpt_chunk_info;
 
 /* Chunk i of a tensor.  For objects, i == 0 gives the stored item's byte range (offsets/sizes
@@ -215,9 +215,9 @@ ckpt_status ckpt_read_tensor(ckpt_reader *r, const ckpt_entry *e, void *dst, siz
 
 typedef struct ckpt_piece {
     int32_t file_id;
-    uint16_t swap_unit;    /* 0, or reverse each group of this many bytes (big-endian files) */
+    uint16_t swap_unit; /* 0, or reverse each group of this many bytes (big-endian files) */
     uint16_t reserved;
-    uint32_t chunk;        /* chunk index within the entry */
+    uint32_t chunk; /* chunk index within the entry */
     uint64_t file_offset;
     uint64_t length;
     uint64_t dst_offset;
@@ -246,8 +246,7 @@ int ckpt_reader_file_fd(ckpt_reader *r, uint32_t file_id, ckpt_error *err);
 ckpt_status ckpt_entry_check_layout(const ckpt_entry *e, ckpt_error *err);
 /* Opens chunk i's stored item and checks it against the metadata (zip well-formed, data.pkl
  * decodes, dtype and box size agree, storage record inside the item). */
-ckpt_status ckpt_entry_check_chunk(ckpt_reader *r, const ckpt_entry *e, size_t i,
-                                   ckpt_error *err);
+ckpt_status ckpt_entry_check_chunk(ckpt_reader *r, const ckpt_entry *e, size_t i, ckpt_error *err);
 /* Checks that every data file exists and every stored byte range lies inside its file;
  * calls report(ctx, entry or NULL, error) per defect.  Returns CKPT_OK when none. */
 typedef void (*ckpt_check_fn)(void *ctx, const ckpt_entry *e, const ckpt_error *err);
@@ -265,17 +264,17 @@ double ckpt_elem_to_double(ckpt_dtype dt, const void *elem);
 typedef enum ckpt_value_type {
     CKPT_VALUE_NONE = 0,
     CKPT_VALUE_BOOL,
-    CKPT_VALUE_INT,     /* fits int64 */
-    CKPT_VALUE_BIGINT,  /* larger: decimal text via ckpt_value_str */
+    CKPT_VALUE_INT,    /* fits int64 */
+    CKPT_VALUE_BIGINT, /* larger: decimal text via ckpt_value_str */
     CKPT_VALUE_FLOAT,
-    CKPT_VALUE_STRING,  /* UTF-8 */
+    CKPT_VALUE_STRING, /* UTF-8 */
     CKPT_VALUE_BYTES,
     CKPT_VALUE_LIST,
     CKPT_VALUE_TUPLE,
     CKPT_VALUE_SET,
     CKPT_VALUE_DICT,
-    CKPT_VALUE_TENSOR,  /* an embedded tensor */
-    CKPT_VALUE_OBJECT,  /* instance of another class: name + args + state */
+    CKPT_VALUE_TENSOR, /* an embedded tensor */
+    CKPT_VALUE_OBJECT, /* instance of another class: name + args + state */
 } ckpt_value_type;
 
 typedef struct ckpt_value ckpt_value;

@@ -67,8 +67,7 @@ ckpt_status ckpt_entry_check_layout(const ckpt_entry *e, ckpt_error *err) {
     return s;
 }
 
-ckpt_status ckpt_entry_check_chunk(ckpt_reader *r, const ckpt_entry *e, size_t i,
-                                   ckpt_error *err) {
+ckpt_status ckpt_entry_check_chunk(ckpt_reader *r, const ckpt_entry *e, size_t i, ckpt_error *err) {
     if (e->kind != CKPT_ENTRY_TENSOR || i >= e->nchunks)
         return ckpt_fail(err, CKPT_E_INVAL, "'%s' has no chunk %zu", e->key, i);
     ckpt_chunk *c = &e->chunks[i];
@@ -86,11 +85,10 @@ static ckpt_status check_range(ckpt_reader *r, const ckpt_loc *loc, const char *
         return ckpt_fail(err, CKPT_E_NOTFOUND, "'%s': data file %s is missing", key,
                          r->files[loc->file_id].name);
     if (loc->offset > fsz || loc->length > fsz - loc->offset)
-        return ckpt_fail(err, CKPT_E_RANGE,
-                         "'%s': bytes [%llu, %llu) of %s lie past its end (%llu bytes)", key,
-                         (unsigned long long)loc->offset,
-                         (unsigned long long)(loc->offset + loc->length),
-                         r->files[loc->file_id].name, (unsigned long long)fsz);
+        return ckpt_fail(
+            err, CKPT_E_RANGE, "'%s': bytes [%llu, %llu) of %s lie past its end (%llu bytes)", key,
+            (unsigned long long)loc->offset, (unsigned long long)(loc->offset + loc->length),
+            r->files[loc->file_id].name, (unsigned long long)fsz);
     return CKPT_OK;
 }
 

@@ -23,7 +23,10 @@ typedef struct resolved {
 static ckpt_status resolve_zip(ckpt_reader *r, const ckpt_entry *e, const ckpt_chunk *c,
                                const ckpt_source *src, resolved *out, ckpt_error *err) {
     ts_open_options o = {.transforms = c->loc.transforms,
-                         .max_decoded_bytes = c->loc.transforms ? (e->nbytes / (e->numel ? e->numel : 1)) * c->numel + (64u << 20) : 0};
+                         .max_decoded_bytes =
+                             c->loc.transforms
+                                 ? (e->nbytes / (e->numel ? e->numel : 1)) * c->numel + (64u << 20)
+                                 : 0};
     (void)r;
     ts_item *it = NULL;
     CKPT_TRY(ts_item_open(src, &o, &it, err));
@@ -45,8 +48,8 @@ static ckpt_status resolve_zip(ckpt_reader *r, const ckpt_entry *e, const ckpt_c
     }
     if (v.ndim != e->ndim || (e->ndim && memcmp(v.shape, c->sizes, (size_t)e->ndim * 8) != 0)) {
         s = ckpt_fail(err, CKPT_E_FORMAT,
-                      "%s: item at offset %llu has a different shape than its chunk box",
-                      src->name, (unsigned long long)src->base);
+                      "%s: item at offset %llu has a different shape than its chunk box", src->name,
+                      (unsigned long long)src->base);
         goto fail;
     }
     size_t isz = ckpt_dtype_itemsize(v.dtype);
@@ -126,11 +129,13 @@ static ckpt_status resolve_item(ckpt_reader *r, const ckpt_entry *e, const ckpt_
             uint8_t head[9];
             struct stat st;
             uint64_t n = 0;
-            bool plausible = fstat(src->fd, &st) == 0 && (uint64_t)st.st_size >= src->base + 9 &&
-                             ckpt_source_read(&(ckpt_source){.fd = src->fd, .base = src->base,
-                                                             .len = 9, .name = src->name},
-                                              0, head, 9, NULL) == CKPT_OK;
-            for (int i = 7; plausible && i >= 0; i--) n = n << 8 | head[i];
+            bool plausible =
+                fstat(src->fd, &st) == 0 && (uint64_t)st.st_size >= src->base + 9 &&
+                ckpt_source_read(
+                    &(ckpt_source){.fd = src->fd, .base = src->base, .len = 9, .name = src->name},
+                    0, head, 9, NULL) == CKPT_OK;
+            for (int i = 7; plausible && i >= 0; i--)
+                n = n << 8 | head[i];
             if (!plausible || head[8] != '{' || n > (uint64_t)st.st_size - src->base - 8)
                 return ckpt_fail(err, CKPT_E_FORMAT,
                                  "%s: the item at offset %llu is neither a torch.save zip nor a "
@@ -156,8 +161,9 @@ ckpt_status ckpt_chunk_resolve(ckpt_reader *r, const ckpt_entry *e, ckpt_chunk *
     ckpt_error *er = err ? err : &local;
     ckpt_status s = ckpt_loc_source(r, &c->loc, e->key, &src, er);
     if (s == CKPT_OK) s = resolve_item(r, e, c, &src, &res, er);
-    if (s != CKPT_OK && s != CKPT_E_NOMEM) ckpt_error_suffix(er, " (key '%s', chunk at offset %lld)", e->key,
-                                       (long long)(e->ndim ? c->offsets[0] : 0));
+    if (s != CKPT_OK && s != CKPT_E_NOMEM)
+        ckpt_error_suffix(er, " (key '%s', chunk at offset %lld)", e->key,
+                          (long long)(e->ndim ? c->offsets[0] : 0));
 
     pthread_mutex_lock(&r->lock);
     state = atomic_load_explicit(&c->state, memory_order_relaxed);

@@ -36,10 +36,12 @@ static const struct {
     const char *alias;
     ckpt_dtype dt;
 } dtype_aliases[] = {
-    {"double", CKPT_DTYPE_FLOAT64}, {"float", CKPT_DTYPE_FLOAT32},   {"half", CKPT_DTYPE_FLOAT16},
-    {"bf16", CKPT_DTYPE_BFLOAT16},  {"fp16", CKPT_DTYPE_FLOAT16},    {"fp32", CKPT_DTYPE_FLOAT32},
-    {"fp64", CKPT_DTYPE_FLOAT64},   {"short", CKPT_DTYPE_INT16},     {"int", CKPT_DTYPE_INT32},
-    {"long", CKPT_DTYPE_INT64},     {"cfloat", CKPT_DTYPE_COMPLEX64}, {"cdouble", CKPT_DTYPE_COMPLEX128},
+    {"double", CKPT_DTYPE_FLOAT64},    {"float", CKPT_DTYPE_FLOAT32},
+    {"half", CKPT_DTYPE_FLOAT16},      {"bf16", CKPT_DTYPE_BFLOAT16},
+    {"fp16", CKPT_DTYPE_FLOAT16},      {"fp32", CKPT_DTYPE_FLOAT32},
+    {"fp64", CKPT_DTYPE_FLOAT64},      {"short", CKPT_DTYPE_INT16},
+    {"int", CKPT_DTYPE_INT32},         {"long", CKPT_DTYPE_INT64},
+    {"cfloat", CKPT_DTYPE_COMPLEX64},  {"cdouble", CKPT_DTYPE_COMPLEX128},
     {"complex32", CKPT_DTYPE_INVALID},
 };
 

@@ -16,11 +16,14 @@ static double small_float(unsigned bits, int eb, int mb, int bias, float_kind ki
     unsigned exp = (bits >> mb) & ((1u << eb) - 1u);
     unsigned man = bits & ((1u << mb) - 1u);
     if (kind == KIND_FNUZ && sign && !exp && !man) return NAN;
-    if (kind == KIND_IEEE && exp == (1u << eb) - 1u) return man ? NAN : (sign ? -INFINITY : INFINITY);
+    if (kind == KIND_IEEE && exp == (1u << eb) - 1u)
+        return man ? NAN : (sign ? -INFINITY : INFINITY);
     if (kind == KIND_FN && exp == (1u << eb) - 1u && man == (1u << mb) - 1u) return NAN;
     double v;
-    if (exp == 0) v = ldexp((double)man, 1 - bias - mb);
-    else v = ldexp((double)(man | (1u << mb)), (int)exp - bias - mb);
+    if (exp == 0)
+        v = ldexp((double)man, 1 - bias - mb);
+    else
+        v = ldexp((double)(man | (1u << mb)), (int)exp - bias - mb);
     return sign ? -v : v;
 }
 

@@ -67,8 +67,10 @@ int ckpt_files_fd(ckpt_reader *r, uint32_t file_id, ckpt_error *err) {
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", r->dir, f->name);
         fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0) f->open_errno = errno;
-        else f->fd = fd;
+        if (fd < 0)
+            f->open_errno = errno;
+        else
+            f->fd = fd;
     }
     int saved = f->open_errno;
     pthread_mutex_unlock(&r->lock);
@@ -83,8 +85,8 @@ void ckpt_files_close_all(ckpt_reader *r) {
         if (r->files[i].fd >= 0) close(r->files[i].fd);
 }
 
-ckpt_status ckpt_loc_source(ckpt_reader *r, const ckpt_loc *loc, const char *what,
-                            ckpt_source *src, ckpt_error *err) {
+ckpt_status ckpt_loc_source(ckpt_reader *r, const ckpt_loc *loc, const char *what, ckpt_source *src,
+                            ckpt_error *err) {
     if (loc->file_id < 0)
         return ckpt_fail(err, CKPT_E_FORMAT, "%s: %s", what,
                          loc->problem ? loc->problem : "no storage location");
@@ -93,10 +95,10 @@ ckpt_status ckpt_loc_source(ckpt_reader *r, const ckpt_loc *loc, const char *wha
     struct stat st;
     if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
         (loc->offset > (uint64_t)st.st_size || loc->length > (uint64_t)st.st_size - loc->offset))
-        return ckpt_fail(err, CKPT_E_RANGE, "%s: bytes [%llu, %llu) of %s lie past its end (%lld bytes)",
-                         what, (unsigned long long)loc->offset,
-                         (unsigned long long)(loc->offset + loc->length), r->files[loc->file_id].name,
-                         (long long)st.st_size);
+        return ckpt_fail(
+            err, CKPT_E_RANGE, "%s: bytes [%llu, %llu) of %s lie past its end (%lld bytes)", what,
+            (unsigned long long)loc->offset, (unsigned long long)(loc->offset + loc->length),
+            r->files[loc->file_id].name, (long long)st.st_size);
     src->fd = fd;
     src->base = loc->offset;
     src->len = loc->length;

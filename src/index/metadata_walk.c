@@ -25,8 +25,9 @@ typedef struct walk {
         const char *rel;
         int32_t id;
     } file_cache[1u << FILE_CACHE_BITS];
-    /* the fields read from every chunk, storage index and storage info */
+    /* the fields read from every tensor, chunk, storage index and storage info */
     struct {
+        pk_key_cache size, properties, chunks;                     /* TensorStorageMetadata */
         pk_key_cache offsets, sizes;                               /* ChunkStorageMetadata */
         pk_key_cache fqn, offset, index;                           /* MetadataIndex */
         pk_key_cache relative_path, item_offset, length, transform; /* _StorageInfo */
@@ -112,13 +113,13 @@ static ckpt_status walk_tensor(walk *w, ckpt_entry *e, bool merging, const pk_va
     ckpt_reader *r = w->r;
     int64_t shape[CKPT_MAX_NDIM];
     size_t ndim = 0;
-    if (!pk_as_int_seq(pk_get(v, "size"), shape, CKPT_MAX_NDIM, &ndim)) {
+    if (!pk_as_int_seq(pk_get_cached(v, "size", &w->keys.size), shape, CKPT_MAX_NDIM, &ndim)) {
         e->problem = problemf(r, "tensor size is missing or malformed");
         return CKPT_OK;
     }
     if (!merging) {
         e->kind = CKPT_ENTRY_TENSOR;
-        const char *dn = dtype_name_of(pk_get(v, "properties"));
+        const char *dn = dtype_name_of(pk_get_cached(v, "properties", &w->keys.properties));
         e->dtype = ckpt_dtype_from_name(dn);
         if (e->dtype == CKPT_DTYPE_INVALID)
             e->problem = problemf(r, "unknown or missing dtype '%s'", dn ? dn : "?");
@@ -149,7 +150,7 @@ static ckpt_status walk_tensor(walk *w, ckpt_entry *e, bool merging, const pk_va
         return CKPT_OK;
     }
 
-    const pk_value *chunks = pk_get(v, "chunks");
+    const pk_value *chunks = pk_get_cached(v, "chunks", &w->keys.chunks);
     if (!chunks || (chunks->type != PK_LIST && chunks->type != PK_TUPLE)) {
         e->problem = problemf(r, "tensor has no chunk list");
         return CKPT_OK;
@@ -493,6 +494,7 @@ ckpt_status ckpt_index_add_metadata(ckpt_reader *r, const char *file, const uint
         goto done;
     }
     note_root(r, root, sdm);
+    ckpt_arena_map_ahead(r->arena); /* settled by ckpt_index_finish */
     CKPT_TRY_GOTO(st, walk_state_dict_metadata(&w, sdm, err), done);
     CKPT_TRY_GOTO(st, walk_planner_data(&w, pk_get(root, "planner_data"), err), done);
     CKPT_TRY_GOTO(st, walk_storage_data(&w, pk_get(root, "storage_data"), err), done);
@@ -533,6 +535,7 @@ ckpt_status ckpt_index_finish(ckpt_reader *r, ckpt_error *err) {
             in->num_objects++;
         }
     }
+    ckpt_arena_settle(r->arena); /* the index is built: no helper thread outlives the open */
     in->num_files = (uint32_t)r->nfiles;
     /* ranks: distinct "__<r>_" prefixes */
     uint32_t ranks = 0;

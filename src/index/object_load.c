@@ -16,7 +16,9 @@ ckpt_status ckpt_object_load(ckpt_reader *r, const ckpt_entry *e, ckpt_object **
     if (src.len > r->limits.max_object_bytes)
         return ckpt_fail(err, CKPT_E_LIMIT, "'%s': object of %llu bytes exceeds the limit", e->key,
                          (unsigned long long)src.len);
-    pk_limits lim = {.max_bytes = r->limits.max_pickle_memory < (4ull << 30) ? r->limits.max_pickle_memory : (4ull << 30),
+    pk_limits lim = {.max_bytes = r->limits.max_pickle_memory < (4ull << 30)
+                                      ? r->limits.max_pickle_memory
+                                      : (4ull << 30),
                      .max_items = r->limits.max_items,
                      .max_depth = r->limits.max_depth};
     ts_open_options o = {.transforms = e->loc.transforms,

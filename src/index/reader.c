@@ -178,7 +178,8 @@ void ckpt_reader_free(ckpt_reader *r) {
     if (!r) return;
     for (size_t i = 0; i < r->nentries; i++) {
         ckpt_entry *e = &r->entries[i];
-        for (size_t k = 0; k < e->nchunks; k++) ts_item_free(e->chunks[k].item);
+        for (size_t k = 0; k < e->nchunks; k++)
+            ts_item_free(e->chunks[k].item);
     }
     ckpt_files_close_all(r);
     ckpt_htab_release(&r->by_key);

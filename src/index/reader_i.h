@@ -13,7 +13,7 @@
 
 /* Where a stored item lives: a byte range of one data file. */
 typedef struct ckpt_loc {
-    int32_t file_id;        /* -1: no usable location (see problem) */
+    int32_t file_id; /* -1: no usable location (see problem) */
     uint64_t offset;
     uint64_t length;
     const char *transforms; /* comma-separated, or NULL */
@@ -36,11 +36,11 @@ typedef struct ckpt_chunk {
     atomic_int state;
     chunk_storage_kind kind;
     bool big_endian;
-    bool contiguous;         /* C-order strides over `sizes` */
-    uint64_t elem0;          /* byte offset of storage element `storage_offset` (file or memory) */
-    const int64_t *stride;   /* element strides (ndim values) */
-    ts_item *item;           /* kept for CHUNK_IN_MEMORY */
-    ckpt_status fail_code;   /* CHUNK_FAILED: the error to report again */
+    bool contiguous;       /* C-order strides over `sizes` */
+    uint64_t elem0;        /* byte offset of storage element `storage_offset` (file or memory) */
+    const int64_t *stride; /* element strides (ndim values) */
+    ts_item *item;         /* kept for CHUNK_IN_MEMORY */
+    ckpt_status fail_code; /* CHUNK_FAILED: the error to report again */
     const char *fail_msg;
 } ckpt_chunk;
 
@@ -58,19 +58,19 @@ struct ckpt_entry {
     uint64_t nbytes;
     ckpt_chunk *chunks;
     size_t nchunks;
-    ckpt_loc loc;            /* objects */
-    const char *problem;     /* metadata-level defect (dtype unknown...), or NULL */
+    ckpt_loc loc;        /* objects */
+    const char *problem; /* metadata-level defect (dtype unknown...), or NULL */
 };
 
 typedef struct ckpt_file {
     const char *name;
-    int fd;                  /* -1 until opened (protected by reader->lock) */
-    int open_errno;          /* set when opening failed */
+    int fd;         /* -1 until opened (protected by reader->lock) */
+    int open_errno; /* set when opening failed */
 } ckpt_file;
 
 struct ckpt_reader {
     char *dir;
-    ckpt_arena *arena;       /* every string and array of the index */
+    ckpt_arena *arena; /* every string and array of the index */
     ckpt_limits limits;
     ckpt_entry *entries;
     size_t nentries;
@@ -102,12 +102,11 @@ int ckpt_files_fd(ckpt_reader *r, uint32_t file_id, ckpt_error *err);
 void ckpt_files_close_all(ckpt_reader *r);
 bool ckpt_safe_file_name(const char *name);
 /* A source for a located item (fd opened on demand). */
-ckpt_status ckpt_loc_source(ckpt_reader *r, const ckpt_loc *loc, const char *what,
-                            ckpt_source *src, ckpt_error *err);
+ckpt_status ckpt_loc_source(ckpt_reader *r, const ckpt_loc *loc, const char *what, ckpt_source *src,
+                            ckpt_error *err);
 
 /* chunk_resolve.c: makes chunk->elem0/stride/... valid. Thread-safe. */
-ckpt_status ckpt_chunk_resolve(ckpt_reader *r, const ckpt_entry *e, ckpt_chunk *c,
-                               ckpt_error *err);
+ckpt_status ckpt_chunk_resolve(ckpt_reader *r, const ckpt_entry *e, ckpt_chunk *c, ckpt_error *err);
 
 /* path escaping (path.c) */
 char *ckpt_path_escape_elem(ckpt_arena *a, const char *elem, size_t len);

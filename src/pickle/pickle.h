@@ -13,8 +13,10 @@
  * second BUILD replaces the earlier state; APPEND(S)/SETITEM(S) on an object fill its
  * listitems/dictitems; Python-2 str opcodes give PK_STR (Latin-1 when not valid UTF-8);
  * ints that fit int64 are PK_INT whatever opcode carried them; small ints, None, True, False
- * and the empty tuple are shared within a document.  EXT1/2/4 and NEXT_BUFFER/READONLY_BUFFER
- * fail with CKPT_E_UNSUPPORTED.
+ * and the empty tuple are shared within a document, and other ints, strings and short tuples
+ * often are (one node for equal values built close together), as are the key arrays of dicts
+ * with the same keys: never compare nodes by address to tell values apart.  EXT1/2/4 and
+ * NEXT_BUFFER/READONLY_BUFFER fail with CKPT_E_UNSUPPORTED.
  */
 #ifndef CKPT_PICKLE_H
 #define CKPT_PICKLE_H

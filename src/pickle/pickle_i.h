@@ -16,21 +16,24 @@ struct pk_doc {
     const pk_value *root;
 };
 
-#define PKB_KEYS_CACHE_BITS 10
+/* A slot of the cache of dict key arrays (see pk_builder). */
+typedef struct pkb_keys_slot {
+    uint64_t hash;
+    pk_value **keys;
+    size_t len;
+} pkb_keys_slot;
 
 /* Value construction state.  Every constructor returns NULL/false on failure and leaves the
  * reason in `status`/`why`/`limit` for the VM to turn into a message. */
 typedef struct pk_builder {
     ckpt_arena *arena;
-    /* Key arrays of dicts filled in one batch, by a hash of their key nodes: the state dicts
-     * of objects of one class share one array of key nodes.  An item array is only ever
-     * written past its length, so a full one (len == cap) is never written in place: a shared
-     * key array stays as it is when a dict holding it grows (pkb_dict_extend copies it). */
-    struct {
-        uint64_t hash;
-        pk_value **keys;
-        size_t len;
-    } keys_cache[1u << PKB_KEYS_CACHE_BITS];
+    /* Key arrays of dicts filled in one batch, by a hash of their key nodes (2^keys_bits
+     * slots, or none when keys_cache is NULL): the state dicts of objects of one class share
+     * one array of key nodes.  An item array is only ever written past its length, so a full
+     * one (len == cap) is never written in place: a shared key array stays as it is when a
+     * dict holding it grows (pkb_dict_extend copies it). */
+    pkb_keys_slot *keys_cache;
+    unsigned keys_bits;
     uint64_t items; /* values created so far */
     uint64_t max_items;
     uint64_t max_bytes;

@@ -192,17 +192,16 @@ bool pkb_seq_extend(pk_builder *b, pk_value *seq, pk_value *const *items, size_t
 
 /* An array built earlier holding exactly the keys kv[0], kv[2], ... (npairs of them), or NULL;
  * *slot tells where to remember the array about to be built for them instead. */
-static pk_value **shared_keys(pk_builder *b, pk_value *const *kv, size_t npairs, size_t *slot) {
+static pk_value **shared_keys(pk_builder *b, pk_value *const *kv, size_t npairs,
+                              pkb_keys_slot **slot) {
     uint64_t h = npairs;
     for (size_t i = 0; i < npairs; i++)
         h = (h ^ (uintptr_t)kv[2 * i]) * 0x100000001b3ull;
     h ^= h >> 29;
-    *slot = (size_t)((h * 0x9E3779B97F4A7C15ull) >> (64 - PKB_KEYS_CACHE_BITS));
-    pk_value **keys = b->keys_cache[*slot].keys;
-    if (!keys || b->keys_cache[*slot].hash != h || b->keys_cache[*slot].len != npairs) {
-        b->keys_cache[*slot].hash = h;
-        b->keys_cache[*slot].len = npairs;
-        b->keys_cache[*slot].keys = NULL;
+    *slot = &b->keys_cache[(h * 0x9E3779B97F4A7C15ull) >> (64 - b->keys_bits)];
+    pk_value **keys = (*slot)->keys;
+    if (!keys || (*slot)->hash != h || (*slot)->len != npairs) {
+        **slot = (pkb_keys_slot){h, NULL, npairs};
         return NULL;
     }
     for (size_t i = 0; i < npairs; i++)
@@ -216,16 +215,17 @@ bool pkb_dict_extend(pk_builder *b, pk_value *dict, pk_value *const *kv, size_t 
     size_t len = dict->u.dict.len, cap = dict->u.dict.cap;
     bool shared = false;
     if (len + npairs > cap) {
-        size_t slot = 0, kcap = cap, vcap = cap;
-        pk_value **keys = cap ? NULL : shared_keys(b, kv, npairs, &slot);
+        size_t kcap = cap, vcap = cap;
+        pkb_keys_slot *slot = NULL;
+        pk_value **keys = cap || !b->keys_cache ? NULL : shared_keys(b, kv, npairs, &slot);
         if (keys) { /* the first batch has the keys of an earlier dict */
             dict->u.dict.keys = keys;
             kcap = npairs;
             shared = true;
         } else if (!reserve(b, &dict->u.dict.keys, len, &kcap, npairs)) {
             return false;
-        } else if (!cap) {
-            b->keys_cache[slot].keys = dict->u.dict.keys; /* filled below */
+        } else if (slot) {
+            slot->keys = dict->u.dict.keys; /* filled below */
         }
         if (!reserve(b, &dict->u.dict.vals, len, &vcap, npairs)) return false;
         dict->u.dict.cap = kcap; /* both grow by the same rule */
@@ -386,17 +386,25 @@ const pk_value *pk_item(const pk_value *v, size_t i) {
     return v->u.seq.items[i];
 }
 
+static inline bool int_of(const pk_value *v, int64_t *out) {
+    if (v->type == PK_INT) *out = v->u.i;
+    else if (v->type == PK_BOOL) *out = v->u.b ? 1 : 0;
+    else return false;
+    return true;
+}
+
 bool pk_as_int(const pk_value *v, int64_t *out) {
-    if (!v) return false;
     int64_t x;
-    if (v->type == PK_INT)
-        x = v->u.i;
-    else if (v->type == PK_BOOL)
-        x = v->u.b ? 1 : 0;
-    else
-        return false;
+    if (!v || !int_of(v, &x)) return false;
     if (out) *out = x;
     return true;
+}
+
+/* strcmp(a, b) == 0 for the short names compared here, inlined. */
+static inline bool name_is(const char *a, const char *b) {
+    while (*a && *a == *b)
+        a++, b++;
+    return *a == *b;
 }
 
 bool pk_as_int_seq(const pk_value *v, int64_t *out, size_t cap, size_t *n) {
@@ -404,15 +412,18 @@ bool pk_as_int_seq(const pk_value *v, int64_t *out, size_t cap, size_t *n) {
     if (v->type == PK_OBJECT) {
         const char *name = pk_class_name(v);
         const pk_value *a = v->u.obj.args;
-        if (!name || strcmp(name, "Size") != 0) return false;
+        if (!name || !name_is(name, "Size")) return false;
         if (!a || a->type != PK_TUPLE || a->u.seq.len != 1) return false;
         v = a->u.seq.items[0];
     }
     if (v->type != PK_TUPLE && v->type != PK_LIST) return false;
     size_t len = v->u.seq.len;
     if (len > cap) return false;
-    for (size_t i = 0; i < len; i++)
-        if (!pk_as_int(v->u.seq.items[i], out ? &out[i] : NULL)) return false;
+    for (size_t i = 0; i < len; i++) {
+        int64_t x;
+        if (!int_of(v->u.seq.items[i], &x)) return false;
+        if (out) out[i] = x;
+    }
     if (n) *n = len;
     return true;
 }

@@ -35,18 +35,21 @@
 #define SMALL_MIN (-16)
 #define SMALL_MAX 1024
 /* Values that never change once built (ints, strings, tuples) are also shared through
- * direct-mapped caches of 2^INTERN_BITS slots per kind, keyed by content: an equal value
- * built recently is reused (the offsets of a tensor's chunks repeated in its storage index,
- * the same key or file name in every chunk's record...).  A tuple is reused only when it holds
- * the very same item nodes; strings longer than INTERN_STR_MAX and tuples longer than
- * INTERN_TUPLE_MAX are not looked up. */
-#define INTERN_BITS 12
+ * direct-mapped caches keyed by content: an equal value built recently is reused (the offsets
+ * of a tensor's chunks repeated in its storage index, the same key or file name in every
+ * chunk's record...).  A tuple is reused only when it holds the very same item nodes; strings
+ * longer than INTERN_STR_MAX and tuples longer than INTERN_TUPLE_MAX are not looked up.  The
+ * caches (and the builder's one of dict key arrays) have 2^bits slots, bits growing with the
+ * input from INTERN_BITS_MIN to INTERN_BITS_MAX (reached at 1 MiB), so that small pickles do
+ * not pay for clearing big caches. */
+#define INTERN_BITS_MIN 6u
+#define INTERN_BITS_MAX 12u
 #define INTERN_STR_MAX 256u
 #define INTERN_TUPLE_MAX 8u
 /* Memo indices up to 2 * (stores so far) + MEMO_SLACK go to the dense part, which is made of
  * chunks of MEMO_CHUNK entries. */
 #define MEMO_SLACK 1024u
-#define MEMO_CHUNK_BITS 12
+#define MEMO_CHUNK_BITS 10
 #define MEMO_CHUNK ((size_t)1 << MEMO_CHUNK_BITS)
 
 /* A cache slot: the int itself, or a hash of the content; v is NULL when empty.  Keeping the
@@ -71,9 +74,10 @@ typedef struct pk_vm {
     size_t *marks;
     size_t nmarks, mcap;
 
-    /* Dense part: memo_dir[c] holds indices [c, c + 1) * MEMO_CHUNK, or is NULL when none is
-     * set.  Chunks come from memo_arena: zero-filled (NULL = unset), never moved as the memo
-     * grows, and faulted in ahead of use for big pickles (see arena.c). */
+    /* Dense part: memo_dir[c] holds the entries of indices c * MEMO_CHUNK and up, or is NULL
+     * while none of them is set.  Chunk 0 is memo_first, the others come from memo_arena:
+     * zero-filled (NULL = unset), never moved as the memo grows, and faulted in ahead of use
+     * for big pickles (see arena.c). */
     pk_value ***memo_dir;
     size_t memo_dir_cap;
     size_t memo_cap; /* indices below it are dense: memo_dir_cap * MEMO_CHUNK */
@@ -88,9 +92,9 @@ typedef struct pk_vm {
 
     pk_value *none, *yes, *no, *empty_tuple;
     pk_value *small[SMALL_MAX - SMALL_MIN];
-    intern_slot ints[1u << INTERN_BITS];
-    intern_slot strs[1u << INTERN_BITS];
-    intern_slot tuples[1u << INTERN_BITS];
+    intern_slot *ints, *strs, *tuples; /* one allocation */
+    unsigned intern_bits;
+    pk_value *memo_first[MEMO_CHUNK]; /* so that small pickles need no memo_arena */
     pk_value *result;
 } pk_vm;
 
@@ -259,8 +263,11 @@ static ckpt_status memo_slot(pk_vm *vm, uint64_t idx, pk_value ***slot) {
         if (vm->aux_bytes + bytes > vm->b.max_bytes)
             return fail(vm, CKPT_E_LIMIT, "working memory exceeds the memory budget (limit %llu)",
                         (unsigned long long)vm->b.max_bytes);
-        if (!vm->memo_arena && !(vm->memo_arena = ckpt_arena_new(0)))
-            return fail(vm, CKPT_E_NOMEM, "out of memory");
+        if (!vm->memo_arena) {
+            if (!(vm->memo_arena = ckpt_arena_new(0)))
+                return fail(vm, CKPT_E_NOMEM, "out of memory");
+            ckpt_arena_map_ahead(vm->memo_arena);
+        }
         if (!(*chunk = ckpt_arena_alloc(vm->memo_arena, (size_t)bytes)))
             return fail(vm, CKPT_E_NOMEM, "out of memory");
         vm->aux_bytes += bytes;
@@ -326,6 +333,7 @@ static ckpt_status memo_put(pk_vm *vm, uint64_t idx, pk_value *v) {
         if (st) return st;
         vm->memo_dir = arr;
         memset(vm->memo_dir + old, 0, (vm->memo_dir_cap - old) * sizeof *vm->memo_dir);
+        if (!old) vm->memo_dir[0] = vm->memo_first;
         vm->memo_cap = vm->memo_dir_cap << MEMO_CHUNK_BITS;
         if (vm->hcount) CKPT_TRY(hash_rebuild(vm, vm->hcap));
     }
@@ -367,14 +375,14 @@ static pk_value *mk_singleton(pk_vm *vm, pk_value **slot, pk_type t, bool b) {
     return *slot;
 }
 
-static intern_slot *intern_lookup(intern_slot *cache, uint64_t key) {
-    return &cache[(key * 0x9E3779B97F4A7C15ull) >> (64 - INTERN_BITS)];
+static intern_slot *intern_lookup(const pk_vm *vm, intern_slot *cache, uint64_t key) {
+    return &cache[(key * 0x9E3779B97F4A7C15ull) >> (64 - vm->intern_bits)];
 }
 
 static pk_value *mk_int(pk_vm *vm, int64_t x) {
     pk_value **small = x >= SMALL_MIN && x < SMALL_MAX ? &vm->small[x - SMALL_MIN] : NULL;
     if (small && *small) return *small;
-    intern_slot *slot = small ? NULL : intern_lookup(vm->ints, (uint64_t)x);
+    intern_slot *slot = small ? NULL : intern_lookup(vm, vm->ints, (uint64_t)x);
     if (slot && slot->v && slot->key == (uint64_t)x) return slot->v;
     pk_value *v = pkb_scalar(&vm->b, PK_INT);
     if (!v) return NULL;
@@ -388,7 +396,7 @@ static pk_value *mk_int(pk_vm *vm, int64_t x) {
 static pk_value *mk_str(pk_vm *vm, const uint8_t *p, size_t n) {
     if (n > INTERN_STR_MAX) return pkb_string(&vm->b, PK_STR, p, n);
     uint64_t h = ckpt_hash_bytes(p, n, 0);
-    intern_slot *slot = intern_lookup(vm->strs, h);
+    intern_slot *slot = intern_lookup(vm, vm->strs, h);
     pk_value *v = slot->v;
     if (v && slot->key == h && v->u.str.len == n && memcmp(v->u.str.ptr, p, n) == 0) return v;
     v = pkb_string(&vm->b, PK_STR, p, n);
@@ -477,7 +485,7 @@ static pk_value *mk_tuple(pk_vm *vm, pk_value *const *items, size_t n) {
         h = (h ^ (uintptr_t)items[i]) * 0x100000001b3ull;
         if (pkb_depth(items[i]) > depth) depth = pkb_depth(items[i]);
     }
-    intern_slot *slot = intern_lookup(vm->tuples, h);
+    intern_slot *slot = intern_lookup(vm, vm->tuples, h);
     pk_value *t = slot->v;
     if (t && slot->key == h && t->u.seq.len == n) {
         size_t i = 0;
@@ -1015,17 +1023,36 @@ ckpt_status pk_decode(const uint8_t *buf, size_t len, const pk_limits *limits, p
     vm->len = len;
     vm->err = err;
     vm->b.arena = doc->arena;
+    ckpt_arena_map_ahead(doc->arena); /* a big pickle fills a lot of it */
     vm->b.max_items = lim.max_items;
     vm->b.max_bytes = lim.max_bytes;
     vm->b.max_depth = lim.max_depth;
     vm->max_memo = lim.max_memo;
+    vm->intern_bits = INTERN_BITS_MIN;
+    while (vm->intern_bits < INTERN_BITS_MAX && ((size_t)1 << (vm->intern_bits + 8)) < len)
+        vm->intern_bits++;
+    vm->b.keys_bits = vm->intern_bits - 2;
+    vm->ints = calloc((size_t)3 << vm->intern_bits, sizeof *vm->ints);
+    vm->b.keys_cache = calloc((size_t)1 << vm->b.keys_bits, sizeof *vm->b.keys_cache);
+    if (!vm->ints || !vm->b.keys_cache) {
+        free(vm->ints);
+        free(vm->b.keys_cache);
+        pk_doc_free(doc);
+        free(vm);
+        return ckpt_fail(err, CKPT_E_NOMEM, "pickle: out of memory");
+    }
+    vm->strs = vm->ints + ((size_t)1 << vm->intern_bits);
+    vm->tuples = vm->strs + ((size_t)1 << vm->intern_bits);
 
     ckpt_status st = run(vm);
+    ckpt_arena_settle(doc->arena);
     doc->root = vm->result;
     free(vm->stack);
     free(vm->marks);
     free(vm->memo_dir);
     ckpt_arena_free(vm->memo_arena);
+    free(vm->ints);
+    free(vm->b.keys_cache);
     free(vm->hkeys);
     free(vm->hvals);
     free(vm);

@@ -19,7 +19,8 @@ static ckpt_status push(ckpt_plan *p, const ckpt_piece *pc, ckpt_error *err) {
     if (p->len) { /* extend the previous piece when both sides continue */
         ckpt_piece *last = &p->pieces[p->len - 1];
         if (last->file_id == pc->file_id && last->chunk == pc->chunk &&
-            last->swap_unit == pc->swap_unit && last->file_offset + last->length == pc->file_offset &&
+            last->swap_unit == pc->swap_unit &&
+            last->file_offset + last->length == pc->file_offset &&
             last->dst_offset + last->length == pc->dst_offset) {
             last->length += pc->length;
             return CKPT_OK;
@@ -51,8 +52,9 @@ static ckpt_status plan_box(void *ctx, const slice_box *b, ckpt_error *err) {
     bool cplx = x->dtype == CKPT_DTYPE_COMPLEX64 || x->dtype == CKPT_DTYPE_COMPLEX128;
     ckpt_piece pc = {
         .file_id = b->c->kind == CHUNK_IN_MEMORY ? CKPT_PIECE_DECODED : b->c->loc.file_id,
-        .swap_unit = (uint16_t)(b->c->big_endian && b->itemsize > 1
-                                    ? (cplx ? b->itemsize / 2 : b->itemsize) : 0),
+        .swap_unit =
+            (uint16_t)(b->c->big_endian && b->itemsize > 1 ? (cplx ? b->itemsize / 2 : b->itemsize)
+                                                           : 0),
         .chunk = b->chunk,
         .length = (uint64_t)run,
     };
@@ -125,7 +127,8 @@ ckpt_status ckpt_plan_execute(ckpt_reader *r, const ckpt_entry *e, const ckpt_pl
             int fd = ckpt_files_fd(r, (uint32_t)pc->file_id, err);
             if (fd < 0) return err ? err->code : CKPT_E_IO;
             ckpt_source src = {.fd = fd, .len = UINT64_MAX / 2, .name = r->files[pc->file_id].name};
-            CKPT_TRY(ckpt_source_read(&src, pc->file_offset, out + pc->dst_offset, pc->length, err));
+            CKPT_TRY(
+                ckpt_source_read(&src, pc->file_offset, out + pc->dst_offset, pc->length, err));
         }
         if (pc->swap_unit)
             ckpt_bswap_elems(out + pc->dst_offset, pc->length / pc->swap_unit, pc->swap_unit);

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define DIRECT_RUN_MIN (64u * 1024u)   /* runs this long are read straight into place */
+#define DIRECT_RUN_MIN (64u * 1024u)    /* runs this long are read straight into place */
 #define SLAB_BYTES (8u * 1024u * 1024u) /* staging buffer for strided layouts */
 
 typedef struct read_ctx {
@@ -32,7 +32,8 @@ static ckpt_status pread_full(ckpt_reader *r, const ckpt_chunk *c, void *buf, ui
 
 static size_t swap_unit_of(const slice_box *b, ckpt_dtype dt) {
     if (!b->c->big_endian || b->itemsize == 1) return 0;
-    return (dt == CKPT_DTYPE_COMPLEX64 || dt == CKPT_DTYPE_COMPLEX128) ? b->itemsize / 2 : b->itemsize;
+    return (dt == CKPT_DTYPE_COMPLEX64 || dt == CKPT_DTYPE_COMPLEX128) ? b->itemsize / 2
+                                                                       : b->itemsize;
 }
 
 /* Path A: one pread per run (after merging contiguous dims). */
@@ -68,18 +69,21 @@ static ckpt_status read_slabs(read_ctx *x, const slice_box *b, ckpt_error *err) 
     for (int64_t at = 0; at < total; at += per) {
         if (big >= 0) cnt[big] = total - at < per ? total - at : per;
         uint64_t span = b->itemsize;
-        for (int d = 0; d < nd; d++) span += (uint64_t)((cnt[d] - 1) * b->src_stride[d]);
+        for (int d = 0; d < nd; d++)
+            span += (uint64_t)((cnt[d] - 1) * b->src_stride[d]);
         if (span > x->slab_cap) {
             uint8_t *n = realloc(x->slab, span);
-            if (!n) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory for a %llu-byte slab",
-                                     (unsigned long long)span);
+            if (!n)
+                return ckpt_fail(err, CKPT_E_NOMEM, "out of memory for a %llu-byte slab",
+                                 (unsigned long long)span);
             x->slab = n;
             x->slab_cap = span;
         }
         uint64_t soff = b->src0 + (big >= 0 ? (uint64_t)(at * b->src_stride[big]) : 0);
         uint64_t doff = b->dst0 + (big >= 0 ? (uint64_t)(at * b->dst_stride[big]) : 0);
         CKPT_TRY(pread_full(x->r, b->c, x->slab, span, soff, err));
-        ckpt_strided_copy(x->dst + doff, b->dst_stride, x->slab, b->src_stride, cnt, nd, b->itemsize);
+        ckpt_strided_copy(x->dst + doff, b->dst_stride, x->slab, b->src_stride, cnt, nd,
+                          b->itemsize);
     }
     return CKPT_OK;
 }
@@ -102,19 +106,22 @@ static ckpt_status read_box(void *ctx, const slice_box *b, ckpt_error *err) {
         for (int d = 0; d < n; d++)
             if (ss[d] < (d + 1 < n ? ss[d + 1] * cnt[d + 1] : run)) ascending = false;
         int64_t gap = n ? ss[n - 1] - run : 0;
-        if (n == 0 || run >= (int64_t)DIRECT_RUN_MIN || (ascending && gap >= (int64_t)DIRECT_RUN_MIN))
+        if (n == 0 || run >= (int64_t)DIRECT_RUN_MIN ||
+            (ascending && gap >= (int64_t)DIRECT_RUN_MIN))
             CKPT_TRY(read_runs(x, b, n, ds, ss, cnt, run, err));
         else
             CKPT_TRY(read_slabs(x, b, err));
     }
     size_t unit = swap_unit_of(b, x->e->dtype);
-    if (unit) ckpt_strided_bswap(x->dst + b->dst0, b->dst_stride, b->count, b->ndim, b->itemsize, unit);
+    if (unit)
+        ckpt_strided_bswap(x->dst + b->dst0, b->dst_stride, b->count, b->ndim, b->itemsize, unit);
     return CKPT_OK;
 }
 
 static uint64_t region_size(const ckpt_entry *e, const int64_t *count) {
     uint64_t n = ckpt_dtype_itemsize(e->dtype);
-    for (int d = 0; d < e->ndim; d++) n *= (uint64_t)(count ? count[d] : e->shape[d]);
+    for (int d = 0; d < e->ndim; d++)
+        n *= (uint64_t)(count ? count[d] : e->shape[d]);
     return n;
 }
 

@@ -19,10 +19,9 @@ ckpt_status slice_for_each_box(ckpt_reader *r, const ckpt_entry *e, const int64_
         st[d] = start ? start[d] : 0;
         cn[d] = count ? count[d] : e->shape[d];
         if (st[d] < 0 || cn[d] < 0 || st[d] > e->shape[d] || cn[d] > e->shape[d] - st[d])
-            return ckpt_fail(err, CKPT_E_RANGE,
-                             "'%s': region [%lld, %lld) of dim %d is outside the shape %lld",
-                             e->key, (long long)st[d], (long long)(st[d] + cn[d]), d,
-                             (long long)e->shape[d]);
+            return ckpt_fail(
+                err, CKPT_E_RANGE, "'%s': region [%lld, %lld) of dim %d is outside the shape %lld",
+                e->key, (long long)st[d], (long long)(st[d] + cn[d]), d, (long long)e->shape[d]);
         numel *= (uint64_t)cn[d];
     }
     int64_t acc = (int64_t)isz;
@@ -45,10 +44,11 @@ ckpt_status slice_for_each_box(ckpt_reader *r, const ckpt_entry *e, const int64_
             int64_t lo = st[d] > c->offsets[d] ? st[d] : c->offsets[d];
             int64_t hi_r = st[d] + cn[d], hi_c = c->offsets[d] + c->sizes[d];
             int64_t hi = hi_r < hi_c ? hi_r : hi_c;
-            if (hi <= lo) n = 0;
+            if (hi <= lo)
+                n = 0;
             else {
                 b.count[d] = hi - lo;
-                b.dst_stride[d] = lo - st[d];        /* temporarily: local offsets */
+                b.dst_stride[d] = lo - st[d]; /* temporarily: local offsets */
                 b.src_stride[d] = lo - c->offsets[d];
                 n *= (uint64_t)(hi - lo);
             }

@@ -7,15 +7,15 @@
 #include "index/reader_i.h"
 
 typedef struct slice_box {
-    uint32_t chunk;                  /* index in the entry */
+    uint32_t chunk; /* index in the entry */
     const ckpt_chunk *c;
     int ndim;
     size_t itemsize;
-    int64_t count[CKPT_MAX_NDIM];    /* elements per dim */
+    int64_t count[CKPT_MAX_NDIM];      /* elements per dim */
     int64_t src_stride[CKPT_MAX_NDIM]; /* bytes */
     int64_t dst_stride[CKPT_MAX_NDIM]; /* bytes */
-    uint64_t src0;                   /* file offset (IN_FILE) or decoded-buffer offset */
-    uint64_t dst0;                   /* offset in the region buffer */
+    uint64_t src0;                     /* file offset (IN_FILE) or decoded-buffer offset */
+    uint64_t dst0;                     /* offset in the region buffer */
 } slice_box;
 
 typedef ckpt_status (*slice_box_fn)(void *ctx, const slice_box *box, ckpt_error *err);

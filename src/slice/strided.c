@@ -93,7 +93,8 @@ void ckpt_strided_bswap(void *buf, const int64_t *stride, const int64_t *count, 
     uint8_t *p = buf;
     for (;;) {
         int64_t off = 0;
-        for (int d = 0; d < ndim; d++) off += idx[d] * stride[d];
+        for (int d = 0; d < ndim; d++)
+            off += idx[d] * stride[d];
         ckpt_bswap_elems(p + off, itemsize / swap_unit, swap_unit);
         int d = ndim - 1;
         for (; d >= 0; d--) {

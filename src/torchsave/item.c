@@ -89,8 +89,8 @@ ckpt_status ts_item_open(const ckpt_source *src, const ts_open_options *opts, ts
     *out = it;
     return CKPT_OK;
 fail_ctx:
-    ckpt_error_prefix(err, "%s (item at offset %llu%s): ", it->name,
-                      (unsigned long long)src->base, it->decoded ? ", after transforms" : "");
+    ckpt_error_prefix(err, "%s (item at offset %llu%s): ", it->name, (unsigned long long)src->base,
+                      it->decoded ? ", after transforms" : "");
 fail:
     ts_item_free(it);
     return st;

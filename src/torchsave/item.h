@@ -32,12 +32,12 @@ ckpt_status ts_item_open(const ckpt_source *src, const ts_open_options *opts, ts
                          ckpt_error *err);
 void ts_item_free(ts_item *it);
 
-const pk_value *ts_item_root(const ts_item *it);  /* decoded data.pkl */
+const pk_value *ts_item_root(const ts_item *it); /* decoded data.pkl */
 const zip_archive *ts_item_zip(const ts_item *it);
-bool ts_item_big_endian(const ts_item *it);       /* byteorder record says "big" */
+bool ts_item_big_endian(const ts_item *it); /* byteorder record says "big" */
 /* The source the zip lives in: the original window, or the decoded memory buffer. */
 const ckpt_source *ts_item_source(const ts_item *it);
-bool ts_item_is_decoded(const ts_item *it);        /* transforms were undone into memory */
+bool ts_item_is_decoded(const ts_item *it); /* transforms were undone into memory */
 
 typedef struct ts_tensor_view {
     ckpt_dtype dtype;

@@ -54,12 +54,14 @@ ckpt_status ts_tensor_view_of(const ts_item *it, const pk_value *v, ts_tensor_vi
     if (nargs < (v3 ? 7u : 6u)) return bad(err, it, "too few rebuild arguments");
     const pk_value *meta = pk_item(args, v3 ? 7 : 6);
     if (nargs > (v3 ? 7u : 6u) && !empty_or_none(meta))
-        return ckpt_fail(err, CKPT_E_UNSUPPORTED,
-                         "%s: tensor carries rebuild metadata (conj/neg bits) that is not supported",
-                         ts_item_source(it)->name);
+        return ckpt_fail(
+            err, CKPT_E_UNSUPPORTED,
+            "%s: tensor carries rebuild metadata (conj/neg bits) that is not supported",
+            ts_item_source(it)->name);
 
     const pk_value *storage = pk_item(args, 0);
-    if (!storage || storage->type != PK_PERSID) return bad(err, it, "storage is not a persistent id");
+    if (!storage || storage->type != PK_PERSID)
+        return bad(err, it, "storage is not a persistent id");
     const pk_value *pid = storage->u.persid.pid;
     if (pk_len(pid) < 5 || !pk_as_str(pk_item(pid, 0)) ||
         strcmp(pk_as_str(pk_item(pid, 0)), "storage") != 0)
@@ -85,7 +87,8 @@ ckpt_status ts_tensor_view_of(const ts_item *it, const pk_value *v, ts_tensor_vi
     size_t isz = ckpt_dtype_itemsize(dt);
     uint64_t storage_bytes;
     if (untyped) {
-        if ((uint64_t)numel % isz) return bad(err, it, "untyped storage size not a multiple of itemsize");
+        if ((uint64_t)numel % isz)
+            return bad(err, it, "untyped storage size not a multiple of itemsize");
         storage_bytes = (uint64_t)numel;
         out->storage_numel = (uint64_t)numel / isz;
     } else {
@@ -138,7 +141,8 @@ ckpt_status ts_tensor_view_of(const ts_item *it, const pk_value *v, ts_tensor_vi
 
 static uint64_t view_numel(const ts_tensor_view *v) {
     uint64_t n = 1;
-    for (int d = 0; d < v->ndim; d++) n *= (uint64_t)v->shape[d];
+    for (int d = 0; d < v->ndim; d++)
+        n *= (uint64_t)v->shape[d];
     return n;
 }
 
@@ -152,7 +156,8 @@ ckpt_status ts_tensor_copy(const ts_item *it, const ts_tensor_view *view, void *
     if (n == 0) return CKPT_OK;
     /* span of storage elements addressed */
     uint64_t lo = (uint64_t)view->storage_offset, hi = lo;
-    for (int d = 0; d < view->ndim; d++) hi += (uint64_t)(view->shape[d] - 1) * (uint64_t)view->stride[d];
+    for (int d = 0; d < view->ndim; d++)
+        hi += (uint64_t)(view->shape[d] - 1) * (uint64_t)view->stride[d];
     uint64_t span = (hi - lo + 1) * isz;
     const ckpt_source *src = ts_item_source(it);
     uint64_t at = view->record->data_offset + lo * isz;
@@ -170,10 +175,11 @@ ckpt_status ts_tensor_copy(const ts_item *it, const ts_tensor_view *view, void *
         CKPT_TRY(ckpt_source_read(src, at, dst, span, err));
     } else {
         uint8_t *tmp = malloc(span);
-        if (!tmp) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory (%llu bytes)", (unsigned long long)span);
+        if (!tmp)
+            return ckpt_fail(err, CKPT_E_NOMEM, "out of memory (%llu bytes)",
+                             (unsigned long long)span);
         ckpt_status st = ckpt_source_read(src, at, tmp, span, err);
-        if (st == CKPT_OK)
-            ckpt_strided_copy(dst, dstr, tmp, sstr, view->shape, view->ndim, isz);
+        if (st == CKPT_OK) ckpt_strided_copy(dst, dstr, tmp, sstr, view->shape, view->ndim, isz);
         free(tmp);
         CKPT_TRY(st);
     }

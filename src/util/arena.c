@@ -1,7 +1,10 @@
 /* arena.c — bump allocator with a byte budget (see arena.h).  Blocks come straight from
  * mmap: they are already zero (so allocations need no memset) and freeing is one munmap per
- * block.  (Transparent huge pages were tried for the big metadata arenas: on the 2-vCPU VMs
- * here they tripled the system time of faulting the memory in.) */
+ * block.  Faulting the memory in and giving it back are most of the cost of a big arena, so
+ * big blocks are populated when mapped (MAP_POPULATE), optionally one block ahead on a helper
+ * thread, and big arenas are unmapped on a detached thread.  (Transparent huge pages were
+ * tried for the big metadata arenas: on the 2-vCPU VMs here they tripled the system time of
+ * faulting the memory in.) */
 #include "util/arena.h"
 
 #include <pthread.h>
@@ -12,10 +15,9 @@
 
 #define ARENA_BLOCK_MIN (64u * 1024u)
 #define ARENA_BLOCK_MAX (64u * 1024u * 1024u)
-/* Blocks of this size and up are mapped one ahead by a helper thread (see struct ckpt_arena). */
+/* With ckpt_arena_map_ahead, blocks of this size and up are mapped one ahead. */
 #define ARENA_AHEAD_MIN (4u * 1024u * 1024u)
-/* Arenas that mapped this much are unmapped by a detached thread: returning a few hundred MiB
- * to the kernel takes a good part of a second, which the caller need not wait for. */
+/* Arenas that mapped this much are unmapped by a detached thread. */
 #define ARENA_ASYNC_FREE_MIN (64u * 1024u * 1024u)
 
 typedef struct arena_block {
@@ -30,10 +32,6 @@ typedef struct arena_block {
 #define ARENA_ALIGN 8u
 #define HEADER_SIZE ((sizeof(arena_block) + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1))
 
-/* Read-ahead: once an arena grows big blocks, a helper thread maps and populates the next
- * block while the current one fills, so faulting the memory in (most of the cost of decoding
- * a big pickle) overlaps with the caller's work when another core is free.  The helper only
- * writes `ahead`; pthread_join hands it over. */
 struct ckpt_arena {
     arena_block *head;
     uint64_t budget;
@@ -41,10 +39,13 @@ struct ckpt_arena {
     size_t next_block; /* size of the next block to map */
     int over_budget;
     uint64_t mapped; /* bytes of the blocks in the list */
-    pthread_t helper;
+    /* Mapping ahead: the helper maps a block of ahead_size into `ahead` (the only field it
+     * writes); pthread_join hands it over. */
+    bool map_ahead;
     bool helper_running;
-    size_t ahead_size;   /* what the helper maps */
-    arena_block *ahead;  /* a block mapped ahead and not used yet, or NULL */
+    pthread_t helper;
+    size_t ahead_size;
+    arena_block *ahead; /* mapped ahead and not used yet, or NULL */
 };
 
 ckpt_arena *ckpt_arena_new(uint64_t budget) {
@@ -87,13 +88,18 @@ static bool unmap_async(arena_block *blocks) {
 
 void ckpt_arena_free(ckpt_arena *a) {
     if (!a) return;
-    join_helper(a);
-    if (a->ahead) {
-        a->ahead->next = a->head;
-        a->head = a->ahead;
-    }
+    ckpt_arena_settle(a);
     if (!(a->mapped >= ARENA_ASYNC_FREE_MIN && unmap_async(a->head))) unmap_blocks(a->head);
     free(a);
+}
+
+void ckpt_arena_map_ahead(ckpt_arena *a) { a->map_ahead = true; }
+
+void ckpt_arena_settle(ckpt_arena *a) {
+    join_helper(a);
+    if (a->ahead) munmap(a->ahead, a->ahead->size);
+    a->ahead = NULL;
+    a->map_ahead = false;
 }
 
 static arena_block *map_block(size_t size) {
@@ -128,7 +134,9 @@ static arena_block *new_block(ckpt_arena *a, size_t size, size_t need) {
  * there, or could not be used within the budget. */
 static void start_ahead(ckpt_arena *a) {
     size_t size = a->next_block;
-    if (size < ARENA_AHEAD_MIN || a->ahead || (a->budget && a->used + size > a->budget)) return;
+    if (!a->map_ahead || size < ARENA_AHEAD_MIN || a->ahead ||
+        (a->budget && a->used + size > a->budget))
+        return;
     a->ahead_size = size;
     a->helper_running = pthread_create(&a->helper, NULL, map_ahead, a) == 0;
 }

@@ -11,7 +11,16 @@ typedef struct ckpt_arena ckpt_arena;
 
 /* budget: the most bytes the arena may hand out in total (0 = unlimited). */
 ckpt_arena *ckpt_arena_new(uint64_t budget);
+/* Frees everything; an arena that mapped 64 MiB or more is unmapped by a detached thread, so
+ * the call returns at once. */
 void ckpt_arena_free(ckpt_arena *a);
+/* For filling an arena with a lot (a decoded `.metadata`): from blocks of 4 MiB on, a helper
+ * thread maps and faults in the next block while the current one fills.  Until
+ * ckpt_arena_settle (or free), a helper may be running between calls.  Like all calls on one
+ * arena, these must not run concurrently. */
+void ckpt_arena_map_ahead(ckpt_arena *a);
+/* Ends mapping ahead: waits for the helper and unmaps a block mapped ahead but not used. */
+void ckpt_arena_settle(ckpt_arena *a);
 /* 8-byte aligned, zero-filled memory; NULL when out of memory or over budget
  * (ckpt_arena_over_budget tells which). */
 void *ckpt_arena_alloc(ckpt_arena *a, size_t size);

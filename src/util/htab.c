@@ -6,7 +6,8 @@
 
 bool ckpt_htab_init(ckpt_htab *t, size_t expected) {
     size_t cap = 16;
-    while (cap < expected * 2 + 1) cap <<= 1;
+    while (cap < expected * 2 + 1)
+        cap <<= 1;
     t->hashes = calloc(cap, sizeof *t->hashes);
     t->values = malloc(cap * sizeof *t->values);
     t->cap = cap;
@@ -77,7 +78,8 @@ uint64_t ckpt_hash_bytes(const void *p, size_t n, uint64_t seed) {
         s += 8;
         n -= 8;
     }
-    while (n--) h = (h ^ *s++) * 0x100000001b3ull;
+    while (n--)
+        h = (h ^ *s++) * 0x100000001b3ull;
     h ^= h >> 30;
     h *= 0xbf58476d1ce4e5b9ull;
     h ^= h >> 27;

@@ -11,10 +11,11 @@ ckpt_status ckpt_source_read(const ckpt_source *src, uint64_t off, void *buf, ui
                              ckpt_error *err) {
     const char *name = src->name ? src->name : "(source)";
     if (off > src->len || len > src->len - off)
-        return ckpt_fail(err, CKPT_E_RANGE,
-                         "%s: read of %llu bytes at offset %llu passes the end of its %llu-byte range",
-                         name, (unsigned long long)len, (unsigned long long)(src->base + off),
-                         (unsigned long long)src->len);
+        return ckpt_fail(
+            err, CKPT_E_RANGE,
+            "%s: read of %llu bytes at offset %llu passes the end of its %llu-byte range", name,
+            (unsigned long long)len, (unsigned long long)(src->base + off),
+            (unsigned long long)src->len);
     if (src->mem) {
         memcpy(buf, src->mem + off, (size_t)len);
         return CKPT_OK;

@@ -1,5 +1,6 @@
 /* fixture_ref.c — loading the torch-generated fixture references for unit tests. */
 #include "fixture_ref.h"
+#include "test_util.h"
 
 #include <dirent.h>
 #include <stdio.h>
@@ -41,25 +42,9 @@ size_t ref_list(char ***names) {
 }
 
 void ref_free_names(char **names, size_t n) {
-    for (size_t i = 0; i < n; i++) free(names[i]);
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
     free(names);
-}
-
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)sz + 1);
-    if (buf && fread(buf, 1, (size_t)sz, f) != (size_t)sz) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) buf[sz] = '\0';
-    if (len) *len = (size_t)sz;
-    return buf;
 }
 
 /* Splits `line` on tabs in place; returns the number of fields. */
@@ -82,9 +67,9 @@ int ref_load(const char *name, ref_fixture *out) {
     snprintf(p, sizeof p, "%s/%s/ckpt", ref_fixtures_dir(), name);
     out->ckpt_dir = strdup(p);
     snprintf(p, sizeof p, "%s/%s/reference.bin", ref_fixtures_dir(), name);
-    out->bin = (uint8_t *)slurp(p, &out->bin_len);
+    out->bin = tu_read_file(p, &out->bin_len);
     snprintf(p, sizeof p, "%s/%s/reference.tsv", ref_fixtures_dir(), name);
-    char *tsv = slurp(p, NULL);
+    char *tsv = (char *)tu_read_file(p, NULL);
     if (!tsv || !out->bin) {
         free(tsv);
         return -1;

@@ -9,6 +9,7 @@
  * step = 7 (an object).  Per-entry cases damage `a` (usually its chunk 1, rows [2, 4)). */
 #include "ckpt.h"
 #include "fixture_ref.h"
+#include "test_util.h"
 
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -33,19 +34,6 @@ static char *case_path(const char *name, const char *rel) {
     return p;
 }
 
-static uint8_t *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    cr_assert(f, "cannot open %s: %s", path, strerror(errno));
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *buf = malloc((size_t)n + 1);
-    cr_assert(buf);
-    cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    *len = (size_t)n;
-    return buf;
-}
 
 static void spit(const char *path, const void *buf, size_t len) {
     FILE *f = fopen(path, "wb");
@@ -258,7 +246,7 @@ static void tmp_copy_base(tmpckpt *t) {
         snprintf(from, sizeof from, "%s/%s", src, de->d_name);
         snprintf(to, sizeof to, "%s/%s", t->dir, de->d_name);
         size_t n;
-        uint8_t *buf = slurp(from, &n);
+        uint8_t *buf = tu_read_file(from, &n);
         spit(to, buf, n);
         free(buf);
     }
@@ -675,7 +663,7 @@ Test(badinput, hostile_memo_abuse) {
 Test(badinput, hostile_unknown_opcode) {
     char *md = case_path("unknown_opcode", "ckpt/.metadata");
     size_t n;
-    free(slurp(md, &n));
+    free(tu_read_file(md, &n));
     char needle[64];
     snprintf(needle, sizeof needle, "pickle offset %zu: unknown opcode 0xff", n - 1);
     expect_open_fails("unknown_opcode", true, CKPT_E_FORMAT, needle);
@@ -730,7 +718,7 @@ Test(badinput, truncated_metadata_every_offset, .timeout = 240) {
     char p[4096];
     tmp_path(&t, ".metadata", p, sizeof p);
     size_t n;
-    uint8_t *md = slurp(p, &n);
+    uint8_t *md = tu_read_file(p, &n);
     cr_assert_gt(n, 100);
     for (size_t k = 0; k < n; k++) {
         spit(p, md, k);
@@ -760,7 +748,7 @@ Test(badinput, bitflipped_metadata_every_byte, .timeout = 240) {
     char p[4096];
     tmp_path(&t, ".metadata", p, sizeof p);
     size_t n;
-    uint8_t *md = slurp(p, &n);
+    uint8_t *md = tu_read_file(p, &n);
     size_t opened = 0, failed = 0;
     for (size_t k = 0; k < n; k++) {
         for (int way = 0; way < 2; way++) {
@@ -883,7 +871,7 @@ Test(badinput, zip_central_directory_flips, .timeout = 240) {
     ckpt_reader_free(r);
     tmp_path(&t, file, p, sizeof p);
     size_t n;
-    uint8_t *buf = slurp(p, &n);
+    uint8_t *buf = tu_read_file(p, &n);
     cr_assert_geq(n, off + len);
     uint64_t cd = central_directory_of(buf, off, len);
 
@@ -953,7 +941,7 @@ Test(badinput, item_every_byte_flipped, .timeout = 240) {
     ckpt_reader_free(r);
     tmp_path(&t, file, p, sizeof p);
     size_t n;
-    uint8_t *buf = slurp(p, &n);
+    uint8_t *buf = tu_read_file(p, &n);
     for (uint64_t k = off; k < off + len; k++) {
         buf[k] ^= 0xFF;
         spit(p, buf, n);

@@ -2,6 +2,7 @@
  * written by pickle_vectors/gen.py, found through CKPT_PICKLE_VECTORS) and against hostile
  * streams: exact decoded values, exact error codes and messages, limits, truncation at every
  * byte, and deep nesting. */
+#include "test_util.h"
 #include "pickle/pickle.h"
 
 #include <criterion/criterion.h>
@@ -18,17 +19,7 @@ static uint8_t *load_vector(const char *name, size_t *len) {
     if (!dir || !*dir) dir = "tests/unit/pickle_vectors";
     char path[4096];
     snprintf(path, sizeof path, "%s/%s.pkl", dir, name);
-    FILE *f = fopen(path, "rb");
-    cr_assert(f, "cannot open %s (set CKPT_PICKLE_VECTORS)", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *buf = malloc((size_t)n + 1);
-    cr_assert(buf);
-    cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    *len = (size_t)n;
-    return buf;
+    return tu_read_file(path, len); /* vectors: CKPT_PICKLE_VECTORS */
 }
 
 static pk_doc *decode_vector(const char *name) {

@@ -21,7 +21,8 @@ static void joined_path(const ckpt_entry *e, char *buf, size_t cap) {
     size_t at = 0;
     buf[0] = '\0';
     for (size_t i = 0; i < ckpt_entry_path_len(e); i++)
-        at += (size_t)snprintf(buf + at, cap - at, "%s%s", i ? "/" : "", ckpt_entry_path_elem(e, i));
+        at +=
+            (size_t)snprintf(buf + at, cap - at, "%s%s", i ? "/" : "", ckpt_entry_path_elem(e, i));
 }
 
 Test(reader, fixtures_exist) {
@@ -51,12 +52,14 @@ Test(reader, every_entry_matches_reference, .timeout = 120) {
                          f.name, ckpt_entry_path(e));
             ckpt_error err = {0};
             if (re->kind == 'T') {
-                cr_assert_eq(ckpt_entry_kind_of(e), CKPT_ENTRY_TENSOR, "%s: '%s' kind", f.name, re->key);
+                cr_assert_eq(ckpt_entry_kind_of(e), CKPT_ENTRY_TENSOR, "%s: '%s' kind", f.name,
+                             re->key);
                 cr_expect_str_eq(ckpt_dtype_name(ckpt_entry_dtype(e)), re->dtype, "%s: '%s' dtype",
                                  f.name, re->key);
                 cr_assert_eq(ckpt_entry_ndim(e), re->ndim, "%s: '%s' ndim", f.name, re->key);
                 for (int d = 0; d < re->ndim; d++)
-                    cr_expect_eq(ckpt_entry_shape(e)[d], re->shape[d], "%s: '%s' dim %d", f.name, re->key, d);
+                    cr_expect_eq(ckpt_entry_shape(e)[d], re->shape[d], "%s: '%s' dim %d", f.name,
+                                 re->key, d);
                 cr_assert_eq(ckpt_entry_nbytes(e), re->nbytes, "%s: '%s' nbytes", f.name, re->key);
                 uint8_t *buf = malloc(re->nbytes + 1);
                 memset(buf, 0xA5, re->nbytes + 1);
@@ -67,7 +70,8 @@ Test(reader, every_entry_matches_reference, .timeout = 120) {
                               "%s: '%s' differs from torch's reference", f.name, re->key);
                 free(buf);
             } else {
-                cr_assert_eq(ckpt_entry_kind_of(e), CKPT_ENTRY_OBJECT, "%s: '%s' kind", f.name, re->key);
+                cr_assert_eq(ckpt_entry_kind_of(e), CKPT_ENTRY_OBJECT, "%s: '%s' kind", f.name,
+                             re->key);
                 ckpt_object *o = NULL;
                 ckpt_status s = ckpt_object_load(r, e, &o, &err);
                 cr_expect_eq(s, CKPT_OK, "%s: load '%s': %s", f.name, re->key, err.message);
@@ -92,11 +96,13 @@ Test(reader, every_entry_matches_reference, .timeout = 120) {
 static void gather(const uint8_t *full, const int64_t *shape, int nd, size_t isz,
                    const int64_t *start, const int64_t *count, uint8_t *out) {
     uint64_t total = 1;
-    for (int d = 0; d < nd; d++) total *= (uint64_t)count[d];
+    for (int d = 0; d < nd; d++)
+        total *= (uint64_t)count[d];
     int64_t idx[64] = {0};
     for (uint64_t k = 0; k < total; k++) {
         uint64_t lin = 0;
-        for (int d = 0; d < nd; d++) lin = lin * (uint64_t)shape[d] + (uint64_t)(start[d] + idx[d]);
+        for (int d = 0; d < nd; d++)
+            lin = lin * (uint64_t)shape[d] + (uint64_t)(start[d] + idx[d]);
         memcpy(out + k * isz, full + lin * isz, isz);
         for (int d = nd - 1; d >= 0; d--) {
             if (++idx[d] < count[d]) break;
@@ -133,17 +139,21 @@ Test(reader, random_regions_and_plans, .timeout = 120) {
                     int64_t L = re->shape[d];
                     start[d] = L ? (int64_t)(rng_next(&seed) % (uint64_t)(L + 1)) : 0;
                     count[d] = (int64_t)(rng_next(&seed) % (uint64_t)(L - start[d] + 1));
-                    if (trial == 0) { start[d] = 0; count[d] = L; }
+                    if (trial == 0) {
+                        start[d] = 0;
+                        count[d] = L;
+                    }
                     bytes *= (uint64_t)count[d];
                 }
-                uint8_t *want = malloc(bytes + 1), *got = malloc(bytes + 1), *viaplan = malloc(bytes + 1);
+                uint8_t *want = malloc(bytes + 1), *got = malloc(bytes + 1),
+                        *viaplan = malloc(bytes + 1);
                 gather(f.bin + re->offset, re->shape, re->ndim, isz, start, count, want);
                 ckpt_error err = {0};
                 ckpt_status s = ckpt_read_region(r, e, start, count, got, bytes, &err);
                 cr_expect_eq(s, CKPT_OK, "%s: region of '%s': %s", f.name, re->key, err.message);
                 if (s == CKPT_OK)
-                    cr_expect(memcmp(got, want, bytes) == 0, "%s: region of '%s' (trial %d) differs",
-                              f.name, re->key, trial);
+                    cr_expect(memcmp(got, want, bytes) == 0,
+                              "%s: region of '%s' (trial %d) differs", f.name, re->key, trial);
                 ckpt_plan *p = NULL;
                 s = ckpt_plan_region(r, e, start, count, &p, &err);
                 cr_expect_eq(s, CKPT_OK, "%s: plan of '%s': %s", f.name, re->key, err.message);
@@ -160,10 +170,11 @@ Test(reader, random_regions_and_plans, .timeout = 120) {
                     cr_expect_eq(sum, bytes, "%s: '%s' plan covers %llu of %llu bytes", f.name,
                                  re->key, (unsigned long long)sum, (unsigned long long)bytes);
                     s = ckpt_plan_execute(r, e, p, viaplan, bytes, &err);
-                    cr_expect_eq(s, CKPT_OK, "%s: execute plan of '%s': %s", f.name, re->key, err.message);
+                    cr_expect_eq(s, CKPT_OK, "%s: execute plan of '%s': %s", f.name, re->key,
+                                 err.message);
                     if (s == CKPT_OK)
-                        cr_expect(memcmp(viaplan, want, bytes) == 0, "%s: plan of '%s' gives other bytes",
-                                  f.name, re->key);
+                        cr_expect(memcmp(viaplan, want, bytes) == 0,
+                                  "%s: plan of '%s' gives other bytes", f.name, re->key);
                     ckpt_plan_free(p);
                 }
                 free(want);
@@ -191,8 +202,10 @@ Test(reader, layout_and_chunks_verify_on_good_fixtures, .timeout = 120) {
             const ckpt_entry *e = ckpt_reader_entry(r, i);
             ckpt_error err = {0};
             cr_expect_eq(ckpt_entry_check_layout(e, &err), CKPT_OK, "%s: %s", f.name, err.message);
-            for (size_t k = 0; k < ckpt_entry_num_chunks(e) && ckpt_entry_kind_of(e) == CKPT_ENTRY_TENSOR; k++)
-                cr_expect_eq(ckpt_entry_check_chunk(r, e, k, &err), CKPT_OK, "%s: %s", f.name, err.message);
+            for (size_t k = 0;
+                 k < ckpt_entry_num_chunks(e) && ckpt_entry_kind_of(e) == CKPT_ENTRY_TENSOR; k++)
+                cr_expect_eq(ckpt_entry_check_chunk(r, e, k, &err), CKPT_OK, "%s: %s", f.name,
+                             err.message);
         }
         ckpt_reader_free(r);
         ref_free(&f);

@@ -4,6 +4,7 @@
  * Python computed; plus accessors, tensors inside a torch.save item, hand-made hostile
  * pickles, float and bigint formatting, and the speed of pk_to_json on a million-entry
  * pickle. */
+#include "test_util.h"
 #include "ckpt.h"
 #include "pickle/pickle.h"
 #include "torchsave/item.h"
@@ -34,18 +35,7 @@ static char *read_file(const char *name, const char *ext, size_t *len) {
     char path[4096];
     int pn = snprintf(path, sizeof path, "%s/%s%s", vectors_dir(), name, ext);
     cr_assert(pn > 0 && (size_t)pn < sizeof path, "path too long");
-    FILE *f = fopen(path, "rb");
-    cr_assert(f, "cannot open %s (set CKPT_VALUE_VECTORS)", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    cr_assert(buf);
-    cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    buf[n] = '\0';
-    if (len) *len = (size_t)n;
-    return buf;
+    return (char *)tu_read_file(path, len); /* vectors: CKPT_VALUE_VECTORS */
 }
 
 static pk_doc *decode(const void *buf, size_t len, const char *what) {
