@@ -27,9 +27,9 @@ typedef struct walk {
     } file_cache[1u << FILE_CACHE_BITS];
     /* the fields read from every tensor, chunk, storage index and storage info */
     struct {
-        pk_key_cache size, properties, chunks;                     /* TensorStorageMetadata */
-        pk_key_cache offsets, sizes;                               /* ChunkStorageMetadata */
-        pk_key_cache fqn, offset, index;                           /* MetadataIndex */
+        pk_key_cache size, properties, chunks;                      /* TensorStorageMetadata */
+        pk_key_cache offsets, sizes;                                /* ChunkStorageMetadata */
+        pk_key_cache fqn, offset, index;                            /* MetadataIndex */
         pk_key_cache relative_path, item_offset, length, transform; /* _StorageInfo */
     } keys;
 } walk;
@@ -85,8 +85,10 @@ static ckpt_entry *new_entry(ckpt_reader *r, const char *key) {
 static const char *dtype_name_of(const pk_value *props) {
     const pk_value *st = props && props->type == PK_OBJECT ? props->u.obj.state : NULL;
     const pk_value *dt = NULL;
-    if (st && (st->type == PK_TUPLE || st->type == PK_LIST)) dt = pk_item(st, 0);
-    else if (st && st->type == PK_DICT) dt = pk_get(st, "dtype");
+    if (st && (st->type == PK_TUPLE || st->type == PK_LIST))
+        dt = pk_item(st, 0);
+    else if (st && st->type == PK_DICT)
+        dt = pk_get(st, "dtype");
     if (!dt && props && props->type == PK_OBJECT) dt = pk_item(props->u.obj.args, 0);
     return dt && dt->type == PK_GLOBAL ? dt->u.global.name : NULL;
 }
@@ -157,7 +159,8 @@ static ckpt_status walk_tensor(walk *w, ckpt_entry *e, bool merging, const pk_va
     }
     size_t n = pk_len(chunks);
     size_t old = e->nchunks;
-    ckpt_chunk *arr = ckpt_arena_grow(r->arena, e->chunks, old * sizeof *arr, (old + n + 1) * sizeof *arr);
+    ckpt_chunk *arr =
+        ckpt_arena_grow(r->arena, e->chunks, old * sizeof *arr, (old + n + 1) * sizeof *arr);
     if (!arr) return nomem(err);
     e->chunks = arr;
     int64_t *pool = ckpt_arena_alloc(r->arena, (n * 2 * ndim + 1) * sizeof *pool);
@@ -166,16 +169,19 @@ static ckpt_status walk_tensor(walk *w, ckpt_entry *e, bool merging, const pk_va
         const pk_value *c = pk_item(chunks, i);
         int64_t *off = pool + i * 2 * ndim, *sz = off + ndim;
         size_t n1 = 0, n2 = 0;
-        if (!pk_as_int_seq(pk_get_cached(c, "offsets", &w->keys.offsets), off, ndim ? ndim : 1, &n1) ||
+        if (!pk_as_int_seq(pk_get_cached(c, "offsets", &w->keys.offsets), off, ndim ? ndim : 1,
+                           &n1) ||
             !pk_as_int_seq(pk_get_cached(c, "sizes", &w->keys.sizes), sz, ndim ? ndim : 1, &n2) ||
             n1 != ndim || n2 != ndim) {
-            e->problem = problemf(r, "chunk %zu: offsets/sizes missing or not of rank %zu", i, ndim);
+            e->problem =
+                problemf(r, "chunk %zu: offsets/sizes missing or not of rank %zu", i, ndim);
             continue;
         }
         uint64_t numel = 1;
         bool inside = true;
         for (size_t d = 0; d < ndim; d++) {
-            if (off[d] < 0 || sz[d] < 0 || off[d] > shape[d] || sz[d] > shape[d] - off[d]) inside = false;
+            if (off[d] < 0 || sz[d] < 0 || off[d] > shape[d] || sz[d] > shape[d] - off[d])
+                inside = false;
             numel *= (uint64_t)(sz[d] < 0 ? 0 : sz[d]);
         }
         if (!inside) {
@@ -199,7 +205,8 @@ static ckpt_status walk_tensor(walk *w, ckpt_entry *e, bool merging, const pk_va
     if (w->chunk_index_built) { /* keep the lazily built index complete */
         for (size_t k = old; k < e->nchunks; k++) {
             uint64_t h = ckpt_hash_bytes(e->chunks[k].offsets, (size_t)e->ndim * 8, e->index);
-            if (!ckpt_htab_insert(&w->chunk_index, h, ((uint64_t)e->index << 32) | k)) return nomem(err);
+            if (!ckpt_htab_insert(&w->chunk_index, h, ((uint64_t)e->index << 32) | k))
+                return nomem(err);
         }
     }
     return CKPT_OK;
@@ -220,8 +227,8 @@ static ckpt_status walk_state_dict_metadata(walk *w, const pk_value *sdm, ckpt_e
         bool merging = e != NULL;
         if (!e && !(e = new_entry(r, key))) return nomem(err);
         const char *cls = pk_class_name(v);
-        bool tensor = (cls && strcmp(cls, "TensorStorageMetadata") == 0) ||
-                      (!cls && pk_get(v, "chunks"));
+        bool tensor =
+            (cls && strcmp(cls, "TensorStorageMetadata") == 0) || (!cls && pk_get(v, "chunks"));
         if (tensor) {
             if (merging && e->kind != CKPT_ENTRY_TENSOR) continue;
             CKPT_TRY(walk_tensor(w, e, merging, v, err));
@@ -256,7 +263,8 @@ static ckpt_status set_path(ckpt_reader *r, ckpt_entry *e, const pk_value *path,
             char num[32];
             const char *s = el->type == PK_STR ? el->u.str.ptr : num;
             size_t len = el->type == PK_STR ? el->u.str.len : 0;
-            if (el->type == PK_INT) len = (size_t)snprintf(num, sizeof num, "%lld", (long long)el->u.i);
+            if (el->type == PK_INT)
+                len = (size_t)snprintf(num, sizeof num, "%lld", (long long)el->u.i);
             e->elems[i] = ckpt_arena_strndup(r->arena, s, len);
             if (!e->elems[i]) return nomem(err);
         }
@@ -319,7 +327,8 @@ static bool chunk_eq(const void *ctx, uint64_t v) {
 static ckpt_status build_chunk_index(walk *w, ckpt_error *err) {
     ckpt_reader *r = w->r;
     size_t total = 0;
-    for (size_t i = 0; i < r->nentries; i++) total += r->entries[i].nchunks;
+    for (size_t i = 0; i < r->nentries; i++)
+        total += r->entries[i].nchunks;
     if (!ckpt_htab_init(&w->chunk_index, total)) return nomem(err);
     for (size_t i = 0; i < r->nentries; i++) {
         const ckpt_entry *e = &r->entries[i];
@@ -371,8 +380,10 @@ static ckpt_status fill_loc(walk *w, ckpt_loc *loc, const pk_value *info, ckpt_e
     } else {
         const char *problem = NULL;
         loc->file_id = ckpt_files_intern(r, rel, &problem);
-        if (loc->file_id < 0) loc->problem = problem ? problem : "out of memory";
-        else w->file_cache[slot].rel = rel, w->file_cache[slot].id = loc->file_id;
+        if (loc->file_id < 0)
+            loc->problem = problem ? problem : "out of memory";
+        else
+            w->file_cache[slot].rel = rel, w->file_cache[slot].id = loc->file_id;
     }
     r->info.stored_bytes += loc->length;
     return CKPT_OK;
@@ -392,8 +403,10 @@ static ckpt_status walk_storage_data(walk *w, const pk_value *sd, ckpt_error *er
         const pk_value *info = sd->u.dict.vals[i];
         const char *fqn = pk_as_str(pk_get_cached(mi, "fqn", &w->keys.fqn));
         ckpt_entry *e = NULL;
-        if (fqn && fqn == last_fqn) e = last_e;
-        else if (fqn) e = find_key_near(r, fqn, next);
+        if (fqn && fqn == last_fqn)
+            e = last_e;
+        else if (fqn)
+            e = find_key_near(r, fqn, next);
         last_fqn = fqn;
         last_e = e;
         if (e) next = e->index + 1;
@@ -406,7 +419,8 @@ static ckpt_status walk_storage_data(walk *w, const pk_value *sd, ckpt_error *er
             /* the first location wins (rank-local metadata: lowest rank) */
             if (e->kind == CKPT_ENTRY_OBJECT && e->loc.file_id < 0)
                 CKPT_TRY(fill_loc(w, &e->loc, info, err));
-            else r->unmatched_storage++;
+            else
+                r->unmatched_storage++;
             continue;
         }
         int64_t off[CKPT_MAX_NDIM];
@@ -419,13 +433,15 @@ static ckpt_status walk_storage_data(walk *w, const pk_value *sd, ckpt_error *er
         ckpt_chunk *match = NULL;
         int64_t hint = -1;
         pk_as_int(pk_get_cached(mi, "index", &w->keys.index), &hint);
-        if (hint >= 0 && (uint64_t)hint < e->nchunks && boxes_equal(e->chunks[hint].offsets, off, e->ndim))
+        if (hint >= 0 && (uint64_t)hint < e->nchunks &&
+            boxes_equal(e->chunks[hint].offsets, off, e->ndim))
             match = &e->chunks[hint];
         if (!match) {
             if (!w->chunk_index_built) CKPT_TRY(build_chunk_index(w, err));
             uint64_t eidx = e->index, v;
             const void *ctx[3] = {r, off, &eidx};
-            if (ckpt_htab_find(&w->chunk_index, ckpt_hash_bytes(off, n * 8, e->index), chunk_eq, ctx, &v))
+            if (ckpt_htab_find(&w->chunk_index, ckpt_hash_bytes(off, n * 8, e->index), chunk_eq,
+                               ctx, &v))
                 match = &e->chunks[v & 0xffffffffu];
         }
         if (!match || match->loc.file_id >= 0 || !match->numel) {
@@ -458,12 +474,18 @@ static void note_root(ckpt_reader *r, const pk_value *root, const pk_value *sdm)
         const char *pmod = NULL;
         for (size_t i = 0; sdm && sdm->type == PK_DICT && i < sdm->u.dict.len && !pmod; i++)
             pmod = pk_class_module(pk_get(sdm->u.dict.vals[i], "properties"));
-        if (in->has_mcore_data) hint = "megatron-core torch_dist";
-        else if (mod && strstr(mod, "_shard.checkpoint")) hint = "torch 1.13 (torch.distributed._shard.checkpoint)";
-        else if (in->version) hint = "torch >= 2.9 (DCP version recorded)";
-        else if (in->has_storage_meta) hint = "torch 2.4 - 2.8 (storage_meta, no version)";
-        else if (pmod && strstr(pmod, "checkpoint.metadata")) hint = "torch 2.3";
-        else hint = "torch 2.0 - 2.2";
+        if (in->has_mcore_data)
+            hint = "megatron-core torch_dist";
+        else if (mod && strstr(mod, "_shard.checkpoint"))
+            hint = "torch 1.13 (torch.distributed._shard.checkpoint)";
+        else if (in->version)
+            hint = "torch >= 2.9 (DCP version recorded)";
+        else if (in->has_storage_meta)
+            hint = "torch 2.4 - 2.8 (storage_meta, no version)";
+        else if (pmod && strstr(pmod, "checkpoint.metadata"))
+            hint = "torch 2.3";
+        else
+            hint = "torch 2.0 - 2.2";
         in->format_hint = hint;
     }
 }
@@ -528,8 +550,10 @@ ckpt_status ckpt_index_finish(ckpt_reader *r, ckpt_error *err) {
             in->tensor_bytes += e->nbytes;
             in->dtype_counts[e->dtype]++;
             for (size_t k = 0; k < e->nchunks; k++) {
-                if (e->chunks[k].numel) in->num_chunks++;
-                else in->num_empty_chunks++;
+                if (e->chunks[k].numel)
+                    in->num_chunks++;
+                else
+                    in->num_empty_chunks++;
             }
         } else {
             in->num_objects++;
@@ -548,7 +572,8 @@ ckpt_status ckpt_index_finish(ckpt_reader *r, ckpt_error *err) {
         long long rank = strtoll(p + 2, &end, 10);
         if (end == p + 2 || *end != '_') continue;
         bool dup = false;
-        for (uint32_t k = 0; k < ranks && !dup; k++) dup = seen[k] == rank;
+        for (uint32_t k = 0; k < ranks && !dup; k++)
+            dup = seen[k] == rank;
         if (!dup) seen[ranks++] = rank;
     }
     free(seen);

@@ -387,9 +387,12 @@ const pk_value *pk_item(const pk_value *v, size_t i) {
 }
 
 static inline bool int_of(const pk_value *v, int64_t *out) {
-    if (v->type == PK_INT) *out = v->u.i;
-    else if (v->type == PK_BOOL) *out = v->u.b ? 1 : 0;
-    else return false;
+    if (v->type == PK_INT)
+        *out = v->u.i;
+    else if (v->type == PK_BOOL)
+        *out = v->u.b ? 1 : 0;
+    else
+        return false;
     return true;
 }
 

@@ -80,7 +80,8 @@ typedef struct pk_vm {
      * for big pickles (see arena.c). */
     pk_value ***memo_dir;
     size_t memo_dir_cap;
-    size_t memo_cap; /* indices below it are dense: memo_dir_cap * MEMO_CHUNK */
+    size_t memo_cap;   /* indices below it are dense: memo_dir_cap * MEMO_CHUNK */
+    uint64_t memo_end; /* dense indices from it up were never set (so a store need not look) */
     ckpt_arena *memo_arena;
     uint64_t *hkeys; /* sparse part: open addressing, key + 1 (0 = empty) */
     pk_value **hvals;
@@ -304,6 +305,7 @@ static ckpt_status hash_rebuild(pk_vm *vm, size_t cap) {
                 return st;
             }
             *slot = vm->hvals[i];
+            if (k > vm->memo_end) vm->memo_end = k;
             continue;
         }
         bool added;
@@ -327,9 +329,9 @@ static ckpt_status memo_put(pk_vm *vm, uint64_t idx, pk_value *v) {
     if (idx >= vm->memo_cap && idx <= 2 * vm->memo_count + MEMO_SLACK) {
         void *arr = vm->memo_dir;
         size_t old = vm->memo_dir_cap;
-        ckpt_status st = grow_aux(vm, "memo", &arr, &vm->memo_dir_cap,
-                                  (size_t)(idx >> MEMO_CHUNK_BITS) + 1, sizeof *vm->memo_dir, 16,
-                                  (vm->max_memo >> MEMO_CHUNK_BITS) + 1);
+        ckpt_status st =
+            grow_aux(vm, "memo", &arr, &vm->memo_dir_cap, (size_t)(idx >> MEMO_CHUNK_BITS) + 1,
+                     sizeof *vm->memo_dir, 16, (vm->max_memo >> MEMO_CHUNK_BITS) + 1);
         if (st) return st;
         vm->memo_dir = arr;
         memset(vm->memo_dir + old, 0, (vm->memo_dir_cap - old) * sizeof *vm->memo_dir);
@@ -340,7 +342,12 @@ static ckpt_status memo_put(pk_vm *vm, uint64_t idx, pk_value *v) {
     if (idx < vm->memo_cap) {
         pk_value **slot;
         CKPT_TRY(memo_slot(vm, idx, &slot));
-        if (!*slot) vm->memo_count++;
+        if (idx >= vm->memo_end) {
+            vm->memo_end = idx + 1;
+            vm->memo_count++;
+        } else if (!*slot) {
+            vm->memo_count++;
+        }
         *slot = v;
         return CKPT_OK;
     }
@@ -387,8 +394,10 @@ static pk_value *mk_int(pk_vm *vm, int64_t x) {
     pk_value *v = pkb_scalar(&vm->b, PK_INT);
     if (!v) return NULL;
     v->u.i = x;
-    if (small) *small = v;
-    else *slot = (intern_slot){(uint64_t)x, v};
+    if (small)
+        *small = v;
+    else
+        *slot = (intern_slot){(uint64_t)x, v};
     return v;
 }
 
@@ -975,8 +984,7 @@ static ckpt_status step(pk_vm *vm) {
 static ckpt_status run(pk_vm *vm) {
     /* The stack always exists, so `stack + sp` is never arithmetic on NULL. */
     void *arr = NULL;
-    CKPT_TRY(
-        grow_aux(vm, "stack", &arr, &vm->scap, 1, sizeof *vm->stack, 16, vm->b.max_items));
+    CKPT_TRY(grow_aux(vm, "stack", &arr, &vm->scap, 1, sizeof *vm->stack, 16, vm->b.max_items));
     vm->stack = arr;
     for (;;) {
         if (vm->pos >= vm->len) {

@@ -105,7 +105,8 @@ void ckpt_arena_settle(ckpt_arena *a) {
 static arena_block *map_block(size_t size) {
     /* big blocks are filled soon: populating them in one go is cheaper than page faults */
     int populate = size >= (1u << 20) ? MAP_POPULATE : 0;
-    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | populate, -1, 0);
+    void *p =
+        mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | populate, -1, 0);
     if (p == MAP_FAILED) return NULL;
     arena_block *b = p;
     b->size = size;
