@@ -112,6 +112,10 @@ ckpt_status ckpt_plan_execute(ckpt_reader *r, const ckpt_entry *e, const ckpt_pl
         return ckpt_fail(err, CKPT_E_INVAL, "buffer of %zu bytes, plan needs %llu", dst_size,
                          (unsigned long long)p->bytes);
     uint8_t *out = dst;
+    struct {
+        int32_t file_id;
+        ckpt_source src;
+    } file = {.file_id = CKPT_PIECE_DECODED};
     for (size_t i = 0; i < p->len; i++) {
         const ckpt_piece *pc = &p->pieces[i];
         if (pc->chunk >= e->nchunks || pc->dst_offset + pc->length > p->bytes)
@@ -124,11 +128,15 @@ ckpt_status ckpt_plan_execute(ckpt_reader *r, const ckpt_entry *e, const ckpt_pl
                 return ckpt_fail(err, CKPT_E_INVAL, "plan piece %zu is out of range", i);
             memcpy(out + pc->dst_offset, src->mem + pc->file_offset, pc->length);
         } else {
-            int fd = ckpt_files_fd(r, (uint32_t)pc->file_id, err);
-            if (fd < 0) return err ? err->code : CKPT_E_IO;
-            ckpt_source src = {.fd = fd, .len = UINT64_MAX / 2, .name = r->files[pc->file_id].name};
-            CKPT_TRY(
-                ckpt_source_read(&src, pc->file_offset, out + pc->dst_offset, pc->length, err));
+            if (pc->file_id != file.file_id) { /* consecutive pieces mostly share a file */
+                int fd = ckpt_files_fd(r, (uint32_t)pc->file_id, err);
+                if (fd < 0) return err ? err->code : CKPT_E_IO;
+                file.file_id = pc->file_id;
+                file.src = (ckpt_source){
+                    .fd = fd, .len = UINT64_MAX / 2, .name = r->files[pc->file_id].name};
+            }
+            CKPT_TRY(ckpt_source_read(&file.src, pc->file_offset, out + pc->dst_offset, pc->length,
+                                      err));
         }
         if (pc->swap_unit)
             ckpt_bswap_elems(out + pc->dst_offset, pc->length / pc->swap_unit, pc->swap_unit);

@@ -21,13 +21,14 @@ typedef struct read_ctx {
     size_t slab_cap;
 } read_ctx;
 
-static ckpt_status pread_full(ckpt_reader *r, const ckpt_chunk *c, void *buf, uint64_t len,
-                              uint64_t off, ckpt_error *err) {
+/* The whole data file of a chunk as a source (absolute offsets); its fd is looked up once per
+ * box, not per run. */
+static ckpt_status file_source(ckpt_reader *r, const ckpt_chunk *c, ckpt_source *src,
+                               ckpt_error *err) {
     int fd = ckpt_files_fd(r, (uint32_t)c->loc.file_id, err);
     if (fd < 0) return err ? err->code : CKPT_E_IO;
-    const char *name = r->files[c->loc.file_id].name;
-    ckpt_source src = {.fd = fd, .base = 0, .len = UINT64_MAX / 2, .name = name};
-    return ckpt_source_read(&src, off, buf, len, err);
+    *src = (ckpt_source){.fd = fd, .len = UINT64_MAX / 2, .name = r->files[c->loc.file_id].name};
+    return CKPT_OK;
 }
 
 static size_t swap_unit_of(const slice_box *b, ckpt_dtype dt) {
@@ -37,8 +38,9 @@ static size_t swap_unit_of(const slice_box *b, ckpt_dtype dt) {
 }
 
 /* Path A: one pread per run (after merging contiguous dims). */
-static ckpt_status read_runs(read_ctx *x, const slice_box *b, int n, const int64_t *ds,
-                             const int64_t *ss, const int64_t *cnt, int64_t run, ckpt_error *err) {
+static ckpt_status read_runs(read_ctx *x, const slice_box *b, const ckpt_source *src, int n,
+                             const int64_t *ds, const int64_t *ss, const int64_t *cnt, int64_t run,
+                             ckpt_error *err) {
     int64_t idx[CKPT_MAX_NDIM] = {0};
     for (;;) {
         uint64_t soff = b->src0, doff = b->dst0;
@@ -46,7 +48,7 @@ static ckpt_status read_runs(read_ctx *x, const slice_box *b, int n, const int64
             soff += (uint64_t)(idx[d] * ss[d]);
             doff += (uint64_t)(idx[d] * ds[d]);
         }
-        CKPT_TRY(pread_full(x->r, b->c, x->dst + doff, (uint64_t)run, soff, err));
+        CKPT_TRY(ckpt_source_read(src, soff, x->dst + doff, (uint64_t)run, err));
         int d = n - 1;
         for (; d >= 0; d--) {
             if (++idx[d] < cnt[d]) break;
@@ -57,7 +59,8 @@ static ckpt_status read_runs(read_ctx *x, const slice_box *b, int n, const int64
 }
 
 /* Path B: slabs along the dim with the largest source stride, each read in one pread. */
-static ckpt_status read_slabs(read_ctx *x, const slice_box *b, ckpt_error *err) {
+static ckpt_status read_slabs(read_ctx *x, const slice_box *b, const ckpt_source *src,
+                              ckpt_error *err) {
     int nd = b->ndim, big = -1;
     for (int d = 0; d < nd; d++)
         if (b->count[d] > 1 && (big < 0 || b->src_stride[d] > b->src_stride[big])) big = d;
@@ -81,7 +84,7 @@ static ckpt_status read_slabs(read_ctx *x, const slice_box *b, ckpt_error *err) 
         }
         uint64_t soff = b->src0 + (big >= 0 ? (uint64_t)(at * b->src_stride[big]) : 0);
         uint64_t doff = b->dst0 + (big >= 0 ? (uint64_t)(at * b->dst_stride[big]) : 0);
-        CKPT_TRY(pread_full(x->r, b->c, x->slab, span, soff, err));
+        CKPT_TRY(ckpt_source_read(src, soff, x->slab, span, err));
         ckpt_strided_copy(x->dst + doff, b->dst_stride, x->slab, b->src_stride, cnt, nd,
                           b->itemsize);
     }
@@ -96,6 +99,8 @@ static ckpt_status read_box(void *ctx, const slice_box *b, ckpt_error *err) {
         ckpt_strided_copy(x->dst + b->dst0, b->dst_stride, mem + b->src0, b->src_stride, b->count,
                           b->ndim, b->itemsize);
     } else {
+        ckpt_source src;
+        CKPT_TRY(file_source(x->r, c, &src, err));
         int64_t ds[CKPT_MAX_NDIM], ss[CKPT_MAX_NDIM], cnt[CKPT_MAX_NDIM], run;
         memcpy(ds, b->dst_stride, sizeof(int64_t) * (size_t)b->ndim);
         memcpy(ss, b->src_stride, sizeof(int64_t) * (size_t)b->ndim);
@@ -108,9 +113,9 @@ static ckpt_status read_box(void *ctx, const slice_box *b, ckpt_error *err) {
         int64_t gap = n ? ss[n - 1] - run : 0;
         if (n == 0 || run >= (int64_t)DIRECT_RUN_MIN ||
             (ascending && gap >= (int64_t)DIRECT_RUN_MIN))
-            CKPT_TRY(read_runs(x, b, n, ds, ss, cnt, run, err));
+            CKPT_TRY(read_runs(x, b, &src, n, ds, ss, cnt, run, err));
         else
-            CKPT_TRY(read_slabs(x, b, err));
+            CKPT_TRY(read_slabs(x, b, &src, err));
     }
     size_t unit = swap_unit_of(b, x->e->dtype);
     if (unit)
