@@ -44,12 +44,18 @@ static bool key_eq(const void *ctx, uint64_t v) {
     return strcmp(r->entries[v].key, (const char *)c[1]) == 0;
 }
 
-static ckpt_entry *find_key(ckpt_reader *r, const char *key) {
+static uint64_t key_hash(const char *key) { return ckpt_hash_bytes(key, strlen(key), 0); }
+
+/* The entry of `key`, whose key_hash is h, or NULL. */
+static ckpt_entry *find_key_hashed(ckpt_reader *r, const char *key, uint64_t h) {
     const void *ctx[2] = {r, key};
     uint64_t v;
-    if (ckpt_htab_find(&r->by_key, ckpt_hash_bytes(key, strlen(key), 0), key_eq, ctx, &v))
-        return &r->entries[v];
+    if (ckpt_htab_find(&r->by_key, h, key_eq, ctx, &v)) return &r->entries[v];
     return NULL;
+}
+
+static ckpt_entry *find_key(ckpt_reader *r, const char *key) {
+    return find_key_hashed(r, key, key_hash(key));
 }
 
 /* find_key trying entry `guess` first: the parts of a metadata file list the keys in much the
@@ -63,7 +69,7 @@ static ckpt_status nomem(ckpt_error *err) {
     return ckpt_fail(err, CKPT_E_NOMEM, "out of memory while indexing the metadata");
 }
 
-static ckpt_entry *new_entry(ckpt_reader *r, const char *key) {
+static ckpt_entry *new_entry(ckpt_reader *r, const char *key, uint64_t h) {
     if (r->nentries == r->entries_cap) {
         size_t cap = r->entries_cap ? r->entries_cap * 2 : 256;
         ckpt_entry *n = realloc(r->entries, cap * sizeof *n);
@@ -76,8 +82,7 @@ static ckpt_entry *new_entry(ckpt_reader *r, const char *key) {
     e->key = astr(r, key);
     e->index = r->nentries;
     e->loc.file_id = -1;
-    if (!e->key || !ckpt_htab_insert(&r->by_key, ckpt_hash_bytes(key, strlen(key), 0), e->index))
-        return NULL;
+    if (!e->key || !ckpt_htab_insert(&r->by_key, h, e->index)) return NULL;
     r->nentries++;
     return e;
 }
@@ -223,9 +228,10 @@ static ckpt_status walk_state_dict_metadata(walk *w, const pk_value *sdm, ckpt_e
         if (!key)
             return ckpt_fail(err, CKPT_E_FORMAT, "%s: state_dict_metadata key #%zu is not a string",
                              w->file, i);
-        ckpt_entry *e = find_key(r, key);
+        uint64_t h = key_hash(key);
+        ckpt_entry *e = find_key_hashed(r, key, h);
         bool merging = e != NULL;
-        if (!e && !(e = new_entry(r, key))) return nomem(err);
+        if (!e && !(e = new_entry(r, key, h))) return nomem(err);
         const char *cls = pk_class_name(v);
         bool tensor =
             (cls && strcmp(cls, "TensorStorageMetadata") == 0) || (!cls && pk_get(v, "chunks"));
