@@ -234,7 +234,8 @@ bool pkt_raw_unicode_escape(const uint8_t *s, size_t n, uint8_t *out, size_t *ou
         for (int k = 0; k < count; k++, i++) {
             int h = i < n ? hex_value(s[i]) : -1;
             if (h < 0) {
-                *why = count == 4 ? "truncated \\uXXXX escape" : "truncated \\UXXXXXXXX escape";
+                *why = count == 4 ? "truncated \\u escape (4 hex digits expected)"
+                                  : "truncated \\U escape (8 hex digits expected)";
                 return false;
             }
             cp = cp * 16u + (uint32_t)h;

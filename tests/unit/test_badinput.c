@@ -34,7 +34,6 @@ static char *case_path(const char *name, const char *rel) {
     return p;
 }
 
-
 static void spit(const char *path, const void *buf, size_t len) {
     FILE *f = fopen(path, "wb");
     cr_assert(f, "cannot create %s: %s", path, strerror(errno));

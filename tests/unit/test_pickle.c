@@ -770,7 +770,8 @@ Test(pickle, hostile_text_arguments) {
     expect_fail(MEM("I12"), NULL, CKPT_E_FORMAT, "truncated: text argument has no newline");
     expect_fail(MEM("F1.5x\n."), NULL, CKPT_E_FORMAT, "invalid float literal");
     expect_fail(MEM("F0x1p3\n."), NULL, CKPT_E_FORMAT, "invalid float literal");
-    expect_fail(MEM("Vab\\u12\n."), NULL, CKPT_E_FORMAT, "truncated \\uXXXX escape");
+    expect_fail(MEM("Vab\\u12\n."), NULL, CKPT_E_FORMAT,
+                "truncated \\u escape (4 hex digits expected)");
     expect_fail(MEM("V\\ud800\n."), NULL, CKPT_E_FORMAT, "surrogate");
     expect_fail(MEM("V\\U00110000\n."), NULL, CKPT_E_FORMAT, "out of range");
     expect_fail(MEM("S'abc\n."), NULL, CKPT_E_FORMAT, "not quoted");
