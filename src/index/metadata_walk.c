@@ -4,6 +4,8 @@
  * entry are recorded on it (readable later as an error) instead of failing the whole open. */
 #include "index/reader_i.h"
 
+#include "index/metadata_files.h"
+
 #include "pickle/pickle.h"
 #include "util/error.h"
 
@@ -498,13 +500,7 @@ static void note_root(ckpt_reader *r, const pk_value *root, const pk_value *sdm)
 
 ckpt_status ckpt_index_add_metadata(ckpt_reader *r, const char *file, const uint8_t *buf,
                                     size_t len, ckpt_error *err) {
-    pk_limits lim = {
-        .max_bytes = r->limits.max_pickle_memory,
-        .max_items = r->limits.max_items,
-        .max_depth = r->limits.max_depth,
-        /* one memo store per opcode at most; the memo's memory counts against max_bytes */
-        .max_memo = (uint64_t)len + 16,
-    };
+    pk_limits lim = ckpt_metadata_pk_limits(&r->limits, len);
     pk_doc *doc = NULL;
     ckpt_status st = pk_decode(buf, len, &lim, &doc, err);
     if (st != CKPT_OK) {

@@ -2,9 +2,10 @@
  * building the index, and the public accessors of readers and entries. */
 #include "index/reader_i.h"
 
+#include "index/metadata_files.h"
+
 #include "util/error.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -13,56 +14,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static void apply_limit_defaults(ckpt_limits *l, const ckpt_limits *given) {
-    if (given) *l = *given;
-    if (!l->max_metadata_bytes) l->max_metadata_bytes = 4ull << 30;
-    if (!l->max_pickle_memory) l->max_pickle_memory = 8ull << 30;
-    if (!l->max_depth) l->max_depth = 256;
-    if (!l->max_items) l->max_items = 256ull << 20;
-    if (!l->max_object_bytes) l->max_object_bytes = 1ull << 30;
-}
-
-static ckpt_status read_whole(const char *path, uint64_t max, uint8_t **buf, size_t *len,
-                              ckpt_error *err) {
-    *buf = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return ckpt_fail(err, errno == ENOENT ? CKPT_E_NOTFOUND : CKPT_E_IO, "%s: cannot open: %s",
-                         path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return ckpt_fail(err, CKPT_E_IO, "%s: not a regular file", path);
-    }
-    if ((uint64_t)st.st_size > max) {
-        close(fd);
-        return ckpt_fail(err, CKPT_E_LIMIT, "%s: %lld bytes exceed the metadata size limit of %llu",
-                         path, (long long)st.st_size, (unsigned long long)max);
-    }
-    size_t n = (size_t)st.st_size;
-    uint8_t *p = malloc(n ? n : 1);
-    if (!p) {
-        close(fd);
-        return ckpt_fail(err, CKPT_E_NOMEM, "%s: out of memory reading %zu bytes", path, n);
-    }
-    ckpt_source src = {.fd = fd, .base = 0, .len = n, .name = path};
-    ckpt_status s = ckpt_source_read(&src, 0, p, n, err);
-    close(fd);
-    if (s != CKPT_OK) {
-        free(p);
-        return s;
-    }
-    *buf = p;
-    *len = n;
-    return CKPT_OK;
-}
-
 static ckpt_status add_file(ckpt_reader *r, const char *name, ckpt_error *err) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", r->dir, name);
     uint8_t *buf = NULL;
     size_t len = 0;
-    CKPT_TRY(read_whole(path, r->limits.max_metadata_bytes, &buf, &len, err));
+    CKPT_TRY(ckpt_metadata_read(path, r->limits.max_metadata_bytes, &buf, &len, err));
     r->info.metadata_bytes += len;
     r->info.num_metadata_files++;
     ckpt_status s = ckpt_index_add_metadata(r, path, buf, len, err);
@@ -70,50 +27,22 @@ static ckpt_status add_file(ckpt_reader *r, const char *name, ckpt_error *err) {
     return s;
 }
 
-static int cmp_rank(const void *a, const void *b) {
-    long long x = *(const long long *)a, y = *(const long long *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* Rank-local metadata: `__<rank>.metadata` files, merged in rank order. */
 static ckpt_status add_rank_local(ckpt_reader *r, ckpt_error *err) {
-    DIR *d = opendir(r->dir);
-    if (!d) return ckpt_fail(err, CKPT_E_IO, "%s: cannot list: %s", r->dir, strerror(errno));
     long long *ranks = NULL;
-    size_t n = 0, cap = 0;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        char *end;
-        if (strncmp(de->d_name, "__", 2) != 0) continue;
-        long long rank = strtoll(de->d_name + 2, &end, 10);
-        if (end == de->d_name + 2 || strcmp(end, ".metadata") != 0 || rank < 0) continue;
-        if (n == cap) {
-            cap = cap ? cap * 2 : 16;
-            long long *nr = realloc(ranks, cap * sizeof *nr);
-            if (!nr) {
-                free(ranks);
-                closedir(d);
-                return ckpt_fail(err, CKPT_E_NOMEM, "out of memory listing %s", r->dir);
-            }
-            ranks = nr;
-        }
-        ranks[n++] = rank;
-    }
-    closedir(d);
-    if (!n) {
-        free(ranks);
-        return ckpt_fail(err, CKPT_E_NOTFOUND,
-                         "%s: no .metadata file (not a checkpoint, or an incomplete one)", r->dir);
-    }
-    qsort(ranks, n, sizeof *ranks, cmp_rank);
+    size_t n = 0;
+    CKPT_TRY(ckpt_metadata_list_ranks(r->dir, &ranks, &n, err));
     ckpt_status s = CKPT_OK;
+    if (!n)
+        s = ckpt_fail(err, CKPT_E_NOTFOUND,
+                      "%s: no .metadata file (not a checkpoint, or an incomplete one)", r->dir);
     for (size_t i = 0; i < n && s == CKPT_OK; i++) {
         char name[64];
         snprintf(name, sizeof name, "__%lld.metadata", ranks[i]);
         s = add_file(r, name, err);
     }
     free(ranks);
-    r->info.rank_local_metadata = true;
+    r->info.rank_local_metadata = n > 0;
     return s;
 }
 
@@ -123,7 +52,7 @@ static ckpt_status reader_new(const char *dir, const ckpt_limits *limits, ckpt_r
     *out = r;
     if (!r) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
     pthread_mutex_init(&r->lock, NULL);
-    apply_limit_defaults(&r->limits, limits);
+    ckpt_limits_resolve(&r->limits, limits);
     r->dir = strdup(dir);
     r->arena = ckpt_arena_new(0);
     if (!r->dir || !r->arena || !ckpt_htab_init(&r->by_key, 1024) ||
