@@ -235,6 +235,14 @@ ckpt_status ckpt_plan_execute(ckpt_reader *r, const ckpt_entry *e, const ckpt_pl
                               size_t dst_size, ckpt_error *err);
 void ckpt_plan_free(ckpt_plan *p);
 
+/* The box that rank `rank` of `nranks` holds when a tensor of `shape` is laid out as
+ * DTensor Shard(`dim`), with torch.chunk semantics: chunk = ceil(shape[dim] / nranks), rank r
+ * holds rows [r*chunk, min((r+1)*chunk, shape[dim])) — trailing ranks may hold zero rows
+ * (start is then clamped to shape[dim]).  When dim >= ndim the tensor is replicated and the box
+ * is the whole tensor.  Fills ndim values of start and count. */
+ckpt_status ckpt_shard_box(int ndim, const int64_t *shape, int dim, uint32_t nranks, uint32_t rank,
+                           int64_t *start, int64_t *count);
+
 /* An open read-only file descriptor of data file `file_id` (owned by the reader; do not
  * close), for zero-copy users (splice).  -1 with `err` filled on failure. */
 int ckpt_reader_file_fd(ckpt_reader *r, uint32_t file_id, ckpt_error *err);
