@@ -13,14 +13,6 @@
 #define DIRECT_RUN_MIN (64u * 1024u)    /* runs this long are read straight into place */
 #define SLAB_BYTES (8u * 1024u * 1024u) /* staging buffer for strided layouts */
 
-typedef struct read_ctx {
-    ckpt_reader *r;
-    const ckpt_entry *e;
-    uint8_t *dst;
-    uint8_t *slab; /* lazily allocated */
-    size_t slab_cap;
-} read_ctx;
-
 /* The whole data file of a chunk as a source (absolute offsets); its fd is looked up once per
  * box, not per run. */
 static ckpt_status file_source(ckpt_reader *r, const ckpt_chunk *c, ckpt_source *src,
@@ -38,7 +30,7 @@ static size_t swap_unit_of(const slice_box *b, ckpt_dtype dt) {
 }
 
 /* Path A: one pread per run (after merging contiguous dims). */
-static ckpt_status read_runs(read_ctx *x, const slice_box *b, const ckpt_source *src, int n,
+static ckpt_status read_runs(slice_reader *x, const slice_box *b, const ckpt_source *src, int n,
                              const int64_t *ds, const int64_t *ss, const int64_t *cnt, int64_t run,
                              ckpt_error *err) {
     int64_t idx[CKPT_MAX_NDIM] = {0};
@@ -59,7 +51,7 @@ static ckpt_status read_runs(read_ctx *x, const slice_box *b, const ckpt_source 
 }
 
 /* Path B: slabs along the dim with the largest source stride, each read in one pread. */
-static ckpt_status read_slabs(read_ctx *x, const slice_box *b, const ckpt_source *src,
+static ckpt_status read_slabs(slice_reader *x, const slice_box *b, const ckpt_source *src,
                               ckpt_error *err) {
     int nd = b->ndim, big = -1;
     for (int d = 0; d < nd; d++)
@@ -91,8 +83,8 @@ static ckpt_status read_slabs(read_ctx *x, const slice_box *b, const ckpt_source
     return CKPT_OK;
 }
 
-static ckpt_status read_box(void *ctx, const slice_box *b, ckpt_error *err) {
-    read_ctx *x = ctx;
+ckpt_status slice_read_box(void *ctx, const slice_box *b, ckpt_error *err) {
+    slice_reader *x = ctx;
     const ckpt_chunk *c = b->c;
     if (c->kind == CHUNK_IN_MEMORY) {
         const uint8_t *mem = ts_item_source(c->item)->mem;
@@ -141,8 +133,8 @@ ckpt_status ckpt_read_region(ckpt_reader *r, const ckpt_entry *e, const int64_t 
             return ckpt_fail(err, CKPT_E_INVAL, "'%s': buffer of %zu bytes, region needs %llu",
                              e->key, dst_size, (unsigned long long)region_size(e, count));
     }
-    read_ctx x = {.r = r, .e = e, .dst = dst};
-    ckpt_status s = slice_for_each_box(r, e, start, count, read_box, &x, NULL, err);
+    slice_reader x = {.r = r, .e = e, .dst = dst};
+    ckpt_status s = slice_for_each_box(r, e, start, count, slice_read_box, &x, NULL, err);
     free(x.slab);
     return s;
 }

@@ -28,4 +28,16 @@ ckpt_status slice_for_each_box(ckpt_reader *r, const ckpt_entry *e, const int64_
                                const int64_t *count, slice_box_fn fn, void *ctx,
                                uint64_t *region_bytes, ckpt_error *err);
 
+/* Reads one box into its destination: the state of a region read (read.c).  `dst` is the
+ * region buffer (box->dst0 is relative to it); `slab` is staging for finely strided chunks,
+ * grown on demand and owned by the caller (free() it).  Usable as a slice_box_fn. */
+typedef struct slice_reader {
+    ckpt_reader *r;
+    const ckpt_entry *e;
+    uint8_t *dst;
+    uint8_t *slab;
+    size_t slab_cap;
+} slice_reader;
+ckpt_status slice_read_box(void *slice_reader_ctx, const slice_box *b, ckpt_error *err);
+
 #endif

@@ -1,0 +1,140 @@
+/* ckpt_tree.h — the namespace the ckptfs mount shows, as a library: files and directories
+ * over one checkpoint (or a directory of checkpoints), their attributes, extended attributes
+ * and contents.  It knows nothing of FUSE: the daemon (tools/ckptfs) is a thin translation of
+ * kernel requests into these calls, and tests can drive the same code without a mount.
+ *
+ * The naming contract (README "The tree"; docs/naming.md):
+ *   <path>                        every state_dict entry at its escaped planner_data path;
+ *                                 tensors hold raw C-order little-endian bytes, non-tensor
+ *                                 entries their text rendering (as `ckpt cat --text`)
+ *   .npy/<path>.npy               the tensor with a numpy header (numpy.load, mmap_mode="r")
+ *   .safetensors/<top>.safetensors  the tensors under one top-level directory, names relative
+ *                                 to it; `@all.safetensors` holds every tensor by its path
+ *   .layout/dim<d>-of-<N>/<rank>/<path>  the local shard rank <rank> holds under Shard(d) over
+ *                                 N ranks (torch.chunk semantics); objects are replicated
+ *   .raw/<file>                   the checkpoint's own files (shards and metadata), read-only
+ * With a directory of checkpoints, each complete one (with `.metadata`) is a directory of
+ * the root and `latest` is a symlink to the newest.
+ *
+ * Inode numbers are stable for the life of a tree; 1 is the root.  Every call is safe from
+ * several threads at once. */
+#ifndef CKPT_TREE_H
+#define CKPT_TREE_H
+
+#include "ckpt.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ckpt_tree ckpt_tree;
+typedef uint64_t ckpt_ino;
+
+#define CKPT_TREE_ROOT ((ckpt_ino)1)
+
+typedef enum ckpt_node_type {
+    CKPT_NODE_DIR = 1,
+    CKPT_NODE_FILE = 2,
+    CKPT_NODE_SYMLINK = 3,
+} ckpt_node_type;
+
+typedef struct ckpt_tree_stat {
+    ckpt_ino ino;
+    ckpt_node_type type;
+    uint64_t size;  /* bytes (files), target length (symlinks), entries (dirs) */
+    uint32_t nlink; /* 2 + subdirectories for dirs, 1 otherwise */
+    struct timespec mtime;
+} ckpt_tree_stat;
+
+typedef struct ckpt_tree_options {
+    const ckpt_open_options *open; /* limits for every reader (NULL: defaults) */
+    /* Called for problems found while building (path conflicts, a checkpoint of a directory
+     * that fails to open...), which the tree survives; may be NULL. */
+    void (*log)(void *ctx, const char *message);
+    void *log_ctx;
+} ckpt_tree_options;
+
+/* Opens `dir`: a checkpoint (it has `.metadata` or `__0.metadata`), or a directory whose
+ * subdirectories are checkpoints.  A single checkpoint is indexed now (errors are returned);
+ * the checkpoints of a directory are indexed on first access.  CKPT_E_NOTFOUND when `dir`
+ * holds no checkpoint at all. */
+ckpt_status ckpt_tree_open(const char *dir, const ckpt_tree_options *opts, ckpt_tree **out,
+                           ckpt_error *err);
+void ckpt_tree_free(ckpt_tree *t);
+
+/* The reader of a single-checkpoint tree (NULL for a directory of checkpoints). */
+ckpt_reader *ckpt_tree_reader(ckpt_tree *t);
+
+/* Attributes; CKPT_E_NOTFOUND for unknown names and inode numbers. */
+ckpt_status ckpt_tree_lookup(ckpt_tree *t, ckpt_ino parent, const char *name, ckpt_tree_stat *out,
+                             ckpt_error *err);
+ckpt_status ckpt_tree_getattr(ckpt_tree *t, ckpt_ino ino, ckpt_tree_stat *out, ckpt_error *err);
+
+/* Lists directory `dir` from position `cookie` (0 = start; "." and ".." are not included).
+ * fn receives each entry and the cookie of the entry after it, and returns false to stop
+ * (for instance when a reply buffer is full).  Hidden view directories are listed too. */
+typedef bool (*ckpt_tree_dirent_fn)(void *ctx, const char *name, const ckpt_tree_stat *st,
+                                    uint64_t next_cookie);
+ckpt_status ckpt_tree_readdir(ckpt_tree *t, ckpt_ino dir, uint64_t cookie, ckpt_tree_dirent_fn fn,
+                              void *ctx, ckpt_error *err);
+
+/* A symlink's target (malloc'ed). */
+ckpt_status ckpt_tree_readlink(ckpt_tree *t, ckpt_ino ino, char **target, ckpt_error *err);
+
+/* Extended attributes: `names` receives the NUL-separated list (malloc'ed, *len bytes, may be
+ * empty); getxattr returns the value (malloc'ed, not NUL-counted in *len) or CKPT_E_NOTFOUND. */
+ckpt_status ckpt_tree_listxattr(ckpt_tree *t, ckpt_ino ino, char **names, size_t *len,
+                                ckpt_error *err);
+ckpt_status ckpt_tree_getxattr(ckpt_tree *t, ckpt_ino ino, const char *name, char **value,
+                               size_t *len, ckpt_error *err);
+
+/* ---------------------------------------------------------------- reading */
+
+/* One part of a read reply, in order: `len` bytes either at `pos` of file descriptor `fd`
+ * (owned by the tree; for zero-copy splicing), or at `mem` (fd == -1). */
+typedef struct ckpt_tree_seg {
+    int fd;
+    uint64_t pos;
+    size_t len;
+    const void *mem;
+} ckpt_tree_seg;
+
+/* Per-call working memory, reused across calls by one thread at a time (the FUSE front end
+ * keeps a bounded pool of them).  Zero-initialise; release with ckpt_tree_scratch_release. */
+typedef struct ckpt_tree_scratch {
+    uint8_t *buf; /* assembly buffer: memory segments point here */
+    size_t cap;
+    uint8_t *slab; /* staging for finely strided chunks */
+    size_t slab_cap;
+    ckpt_tree_seg *segs;
+    size_t segs_cap;
+    struct ckpt_tree_piece *pieces; /* private */
+    size_t pieces_cap;
+} ckpt_tree_scratch;
+void ckpt_tree_scratch_release(ckpt_tree_scratch *s);
+
+/* Reads [off, off+len) of file `ino` (clamped at its size).  Pieces that lie contiguously in
+ * a shard file, are at least `min_fd_run` bytes long and need no byte swapping come back as fd
+ * segments, at most `max_fd_segs` of them (more would be gathered into memory instead: pass 0
+ * to always get one memory segment).  Everything else is assembled in s->buf.  *segs points
+ * into `s`; *nsegs may be 0 at end of file. */
+ckpt_status ckpt_tree_read(ckpt_tree *t, ckpt_ino ino, uint64_t off, size_t len, size_t max_fd_segs,
+                           size_t min_fd_run, ckpt_tree_scratch *s, const ckpt_tree_seg **segs,
+                           size_t *nsegs, ckpt_error *err);
+
+/* Totals for statfs. */
+typedef struct ckpt_tree_totals {
+    uint64_t bytes; /* sum of tensor bytes of the open checkpoints */
+    uint64_t files; /* entries of the open checkpoints */
+} ckpt_tree_totals;
+void ckpt_tree_get_totals(ckpt_tree *t, ckpt_tree_totals *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CKPT_TREE_H */

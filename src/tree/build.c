@@ -1,0 +1,342 @@
+/* build.c — one checkpoint's part of the namespace: opens its reader, builds the plain tree
+ * (one node per escaped path element, children sorted by name), lists its raw files and
+ * virtual safetensors files, and renders non-tensor entries on first use. */
+#include "index/metadata_files.h"
+#include "tree/tree_i.h"
+#include "util/error.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+void tree_log(const ckpt_tree_options *o, const char *fmt, ...) {
+    if (!o || !o->log) return;
+    char msg[CKPT_ERROR_MSG_MAX + 256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    o->log(o->log_ctx, msg);
+}
+
+/* ------------------------------------------------------------------ building */
+
+typedef struct builder {
+    tree_ckpt *c;
+    ckpt_htab by_name; /* hash(parent, name) -> node */
+    uint32_t cap;
+} builder;
+
+typedef struct kid_key {
+    const tree_ckpt *c;
+    uint32_t parent;
+    const char *name;
+    size_t len;
+} kid_key;
+
+static uint64_t kid_hash(uint32_t parent, const char *name, size_t len) {
+    return ckpt_hash_bytes(name, len, 0x9E3779B97F4A7C15ull ^ parent);
+}
+
+static bool kid_eq(const void *ctx, uint64_t v) {
+    const kid_key *k = ctx;
+    const tnode *n = &k->c->nodes[v];
+    return n->parent == k->parent && strncmp(n->name, k->name, k->len) == 0 &&
+           n->name[k->len] == '\0';
+}
+
+static ckpt_status add_node(builder *b, uint32_t parent, const char *name, size_t len,
+                            const ckpt_entry *e, uint32_t *out, ckpt_error *err) {
+    tree_ckpt *c = b->c;
+    if (c->nnodes == UINT32_MAX - 1)
+        return ckpt_fail(err, CKPT_E_LIMIT, "%s: too many tree nodes", c->dir);
+    if (c->nnodes == b->cap) {
+        uint32_t cap = b->cap ? b->cap * 2 : 64;
+        tnode *n = realloc(c->nodes, (size_t)cap * sizeof *n);
+        if (!n) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory building the tree");
+        c->nodes = n;
+        b->cap = cap;
+    }
+    char *copy = ckpt_arena_strndup(c->r->arena, name, len);
+    if (!copy) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory building the tree");
+    uint32_t id = c->nnodes++;
+    c->nodes[id] = (tnode){.name = copy, .e = e, .parent = parent};
+    if (!ckpt_htab_insert(&b->by_name, kid_hash(parent, name, len), id))
+        return ckpt_fail(err, CKPT_E_NOMEM, "out of memory building the tree");
+    *out = id;
+    return CKPT_OK;
+}
+
+static uint32_t find_node(builder *b, uint32_t parent, const char *name, size_t len) {
+    kid_key k = {b->c, parent, name, len};
+    uint64_t v;
+    return ckpt_htab_find(&b->by_name, kid_hash(parent, name, len), kid_eq, &k, &v) ? (uint32_t)v
+                                                                                    : UINT32_MAX;
+}
+
+/* Inserts entry e at its path; conflicts (a file where a directory is needed, or a second
+ * entry at the same path) are logged and the later entry is left out of the tree. */
+static ckpt_status insert_entry(builder *b, const ckpt_entry *e, const ckpt_tree_options *o,
+                                ckpt_error *err) {
+    tree_ckpt *c = b->c;
+    const char *p = ckpt_entry_path(e);
+    uint32_t at = 0;
+    for (;;) {
+        const char *slash = strchr(p, '/');
+        size_t len = slash ? (size_t)(slash - p) : strlen(p);
+        uint32_t n = find_node(b, at, p, len);
+        if (!slash) {
+            if (n != UINT32_MAX) {
+                tree_log(o, "%s: entry '%s' is not shown: its path '%s' is already taken", c->dir,
+                         ckpt_entry_key(e), ckpt_entry_path(e));
+                return CKPT_OK;
+            }
+            return add_node(b, at, p, len, e, &n, err);
+        }
+        if (n == UINT32_MAX) {
+            CKPT_TRY(add_node(b, at, p, len, NULL, &n, err));
+        } else if (c->nodes[n].e) {
+            tree_log(o, "%s: entry '%s' is not shown: '%.*s' on its path is a file", c->dir,
+                     ckpt_entry_key(e), (int)(slash - ckpt_entry_path(e)), ckpt_entry_path(e));
+            return CKPT_OK;
+        }
+        at = n;
+        p = slash + 1;
+    }
+}
+
+static int by_name(const void *a, const void *b, void *ctx) {
+    const tnode *nodes = ctx;
+    return strcmp(nodes[*(const uint32_t *)a].name, nodes[*(const uint32_t *)b].name);
+}
+
+static ckpt_status link_kids(tree_ckpt *c, ckpt_error *err) {
+    c->kid_ids = malloc(((size_t)c->nnodes + 1) * sizeof *c->kid_ids);
+    if (!c->kid_ids) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory building the tree");
+    for (uint32_t i = 1; i < c->nnodes; i++) {
+        tnode *p = &c->nodes[c->nodes[i].parent];
+        p->nkids++;
+        if (!c->nodes[i].e) p->nsubdirs++;
+    }
+    uint32_t at = 0;
+    for (uint32_t i = 0; i < c->nnodes; i++) {
+        c->nodes[i].kids = at;
+        at += c->nodes[i].nkids;
+        c->nodes[i].nkids = 0;
+    }
+    for (uint32_t i = 1; i < c->nnodes; i++) {
+        tnode *p = &c->nodes[c->nodes[i].parent];
+        c->kid_ids[p->kids + p->nkids++] = i;
+    }
+    for (uint32_t i = 0; i < c->nnodes; i++)
+        if (c->nodes[i].nkids > 1)
+            qsort_r(c->kid_ids + c->nodes[i].kids, c->nodes[i].nkids, sizeof(uint32_t), by_name,
+                    c->nodes);
+    return CKPT_OK;
+}
+
+uint32_t tree_find_kid(const tree_ckpt *c, uint32_t dir, const char *name, size_t len) {
+    const tnode *d = &c->nodes[dir];
+    size_t lo = 0, hi = d->nkids;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        uint32_t k = c->kid_ids[d->kids + mid];
+        const char *kn = c->nodes[k].name;
+        int cmp = strncmp(kn, name, len);
+        if (cmp == 0) cmp = kn[len] ? 1 : 0;
+        if (cmp == 0) return k;
+        if (cmp < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return UINT32_MAX;
+}
+
+/* ------------------------------------------------------------------ raw files */
+
+static ckpt_status add_raw(tree_ckpt *c, const char *name, int fd, int32_t file_id,
+                           const ckpt_tree_options *o, ckpt_error *err) {
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        tree_log(o, "%s/%s: not shown under .raw: cannot open it", c->dir, name);
+        return CKPT_OK;
+    }
+    raw_file *n = realloc(c->raw, ((size_t)c->nraw + 1) * sizeof *n);
+    if (!n) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    c->raw = n;
+    char *copy = strdup(name);
+    if (!copy) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    c->raw[c->nraw++] = (raw_file){.name = copy,
+                                   .fd = file_id < 0 ? fd : -1,
+                                   .file_id = file_id,
+                                   .size = (uint64_t)st.st_size};
+    return CKPT_OK;
+}
+
+static ckpt_status list_raw(tree_ckpt *c, const ckpt_tree_options *o, ckpt_error *err) {
+    char path[4096];
+    ckpt_reader_info info;
+    ckpt_reader_get_info(c->r, &info);
+    if (!info.rank_local_metadata) {
+        snprintf(path, sizeof path, "%s/.metadata", c->dir);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        ckpt_status s = add_raw(c, ".metadata", fd, -1, o, err);
+        if (s != CKPT_OK || (c->nraw && c->raw[c->nraw - 1].fd != fd)) {
+            if (fd >= 0) close(fd);
+            CKPT_TRY(s);
+        }
+    } else {
+        long long *ranks = NULL;
+        size_t nranks = 0;
+        CKPT_TRY(ckpt_metadata_list_ranks(c->dir, &ranks, &nranks, err));
+        for (size_t i = 0; i < nranks; i++) {
+            char name[64];
+            snprintf(name, sizeof name, "__%lld.metadata", ranks[i]);
+            snprintf(path, sizeof path, "%s/%s", c->dir, name);
+            int fd = open(path, O_RDONLY | O_CLOEXEC);
+            uint32_t before = c->nraw;
+            ckpt_status s = add_raw(c, name, fd, -1, o, err);
+            if (c->nraw == before && fd >= 0) close(fd);
+            if (s != CKPT_OK) {
+                free(ranks);
+                return s;
+            }
+        }
+        free(ranks);
+    }
+    for (uint32_t i = 0; i < ckpt_reader_num_files(c->r); i++) {
+        ckpt_error ferr = {0};
+        int fd = ckpt_reader_file_fd(c->r, i, &ferr);
+        if (fd < 0) tree_log(o, "%s", ferr.message);
+        CKPT_TRY(add_raw(c, ckpt_reader_file_name(c->r, i), fd, (int32_t)i, o, err));
+    }
+    return CKPT_OK;
+}
+
+/* ------------------------------------------------------------------ safetensors files */
+
+static ckpt_status list_st(tree_ckpt *c, ckpt_error *err) {
+    const tnode *root = &c->nodes[0];
+    c->st = calloc((size_t)root->nsubdirs + 1, sizeof *c->st);
+    if (!c->st) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    for (uint32_t i = 0; i < root->nkids; i++) {
+        uint32_t k = c->kid_ids[root->kids + i];
+        if (c->nodes[k].e) continue;
+        st_file *f = &c->st[c->nst];
+        size_t len = strlen(c->nodes[k].name) + sizeof ".safetensors";
+        f->name = malloc(len);
+        if (!f->name) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        snprintf(f->name, len, "%s.safetensors", c->nodes[k].name);
+        f->top = k;
+        c->nst++;
+    }
+    st_file *all = &c->st[c->nst++];
+    all->name = strdup("@all.safetensors");
+    if (!all->name) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    all->top = 0;
+    return CKPT_OK;
+}
+
+/* ------------------------------------------------------------------ the checkpoint */
+
+ckpt_status tree_ckpt_build(tree_ckpt *c, const ckpt_tree_options *o, ckpt_error *err) {
+    CKPT_TRY(ckpt_reader_open(c->dir, o ? o->open : NULL, &c->r, err));
+    char path[4096];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/.metadata", c->dir);
+    if (stat(path, &st) != 0) {
+        snprintf(path, sizeof path, "%s/__0.metadata", c->dir);
+        if (stat(path, &st) != 0 && stat(c->dir, &st) != 0)
+            return ckpt_fail(err, CKPT_E_IO, "%s: %s", c->dir, strerror(errno));
+    }
+    c->mtime = st.st_mtim;
+
+    size_t n = ckpt_reader_num_entries(c->r);
+    builder b = {.c = c};
+    if (!ckpt_htab_init(&b.by_name, n * 2 + 16))
+        return ckpt_fail(err, CKPT_E_NOMEM, "out of memory building the tree");
+    uint32_t root;
+    ckpt_status s = add_node(&b, 0, "", 0, NULL, &root, err);
+    for (size_t i = 0; s == CKPT_OK && i < n; i++) {
+        const ckpt_entry *e = ckpt_reader_entry(c->r, i);
+        if (ckpt_entry_kind_of(e) == CKPT_ENTRY_TENSOR) c->tensor_bytes += ckpt_entry_nbytes(e);
+        s = insert_entry(&b, e, o, err);
+    }
+    ckpt_htab_release(&b.by_name);
+    CKPT_TRY(s);
+    CKPT_TRY(link_kids(c, err));
+    c->objects = calloc(n ? n : 1, sizeof *c->objects);
+    if (!c->objects) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    CKPT_TRY(list_raw(c, o, err));
+    CKPT_TRY(list_st(c, err));
+    return CKPT_OK;
+}
+
+void tree_ckpt_release(tree_ckpt *c) {
+    if (!c) return;
+    if (c->objects) {
+        for (size_t i = 0; c->r && i < ckpt_reader_num_entries(c->r); i++)
+            free(atomic_load(&c->objects[i].text));
+        free(c->objects);
+    }
+    for (uint32_t i = 0; i < c->nraw; i++) {
+        if (c->raw[i].fd >= 0) close(c->raw[i].fd);
+        free(c->raw[i].name);
+    }
+    free(c->raw);
+    for (uint32_t i = 0; i < c->nst; i++) {
+        free(c->st[i].name);
+        free(c->st[i].header);
+        free(c->st[i].tensors);
+        free(c->st[i].begin);
+    }
+    free(c->st);
+    free(c->nodes);
+    free(c->kid_ids);
+    free(c->insts);
+    ckpt_reader_free(c->r);
+    pthread_mutex_destroy(&c->open_lock);
+    pthread_mutex_destroy(&c->inst_lock);
+    free(c->dir);
+    free(c->name);
+    free(c);
+}
+
+/* ------------------------------------------------------------------ objects */
+
+const char *tree_object_text(tree_ckpt *c, const ckpt_entry *e, size_t *len, ckpt_error *err) {
+    object_text *ot = &c->objects[ckpt_entry_index(e)];
+    char *text = atomic_load_explicit(&ot->text, memory_order_acquire);
+    if (!text) {
+        ckpt_object *obj = NULL;
+        if (ckpt_object_load(c->r, e, &obj, err) != CKPT_OK) return NULL;
+        char *s = NULL;
+        ckpt_status st = ckpt_value_to_text(ckpt_object_root(obj), &s, err);
+        ckpt_object_free(obj);
+        if (st != CKPT_OK) return NULL;
+        size_t n = strlen(s);
+        char *withnl = realloc(s, n + 2);
+        if (!withnl) {
+            free(s);
+            ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+            return NULL;
+        }
+        withnl[n] = '\n';
+        withnl[n + 1] = '\0';
+        char *expected = NULL;
+        if (atomic_compare_exchange_strong(&ot->text, &expected, withnl)) {
+            text = withnl;
+        } else {
+            free(withnl);
+            text = expected;
+        }
+    }
+    *len = strlen(text);
+    return text;
+}

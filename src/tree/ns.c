@@ -1,0 +1,879 @@
+/* ns.c — the namespace calls of include/ckpt_tree.h: opening a checkpoint or a directory of
+ * checkpoints (with `latest`), resolving inode numbers to what they name in which view, and
+ * lookup, getattr, readdir, readlink, xattrs and read over every view. */
+#include "tree/tree_i.h"
+#include "util/error.h"
+#include "util/strbuf.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static const char *const hidden_dirs[] = {".layout", ".npy", ".raw", ".safetensors"};
+static const uint32_t hidden_insts[] = {INST_LAYOUT, INST_NPY, INST_RAW, INST_ST};
+#define NHIDDEN 4u
+
+/* ------------------------------------------------------------------ checkpoints */
+
+static tree_ckpt *ckpt_new(const char *dir, const char *name, uint32_t slot) {
+    tree_ckpt *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->dir = strdup(dir);
+    c->name = strdup(name);
+    c->slot = slot;
+    pthread_mutex_init(&c->open_lock, NULL);
+    pthread_mutex_init(&c->inst_lock, NULL);
+    if (!c->dir || !c->name) {
+        tree_ckpt_release(c);
+        return NULL;
+    }
+    return c;
+}
+
+/* The built checkpoint of a slot; NULL with err filled when it does not exist or failed. */
+static tree_ckpt *get_ckpt(ckpt_tree *t, uint32_t slot, ckpt_error *err) {
+    tree_ckpt *c = NULL;
+    pthread_mutex_lock(&t->lock);
+    if (slot < t->nslots) c = t->slots[slot];
+    pthread_mutex_unlock(&t->lock);
+    if (!c) {
+        ckpt_fail(err, CKPT_E_NOTFOUND, "no such inode");
+        return NULL;
+    }
+    int state = atomic_load(&c->state);
+    if (state == 0) {
+        pthread_mutex_lock(&c->open_lock);
+        state = atomic_load(&c->state);
+        if (state == 0) {
+            ckpt_error e = {0};
+            if (tree_ckpt_build(c, &t->opts, &e) == CKPT_OK) {
+                state = 1;
+            } else {
+                c->open_error = e;
+                tree_log(&t->opts, "%s", e.message);
+                state = 2;
+            }
+            atomic_store(&c->state, state);
+        }
+        pthread_mutex_unlock(&c->open_lock);
+    }
+    if (state == 2) {
+        if (err) *err = c->open_error;
+        return NULL;
+    }
+    return c;
+}
+
+static bool is_checkpoint_dir(const char *dir, struct timespec *mtime) {
+    char path[4096];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/.metadata", dir);
+    if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) goto yes;
+    snprintf(path, sizeof path, "%s/__0.metadata", dir);
+    if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) goto yes;
+    return false;
+yes:
+    if (mtime) *mtime = st.st_mtim;
+    return true;
+}
+
+/* Trailing decimal number of a name ("step-200" -> 200), or -1. */
+static long long trailing_number(const char *s) {
+    size_t n = strlen(s), i = n;
+    while (i > 0 && s[i - 1] >= '0' && s[i - 1] <= '9')
+        i--;
+    if (i == n || n - i > 18) return -1;
+    return atoll(s + i);
+}
+
+static int by_version(const void *a, const void *b, void *ctx) {
+    ckpt_tree *t = ctx;
+    return strverscmp(t->slots[*(const uint32_t *)a]->name, t->slots[*(const uint32_t *)b]->name);
+}
+
+static bool newer(const tree_ckpt *a, const tree_ckpt *b) {
+    long long x = trailing_number(a->name), y = trailing_number(b->name);
+    if (x != y) return x > y;
+    if (a->mtime.tv_sec != b->mtime.tv_sec) return a->mtime.tv_sec > b->mtime.tv_sec;
+    return a->mtime.tv_nsec > b->mtime.tv_nsec;
+}
+
+/* Finds the checkpoints of a multi tree (new ones get new slots; slots are never reused).
+ * Caller holds t->lock. */
+static ckpt_status scan(ckpt_tree *t, ckpt_error *err) {
+    clock_gettime(CLOCK_MONOTONIC, &t->last_scan);
+    DIR *d = opendir(t->dir);
+    if (!d) return ckpt_fail(err, CKPT_E_IO, "%s: %s", t->dir, strerror(errno));
+    uint32_t *order = malloc(((size_t)t->nslots + 64) * sizeof *order);
+    size_t n = 0, cap = (size_t)t->nslots + 64;
+    struct dirent *de;
+    ckpt_status s = CKPT_OK;
+    while (order && (de = readdir(d))) {
+        if (de->d_name[0] == '.') continue;
+        char path[4096];
+        struct timespec mt;
+        if ((size_t)snprintf(path, sizeof path, "%s/%s", t->dir, de->d_name) >= sizeof path)
+            continue;
+        if (!is_checkpoint_dir(path, &mt)) continue;
+        uint32_t slot = 0;
+        for (uint32_t i = 1; i < t->nslots; i++)
+            if (strcmp(t->slots[i]->name, de->d_name) == 0) slot = i;
+        if (!slot) {
+            if (t->nslots >= TREE_MAX_SLOTS) continue;
+            if (t->nslots == t->slots_cap) {
+                uint32_t c2 = t->slots_cap * 2;
+                tree_ckpt **m = realloc(t->slots, (size_t)c2 * sizeof *m);
+                if (!m) {
+                    s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+                    break;
+                }
+                t->slots = m;
+                t->slots_cap = c2;
+            }
+            tree_ckpt *c = ckpt_new(path, de->d_name, t->nslots);
+            if (!c) {
+                s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+                break;
+            }
+            slot = t->nslots;
+            t->slots[t->nslots++] = c;
+        }
+        t->slots[slot]->mtime = mt;
+        if (n == cap) {
+            cap *= 2;
+            uint32_t *m = realloc(order, cap * sizeof *m);
+            if (!m) {
+                free(order);
+                order = NULL;
+                break;
+            }
+            order = m;
+        }
+        order[n++] = slot;
+    }
+    closedir(d);
+    if (!order) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (s != CKPT_OK) {
+        free(order);
+        return s;
+    }
+    qsort_r(order, n, sizeof *order, by_version, t);
+    free(t->order);
+    t->order = order;
+    t->norder = (uint32_t)n;
+    t->latest = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!t->latest || newer(t->slots[order[i]], t->slots[t->latest])) t->latest = order[i];
+    struct stat st;
+    if (stat(t->dir, &st) == 0) t->root_mtime = st.st_mtim;
+    return CKPT_OK;
+}
+
+static void maybe_rescan(ckpt_tree *t) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (now.tv_sec - t->last_scan.tv_sec >= 1) {
+        ckpt_error e = {0};
+        if (scan(t, &e) != CKPT_OK) tree_log(&t->opts, "%s", e.message);
+    }
+}
+
+ckpt_status ckpt_tree_open(const char *dir, const ckpt_tree_options *opts, ckpt_tree **out,
+                           ckpt_error *err) {
+    *out = NULL;
+    ckpt_tree *t = calloc(1, sizeof *t);
+    if (!t) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (opts) t->opts = *opts;
+    pthread_mutex_init(&t->lock, NULL);
+    t->dir = strdup(dir);
+    t->slots = calloc(16, sizeof *t->slots);
+    t->slots_cap = 16;
+    ckpt_status s = CKPT_OK;
+    if (!t->dir || !t->slots) {
+        s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        goto fail;
+    }
+    struct stat st;
+    if (stat(dir, &st) != 0) {
+        s = ckpt_fail(err, errno == ENOENT ? CKPT_E_NOTFOUND : CKPT_E_IO, "%s: %s", dir,
+                      strerror(errno));
+        goto fail;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        s = ckpt_fail(err, CKPT_E_INVAL, "%s: not a directory", dir);
+        goto fail;
+    }
+    t->root_mtime = st.st_mtim;
+    if (is_checkpoint_dir(dir, NULL)) {
+        tree_ckpt *c = ckpt_new(dir, "", 0);
+        if (!c) {
+            s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+            goto fail;
+        }
+        t->slots[0] = c;
+        t->nslots = 1;
+        s = tree_ckpt_build(c, &t->opts, err);
+        if (s != CKPT_OK) goto fail;
+        atomic_store(&c->state, 1);
+    } else {
+        t->multi = true;
+        t->nslots = 1; /* slot 0: the top level */
+        s = scan(t, err);
+        if (s != CKPT_OK) goto fail;
+        if (t->norder == 0) {
+            s = ckpt_fail(err, CKPT_E_NOTFOUND,
+                          "%s: not a checkpoint (no .metadata or __0.metadata) and no "
+                          "subdirectory is one",
+                          dir);
+            goto fail;
+        }
+    }
+    *out = t;
+    return CKPT_OK;
+fail:
+    ckpt_tree_free(t);
+    return s;
+}
+
+void ckpt_tree_free(ckpt_tree *t) {
+    if (!t) return;
+    for (uint32_t i = 0; i < t->nslots; i++)
+        if (t->slots[i]) tree_ckpt_release(t->slots[i]);
+    free(t->slots);
+    free(t->order);
+    free(t->dir);
+    pthread_mutex_destroy(&t->lock);
+    free(t);
+}
+
+ckpt_reader *ckpt_tree_reader(ckpt_tree *t) {
+    return t->multi || !t->nslots ? NULL : t->slots[0]->r;
+}
+
+void ckpt_tree_get_totals(ckpt_tree *t, ckpt_tree_totals *out) {
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&t->lock);
+    for (uint32_t i = 0; i < t->nslots; i++) {
+        tree_ckpt *c = t->slots[i];
+        if (c && atomic_load(&c->state) == 1) {
+            out->bytes += c->tensor_bytes;
+            out->files += c->nnodes;
+        }
+    }
+    pthread_mutex_unlock(&t->lock);
+}
+
+/* ------------------------------------------------------------------ resolving inodes */
+
+typedef enum obj_kind {
+    O_TOPROOT, /* multi: the mount root */
+    O_LATEST,  /* multi: the `latest` symlink */
+    O_DIR,     /* a directory of the plain tree in a view (plain, npy, layout rank) */
+    O_ENTRY,   /* an entry's file in a view */
+    O_RAWDIR,
+    O_RAWFILE,
+    O_STDIR,
+    O_STFILE,
+    O_LAYOUTDIR, /* `.layout` */
+    O_SPECDIR,   /* `.layout/dim<d>-of-<N>` */
+} obj_kind;
+
+typedef enum view_kind { V_PLAIN, V_NPY, V_LAYOUT } view_kind;
+
+typedef struct obj {
+    obj_kind kind;
+    view_kind view;
+    tree_ckpt *c;
+    uint32_t slot, inst, node;
+    layout_inst li; /* V_LAYOUT and O_SPECDIR */
+    const ckpt_entry *e;
+} obj;
+
+static ckpt_status not_found(ckpt_error *err) {
+    return ckpt_fail(err, CKPT_E_NOTFOUND, "no such file or directory");
+}
+
+static ckpt_status resolve(ckpt_tree *t, ckpt_ino ino, obj *o, ckpt_error *err) {
+    memset(o, 0, sizeof *o);
+    if (ino == 0) return not_found(err);
+    tree_ino_split(ino, &o->slot, &o->inst, &o->node);
+    if (t->multi && o->slot == 0) {
+        if (o->inst != 0) return not_found(err);
+        if (o->node == 0) {
+            o->kind = O_TOPROOT;
+            return CKPT_OK;
+        }
+        if (o->node == TOP_NODE_LATEST) {
+            o->kind = O_LATEST;
+            return CKPT_OK;
+        }
+        return not_found(err);
+    }
+    o->c = get_ckpt(t, o->slot, err);
+    if (!o->c) return err ? err->code : CKPT_E_IO;
+    tree_ckpt *c = o->c;
+    switch (o->inst) {
+    case INST_PLAIN: o->view = V_PLAIN; break;
+    case INST_NPY: o->view = V_NPY; break;
+    case INST_RAW:
+        if (o->node > c->nraw) return not_found(err);
+        o->kind = o->node ? O_RAWFILE : O_RAWDIR;
+        return CKPT_OK;
+    case INST_ST:
+        if (o->node > c->nst) return not_found(err);
+        o->kind = o->node ? O_STFILE : O_STDIR;
+        return CKPT_OK;
+    case INST_LAYOUT:
+        if (o->node) return not_found(err);
+        o->kind = O_LAYOUTDIR;
+        return CKPT_OK;
+    default:
+        if (!tree_layout_get(c, o->inst, &o->li)) return not_found(err);
+        if (o->li.rank < 0) {
+            if (o->node) return not_found(err);
+            o->kind = O_SPECDIR;
+            return CKPT_OK;
+        }
+        o->view = V_LAYOUT;
+    }
+    if (o->node >= c->nnodes) return not_found(err);
+    o->e = c->nodes[o->node].e;
+    o->kind = o->e ? O_ENTRY : O_DIR;
+    if (o->view == V_NPY && o->e && ckpt_entry_kind_of(o->e) != CKPT_ENTRY_TENSOR)
+        return not_found(err);
+    return CKPT_OK;
+}
+
+/* The box a layout rank holds of tensor e. */
+static void layout_box(const layout_inst *li, const ckpt_entry *e, int64_t *start, int64_t *count) {
+    ckpt_shard_box(ckpt_entry_ndim(e), ckpt_entry_shape(e), li->dim, li->n, (uint32_t)li->rank,
+                   start, count);
+}
+
+static uint64_t box_bytes(const ckpt_entry *e, const int64_t *count) {
+    uint64_t n = ckpt_dtype_itemsize(ckpt_entry_dtype(e));
+    for (int d = 0; d < ckpt_entry_ndim(e); d++)
+        n *= (uint64_t)count[d];
+    return n;
+}
+
+static ckpt_status entry_size(const obj *o, uint64_t *size, ckpt_error *err) {
+    const ckpt_entry *e = o->e;
+    if (ckpt_entry_kind_of(e) != CKPT_ENTRY_TENSOR) {
+        size_t len = 0;
+        ckpt_error oerr = {0};
+        if (!tree_object_text(o->c, e, &len, &oerr)) len = 0; /* read reports the error */
+        (void)err;
+        *size = len;
+        return CKPT_OK;
+    }
+    switch (o->view) {
+    case V_PLAIN: *size = ckpt_entry_nbytes(e); break;
+    case V_NPY: {
+        char hdr[TREE_NPY_HEADER_MAX];
+        *size = tree_npy_header(e, hdr) + ckpt_entry_nbytes(e);
+        break;
+    }
+    case V_LAYOUT: {
+        int64_t start[CKPT_MAX_NDIM], count[CKPT_MAX_NDIM];
+        layout_box(&o->li, e, start, count);
+        *size = box_bytes(e, count);
+        break;
+    }
+    }
+    return CKPT_OK;
+}
+
+static ckpt_status stat_obj(ckpt_tree *t, const obj *o, ckpt_ino ino, ckpt_tree_stat *st,
+                            ckpt_error *err) {
+    memset(st, 0, sizeof *st);
+    st->ino = ino;
+    st->nlink = 1;
+    st->mtime = o->c ? o->c->mtime : t->root_mtime;
+    switch (o->kind) {
+    case O_TOPROOT:
+        st->type = CKPT_NODE_DIR;
+        pthread_mutex_lock(&t->lock);
+        st->nlink = 2 + t->norder;
+        st->size = t->norder + (t->latest ? 1 : 0);
+        pthread_mutex_unlock(&t->lock);
+        return CKPT_OK;
+    case O_LATEST:
+        st->type = CKPT_NODE_SYMLINK;
+        pthread_mutex_lock(&t->lock);
+        st->size = t->latest ? strlen(t->slots[t->latest]->name) : 0;
+        pthread_mutex_unlock(&t->lock);
+        return CKPT_OK;
+    case O_DIR: {
+        const tnode *n = &o->c->nodes[o->node];
+        st->type = CKPT_NODE_DIR;
+        st->nlink = 2 + n->nsubdirs;
+        st->size = n->nkids;
+        if (o->inst == INST_PLAIN && o->node == 0) {
+            st->nlink += NHIDDEN;
+            st->size += NHIDDEN;
+        }
+        return CKPT_OK;
+    }
+    case O_ENTRY: st->type = CKPT_NODE_FILE; return entry_size(o, &st->size, err);
+    case O_RAWDIR:
+        st->type = CKPT_NODE_DIR;
+        st->nlink = 2;
+        st->size = o->c->nraw;
+        return CKPT_OK;
+    case O_RAWFILE:
+        st->type = CKPT_NODE_FILE;
+        st->size = o->c->raw[o->node - 1].size;
+        return CKPT_OK;
+    case O_STDIR:
+        st->type = CKPT_NODE_DIR;
+        st->nlink = 2;
+        st->size = o->c->nst;
+        return CKPT_OK;
+    case O_STFILE: {
+        st_file *f = &o->c->st[o->node - 1];
+        st->type = CKPT_NODE_FILE;
+        CKPT_TRY(tree_st_build(o->c, f, err));
+        st->size = f->size;
+        return CKPT_OK;
+    }
+    case O_LAYOUTDIR:
+        st->type = CKPT_NODE_DIR;
+        st->nlink = 2;
+        return CKPT_OK;
+    case O_SPECDIR:
+        st->type = CKPT_NODE_DIR;
+        st->nlink = 2 + o->li.n;
+        st->size = o->li.n;
+        return CKPT_OK;
+    }
+    return not_found(err);
+}
+
+ckpt_status ckpt_tree_getattr(ckpt_tree *t, ckpt_ino ino, ckpt_tree_stat *out, ckpt_error *err) {
+    uint32_t slot, inst, node;
+    tree_ino_split(ino, &slot, &inst, &node);
+    if (t->multi && slot > 0 && inst == 0 && node == 0) { /* a checkpoint's root: no build */
+        tree_ckpt *c = NULL;
+        pthread_mutex_lock(&t->lock);
+        if (slot < t->nslots) c = t->slots[slot];
+        pthread_mutex_unlock(&t->lock);
+        if (!c) return not_found(err);
+        if (atomic_load(&c->state) != 1) {
+            *out =
+                (ckpt_tree_stat){.ino = ino, .type = CKPT_NODE_DIR, .nlink = 2, .mtime = c->mtime};
+            return CKPT_OK;
+        }
+    }
+    obj o;
+    CKPT_TRY(resolve(t, ino, &o, err));
+    return stat_obj(t, &o, ino, out, err);
+}
+
+/* ------------------------------------------------------------------ lookup */
+
+static bool parse_rank(const char *s, uint32_t n, int32_t *rank) {
+    if (!*s || (s[0] == '0' && s[1])) return false;
+    uint64_t v = 0;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9') return false;
+        v = v * 10 + (uint64_t)(*s - '0');
+        if (v >= n) return false;
+    }
+    *rank = (int32_t)v;
+    return true;
+}
+
+static ckpt_status lookup_ino(ckpt_tree *t, const obj *p, const char *name, ckpt_ino *out,
+                              ckpt_error *err) {
+    size_t len = strlen(name);
+    switch (p->kind) {
+    case O_TOPROOT: {
+        ckpt_status s = CKPT_E_NOTFOUND;
+        pthread_mutex_lock(&t->lock);
+        maybe_rescan(t); /* at most once a second: new steps and a new `latest` */
+        {
+            if (t->latest && strcmp(name, "latest") == 0) {
+                *out = tree_ino(0, 0, TOP_NODE_LATEST);
+                s = CKPT_OK;
+            }
+            for (uint32_t i = 0; i < t->norder && s != CKPT_OK; i++)
+                if (strcmp(t->slots[t->order[i]]->name, name) == 0) {
+                    *out = tree_ino(t->order[i], 0, 0);
+                    s = CKPT_OK;
+                }
+        }
+        pthread_mutex_unlock(&t->lock);
+        return s == CKPT_OK ? s : not_found(err);
+    }
+    case O_DIR: {
+        if (p->inst == INST_PLAIN && p->node == 0)
+            for (uint32_t i = 0; i < NHIDDEN; i++)
+                if (strcmp(name, hidden_dirs[i]) == 0) {
+                    *out = tree_ino(p->slot, hidden_insts[i], 0);
+                    return CKPT_OK;
+                }
+        uint32_t k = tree_find_kid(p->c, p->node, name, len);
+        if (p->view == V_NPY) {
+            if (k != UINT32_MAX && p->c->nodes[k].e) k = UINT32_MAX; /* files end in .npy */
+            if (k == UINT32_MAX && len > 4 && strcmp(name + len - 4, ".npy") == 0) {
+                k = tree_find_kid(p->c, p->node, name, len - 4);
+                if (k != UINT32_MAX && (!p->c->nodes[k].e ||
+                                        ckpt_entry_kind_of(p->c->nodes[k].e) != CKPT_ENTRY_TENSOR))
+                    k = UINT32_MAX;
+            }
+        }
+        if (k == UINT32_MAX) return not_found(err);
+        *out = tree_ino(p->slot, p->inst, k);
+        return CKPT_OK;
+    }
+    case O_RAWDIR:
+        for (uint32_t i = 0; i < p->c->nraw; i++)
+            if (strcmp(p->c->raw[i].name, name) == 0) {
+                *out = tree_ino(p->slot, INST_RAW, i + 1);
+                return CKPT_OK;
+            }
+        return not_found(err);
+    case O_STDIR:
+        for (uint32_t i = 0; i < p->c->nst; i++)
+            if (strcmp(p->c->st[i].name, name) == 0) {
+                *out = tree_ino(p->slot, INST_ST, i + 1);
+                return CKPT_OK;
+            }
+        return not_found(err);
+    case O_LAYOUTDIR: {
+        int dim;
+        uint32_t n;
+        if (!tree_layout_parse(name, &dim, &n)) return not_found(err);
+        uint32_t inst = tree_layout_inst(p->c, dim, n, -1);
+        if (!inst) return ckpt_fail(err, CKPT_E_LIMIT, "too many layout directories in use");
+        *out = tree_ino(p->slot, inst, 0);
+        return CKPT_OK;
+    }
+    case O_SPECDIR: {
+        int32_t rank;
+        if (!parse_rank(name, p->li.n, &rank)) return not_found(err);
+        uint32_t inst = tree_layout_inst(p->c, p->li.dim, p->li.n, rank);
+        if (!inst) return ckpt_fail(err, CKPT_E_LIMIT, "too many layout directories in use");
+        *out = tree_ino(p->slot, inst, 0);
+        return CKPT_OK;
+    }
+    default: return ckpt_fail(err, CKPT_E_INVAL, "not a directory");
+    }
+}
+
+ckpt_status ckpt_tree_lookup(ckpt_tree *t, ckpt_ino parent, const char *name, ckpt_tree_stat *out,
+                             ckpt_error *err) {
+    obj p;
+    CKPT_TRY(resolve(t, parent, &p, err));
+    ckpt_ino ino = 0;
+    CKPT_TRY(lookup_ino(t, &p, name, &ino, err));
+    return ckpt_tree_getattr(t, ino, out, err);
+}
+
+/* ------------------------------------------------------------------ readdir */
+
+static bool emit(ckpt_tree *t, ckpt_tree_dirent_fn fn, void *ctx, const char *name, ckpt_ino ino,
+                 uint64_t next, ckpt_error *err, ckpt_status *s) {
+    ckpt_tree_stat st;
+    ckpt_error e = {0};
+    if (ckpt_tree_getattr(t, ino, &st, &e) != CKPT_OK) { /* listed, with what is known */
+        st = (ckpt_tree_stat){.ino = ino, .type = CKPT_NODE_FILE, .nlink = 1};
+        (void)err;
+    }
+    (void)s;
+    return fn(ctx, name, &st, next);
+}
+
+ckpt_status ckpt_tree_readdir(ckpt_tree *t, ckpt_ino dir, uint64_t cookie, ckpt_tree_dirent_fn fn,
+                              void *ctx, ckpt_error *err) {
+    obj p;
+    CKPT_TRY(resolve(t, dir, &p, err));
+    ckpt_status s = CKPT_OK;
+    switch (p.kind) {
+    case O_TOPROOT: {
+        pthread_mutex_lock(&t->lock);
+        if (cookie == 0) maybe_rescan(t);
+        uint64_t i = cookie;
+        uint64_t base = t->latest ? 1 : 0;
+        if (i == 0 && t->latest) {
+            pthread_mutex_unlock(&t->lock);
+            if (!emit(t, fn, ctx, "latest", tree_ino(0, 0, TOP_NODE_LATEST), 1, err, &s)) return s;
+            pthread_mutex_lock(&t->lock);
+            i = 1;
+        }
+        for (; i - base < t->norder; i++) {
+            tree_ckpt *c = t->slots[t->order[i - base]];
+            char name[256];
+            snprintf(name, sizeof name, "%s", c->name);
+            pthread_mutex_unlock(&t->lock);
+            bool more = emit(t, fn, ctx, name, tree_ino(c->slot, 0, 0), i + 1, err, &s);
+            pthread_mutex_lock(&t->lock);
+            if (!more) break;
+        }
+        pthread_mutex_unlock(&t->lock);
+        return s;
+    }
+    case O_DIR: {
+        const tnode *n = &p.c->nodes[p.node];
+        uint64_t base = (p.inst == INST_PLAIN && p.node == 0) ? NHIDDEN : 0;
+        for (uint64_t i = cookie; i < base + n->nkids; i++) {
+            if (i < base) {
+                if (!emit(t, fn, ctx, hidden_dirs[i], tree_ino(p.slot, hidden_insts[i], 0), i + 1,
+                          err, &s))
+                    return s;
+                continue;
+            }
+            uint32_t k = p.c->kid_ids[n->kids + (i - base)];
+            const tnode *kn = &p.c->nodes[k];
+            const char *name = kn->name;
+            char *tmp = NULL;
+            if (p.view == V_NPY && kn->e) {
+                if (ckpt_entry_kind_of(kn->e) != CKPT_ENTRY_TENSOR) continue;
+                size_t len = strlen(name);
+                tmp = malloc(len + 5);
+                if (!tmp) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+                memcpy(tmp, name, len);
+                memcpy(tmp + len, ".npy", 5);
+                name = tmp;
+            }
+            bool more = emit(t, fn, ctx, name, tree_ino(p.slot, p.inst, k), i + 1, err, &s);
+            free(tmp);
+            if (!more) return s;
+        }
+        return s;
+    }
+    case O_RAWDIR:
+        for (uint64_t i = cookie; i < p.c->nraw; i++)
+            if (!emit(t, fn, ctx, p.c->raw[i].name, tree_ino(p.slot, INST_RAW, (uint32_t)i + 1),
+                      i + 1, err, &s))
+                return s;
+        return s;
+    case O_STDIR:
+        for (uint64_t i = cookie; i < p.c->nst; i++)
+            if (!emit(t, fn, ctx, p.c->st[i].name, tree_ino(p.slot, INST_ST, (uint32_t)i + 1),
+                      i + 1, err, &s))
+                return s;
+        return s;
+    case O_LAYOUTDIR: { /* the specs in use so far (any other can be looked up) */
+        for (uint64_t i = cookie;; i++) {
+            layout_inst li;
+            if (!tree_layout_get(p.c, (uint32_t)(INST_DYNAMIC + i), &li)) return s;
+            if (li.rank >= 0) continue;
+            char name[64];
+            snprintf(name, sizeof name, "dim%d-of-%u", li.dim, li.n);
+            if (!emit(t, fn, ctx, name, tree_ino(p.slot, (uint32_t)(INST_DYNAMIC + i), 0), i + 1,
+                      err, &s))
+                return s;
+        }
+    }
+    case O_SPECDIR:
+        for (uint64_t i = cookie; i < p.li.n; i++) {
+            uint32_t inst = tree_layout_inst(p.c, p.li.dim, p.li.n, (int32_t)i);
+            if (!inst) return ckpt_fail(err, CKPT_E_LIMIT, "too many layout directories in use");
+            char name[16];
+            snprintf(name, sizeof name, "%llu", (unsigned long long)i);
+            if (!emit(t, fn, ctx, name, tree_ino(p.slot, inst, 0), i + 1, err, &s)) return s;
+        }
+        return s;
+    default: return ckpt_fail(err, CKPT_E_INVAL, "not a directory");
+    }
+}
+
+ckpt_status ckpt_tree_readlink(ckpt_tree *t, ckpt_ino ino, char **target, ckpt_error *err) {
+    obj o;
+    CKPT_TRY(resolve(t, ino, &o, err));
+    if (o.kind != O_LATEST) return ckpt_fail(err, CKPT_E_INVAL, "not a symlink");
+    pthread_mutex_lock(&t->lock);
+    *target = t->latest ? strdup(t->slots[t->latest]->name) : NULL;
+    pthread_mutex_unlock(&t->lock);
+    return *target ? CKPT_OK : not_found(err);
+}
+
+/* ------------------------------------------------------------------ xattrs */
+
+static void add_shape(ckpt_strbuf *sb, int nd, const int64_t *shape) {
+    ckpt_strbuf_addc(sb, '[');
+    for (int d = 0; d < nd; d++)
+        ckpt_strbuf_addf(sb, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    ckpt_strbuf_addc(sb, ']');
+}
+
+/* Fills sb with the value of xattr `name` of an entry file; false if it has none. */
+static bool entry_xattr(const obj *o, const char *name, ckpt_strbuf *sb) {
+    const ckpt_entry *e = o->e;
+    bool tensor = ckpt_entry_kind_of(e) == CKPT_ENTRY_TENSOR;
+    if (strcmp(name, "user.ckpt.key") == 0) return ckpt_strbuf_adds(sb, ckpt_entry_key(e)), true;
+    if (!tensor) return false;
+    if (strcmp(name, "user.ckpt.dtype") == 0)
+        return ckpt_strbuf_adds(sb, ckpt_dtype_name(ckpt_entry_dtype(e))), true;
+    if (strcmp(name, "user.ckpt.chunks") == 0) {
+        size_t n = 0;
+        for (size_t i = 0; i < ckpt_entry_num_chunks(e); i++) {
+            ckpt_chunk_info ci;
+            if (ckpt_entry_chunk(e, i, &ci) == CKPT_OK && ci.numel) n++;
+        }
+        return ckpt_strbuf_addf(sb, "%zu", n), true;
+    }
+    int64_t start[CKPT_MAX_NDIM], count[CKPT_MAX_NDIM];
+    if (o->view == V_LAYOUT) layout_box(&o->li, e, start, count);
+    if (strcmp(name, "user.ckpt.shape") == 0) {
+        add_shape(sb, ckpt_entry_ndim(e), o->view == V_LAYOUT ? count : ckpt_entry_shape(e));
+        return true;
+    }
+    if (o->view != V_LAYOUT) return false;
+    if (strcmp(name, "user.ckpt.global_shape") == 0) {
+        add_shape(sb, ckpt_entry_ndim(e), ckpt_entry_shape(e));
+        return true;
+    }
+    if (strcmp(name, "user.ckpt.offset") == 0) {
+        add_shape(sb, ckpt_entry_ndim(e), start);
+        return true;
+    }
+    return false;
+}
+
+static const char *const xattr_names[] = {"user.ckpt.key",    "user.ckpt.dtype",
+                                          "user.ckpt.shape",  "user.ckpt.chunks",
+                                          "user.ckpt.offset", "user.ckpt.global_shape"};
+
+ckpt_status ckpt_tree_listxattr(ckpt_tree *t, ckpt_ino ino, char **names, size_t *len,
+                                ckpt_error *err) {
+    obj o;
+    CKPT_TRY(resolve(t, ino, &o, err));
+    ckpt_strbuf sb = CKPT_STRBUF_INIT, v = CKPT_STRBUF_INIT;
+    ckpt_strbuf_add(&sb, "", 0);
+    if (o.kind == O_ENTRY)
+        for (size_t i = 0; i < sizeof xattr_names / sizeof *xattr_names; i++) {
+            ckpt_strbuf_reset(&v);
+            if (entry_xattr(&o, xattr_names[i], &v))
+                ckpt_strbuf_add(&sb, xattr_names[i], strlen(xattr_names[i]) + 1);
+        }
+    ckpt_strbuf_release(&v);
+    CKPT_TRY(ckpt_strbuf_status(&sb, "listxattr", err));
+    *names = ckpt_strbuf_detach(&sb, len);
+    return *names ? CKPT_OK : ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+}
+
+ckpt_status ckpt_tree_getxattr(ckpt_tree *t, ckpt_ino ino, const char *name, char **value,
+                               size_t *len, ckpt_error *err) {
+    obj o;
+    CKPT_TRY(resolve(t, ino, &o, err));
+    ckpt_strbuf sb = CKPT_STRBUF_INIT;
+    ckpt_strbuf_add(&sb, "", 0);
+    if (o.kind != O_ENTRY || !entry_xattr(&o, name, &sb)) {
+        ckpt_strbuf_release(&sb);
+        return ckpt_fail(err, CKPT_E_NOTFOUND, "no attribute %s", name);
+    }
+    CKPT_TRY(ckpt_strbuf_status(&sb, "getxattr", err));
+    *value = ckpt_strbuf_detach(&sb, len);
+    return *value ? CKPT_OK : ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+}
+
+/* ------------------------------------------------------------------ read */
+
+static ckpt_status read_st(tree_read *x, tree_ckpt *c, st_file *f, uint64_t off, uint64_t len,
+                           ckpt_error *err) {
+    CKPT_TRY(tree_st_build(c, f, err));
+    uint64_t dst = 0;
+    if (off < f->header_len) {
+        uint64_t n = f->header_len - off < len ? f->header_len - off : len;
+        CKPT_TRY(tree_read_mem(x, 0, f->header + off, n, err));
+        dst += n;
+        off += n;
+        len -= n;
+    }
+    /* first tensor whose data ends after off */
+    size_t lo = 0, hi = f->ntensors;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (f->begin[mid] + ckpt_entry_nbytes(f->tensors[mid]) <= off)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (size_t i = lo; len && i < f->ntensors; i++) {
+        uint64_t b = f->begin[i], nb = ckpt_entry_nbytes(f->tensors[i]);
+        if (off >= b + nb) continue;
+        uint64_t n = b + nb - off < len ? b + nb - off : len;
+        ckpt_status s = tree_read_tensor(x, f->tensors[i], NULL, NULL, off - b, n, dst, err);
+        if (s != CKPT_OK) return s;
+        dst += n;
+        off += n;
+        len -= n;
+    }
+    return CKPT_OK;
+}
+
+ckpt_status ckpt_tree_read(ckpt_tree *t, ckpt_ino ino, uint64_t off, size_t len, size_t max_fd_segs,
+                           size_t min_fd_run, ckpt_tree_scratch *s, const ckpt_tree_seg **segs,
+                           size_t *nsegs, ckpt_error *err) {
+    *segs = NULL;
+    *nsegs = 0;
+    obj o;
+    CKPT_TRY(resolve(t, ino, &o, err));
+    ckpt_tree_stat st;
+    CKPT_TRY(stat_obj(t, &o, ino, &st, err));
+    if (st.type != CKPT_NODE_FILE) return ckpt_fail(err, CKPT_E_INVAL, "not a file");
+    if (off >= st.size || !len) return CKPT_OK;
+    if (len > st.size - off) len = (size_t)(st.size - off);
+    if (s->cap < len) {
+        uint8_t *b = realloc(s->buf, len);
+        if (!b) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory for a %zu-byte read", len);
+        s->buf = b;
+        s->cap = len;
+    }
+    tree_read x = {.r = o.c->r,
+                   .s = s,
+                   .len = len,
+                   .max_fd = max_fd_segs,
+                   .min_run = min_fd_run ? min_fd_run : 1,
+                   .mem_only = max_fd_segs == 0};
+    ckpt_status rs = CKPT_OK;
+    switch (o.kind) {
+    case O_ENTRY:
+        if (ckpt_entry_kind_of(o.e) != CKPT_ENTRY_TENSOR) {
+            size_t tl;
+            const char *text = tree_object_text(o.c, o.e, &tl, err);
+            if (!text) return err ? err->code : CKPT_E_IO;
+            if (off >= tl) return CKPT_OK;
+            if (len > tl - off) len = tl - (size_t)off, x.len = len;
+            rs = tree_read_mem(&x, 0, text + off, len, err);
+        } else if (o.view == V_PLAIN) {
+            rs = tree_read_tensor(&x, o.e, NULL, NULL, off, len, 0, err);
+        } else if (o.view == V_NPY) {
+            char hdr[TREE_NPY_HEADER_MAX];
+            uint64_t hl = tree_npy_header(o.e, hdr), dst = 0;
+            if (off < hl) {
+                uint64_t n = hl - off < len ? hl - off : len;
+                rs = tree_read_mem(&x, 0, hdr + off, n, err);
+                dst = n;
+            }
+            uint64_t toff = off < hl ? 0 : off - hl;
+            if (rs == CKPT_OK)
+                rs = tree_read_tensor(&x, o.e, NULL, NULL, toff, len - dst, dst, err);
+        } else {
+            int64_t start[CKPT_MAX_NDIM], count[CKPT_MAX_NDIM];
+            layout_box(&o.li, o.e, start, count);
+            rs = tree_read_tensor(&x, o.e, start, count, off, len, 0, err);
+        }
+        break;
+    case O_RAWFILE: {
+        const raw_file *f = &o.c->raw[o.node - 1];
+        int fd = f->fd;
+        if (f->file_id >= 0) fd = ckpt_reader_file_fd(o.c->r, (uint32_t)f->file_id, err);
+        if (fd < 0) return err ? err->code : CKPT_E_IO;
+        rs = tree_read_fd(&x, 0, fd, off, len, err);
+        break;
+    }
+    case O_STFILE: rs = read_st(&x, o.c, &o.c->st[o.node - 1], off, len, err); break;
+    default: return ckpt_fail(err, CKPT_E_INVAL, "not a file");
+    }
+    CKPT_TRY(rs);
+    CKPT_TRY(tree_read_finish(&x, nsegs, err));
+    *segs = s->segs;
+    return CKPT_OK;
+}

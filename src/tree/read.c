@@ -1,0 +1,297 @@
+/* read.c — the read engine behind every file of the namespace: turns a byte window of a
+ * tensor (or of a box of it) into a reply made of fd segments (contiguous runs of a shard
+ * file, for splicing) and memory segments (everything else, assembled in the caller's
+ * scratch buffer).  A linear byte window of a C-order box is at most 2·ndim−1 sub-boxes; each
+ * goes through the slicer, which yields one strided intersection per stored chunk. */
+#include "slice/region.h"
+#include "slice/strided.h"
+#include "tree/tree_i.h"
+#include "util/error.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct ckpt_tree_piece {
+    uint64_t dst;
+    uint64_t pos;
+    uint64_t len;
+    int fd;
+};
+
+void ckpt_tree_scratch_release(ckpt_tree_scratch *s) {
+    if (!s) return;
+    free(s->buf);
+    free(s->slab);
+    free(s->segs);
+    free(s->pieces);
+    memset(s, 0, sizeof *s);
+}
+
+ckpt_status tree_read_mem(tree_read *x, uint64_t dst, const void *src, size_t len,
+                          ckpt_error *err) {
+    if (dst + len > x->len) return ckpt_fail(err, CKPT_E_INVAL, "read outside the reply");
+    memcpy(x->s->buf + dst, src, len);
+    return CKPT_OK;
+}
+
+static ckpt_status pread_all(int fd, uint64_t pos, uint8_t *dst, uint64_t len, ckpt_error *err) {
+    while (len) {
+        ssize_t n = pread(fd, dst, len, (off_t)pos);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return ckpt_fail(err, CKPT_E_IO, "pread at offset %llu: %s", (unsigned long long)pos,
+                             strerror(errno));
+        }
+        if (n == 0)
+            return ckpt_fail(err, CKPT_E_RANGE, "offset %llu: unexpected end of file",
+                             (unsigned long long)pos);
+        dst += n;
+        pos += (uint64_t)n;
+        len -= (uint64_t)n;
+    }
+    return CKPT_OK;
+}
+
+/* Over the fd budget: gather every recorded piece into the buffer from now on. */
+static ckpt_status go_mem_only(tree_read *x, ckpt_error *err) {
+    x->mem_only = true;
+    for (size_t i = 0; i < x->npieces; i++) {
+        struct ckpt_tree_piece *p = &x->s->pieces[i];
+        CKPT_TRY(pread_all(p->fd, p->pos, x->s->buf + p->dst, p->len, err));
+    }
+    x->npieces = 0;
+    return CKPT_OK;
+}
+
+static ckpt_status add_piece(tree_read *x, uint64_t dst, int fd, uint64_t pos, uint64_t len,
+                             ckpt_error *err) {
+    if (x->npieces) { /* extend the previous piece when both sides continue */
+        struct ckpt_tree_piece *l = &x->s->pieces[x->npieces - 1];
+        if (l->fd == fd && l->pos + l->len == pos && l->dst + l->len == dst) {
+            l->len += len;
+            return CKPT_OK;
+        }
+    }
+    if (x->npieces == x->s->pieces_cap) {
+        size_t cap = x->s->pieces_cap ? x->s->pieces_cap * 2 : 64;
+        struct ckpt_tree_piece *n = realloc(x->s->pieces, cap * sizeof *n);
+        if (!n) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        x->s->pieces = n;
+        x->s->pieces_cap = cap;
+    }
+    x->s->pieces[x->npieces++] = (struct ckpt_tree_piece){dst, pos, len, fd};
+    return CKPT_OK;
+}
+
+ckpt_status tree_read_fd(tree_read *x, uint64_t dst, int fd, uint64_t pos, uint64_t len,
+                         ckpt_error *err) {
+    if (dst + len > x->len) return ckpt_fail(err, CKPT_E_INVAL, "read outside the reply");
+    if (x->mem_only || len < x->min_run || x->npieces >= x->max_fd)
+        return pread_all(fd, pos, x->s->buf + dst, len, err);
+    return add_piece(x, dst, fd, pos, len, err);
+}
+
+/* ------------------------------------------------------------------ one box */
+
+typedef struct box_ctx {
+    tree_read *x;
+    const ckpt_entry *e;
+    uint64_t dst; /* reply offset of the box's C-order buffer */
+} box_ctx;
+
+static size_t runs_of(const int64_t *cnt, int n) {
+    uint64_t k = 1;
+    for (int d = 0; d < n; d++) {
+        k *= (uint64_t)cnt[d];
+        if (k > SIZE_MAX / 2) return SIZE_MAX / 2;
+    }
+    return (size_t)k;
+}
+
+static ckpt_status one_box(void *ctx, const slice_box *b, ckpt_error *err) {
+    box_ctx *bx = ctx;
+    tree_read *x = bx->x;
+    const ckpt_chunk *c = b->c;
+    if (!x->mem_only && c->kind == CHUNK_IN_FILE && (!c->big_endian || b->itemsize == 1)) {
+        int64_t ds[CKPT_MAX_NDIM], ss[CKPT_MAX_NDIM], cnt[CKPT_MAX_NDIM], run;
+        memcpy(ds, b->dst_stride, sizeof(int64_t) * (size_t)b->ndim);
+        memcpy(ss, b->src_stride, sizeof(int64_t) * (size_t)b->ndim);
+        memcpy(cnt, b->count, sizeof(int64_t) * (size_t)b->ndim);
+        int n = ckpt_merge_dims(ds, ss, cnt, b->ndim, b->itemsize, &run);
+        size_t runs = runs_of(cnt, n);
+        if ((uint64_t)run >= x->min_run && x->npieces + runs > x->max_fd)
+            CKPT_TRY(go_mem_only(x, err));
+        else if ((uint64_t)run >= x->min_run) {
+            int fd = ckpt_files_fd(x->r, (uint32_t)c->loc.file_id, err);
+            if (fd < 0) return err ? err->code : CKPT_E_IO;
+            int64_t idx[CKPT_MAX_NDIM] = {0};
+            for (;;) {
+                uint64_t soff = b->src0, doff = bx->dst + b->dst0;
+                for (int d = 0; d < n; d++) {
+                    soff += (uint64_t)(idx[d] * ss[d]);
+                    doff += (uint64_t)(idx[d] * ds[d]);
+                }
+                CKPT_TRY(add_piece(x, doff, fd, soff, (uint64_t)run, err));
+                int d = n - 1;
+                for (; d >= 0; d--) {
+                    if (++idx[d] < cnt[d]) break;
+                    idx[d] = 0;
+                }
+                if (d < 0) return CKPT_OK;
+            }
+        }
+    }
+    slice_reader rd = {.r = x->r,
+                       .e = bx->e,
+                       .dst = x->s->buf + bx->dst,
+                       .slab = x->s->slab,
+                       .slab_cap = x->s->slab_cap};
+    ckpt_status s = slice_read_box(&rd, b, err);
+    x->s->slab = rd.slab;
+    x->s->slab_cap = rd.slab_cap;
+    return s;
+}
+
+/* ------------------------------------------------------------------ linear windows */
+
+typedef struct lin {
+    tree_read *x;
+    const ckpt_entry *e;
+    int ndim;
+    const int64_t *origin;
+    const int64_t *extent;
+    size_t itemsize;
+    int64_t start[CKPT_MAX_NDIM];
+    int64_t count[CKPT_MAX_NDIM];
+} lin;
+
+static ckpt_status emit_box(lin *l, uint64_t dst, ckpt_error *err) {
+    box_ctx bx = {l->x, l->e, dst};
+    return slice_for_each_box(l->x->r, l->e, l->ndim ? l->start : NULL, l->ndim ? l->count : NULL,
+                              one_box, &bx, NULL, err);
+}
+
+/* Elements [a, b) (a < b) of the sub-box whose dims < d are fixed in l->start/count. */
+static ckpt_status lin_range(lin *l, int d, uint64_t a, uint64_t b, uint64_t dst, ckpt_error *err) {
+    if (d == l->ndim) return emit_box(l, dst, err);
+    uint64_t inner = 1;
+    for (int k = d + 1; k < l->ndim; k++)
+        inner *= (uint64_t)l->extent[k];
+    uint64_t ra = a / inner, rb = b / inner;
+    if (ra == (b - 1) / inner) { /* inside one row of dim d */
+        l->start[d] = l->origin[d] + (int64_t)ra;
+        l->count[d] = 1;
+        return lin_range(l, d + 1, a - ra * inner, b - ra * inner, dst, err);
+    }
+    if (a % inner) { /* the end of row ra */
+        l->start[d] = l->origin[d] + (int64_t)ra;
+        l->count[d] = 1;
+        CKPT_TRY(lin_range(l, d + 1, a % inner, inner, dst, err));
+        dst += (inner - a % inner) * l->itemsize;
+        ra++;
+    }
+    if (rb > ra) { /* whole rows */
+        l->start[d] = l->origin[d] + (int64_t)ra;
+        l->count[d] = (int64_t)(rb - ra);
+        for (int k = d + 1; k < l->ndim; k++) {
+            l->start[k] = l->origin[k];
+            l->count[k] = l->extent[k];
+        }
+        CKPT_TRY(emit_box(l, dst, err));
+        dst += (rb - ra) * inner * l->itemsize;
+    }
+    if (b % inner) { /* the start of row rb */
+        l->start[d] = l->origin[d] + (int64_t)rb;
+        l->count[d] = 1;
+        CKPT_TRY(lin_range(l, d + 1, 0, b % inner, dst, err));
+    }
+    return CKPT_OK;
+}
+
+/* One element (linear index i of the box), into tmp. */
+static ckpt_status one_elem(lin *l, uint64_t i, uint8_t *tmp, ckpt_error *err) {
+    int64_t one[CKPT_MAX_NDIM];
+    for (int d = l->ndim - 1; d >= 0; d--) {
+        uint64_t ext = (uint64_t)l->extent[d];
+        l->start[d] = l->origin[d] + (int64_t)(i % ext);
+        i /= ext;
+        one[d] = 1;
+    }
+    return ckpt_read_region(l->x->r, l->e, l->ndim ? l->start : NULL, l->ndim ? one : NULL, tmp,
+                            l->itemsize, err);
+}
+
+ckpt_status tree_read_tensor(tree_read *x, const ckpt_entry *e, const int64_t *origin,
+                             const int64_t *extent, uint64_t off, uint64_t len, uint64_t dst,
+                             ckpt_error *err) {
+    if (!len) return CKPT_OK;
+    if (ckpt_entry_problem(e))
+        return ckpt_fail(err, CKPT_E_FORMAT, "'%s': %s", ckpt_entry_key(e), ckpt_entry_problem(e));
+    if (dst + len > x->len) return ckpt_fail(err, CKPT_E_INVAL, "read outside the reply");
+    int64_t zeros[CKPT_MAX_NDIM] = {0};
+    lin l = {.x = x,
+             .e = e,
+             .ndim = ckpt_entry_ndim(e),
+             .origin = origin ? origin : zeros,
+             .extent = extent ? extent : ckpt_entry_shape(e),
+             .itemsize = ckpt_dtype_itemsize(ckpt_entry_dtype(e))};
+    uint64_t is = l.itemsize;
+    uint8_t tmp[16];
+    uint64_t head = off % is;
+    if (head) { /* a partial first element */
+        CKPT_TRY(one_elem(&l, off / is, tmp, err));
+        uint64_t n = is - head < len ? is - head : len;
+        memcpy(x->s->buf + dst, tmp + head, n);
+        off += n;
+        len -= n;
+        dst += n;
+    }
+    uint64_t tail = len % is;
+    if (tail) { /* a partial last element */
+        CKPT_TRY(one_elem(&l, (off + len) / is, tmp, err));
+        memcpy(x->s->buf + dst + len - tail, tmp, tail);
+        len -= tail;
+    }
+    if (!len) return CKPT_OK;
+    return lin_range(&l, 0, off / is, (off + len) / is, dst, err);
+}
+
+/* ------------------------------------------------------------------ the reply */
+
+static int by_dst(const void *a, const void *b) {
+    uint64_t x = ((const struct ckpt_tree_piece *)a)->dst,
+             y = ((const struct ckpt_tree_piece *)b)->dst;
+    return x < y ? -1 : x > y;
+}
+
+static ckpt_status push_seg(ckpt_tree_scratch *s, size_t *n, ckpt_tree_seg seg, ckpt_error *err) {
+    if (*n == s->segs_cap) {
+        size_t cap = s->segs_cap ? s->segs_cap * 2 : 16;
+        ckpt_tree_seg *m = realloc(s->segs, cap * sizeof *m);
+        if (!m) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        s->segs = m;
+        s->segs_cap = cap;
+    }
+    s->segs[(*n)++] = seg;
+    return CKPT_OK;
+}
+
+/* The reply: fd pieces in order, the gaps between them from the buffer. */
+ckpt_status tree_read_finish(tree_read *x, size_t *nsegs, ckpt_error *err) {
+    *nsegs = 0;
+    ckpt_tree_scratch *s = x->s;
+    if (x->npieces > 1) qsort(s->pieces, x->npieces, sizeof *s->pieces, by_dst);
+    uint64_t at = 0;
+    for (size_t i = 0; i < x->npieces; i++) {
+        const struct ckpt_tree_piece *p = &s->pieces[i];
+        if (p->dst > at)
+            CKPT_TRY(push_seg(s, nsegs, (ckpt_tree_seg){-1, 0, p->dst - at, s->buf + at}, err));
+        CKPT_TRY(push_seg(s, nsegs, (ckpt_tree_seg){p->fd, p->pos, p->len, NULL}, err));
+        at = p->dst + p->len;
+    }
+    if (at < x->len)
+        CKPT_TRY(push_seg(s, nsegs, (ckpt_tree_seg){-1, 0, x->len - at, s->buf + at}, err));
+    return CKPT_OK;
+}

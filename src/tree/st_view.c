@@ -1,0 +1,162 @@
+/* st_view.c — virtual safetensors files (`.safetensors/<top>.safetensors`, `@all`): the
+ * header computed from the metadata (tensors ordered by item size, largest first, so every
+ * tensor is aligned to its item size; the JSON padded with spaces to a multiple of 8), and the
+ * table mapping data offsets back to tensors.  Tensors of dtypes safetensors cannot name
+ * (complex128, float8_e8m0fnu) are left out and listed in `__metadata__`. */
+#include "tree/tree_i.h"
+#include "util/error.h"
+#include "util/json.h"
+#include "util/strbuf.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *st_dtype(ckpt_dtype dt) {
+    switch (dt) {
+    case CKPT_DTYPE_FLOAT64: return "F64";
+    case CKPT_DTYPE_FLOAT32: return "F32";
+    case CKPT_DTYPE_FLOAT16: return "F16";
+    case CKPT_DTYPE_BFLOAT16: return "BF16";
+    case CKPT_DTYPE_FLOAT8_E4M3FN: return "F8_E4M3";
+    case CKPT_DTYPE_FLOAT8_E5M2: return "F8_E5M2";
+    case CKPT_DTYPE_FLOAT8_E4M3FNUZ: return "F8_E4M3FNUZ";
+    case CKPT_DTYPE_FLOAT8_E5M2FNUZ: return "F8_E5M2FNUZ";
+    case CKPT_DTYPE_INT8: return "I8";
+    case CKPT_DTYPE_INT16: return "I16";
+    case CKPT_DTYPE_INT32: return "I32";
+    case CKPT_DTYPE_INT64: return "I64";
+    case CKPT_DTYPE_UINT8: return "U8";
+    case CKPT_DTYPE_UINT16: return "U16";
+    case CKPT_DTYPE_UINT32: return "U32";
+    case CKPT_DTYPE_UINT64: return "U64";
+    case CKPT_DTYPE_BOOL: return "BOOL";
+    case CKPT_DTYPE_COMPLEX64: return "C64";
+    default: return NULL;
+    }
+}
+
+typedef struct collect {
+    const tree_ckpt *c;
+    const ckpt_entry **v;
+    size_t n, cap;
+    ckpt_strbuf skipped; /* JSON array text of left-out paths */
+} collect;
+
+static bool push(collect *k, const ckpt_entry *e) {
+    if (k->n == k->cap) {
+        size_t cap = k->cap ? k->cap * 2 : 64;
+        const ckpt_entry **m = realloc(k->v, cap * sizeof *m);
+        if (!m) return false;
+        k->v = m;
+        k->cap = cap;
+    }
+    k->v[k->n++] = e;
+    return true;
+}
+
+/* Tensors under node `at`, depth first in name order. */
+static bool walk(collect *k, uint32_t at) {
+    const tnode *n = &k->c->nodes[at];
+    if (n->e) {
+        if (ckpt_entry_kind_of(n->e) != CKPT_ENTRY_TENSOR) return true;
+        if (st_dtype(ckpt_entry_dtype(n->e)) && !ckpt_entry_problem(n->e)) return push(k, n->e);
+        ckpt_strbuf_addc(&k->skipped, k->skipped.len ? ',' : '[');
+        ckpt_json_escape(&k->skipped, ckpt_entry_path(n->e), strlen(ckpt_entry_path(n->e)));
+        return true;
+    }
+    for (uint32_t i = 0; i < n->nkids; i++)
+        if (!walk(k, k->c->kid_ids[n->kids + i])) return false;
+    return true;
+}
+
+static ckpt_status build(tree_ckpt *c, st_file *f, ckpt_error *err) {
+    collect k = {.c = c};
+    if (!walk(&k, f->top)) {
+        free(k.v);
+        ckpt_strbuf_release(&k.skipped);
+        return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    }
+    /* stable partition by item size, 16 down to 1: the walk order is kept within a size */
+    const ckpt_entry **sorted = malloc((k.n ? k.n : 1) * sizeof *sorted);
+    size_t m = 0;
+    for (size_t size = 16; sorted && size >= 1; size /= 2)
+        for (size_t i = 0; i < k.n; i++)
+            if (ckpt_dtype_itemsize(ckpt_entry_dtype(k.v[i])) == size) sorted[m++] = k.v[i];
+    free(k.v);
+    if (!sorted) {
+        ckpt_strbuf_release(&k.skipped);
+        return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    }
+    f->tensors = sorted;
+    f->ntensors = (uint32_t)m;
+    f->begin = malloc((m ? m : 1) * sizeof *f->begin);
+    if (!f->begin) {
+        ckpt_strbuf_release(&k.skipped);
+        return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    }
+
+    size_t prefix = f->top ? strlen(c->nodes[f->top].name) + 1 : 0;
+    ckpt_strbuf sb = CKPT_STRBUF_INIT;
+    ckpt_strbuf_add(&sb, "\0\0\0\0\0\0\0\0", 8);
+    ckpt_strbuf_adds(&sb, "{\"__metadata__\":{\"format\":\"pt\",\"ckptfs.source\":");
+    ckpt_json_escape(&sb, c->dir, strlen(c->dir));
+    if (k.skipped.len) {
+        ckpt_strbuf_addc(&k.skipped, ']');
+        ckpt_strbuf_adds(&sb, ",\"ckptfs.skipped\":");
+        ckpt_json_escape(&sb, ckpt_strbuf_cstr(&k.skipped), k.skipped.len);
+    }
+    ckpt_strbuf_release(&k.skipped);
+    ckpt_strbuf_addc(&sb, '}');
+    uint64_t at = 0;
+    for (size_t i = 0; i < m; i++) {
+        const ckpt_entry *e = sorted[i];
+        const char *path = ckpt_entry_path(e) + prefix;
+        ckpt_strbuf_addc(&sb, ',');
+        ckpt_json_escape(&sb, path, strlen(path));
+        ckpt_strbuf_addf(&sb, ":{\"dtype\":\"%s\",\"shape\":[", st_dtype(ckpt_entry_dtype(e)));
+        for (int d = 0; d < ckpt_entry_ndim(e); d++)
+            ckpt_strbuf_addf(&sb, "%s%lld", d ? "," : "", (long long)ckpt_entry_shape(e)[d]);
+        uint64_t nb = ckpt_entry_nbytes(e);
+        ckpt_strbuf_addf(&sb, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)at,
+                         (unsigned long long)(at + nb));
+        f->begin[i] = at;
+        at += nb;
+    }
+    ckpt_strbuf_addc(&sb, '}');
+    while (sb.len % 8)
+        ckpt_strbuf_addc(&sb, ' ');
+    CKPT_TRY(ckpt_strbuf_status(&sb, "safetensors header", err));
+    size_t len = 0;
+    f->header = ckpt_strbuf_detach(&sb, &len);
+    if (!f->header) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    uint64_t hl = len - 8;
+    for (int i = 0; i < 8; i++)
+        f->header[i] = (char)((hl >> (8 * i)) & 0xFF);
+    f->header_len = len;
+    for (size_t i = 0; i < m; i++)
+        f->begin[i] += len;
+    f->size = len + at;
+    return CKPT_OK;
+}
+
+/* Builds f once (under the checkpoint's open lock); a failure is remembered. */
+ckpt_status tree_st_build(tree_ckpt *c, st_file *f, ckpt_error *err) {
+    pthread_mutex_lock(&c->open_lock);
+    ckpt_status s;
+    if (f->header) {
+        s = CKPT_OK;
+    } else if (f->status != CKPT_OK) {
+        s = ckpt_fail(err, f->status, "%s/.safetensors/%s could not be built", c->dir, f->name);
+    } else {
+        s = build(c, f, err);
+        if (s != CKPT_OK) {
+            f->status = s;
+            free(f->tensors);
+            free(f->begin);
+            f->tensors = NULL;
+            f->begin = NULL;
+        }
+    }
+    pthread_mutex_unlock(&c->open_lock);
+    return s;
+}

@@ -1,0 +1,175 @@
+/* tree_i.h — private layout of the namespace (include/ckpt_tree.h): one `tree_ckpt` per
+ * checkpoint (its plain tree of entries, views and caches) and the inode encoding shared by
+ * every file of src/tree. */
+#ifndef CKPT_TREE_TREE_I_H
+#define CKPT_TREE_TREE_I_H
+
+#include "ckpt_tree.h"
+#include "index/reader_i.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+/* ------------------------------------------------------------------ inode numbers
+ * ino - 1 = slot << 48 | instance << 32 | node.  A slot is one checkpoint (slot 0 in a
+ * single-checkpoint tree; in a directory of checkpoints slot 0 is the top level and slot k
+ * the k-th checkpoint found).  An instance is one view of a checkpoint; a node indexes that
+ * view's objects (plain tree nodes for the plain, .npy and layout views). */
+enum {
+    INST_PLAIN = 0,  /* node: plain tree node (0 = checkpoint root) */
+    INST_NPY = 1,    /* node: plain tree node (0 = the `.npy` directory) */
+    INST_RAW = 2,    /* node 0: `.raw`, node k: raw file k-1 */
+    INST_ST = 3,     /* node 0: `.safetensors`, node k: safetensors file k-1 */
+    INST_LAYOUT = 4, /* node 0: `.layout` */
+    INST_DYNAMIC = 5 /* instances from here on: layout specs and ranks (tree_ckpt.insts) */
+};
+#define TREE_MAX_SLOTS 0xFFFFu
+#define TREE_MAX_INSTS 0xFFFFu
+
+static inline ckpt_ino tree_ino(uint32_t slot, uint32_t inst, uint32_t node) {
+    return (((uint64_t)slot << 48) | ((uint64_t)inst << 32) | node) + 1;
+}
+static inline void tree_ino_split(ckpt_ino ino, uint32_t *slot, uint32_t *inst, uint32_t *node) {
+    uint64_t v = ino - 1;
+    *slot = (uint32_t)(v >> 48);
+    *inst = (uint32_t)((v >> 32) & 0xFFFF);
+    *node = (uint32_t)v;
+}
+
+/* Multi-checkpoint top level: node 0 the root, node 1 `latest`. */
+#define TOP_NODE_LATEST 1u
+
+/* ------------------------------------------------------------------ plain tree */
+
+typedef struct tnode {
+    const char *name;    /* escaped path element ("" for the root) */
+    const ckpt_entry *e; /* NULL for directories */
+    uint32_t parent;
+    uint32_t kids;     /* first index in tree_ckpt.kid_ids */
+    uint32_t nkids;    /* sorted by name */
+    uint32_t nsubdirs; /* directories among the kids */
+} tnode;
+
+/* A layout view instance: the spec directory `dim<d>-of-<n>` (rank -1), or one rank's tree. */
+typedef struct layout_inst {
+    int dim;
+    uint32_t n;
+    int32_t rank;
+} layout_inst;
+
+/* A virtual safetensors file; its header and tensor table are built on first use. */
+typedef struct st_file {
+    char *name;         /* "<top>.safetensors" */
+    uint32_t top;       /* plain node of the top-level directory, 0 for `@all` */
+    ckpt_status status; /* of the build */
+    char *header;       /* 8-byte length + JSON padded with spaces to a multiple of 8 */
+    size_t header_len;
+    uint32_t ntensors;
+    const ckpt_entry **tensors; /* in data order */
+    uint64_t *begin;            /* data offset of each tensor (from the file start) */
+    uint64_t size;
+} st_file;
+
+typedef struct raw_file {
+    char *name;
+    int fd; /* metadata files: owned here; data files: -1 (the reader's fd is used) */
+    int32_t file_id;
+    uint64_t size;
+} raw_file;
+
+typedef struct object_text {
+    _Atomic(char *) text; /* rendered on first use (with a final newline); NULL until then */
+} object_text;
+
+typedef struct tree_ckpt {
+    char *dir;
+    char *name; /* directory name in a tree of checkpoints; "" otherwise */
+    uint32_t slot;
+    /* built once (state: 0 not yet, 1 ok, 2 failed) under `open_lock` */
+    pthread_mutex_t open_lock;
+    atomic_int state;
+    ckpt_error open_error;
+    ckpt_reader *r;
+    struct timespec mtime;
+    tnode *nodes;
+    uint32_t nnodes;
+    uint32_t *kid_ids;
+    object_text *objects; /* per entry index */
+    raw_file *raw;
+    uint32_t nraw;
+    st_file *st;
+    uint32_t nst;
+    uint64_t tensor_bytes;
+    /* layout instances (index + INST_DYNAMIC), created on demand */
+    pthread_mutex_t inst_lock;
+    layout_inst *insts;
+    uint32_t ninsts, insts_cap;
+} tree_ckpt;
+
+struct ckpt_tree {
+    char *dir;
+    ckpt_tree_options opts;
+    bool multi;
+    struct timespec root_mtime;
+    /* slots: [0] is the checkpoint itself in a single tree, unused in a multi tree */
+    pthread_mutex_t lock; /* guards the slot list and rescans (multi) */
+    tree_ckpt **slots;
+    uint32_t nslots, slots_cap;
+    struct timespec last_scan;
+    uint32_t *order; /* multi: slots of complete checkpoints in name order */
+    uint32_t norder;
+    uint32_t latest; /* slot of the newest complete checkpoint, 0 when none */
+};
+
+/* build.c */
+ckpt_status tree_ckpt_build(tree_ckpt *c, const ckpt_tree_options *opts, ckpt_error *err);
+void tree_ckpt_release(tree_ckpt *c);
+/* Index of the kid of `dir` named `name` (exact), or UINT32_MAX. */
+uint32_t tree_find_kid(const tree_ckpt *c, uint32_t dir, const char *name, size_t len);
+/* Object text (rendered on first use); NULL with err filled on failure. */
+const char *tree_object_text(tree_ckpt *c, const ckpt_entry *e, size_t *len, ckpt_error *err);
+void tree_log(const ckpt_tree_options *o, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* layout.c */
+/* Parses "dim<d>-of-<n>"; false if it is not one. */
+bool tree_layout_parse(const char *name, int *dim, uint32_t *n);
+/* Instance id (>= INST_DYNAMIC) of (dim, n, rank), created on first use; 0 when the table is
+ * full. */
+uint32_t tree_layout_inst(tree_ckpt *c, int dim, uint32_t n, int32_t rank);
+/* The layout instance `inst` (>= INST_DYNAMIC), or false. */
+bool tree_layout_get(tree_ckpt *c, uint32_t inst, layout_inst *out);
+
+/* npy.c: the header of `.npy/<path>.npy` (at most TREE_NPY_HEADER_MAX bytes). */
+#define TREE_NPY_HEADER_MAX 4096
+size_t tree_npy_header(const ckpt_entry *e, char *out);
+
+/* st_view.c */
+ckpt_status tree_st_build(tree_ckpt *c, st_file *f, ckpt_error *err);
+
+/* ------------------------------------------------------------------ reading (read.c) */
+
+typedef struct tree_read {
+    ckpt_reader *r;
+    ckpt_tree_scratch *s;
+    uint64_t len;   /* bytes of the reply */
+    size_t max_fd;  /* fd segments allowed */
+    size_t min_run; /* shortest fd segment */
+    bool mem_only;  /* budget exceeded: everything is gathered */
+    size_t npieces; /* fd pieces so far (in s->pieces) */
+} tree_read;
+
+/* Copies `len` bytes from `src` to reply offset `dst`. */
+ckpt_status tree_read_mem(tree_read *x, uint64_t dst, const void *src, size_t len, ckpt_error *err);
+/* A whole-file window [pos, pos+len) of fd → reply offset dst (an fd segment). */
+ckpt_status tree_read_fd(tree_read *x, uint64_t dst, int fd, uint64_t pos, uint64_t len,
+                         ckpt_error *err);
+/* Bytes [off, off+len) of the C-order flattening of the box (origin, extent) of tensor `e`
+ * (origin/extent NULL: the whole tensor) → reply offset dst. */
+/* Orders the recorded pieces into the reply's segments (in x->s->segs). */
+ckpt_status tree_read_finish(tree_read *x, size_t *nsegs, ckpt_error *err);
+ckpt_status tree_read_tensor(tree_read *x, const ckpt_entry *e, const int64_t *origin,
+                             const int64_t *extent, uint64_t off, uint64_t len, uint64_t dst,
+                             ckpt_error *err);
+
+#endif

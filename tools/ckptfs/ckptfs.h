@@ -1,0 +1,58 @@
+/* ckptfs.h — the FUSE daemon's shared state: configuration, the namespace (libckpt's
+ * ckpt_tree) and the bounded pool of assembly buffers.  The one mutable context of the
+ * program, passed to every handler as the session's userdata. */
+#ifndef CKPTFS_H
+#define CKPTFS_H
+
+#define FUSE_USE_VERSION 34
+#include <fuse_lowlevel.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "ckpt_tree.h"
+
+/* A fixed number of assembly buffers; a read that finds none free waits for one, so the
+ * memory used to assemble replies is bounded however large the checkpoint or busy the mount. */
+typedef struct scratch_pool {
+    pthread_mutex_t lock;
+    pthread_cond_t freed;
+    ckpt_tree_scratch *items;
+    bool *busy;
+    size_t n;
+} scratch_pool;
+
+int pool_init(scratch_pool *p, size_t n);
+ckpt_tree_scratch *pool_get(scratch_pool *p);
+void pool_put(scratch_pool *p, ckpt_tree_scratch *s);
+void pool_release(scratch_pool *p);
+
+typedef struct ckptfs_config {
+    char *source; /* CHECKPOINT_DIR, made absolute */
+    char *mountpoint;
+    char *cache_size;      /* -o cache_size=BYTES[KMG] */
+    int direct_io;         /* -o direct_io / -o page_cache */
+    unsigned max_read;     /* -o max_read= (also passed to the kernel) */
+    unsigned readahead_kb; /* -o readahead_kb= for the mount's bdi (page-cache mode) */
+    double timeout;        /* -o timeout= entry/attr cache seconds */
+    int show_help, show_version;
+} ckptfs_config;
+
+typedef struct ckptfs {
+    ckptfs_config cfg;
+    ckpt_tree *tree;
+    bool multi;         /* a directory of checkpoints: the root changes */
+    size_t max_fd_segs; /* fd buffers per reply that libfuse can splice */
+    size_t min_fd_run;
+    scratch_pool pool;
+    bool use_syslog;
+} ckptfs;
+
+extern const struct fuse_lowlevel_ops ckptfs_ops;
+
+/* Logs to stderr, or to syslog once daemonized. */
+void ckptfs_log(const ckptfs *fs, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* errno for a libckpt status. */
+int ckptfs_errno(ckpt_status s);
+
+#endif
