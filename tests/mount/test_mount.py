@@ -521,3 +521,18 @@ def test_valgrind_cycle():
     finally:
         rc = m.close(expect_clean=False)
     assert rc == 0, m.log()
+
+
+@pytest.mark.skipif(torch is None, reason="torch not installed")
+def test_layout_example_loads_dtensors():
+    """docs/examples/layout_load.py, run by 3 gloo ranks over a checkpoint saved by 4."""
+    m = Mount(FIXTURES / "fsdp2_ws4" / "ckpt")
+    try:
+        driver = Path(__file__).resolve().parent / "layout_example_driver.py"
+        r = subprocess.run(["python3", "-m", "torch.distributed.run", "--nproc-per-node", "3",
+                            "--master-port", "29533", str(driver), str(m.dir)],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert r.stdout.count("tensors OK") == 3, r.stdout
+    finally:
+        m.close()
