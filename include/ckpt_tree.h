@@ -57,6 +57,10 @@ typedef struct ckpt_tree_options {
      * that fails to open...), which the tree survives; may be NULL. */
     void (*log)(void *ctx, const char *message);
     void *log_ctx;
+    /* Check each stored item against the checkpoint's integrity manifest (ckpt_manifest.h)
+     * the first time a read uses it; reads touching a mismatching item fail with
+     * CKPT_E_CHECKSUM.  A checkpoint without a manifest then fails to open. */
+    bool verify;
 } ckpt_tree_options;
 
 /* Opens `dir`: a checkpoint (it has `.metadata` or `__0.metadata`), or a directory whose
@@ -82,6 +86,10 @@ typedef bool (*ckpt_tree_dirent_fn)(void *ctx, const char *name, const ckpt_tree
                                     uint64_t next_cookie);
 ckpt_status ckpt_tree_readdir(ckpt_tree *t, ckpt_ino dir, uint64_t cookie, ckpt_tree_dirent_fn fn,
                               void *ctx, ckpt_error *err);
+
+/* Checks that a file can be read before it is opened: a non-tensor value that cannot be
+ * decoded (or fails verification) is reported here, since its size shows as 0. */
+ckpt_status ckpt_tree_open_file(ckpt_tree *t, ckpt_ino ino, ckpt_error *err);
 
 /* A symlink's target (malloc'ed). */
 ckpt_status ckpt_tree_readlink(ckpt_tree *t, ckpt_ino ino, char **target, ckpt_error *err);

@@ -275,6 +275,16 @@ ckpt_status tree_ckpt_build(tree_ckpt *c, const ckpt_tree_options *o, ckpt_error
     if (!c->objects) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
     CKPT_TRY(list_raw(c, o, err));
     CKPT_TRY(list_st(c, err));
+    if (o && o->verify) {
+        ckpt_status ms = ckpt_manifest_load(c->dir, &c->manifest, err);
+        if (ms == CKPT_E_NOTFOUND)
+            return ckpt_fail(err, ms, "%s: verify: no %s (ckpt seal writes it)", c->dir,
+                             CKPT_MANIFEST_FILE);
+        CKPT_TRY(ms);
+        size_t nrec = ckpt_manifest_num_records(c->manifest);
+        c->verified = calloc(nrec ? nrec : 1, 1);
+        if (!c->verified) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    }
     return CKPT_OK;
 }
 
@@ -300,6 +310,8 @@ void tree_ckpt_release(tree_ckpt *c) {
     free(c->nodes);
     free(c->kid_ids);
     free(c->insts);
+    ckpt_manifest_free(c->manifest);
+    free((void *)c->verified);
     ckpt_reader_free(c->r);
     pthread_mutex_destroy(&c->open_lock);
     pthread_mutex_destroy(&c->inst_lock);
@@ -314,6 +326,7 @@ const char *tree_object_text(tree_ckpt *c, const ckpt_entry *e, size_t *len, ckp
     object_text *ot = &c->objects[ckpt_entry_index(e)];
     char *text = atomic_load_explicit(&ot->text, memory_order_acquire);
     if (!text) {
+        if (tree_verify_item(c, &e->loc, err) != CKPT_OK) return NULL;
         ckpt_object *obj = NULL;
         if (ckpt_object_load(c->r, e, &obj, err) != CKPT_OK) return NULL;
         char *s = NULL;

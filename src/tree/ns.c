@@ -683,6 +683,16 @@ ckpt_status ckpt_tree_readdir(ckpt_tree *t, ckpt_ino dir, uint64_t cookie, ckpt_
     }
 }
 
+ckpt_status ckpt_tree_open_file(ckpt_tree *t, ckpt_ino ino, ckpt_error *err) {
+    obj o;
+    CKPT_TRY(resolve(t, ino, &o, err));
+    if (o.kind == O_ENTRY && ckpt_entry_kind_of(o.e) != CKPT_ENTRY_TENSOR) {
+        size_t len;
+        if (!tree_object_text(o.c, o.e, &len, err)) return err ? err->code : CKPT_E_IO;
+    }
+    return CKPT_OK;
+}
+
 ckpt_status ckpt_tree_readlink(ckpt_tree *t, ckpt_ino ino, char **target, ckpt_error *err) {
     obj o;
     CKPT_TRY(resolve(t, ino, &o, err));
@@ -818,6 +828,12 @@ ckpt_status ckpt_tree_read(ckpt_tree *t, ckpt_ino ino, uint64_t off, size_t len,
     ckpt_tree_stat st;
     CKPT_TRY(stat_obj(t, &o, ino, &st, err));
     if (st.type != CKPT_NODE_FILE) return ckpt_fail(err, CKPT_E_INVAL, "not a file");
+    if (o.kind == O_ENTRY && ckpt_entry_kind_of(o.e) != CKPT_ENTRY_TENSOR) {
+        /* a value that cannot be rendered has size 0 in getattr; reading it is an error */
+        size_t tl;
+        if (!tree_object_text(o.c, o.e, &tl, err)) return err ? err->code : CKPT_E_IO;
+        st.size = tl;
+    }
     if (off >= st.size || !len) return CKPT_OK;
     if (len > st.size - off) len = (size_t)(st.size - off);
     if (s->cap < len) {
@@ -826,7 +842,8 @@ ckpt_status ckpt_tree_read(ckpt_tree *t, ckpt_ino ino, uint64_t off, size_t len,
         s->buf = b;
         s->cap = len;
     }
-    tree_read x = {.r = o.c->r,
+    tree_read x = {.c = o.c,
+                   .r = o.c->r,
                    .s = s,
                    .len = len,
                    .max_fd = max_fd_segs,

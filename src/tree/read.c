@@ -114,6 +114,7 @@ static ckpt_status one_box(void *ctx, const slice_box *b, ckpt_error *err) {
     box_ctx *bx = ctx;
     tree_read *x = bx->x;
     const ckpt_chunk *c = b->c;
+    CKPT_TRY(tree_verify_item(x->c, &c->loc, err));
     if (!x->mem_only && c->kind == CHUNK_IN_FILE && (!c->big_endian || b->itemsize == 1)) {
         int64_t ds[CKPT_MAX_NDIM], ss[CKPT_MAX_NDIM], cnt[CKPT_MAX_NDIM], run;
         memcpy(ds, b->dst_stride, sizeof(int64_t) * (size_t)b->ndim);
@@ -210,6 +211,17 @@ static ckpt_status lin_range(lin *l, int d, uint64_t a, uint64_t b, uint64_t dst
     return CKPT_OK;
 }
 
+typedef struct elem_ctx {
+    tree_read *x;
+    slice_reader rd;
+} elem_ctx;
+
+static ckpt_status elem_box(void *ctx, const slice_box *b, ckpt_error *err) {
+    elem_ctx *ec = ctx;
+    CKPT_TRY(tree_verify_item(ec->x->c, &b->c->loc, err));
+    return slice_read_box(&ec->rd, b, err);
+}
+
 /* One element (linear index i of the box), into tmp. */
 static ckpt_status one_elem(lin *l, uint64_t i, uint8_t *tmp, ckpt_error *err) {
     int64_t one[CKPT_MAX_NDIM];
@@ -219,8 +231,11 @@ static ckpt_status one_elem(lin *l, uint64_t i, uint8_t *tmp, ckpt_error *err) {
         i /= ext;
         one[d] = 1;
     }
-    return ckpt_read_region(l->x->r, l->e, l->ndim ? l->start : NULL, l->ndim ? one : NULL, tmp,
-                            l->itemsize, err);
+    elem_ctx ec = {.x = l->x, .rd = {.r = l->x->r, .e = l->e, .dst = tmp}};
+    ckpt_status s = slice_for_each_box(l->x->r, l->e, l->ndim ? l->start : NULL,
+                                       l->ndim ? one : NULL, elem_box, &ec, NULL, err);
+    free(ec.rd.slab);
+    return s;
 }
 
 ckpt_status tree_read_tensor(tree_read *x, const ckpt_entry *e, const int64_t *origin,

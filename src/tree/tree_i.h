@@ -4,6 +4,7 @@
 #ifndef CKPT_TREE_TREE_I_H
 #define CKPT_TREE_TREE_I_H
 
+#include "ckpt_manifest.h"
 #include "ckpt_tree.h"
 #include "index/reader_i.h"
 
@@ -100,6 +101,9 @@ typedef struct tree_ckpt {
     st_file *st;
     uint32_t nst;
     uint64_t tensor_bytes;
+    /* -o verify: the manifest and, per record, 0 unchecked / 1 good / 2 bad */
+    ckpt_manifest *manifest;
+    _Atomic unsigned char *verified;
     /* layout instances (index + INST_DYNAMIC), created on demand */
     pthread_mutex_t inst_lock;
     layout_inst *insts;
@@ -131,6 +135,9 @@ const char *tree_object_text(tree_ckpt *c, const ckpt_entry *e, size_t *len, ckp
 void tree_log(const ckpt_tree_options *o, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* verify.c: checks the stored item at `loc` against the manifest (once; no-op without one). */
+ckpt_status tree_verify_item(tree_ckpt *c, const ckpt_loc *loc, ckpt_error *err);
+
 /* layout.c */
 /* Parses "dim<d>-of-<n>"; false if it is not one. */
 bool tree_layout_parse(const char *name, int *dim, uint32_t *n);
@@ -150,6 +157,7 @@ ckpt_status tree_st_build(tree_ckpt *c, st_file *f, ckpt_error *err);
 /* ------------------------------------------------------------------ reading (read.c) */
 
 typedef struct tree_read {
+    tree_ckpt *c;
     ckpt_reader *r;
     ckpt_tree_scratch *s;
     uint64_t len;   /* bytes of the reply */

@@ -32,11 +32,13 @@ int cmd_info(int argc, char **argv);
 int cmd_cat(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_dump_metadata(int argc, char **argv);
+int cmd_seal(int argc, char **argv);
 void cmd_ls_help(FILE *out);
 void cmd_info_help(FILE *out);
 void cmd_cat_help(FILE *out);
 void cmd_verify_help(FILE *out);
 void cmd_dump_metadata_help(FILE *out);
+void cmd_seal_help(FILE *out);
 
 /* ---- messages ---- */
 
@@ -119,6 +121,20 @@ uint64_t cli_slice_numel(const cli_slice *s);
 typedef bool (*cli_block_sink)(void *ctx, const void *buf, size_t len);
 ckpt_status cli_read_blocks(ckpt_reader *r, const ckpt_entry *e, const cli_slice *s, uint64_t limit,
                             cli_block_sink sink, void *ctx, ckpt_error *err);
+
+/* ---- progress ---- */
+
+/* A progress line on stderr ("\rLABEL  45%  1.2 GiB of 2.6 GiB  850 MiB/s"), shown only when
+ * stderr is a terminal, redrawn at most 10 times a second.  cli_progress_fn matches
+ * ckpt_progress_fn; cli_progress_end clears the line. */
+typedef struct cli_progress {
+    const char *label;
+    bool tty;
+    double start, last;
+} cli_progress;
+void cli_progress_init(cli_progress *p, const char *label);
+void cli_progress_fn(void *p, uint64_t done, uint64_t total);
+void cli_progress_end(cli_progress *p);
 
 /* ---- formatting ---- */
 

@@ -3,6 +3,7 @@
  * its shape, every chunk's stored item well-formed and matching its metadata, every object
  * decoding, no metadata defect on any entry; optionally (--data) every tensor byte readable.
  * One `FAIL <key>: <message>` line per defect, then a summary; exit status 1 on any defect. */
+#include "ckpt_manifest.h"
 #include "cli.h"
 
 #include <stdlib.h>
@@ -23,26 +24,30 @@ void cmd_verify_help(FILE *out) {
           "  -q, --quiet    print nothing; only the exit status tells\n"
           "  -v, --verbose  also print 'ok <key>' per sound entry with its chunks' byte ranges\n"
           "      --data     also read every byte of every tensor (decodes compressed chunks)\n"
+          "                 and, when the checkpoint has a manifest (ckpt seal), check the\n"
+          "                 XXH3 hash of every stored item with every core (a progress line\n"
+          "                 on a terminal); without one, says so on stderr\n"
+          "  -j, --threads N  hashing threads for --data (default: one per CPU)\n"
           "      --json     print {\"ok\", \"entries\", \"chunks\", \"problems\": [{\"key\",\n"
           "                 \"message\"}]}\n"
           "      --help     show this help\n",
           out);
 }
 
-enum { OPT_QUIET = 1, OPT_VERBOSE, OPT_DATA, OPT_JSON };
+enum { OPT_QUIET = 1, OPT_VERBOSE, OPT_DATA, OPT_JSON, OPT_THREADS };
 
 static const cli_opt verify_opts[] = {
-    {"quiet", 'q', false, OPT_QUIET},
-    {"verbose", 'v', false, OPT_VERBOSE},
-    {"data", 0, false, OPT_DATA},
-    {"json", 0, false, OPT_JSON},
+    {"quiet", 'q', false, OPT_QUIET},    {"verbose", 'v', false, OPT_VERBOSE},
+    {"data", 0, false, OPT_DATA},        {"json", 0, false, OPT_JSON},
+    {"threads", 'j', true, OPT_THREADS},
 };
 
 typedef struct vctx {
     bool quiet, verbose, json, data;
     uint64_t problems;
     uint64_t entries, chunks;
-    bool *flagged; /* per entry index: a defect was already reported */
+    uint64_t hashed; /* items checked against the manifest */
+    bool *flagged;   /* per entry index: a defect was already reported */
     size_t nflagged;
 } vctx;
 
@@ -81,6 +86,47 @@ static void report_err(vctx *v, const ckpt_entry *e, const ckpt_error *err) {
 
 static void range_cb(void *ctx, const ckpt_entry *e, const ckpt_error *err) {
     report_err(ctx, e, err);
+}
+
+typedef struct hash_ctx { /* one context for both callbacks of ckpt_manifest_verify */
+    vctx *v;
+    cli_progress prog;
+} hash_ctx;
+
+static void manifest_cb(void *ctx, const ckpt_manifest_record *rec, const ckpt_error *err) {
+    (void)rec;
+    report_err(((hash_ctx *)ctx)->v, NULL, err);
+}
+
+static void hash_progress(void *ctx, uint64_t done, uint64_t total) {
+    cli_progress_fn(&((hash_ctx *)ctx)->prog, done, total);
+}
+
+/* --data with a manifest: every stored item's hash. */
+static void check_hashes(ckpt_reader *r, const char *dir, unsigned threads, vctx *v) {
+    ckpt_manifest *m = NULL;
+    ckpt_error err = {0};
+    ckpt_status s = ckpt_manifest_load(dir, &m, &err);
+    if (s == CKPT_E_NOTFOUND) {
+        if (!v->quiet)
+            cli_error("note: %s has no %s: stored bytes were read but not hash-checked "
+                      "(ckpt seal writes one)",
+                      dir, CKPT_MANIFEST_FILE);
+        return;
+    }
+    if (s != CKPT_OK) {
+        report_err(v, NULL, &err);
+        return;
+    }
+    hash_ctx hc = {.v = v};
+    cli_progress_init(&hc.prog, "verify");
+    if (v->quiet) hc.prog.tty = false;
+    uint64_t failures = 0;
+    ckpt_manifest_verify(dir, m, r, threads, manifest_cb, hash_progress, &hc, &failures, &err);
+    cli_progress_end(&hc.prog);
+    if (!failures && err.code != CKPT_OK) report_err(v, NULL, &err);
+    v->hashed = ckpt_manifest_num_records(m);
+    ckpt_manifest_free(m);
 }
 
 static bool discard(void *ctx, const void *buf, size_t len) {
@@ -132,6 +178,7 @@ int cmd_verify(int argc, char **argv) {
     cli_parser_init(&p, "verify", argc, argv);
     vctx v = {0};
     const char *dir = NULL, *arg;
+    uint64_t threads = 0;
     for (int id;
          (id = cli_next(&p, verify_opts, sizeof verify_opts / sizeof verify_opts[0], &arg));) {
         switch (id) {
@@ -145,6 +192,10 @@ int cmd_verify(int argc, char **argv) {
         case OPT_VERBOSE: v.verbose = true; break;
         case OPT_DATA: v.data = true; break;
         case OPT_JSON: v.json = true; break;
+        case OPT_THREADS:
+            if (!cli_parse_size(arg, &threads) || threads == 0 || threads > 256)
+                return cli_usage_error("verify", "--threads wants 1..256, not '%s'", arg);
+            break;
         }
     }
     if (!dir) return cli_usage_error("verify", "missing CHECKPOINT_DIR");
@@ -166,16 +217,20 @@ int cmd_verify(int argc, char **argv) {
         ckpt_reader_check_ranges(r, range_cb, &v, NULL);
         for (size_t i = 0; i < n; i++)
             check_entry(r, ckpt_reader_entry(r, i), &v);
+        if (v.data) check_hashes(r, dir, (unsigned)threads, &v);
     }
     if (!v.quiet) {
         if (v.json) {
-            printf("%s], \"ok\": %s, \"entries\": %llu, \"chunks\": %llu}\n",
+            printf("%s], \"ok\": %s, \"entries\": %llu, \"chunks\": %llu, \"hashed\": %llu}\n",
                    v.problems ? "\n" : "", v.problems ? "false" : "true",
-                   (unsigned long long)v.entries, (unsigned long long)v.chunks);
+                   (unsigned long long)v.entries, (unsigned long long)v.chunks,
+                   (unsigned long long)v.hashed);
         } else {
-            printf("verified %llu %s, %llu %s: %llu %s\n", (unsigned long long)v.entries,
+            printf("verified %llu %s, %llu %s", (unsigned long long)v.entries,
                    v.entries == 1 ? "entry" : "entries", (unsigned long long)v.chunks,
-                   v.chunks == 1 ? "chunk" : "chunks", (unsigned long long)v.problems,
+                   v.chunks == 1 ? "chunk" : "chunks");
+            if (v.hashed) printf(", %llu hashed items", (unsigned long long)v.hashed);
+            printf(": %llu %s\n", (unsigned long long)v.problems,
                    v.problems == 1 ? "problem" : "problems");
         }
     }

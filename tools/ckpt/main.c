@@ -1,5 +1,5 @@
 /* main.c — entry point of the `ckpt` tool: global --help/--version and dispatch to the
- * subcommands (one file each: cmd_ls.c, cmd_info.c, cmd_cat.c, cmd_verify.c,
+ * subcommands (one file each: cmd_ls.c, cmd_info.c, cmd_cat.c, cmd_verify.c, cmd_seal.c,
  * cmd_dump_metadata.c). */
 #include "cli.h"
 
@@ -10,6 +10,8 @@ static const cli_command commands[] = {
     {"info", "summarise a checkpoint (format, sizes, counts)", cmd_info, cmd_info_help},
     {"cat", "write a tensor's bytes (or values, or an object) to stdout", cmd_cat, cmd_cat_help},
     {"verify", "check a checkpoint's integrity without loading it", cmd_verify, cmd_verify_help},
+    {"seal", "write the integrity manifest (XXH3 of every stored item)", cmd_seal,
+     cmd_seal_help},
     {"dump-metadata", "print the whole .metadata as JSON (no unpickling)", cmd_dump_metadata,
      cmd_dump_metadata_help},
 };

@@ -35,6 +35,7 @@ typedef struct ckptfs_config {
     unsigned max_read;     /* -o max_read= (also passed to the kernel) */
     unsigned readahead_kb; /* -o readahead_kb= for the mount's bdi (page-cache mode) */
     double timeout;        /* -o timeout= entry/attr cache seconds */
+    int verify;            /* -o verify: check items against the manifest on first read */
     int show_help, show_version;
 } ckptfs_config;
 

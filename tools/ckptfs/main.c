@@ -34,6 +34,9 @@ static void usage(const char *prog) {
            "    -o readahead_kb=N      read-ahead of the mount in page-cache mode (default 1024;\n"
            "                           0 leaves the kernel default)\n"
            "    -o timeout=SECONDS     attribute and entry cache time (default 86400)\n"
+           "    -o verify              check each stored item against the checkpoint's\n"
+           "                           manifest (ckpt seal) the first time it is read;\n"
+           "                           mismatches read as EIO\n"
            "    -V, --version          print the version\n\n",
            prog, DEFAULT_MAX_READ);
     fuse_cmdline_help();
@@ -42,12 +45,17 @@ static void usage(const char *prog) {
 
 #define CKPTFS_OPT(t, p, v)                                                                        \
     { t, offsetof(ckptfs_config, p), v }
-static const struct fuse_opt option_spec[] = {
-    CKPTFS_OPT("direct_io", direct_io, 1),      CKPTFS_OPT("page_cache", direct_io, 0),
-    CKPTFS_OPT("cache_size=%s", cache_size, 0), CKPTFS_OPT("readahead_kb=%u", readahead_kb, 0),
-    CKPTFS_OPT("timeout=%lf", timeout, 0),      CKPTFS_OPT("-h", show_help, 1),
-    CKPTFS_OPT("--help", show_help, 1),         CKPTFS_OPT("-V", show_version, 1),
-    CKPTFS_OPT("--version", show_version, 1),   FUSE_OPT_END};
+static const struct fuse_opt option_spec[] = {CKPTFS_OPT("direct_io", direct_io, 1),
+                                              CKPTFS_OPT("page_cache", direct_io, 0),
+                                              CKPTFS_OPT("cache_size=%s", cache_size, 0),
+                                              CKPTFS_OPT("readahead_kb=%u", readahead_kb, 0),
+                                              CKPTFS_OPT("timeout=%lf", timeout, 0),
+                                              CKPTFS_OPT("verify", verify, 1),
+                                              CKPTFS_OPT("-h", show_help, 1),
+                                              CKPTFS_OPT("--help", show_help, 1),
+                                              CKPTFS_OPT("-V", show_version, 1),
+                                              CKPTFS_OPT("--version", show_version, 1),
+                                              FUSE_OPT_END};
 
 enum { KEY_MAX_READ = 1 };
 
@@ -209,7 +217,7 @@ int main(int argc, char **argv) {
     fs.min_fd_run = 4096;
 
     /* open and check the checkpoint before mounting, so errors reach the terminal */
-    ckpt_tree_options topts = {.log = log_to_stderr, .log_ctx = &fs};
+    ckpt_tree_options topts = {.log = log_to_stderr, .log_ctx = &fs, .verify = fs.cfg.verify};
     ckpt_error err = {0};
     if (ckpt_tree_open(fs.cfg.source, &topts, &fs.tree, &err) != CKPT_OK) {
         fprintf(stderr, "ckptfs: cannot mount %s: %s\n", fs.cfg.source, err.message);

@@ -262,6 +262,11 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
         fuse_reply_err(req, EISDIR);
         return;
     }
+    if (ckpt_tree_open_file(fs->tree, ino, &err) != CKPT_OK) {
+        ckptfs_log(fs, "open of inode %llu: %s", (unsigned long long)ino, err.message);
+        fuse_reply_err(req, ckptfs_errno(err.code) == ENOMEM ? ENOMEM : EIO);
+        return;
+    }
     fi->direct_io = fs->cfg.direct_io ? 1 : 0;
     fi->keep_cache = fs->cfg.direct_io ? 0 : 1;
     fi->noflush = 1;

@@ -1,0 +1,92 @@
+/* items.c — what a manifest covers: every stored item a reader references (each tensor
+ * chunk's and each object's byte range in its data file) and the metadata file(s). */
+#include "index/metadata_files.h"
+#include "index/reader_i.h"
+#include "manifest/manifest_i.h"
+#include "util/error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static ckpt_status push(ckpt_manifest_record **v, size_t *n, size_t *cap, ckpt_manifest_record rec,
+                        ckpt_error *err) {
+    if (*n == *cap) {
+        size_t c = *cap ? *cap * 2 : 256;
+        ckpt_manifest_record *m = realloc(*v, c * sizeof *m);
+        if (!m) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        *v = m;
+        *cap = c;
+    }
+    (*v)[(*n)++] = rec;
+    return CKPT_OK;
+}
+
+/* A metadata file's name lives in items->names (the reader stays untouched). */
+static ckpt_status push_file(ckpt_reader *r, const char *name, manifest_item_list *l, size_t *cap,
+                             ckpt_error *err) {
+    char path[4096];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", ckpt_reader_dir(r), name);
+    if (stat(path, &st) != 0) return CKPT_OK;
+    if (l->nnames == sizeof l->names / sizeof *l->names) return CKPT_OK;
+    char *copy = strdup(name);
+    if (!copy) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    l->names[l->nnames++] = copy;
+    return push(&l->recs, &l->n, cap, (ckpt_manifest_record){copy, 0, (uint64_t)st.st_size, 0},
+                err);
+}
+
+void manifest_items_release(manifest_item_list *l) {
+    free(l->recs);
+    for (size_t i = 0; i < l->nnames; i++)
+        free(l->names[i]);
+    memset(l, 0, sizeof *l);
+}
+
+ckpt_status manifest_items(ckpt_reader *r, manifest_item_list *l, ckpt_error *err) {
+    memset(l, 0, sizeof *l);
+    ckpt_manifest_record *v = NULL;
+    size_t cap = 0, *n = &l->n;
+    ckpt_status s = CKPT_OK;
+    for (size_t i = 0; s == CKPT_OK && i < r->nentries; i++) {
+        const ckpt_entry *e = &r->entries[i];
+        if (e->kind == CKPT_ENTRY_OBJECT) {
+            if (e->loc.file_id >= 0)
+                s = push(&v, n, &cap,
+                         (ckpt_manifest_record){r->files[e->loc.file_id].name, e->loc.offset,
+                                                e->loc.length, 0},
+                         err);
+            continue;
+        }
+        for (size_t c = 0; s == CKPT_OK && c < e->nchunks; c++) {
+            const ckpt_loc *loc = &e->chunks[c].loc;
+            if (loc->file_id < 0 || !e->chunks[c].numel) continue;
+            s = push(
+                &v, n, &cap,
+                (ckpt_manifest_record){r->files[loc->file_id].name, loc->offset, loc->length, 0},
+                err);
+        }
+    }
+    if (s == CKPT_OK && !r->info.rank_local_metadata) {
+        l->recs = v;
+        s = push_file(r, ".metadata", l, &cap, err);
+        v = l->recs;
+    } else if (s == CKPT_OK) {
+        long long *ranks = NULL;
+        size_t nr = 0;
+        s = ckpt_metadata_list_ranks(ckpt_reader_dir(r), &ranks, &nr, err);
+        for (size_t i = 0; s == CKPT_OK && i < nr; i++) {
+            char name[64];
+            snprintf(name, sizeof name, "__%lld.metadata", ranks[i]);
+            l->recs = v;
+            s = push_file(r, name, l, &cap, err);
+            v = l->recs;
+        }
+        free(ranks);
+    }
+    l->recs = v;
+    if (s != CKPT_OK) manifest_items_release(l);
+    return s;
+}
