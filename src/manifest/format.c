@@ -230,6 +230,15 @@ ckpt_status ckpt_manifest_load(const char *dir, ckpt_manifest **out, ckpt_error 
         free(buf);
         return s;
     }
+    s = manifest_parse(buf, size, path, out, err);
+    free(buf);
+    return s;
+}
+
+ckpt_status manifest_parse(const uint8_t *buf, size_t size, const char *path, ckpt_manifest **out,
+                           ckpt_error *err) {
+    *out = NULL;
+    ckpt_status s = CKPT_OK;
     ckpt_manifest *m = NULL;
     ckpt_manifest_record *recs = NULL;
     char **names = NULL;
@@ -329,6 +338,5 @@ done:
         free(names);
     }
     free(recs);
-    free(buf);
     return s;
 }

@@ -29,6 +29,10 @@ void hash_jobs_run(const char *dir, hash_job *jobs, size_t n, unsigned threads,
 ckpt_status manifest_from_records(ckpt_manifest_record *recs, size_t n, ckpt_manifest **out,
                                   ckpt_error *err);
 
+/* format.c: parses a manifest held in memory (`path` names it in messages). */
+ckpt_status manifest_parse(const uint8_t *buf, size_t size, const char *path, ckpt_manifest **out,
+                           ckpt_error *err);
+
 /* items.c: the items a manifest covers (file pointers are the reader's names or `names`). */
 typedef struct manifest_item_list {
     ckpt_manifest_record *recs;
