@@ -536,3 +536,19 @@ def test_layout_example_loads_dtensors():
         assert r.stdout.count("tensors OK") == 3, r.stdout
     finally:
         m.close()
+
+
+def test_page_cache_mode_raises_readahead():
+    """Page-cache reads arrive as 1 MiB requests only when the mount's bdi read-ahead is raised
+    after the kernel's INIT handling (which lowers it to 128 KiB)."""
+    m = Mount(FIXTURES / "fsdp2_ws1" / "ckpt")
+    try:
+        (m.dir / "model" / "norm.weight").read_bytes()
+        dev = next(line.split()[2] for line in Path("/proc/self/mountinfo").read_text().splitlines()
+                   if line.split()[4] == str(m.dir))
+        ra = Path(f"/sys/class/bdi/{dev}/read_ahead_kb")
+        if not os.access(ra, os.W_OK):
+            pytest.skip("bdi read-ahead not writable here")
+        assert int(ra.read_text()) == 1024
+    finally:
+        m.close()

@@ -7,6 +7,7 @@
 #define FUSE_USE_VERSION 34
 #include <fuse_lowlevel.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -47,12 +48,15 @@ typedef struct ckptfs {
     size_t min_fd_run;
     scratch_pool pool;
     bool use_syslog;
+    atomic_bool readahead_tuned; /* set by the first open (see readahead.c) */
 } ckptfs;
 
 extern const struct fuse_lowlevel_ops ckptfs_ops;
 
 /* Logs to stderr, or to syslog once daemonized. */
 void ckptfs_log(const ckptfs *fs, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Raises the mount's read-ahead to cfg.readahead_kb (page-cache mode); once, after INIT. */
+void ckptfs_tune_readahead(ckptfs *fs);
 /* errno for a libckpt status. */
 int ckptfs_errno(ckpt_status s);
 

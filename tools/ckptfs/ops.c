@@ -267,6 +267,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
         fuse_reply_err(req, ckptfs_errno(err.code) == ENOMEM ? ENOMEM : EIO);
         return;
     }
+    if (!atomic_exchange(&fs->readahead_tuned, true)) ckptfs_tune_readahead(fs);
     fi->direct_io = fs->cfg.direct_io ? 1 : 0;
     fi->keep_cache = fs->cfg.direct_io ? 0 : 1;
     fi->noflush = 1;
