@@ -4,7 +4,7 @@
 #ifndef CKPTFS_H
 #define CKPTFS_H
 
-#define FUSE_USE_VERSION 34
+#define FUSE_USE_VERSION 312 /* fuse_loop_config objects and max_threads need the 3.12 API */
 #include <fuse_lowlevel.h>
 #include <pthread.h>
 #include <stdatomic.h>

@@ -235,10 +235,13 @@ int main(int argc, char **argv) {
         struct fuse_loop_config *lc = fuse_loop_cfg_create();
         if (!lc) goto out_unmount;
         fuse_loop_cfg_set_clone_fd(lc, opts.clone_fd);
-        /* unset options arrive as 0 or UINT_MAX depending on the libfuse version */
+        /* Idle threads are kept (libfuse 3.14 destroys them beyond max_idle_threads, which
+         * would cost a thread, a /dev/fuse clone and a splice pipe per request): the idle
+         * limit is the thread limit unless -o max_idle_threads= says otherwise. */
         unsigned mt = opts.max_threads, idle = opts.max_idle_threads;
-        fuse_loop_cfg_set_max_threads(lc, mt && mt <= 1024 ? mt : 16);
-        fuse_loop_cfg_set_idle_threads(lc, idle && idle <= 1024 ? idle : 8);
+        mt = mt && mt <= 1024 ? mt : 16;
+        fuse_loop_cfg_set_max_threads(lc, mt);
+        fuse_loop_cfg_set_idle_threads(lc, idle && idle <= mt ? idle : mt);
         ret = fuse_session_loop_mt(se, lc);
         fuse_loop_cfg_destroy(lc);
     }
