@@ -500,8 +500,21 @@ def test_directory_of_checkpoints(tmp_path):
             time.sleep(0.3)
             os.listdir(m.dir)
         assert os.readlink(m.dir / "latest") == "step-300"
+        # a step whose metadata is damaged is listed, fails with EIO, and the rest still reads
+        shutil.copytree(FIXTURES / "fsdp2_ws1" / "ckpt", root / "step-50")
+        (root / "step-50" / ".metadata").write_bytes(b"\x80\x04garbage")
+        deadline = time.time() + 10
+        while "step-50" not in os.listdir(m.dir) and time.time() < deadline:
+            time.sleep(0.3)
+        with pytest.raises(OSError) as e:
+            os.listdir(m.dir / "step-50")
+        assert e.value.errno == errno.EIO
+        assert os.readlink(m.dir / "latest") == "step-300"
+        for p, v in ref1.tensors.items():
+            assert (m.dir / "step-300" / p).read_bytes() == v[2]
     finally:
         m.close()
+    assert "step-50" in m.log() and ".metadata" in m.log()
 
 
 @pytest.mark.skipif(os.environ.get("CKPT_VALGRIND") != "1" or not shutil.which("valgrind"),
