@@ -1,5 +1,5 @@
 /* main.c — entry point of the `ckpt` tool: global --help/--version and dispatch to the
- * subcommands (one file each: cmd_ls.c, cmd_info.c, cmd_cat.c, cmd_verify.c, cmd_seal.c, cmd_export.c,
+ * subcommands (one file each: cmd_ls.c, cmd_info.c, cmd_cat.c, cmd_verify.c, cmd_seal.c, cmd_export.c, cmd_diff.c,
  * cmd_dump_metadata.c). */
 #include "cli.h"
 
@@ -14,6 +14,7 @@ static const cli_command commands[] = {
      cmd_seal_help},
     {"export", "write the tensors as one safetensors file (streaming)", cmd_export,
      cmd_export_help},
+    {"diff", "compare two checkpoints entry by entry", cmd_diff, cmd_diff_help},
     {"dump-metadata", "print the whole .metadata as JSON (no unpickling)", cmd_dump_metadata,
      cmd_dump_metadata_help},
 };
