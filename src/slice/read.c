@@ -86,10 +86,12 @@ static ckpt_status read_slabs(slice_reader *x, const slice_box *b, const ckpt_so
 ckpt_status slice_read_box(void *ctx, const slice_box *b, ckpt_error *err) {
     slice_reader *x = ctx;
     const ckpt_chunk *c = b->c;
-    if (c->kind == CHUNK_IN_MEMORY) {
-        const uint8_t *mem = ts_item_source(c->item)->mem;
-        ckpt_strided_copy(x->dst + b->dst0, b->dst_stride, mem + b->src0, b->src_stride, b->count,
-                          b->ndim, b->itemsize);
+    if (c->kind == CHUNK_IN_MEMORY) { /* decoded bytes: pinned while copied */
+        const ckpt_source *dec;
+        CKPT_TRY(ckpt_chunk_pin(x->r, x->e, (ckpt_chunk *)c, &dec, err));
+        ckpt_strided_copy(x->dst + b->dst0, b->dst_stride, dec->mem + b->src0, b->src_stride,
+                          b->count, b->ndim, b->itemsize);
+        ckpt_chunk_unpin(x->r, (ckpt_chunk *)c);
     } else {
         ckpt_source src;
         CKPT_TRY(file_source(x->r, c, &src, err));
