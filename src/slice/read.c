@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #define DIRECT_RUN_MIN (64u * 1024u)    /* runs this long are read straight into place */
+#define SPARSE_RUN_MIN (4u * 1024u)     /* ... and these when a slab would read twice as much */
 #define SLAB_BYTES (8u * 1024u * 1024u) /* staging buffer for strided layouts */
 
 /* The whole data file of a chunk as a source (absolute offsets); its fd is looked up once per
@@ -100,13 +101,16 @@ ckpt_status slice_read_box(void *ctx, const slice_box *b, ckpt_error *err) {
         memcpy(ss, b->src_stride, sizeof(int64_t) * (size_t)b->ndim);
         memcpy(cnt, b->count, sizeof(int64_t) * (size_t)b->ndim);
         int n = ckpt_merge_dims(ds, ss, cnt, b->ndim, b->itemsize, &run);
-        /* runs in ascending file order with big gaps are read one by one, as are long runs */
+        /* runs in ascending file order with big gaps are read one by one, as are long runs,
+         * and page-sized runs that make up less than half of their span (a column slice of a
+         * row-major chunk: a slab would read the other columns too) */
         bool ascending = true;
         for (int d = 0; d < n; d++)
             if (ss[d] < (d + 1 < n ? ss[d + 1] * cnt[d + 1] : run)) ascending = false;
         int64_t gap = n ? ss[n - 1] - run : 0;
         if (n == 0 || run >= (int64_t)DIRECT_RUN_MIN ||
-            (ascending && gap >= (int64_t)DIRECT_RUN_MIN))
+            (ascending && gap >= (int64_t)DIRECT_RUN_MIN) ||
+            (ascending && run >= (int64_t)SPARSE_RUN_MIN && gap >= run))
             CKPT_TRY(read_runs(x, b, &src, n, ds, ss, cnt, run, err));
         else
             CKPT_TRY(read_slabs(x, b, &src, err));
