@@ -31,6 +31,10 @@ typedef enum ckpt_load_mode {
 typedef struct ckpt_load_options {
     ckpt_load_mode mode;
     uint64_t staging_bytes; /* memory a rank may use for staging per round (default 256 MiB) */
+    /* Runs of at least this many bytes that only one request needs are read by that rank
+     * straight into place instead of through the exchange (default 4 KiB; UINT64_MAX:
+     * never).  Every byte is still read once. */
+    uint64_t direct_min_bytes;
 } ckpt_load_options;
 
 typedef struct ckpt_load_stats {

@@ -121,9 +121,37 @@ static ckpt_status read_window(ckpt_load *l, const wpart *w, size_t nw, uint8_t 
     return CKPT_OK;
 }
 
+/* This rank's direct ranges: bytes only one of its pieces needs, read straight into place. */
+static ckpt_status read_direct(ckpt_load *l, const load_plan *p, ckpt_error *err) {
+    for (size_t i = 0; i < p->ndirect; i++) {
+        const frange *d = &p->direct[i];
+        const gpiece *q = &p->pieces[p->direct_piece[i]];
+        uint8_t *dst = l->reqs[q->req].dst + q->dst + (d->off - q->off);
+        int fd = ckpt_reader_file_fd(l->r, (uint32_t)d->file, err);
+        if (fd < 0) return err && err->code ? err->code : CKPT_E_IO;
+        uint64_t done = 0;
+        while (done < d->len) {
+            ssize_t k = pread(fd, dst + done, d->len - done, (off_t)(d->off + done));
+            if (k < 0 && errno == EINTR) continue;
+            if (k <= 0)
+                return ckpt_fail(err, k < 0 ? CKPT_E_IO : CKPT_E_RANGE, "%s: offset %llu: %s",
+                                 ckpt_reader_file_name(l->r, (uint32_t)d->file),
+                                 (unsigned long long)(d->off + done),
+                                 k < 0 ? strerror(errno) : "unexpected end of file");
+            done += (uint64_t)k;
+        }
+        l->stats.bytes_read += d->len;
+    }
+    return CKPT_OK;
+}
+
 ckpt_status load_exchange(ckpt_load *l, const load_plan *p, uint64_t staging_bytes,
                           ckpt_error *err) {
     int P = l->size, me = l->rank;
+    double td = now();
+    ckpt_status ds = load_agree(l, read_direct(l, p, err), err);
+    l->stats.seconds_read += now() - td;
+    if (ds != CKPT_OK) return ds;
     /* staging B + what is sent (up to P copies) + what is received: B*(1+2P) <= budget */
     uint64_t B = staging_bytes / (1 + 2 * (uint64_t)P);
     if (B > (uint64_t)INT_MAX / (uint64_t)P) B = (uint64_t)INT_MAX / (uint64_t)P;

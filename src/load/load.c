@@ -162,6 +162,7 @@ ckpt_status ckpt_load_execute(ckpt_load *l, const ckpt_load_options *opts, ckpt_
     if (!err) err = &local;
     ckpt_load_options o = opts ? *opts : (ckpt_load_options){0};
     if (!o.staging_bytes) o.staging_bytes = 256ull << 20;
+    if (!o.direct_min_bytes) o.direct_min_bytes = LOAD_DIRECT_MIN;
     memset(&l->stats, 0, sizeof l->stats);
     double t0 = now();
     for (size_t i = 0; i < l->nreqs; i++)
@@ -182,7 +183,7 @@ ckpt_status ckpt_load_execute(ckpt_load *l, const ckpt_load_options *opts, ckpt_
         size_t nmine = 0;
         s = load_agree(l, plan_local(l, &mine, &nmine, err), err);
         load_plan p = {0};
-        if (s == CKPT_OK) s = load_plan_build(l, mine, nmine, &p, err);
+        if (s == CKPT_OK) s = load_plan_build(l, mine, nmine, o.direct_min_bytes, &p, err);
         free(mine);
         l->stats.seconds_plan = now() - t0;
         if (s == CKPT_OK) {

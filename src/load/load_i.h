@@ -55,10 +55,17 @@ typedef struct load_plan {
     frange **shares;
     size_t *nshares;
     uint64_t *share_bytes;
-    uint64_t union_bytes;
+    uint64_t union_bytes; /* every needed byte, once */
+    /* this rank's direct ranges: needed by one of its pieces only, read straight into place */
+    frange *direct;
+    size_t *direct_piece; /* index in pieces */
+    size_t ndirect;
+    uint64_t direct_bytes;
 } load_plan;
-ckpt_status load_plan_build(ckpt_load *l, const gpiece *mine, size_t nmine, load_plan *p,
-                            ckpt_error *err);
+/* Default of ckpt_load_options.direct_min_bytes. */
+#define LOAD_DIRECT_MIN ((uint64_t)4 << 10)
+ckpt_status load_plan_build(ckpt_load *l, const gpiece *mine, size_t nmine, uint64_t direct_min,
+                            load_plan *p, ckpt_error *err);
 void load_plan_release(load_plan *p, int size);
 
 /* exchange.c: the rounds of reading and redistribution. */

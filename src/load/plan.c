@@ -16,10 +16,18 @@ static int by_owner_file_off(const void *a, const void *b) {
     return x->len < y->len ? -1 : x->len > y->len;
 }
 
-static int by_file_off(const void *a, const void *b) {
-    const frange *x = a, *y = b;
+/* A piece's start or end, for the coverage sweep. */
+typedef struct ev {
+    int32_t file;
+    uint64_t pos;
+    int kind; /* 0 end, 1 start: ends first at equal positions */
+    size_t piece;
+} ev;
+static int by_event(const void *a, const void *b) {
+    const ev *x = a, *y = b;
     if (x->file != y->file) return x->file < y->file ? -1 : 1;
-    return x->off < y->off ? -1 : x->off > y->off;
+    if (x->pos != y->pos) return x->pos < y->pos ? -1 : 1;
+    return x->kind - y->kind;
 }
 
 static void put(uint8_t *p, const gpiece *g) {
@@ -39,6 +47,8 @@ static void get(const uint8_t *p, gpiece *g) {
 
 void load_plan_release(load_plan *p, int size) {
     free(p->pieces);
+    free(p->direct);
+    free(p->direct_piece);
     free(p->owner_first);
     if (p->shares)
         for (int k = 0; k < size; k++)
@@ -49,8 +59,8 @@ void load_plan_release(load_plan *p, int size) {
     memset(p, 0, sizeof *p);
 }
 
-ckpt_status load_plan_build(ckpt_load *l, const gpiece *mine, size_t nmine, load_plan *p,
-                            ckpt_error *err) {
+ckpt_status load_plan_build(ckpt_load *l, const gpiece *mine, size_t nmine, uint64_t direct_min,
+                            load_plan *p, ckpt_error *err) {
     memset(p, 0, sizeof *p);
     int P = l->size;
     /* 1. gather (counts first; bytes must fit MPI's int counts) */
@@ -103,28 +113,72 @@ ckpt_status load_plan_build(ckpt_load *l, const gpiece *mine, size_t nmine, load
         p->owner_first[k] = i;
     }
 
-    /* 2. the union of needed ranges */
-    frange *u = malloc((p->npieces + 1) * sizeof *u);
-    size_t nu = 0;
-    if (!u) {
+    /* 2. coverage sweep: bytes needed by exactly one piece, in long runs, are read by their
+     * owner straight into place ("direct"); the rest, the shared union, is split below */
+    size_t ne = 0;
+    ev *evs = malloc((2 * p->npieces + 1) * sizeof *evs);
+    frange *u = malloc((2 * p->npieces + 1) * sizeof *u);
+    size_t nu = 0, dcap = 16;
+    p->direct = malloc(dcap * sizeof *p->direct);
+    p->direct_piece = malloc(dcap * sizeof *p->direct_piece);
+    if (!evs || !u || !p->direct || !p->direct_piece) {
+        free(evs);
+        free(u);
         s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
         goto agree_out;
     }
-    for (size_t i = 0; i < p->npieces; i++)
-        u[i] = (frange){p->pieces[i].file, p->pieces[i].off, p->pieces[i].len};
-    qsort(u, p->npieces, sizeof *u, by_file_off);
     for (size_t i = 0; i < p->npieces; i++) {
-        if (!u[i].len) continue;
-        frange *last = nu ? &u[nu - 1] : NULL;
-        if (last && last->file == u[i].file && u[i].off <= last->off + last->len) {
-            uint64_t end = u[i].off + u[i].len;
-            if (end > last->off + last->len) last->len = end - last->off;
+        if (!p->pieces[i].len) continue;
+        evs[ne++] = (ev){p->pieces[i].file, p->pieces[i].off, 1, i};
+        evs[ne++] = (ev){p->pieces[i].file, p->pieces[i].off + p->pieces[i].len, 0, i};
+    }
+    qsort(evs, ne, sizeof *evs, by_event);
+    uint64_t count = 0, idsum = 0;
+    for (size_t i = 0; i < ne; i++) {
+        if (i && count && evs[i].file == evs[i - 1].file && evs[i].pos > evs[i - 1].pos) {
+            frange seg = {evs[i].file, evs[i - 1].pos, evs[i].pos - evs[i - 1].pos};
+            p->union_bytes += seg.len;
+            const gpiece *only = count == 1 ? &p->pieces[idsum] : NULL;
+            if (only && seg.len >= direct_min) {
+                if (only->owner == (uint32_t)l->rank) {
+                    if (p->ndirect == dcap) {
+                        dcap *= 2;
+                        frange *m1 = realloc(p->direct, dcap * sizeof *m1);
+                        size_t *m2 = m1 ? realloc(p->direct_piece, dcap * sizeof *m2) : NULL;
+                        if (m1) p->direct = m1;
+                        if (m2) p->direct_piece = m2;
+                        if (!m1 || !m2) {
+                            s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+                            break;
+                        }
+                    }
+                    p->direct[p->ndirect] = seg;
+                    p->direct_piece[p->ndirect++] = idsum;
+                    p->direct_bytes += seg.len;
+                }
+            } else if (nu && u[nu - 1].file == seg.file &&
+                       u[nu - 1].off + u[nu - 1].len == seg.off) {
+                u[nu - 1].len += seg.len;
+            } else {
+                u[nu++] = seg;
+            }
+        }
+        if (evs[i].kind) {
+            count++;
+            idsum += evs[i].piece;
         } else {
-            u[nu++] = u[i];
+            count--;
+            idsum -= evs[i].piece;
         }
     }
+    free(evs);
+    if (s != CKPT_OK) {
+        free(u);
+        goto agree_out;
+    }
+    uint64_t shared = 0;
     for (size_t i = 0; i < nu; i++)
-        p->union_bytes += u[i].len;
+        shared += u[i].len;
 
     /* 3. contiguous shares of about union/P bytes each */
     p->shares = calloc((size_t)P, sizeof *p->shares);
@@ -135,7 +189,7 @@ ckpt_status load_plan_build(ckpt_load *l, const gpiece *mine, size_t nmine, load
         s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
         goto agree_out;
     }
-    uint64_t target = (p->union_bytes + (uint64_t)P - 1) / (uint64_t)P;
+    uint64_t target = (shared + (uint64_t)P - 1) / (uint64_t)P;
     size_t i = 0;
     uint64_t used = 0; /* bytes of u[i] already given out */
     for (int k = 0; k < P && s == CKPT_OK; k++) {

@@ -68,9 +68,9 @@ def shard(raw: bytes, dtype: str, shape, dim: int, m: int, r: int) -> bytes:
     return np.ascontiguousarray(np.take(a, range(lo, hi), axis=dim)).tobytes()
 
 
-def check(fixture: Path, m: int, dim: int, out: Path, mode="collective"):
+def check(fixture: Path, m: int, dim: int, out: Path, mode="collective", direct="4K"):
     r = mpirun(m, fixture / "ckpt", "--layout", f"dim{dim}", "--dump", out, "--json", "--mode",
-               mode)
+               mode, "--direct-min", direct)
     assert r.returncode == 0, r.stdout + r.stderr
     stats = json.loads(r.stdout.strip().splitlines()[-1])
     ref, data = tensors(fixture)
@@ -91,7 +91,9 @@ def test_layouts_equal_torch(name, tmp_path):
     fx = FIXTURES / name
     for m in (1, 2, 3, 4):
         for dim in (0, 1):
-            stats, data = check(fx, m, dim, tmp_path / f"m{m}d{dim}")
+            # odd sizes: all through the exchange; even: single-owner bytes read in place
+            direct = "never" if m % 2 else "1"
+            stats, data = check(fx, m, dim, tmp_path / f"m{m}d{dim}", direct=direct)
             per = stats["per_rank"]
             read = sum(p["read"] for p in per)
             assert read == stats["union_bytes"], (name, m, dim, stats)  # each byte once
@@ -142,3 +144,15 @@ def test_missing_shard_fails_everywhere(tmp_path):
     r = mpirun(3, ck, "--layout", "dim0", timeout=60)
     assert r.returncode != 0
     assert victim.name in r.stderr and "rank" in r.stderr, r.stderr
+
+
+def test_direct_reads_skip_the_exchange(tmp_path):
+    """Bytes one rank alone needs are read by it in place: far less goes between ranks, every
+    byte is still read once, and the shards are the same."""
+    fx = FIXTURES / "fsdp2_ws4"
+    via, _ = check(fx, 2, 0, tmp_path / "via", direct="never")
+    direct, data = check(fx, 2, 0, tmp_path / "direct", direct="1")
+    sent_via = sum(p["sent"] for p in via["per_rank"])
+    sent_direct = sum(p["sent"] for p in direct["per_rank"])
+    assert sent_direct < sent_via / 2, (sent_direct, sent_via)
+    assert sum(p["read"] for p in direct["per_rank"]) == direct["union_bytes"] == data

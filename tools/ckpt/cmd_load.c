@@ -25,6 +25,8 @@ void cmd_load_help(FILE *out) {
           "      --mode M        collective (default) or independent (every rank reads its\n"
           "                      own overlaps: the baseline)\n"
           "      --budget BYTES  staging memory per rank (default 256M)\n"
+          "      --direct-min B  runs of at least B bytes (default 4K; 'never') that one\n"
+          "                      rank alone needs are read by it straight into place\n"
           "      --dump OUTDIR   write rank k's shards to OUTDIR/rank<k>/<path>\n"
           "      --json          counters of every rank as JSON (rank 0 prints)\n"
           "      --device cuda   load into GPU memory (needs a CUDA build)\n"
@@ -33,11 +35,27 @@ void cmd_load_help(FILE *out) {
           out);
 }
 
-enum { OPT_LAYOUT = 1, OPT_KEYS, OPT_MODE, OPT_BUDGET, OPT_DUMP, OPT_JSON, OPT_DEVICE, OPT_QUIET };
+enum {
+    OPT_LAYOUT = 1,
+    OPT_KEYS,
+    OPT_MODE,
+    OPT_BUDGET,
+    OPT_DUMP,
+    OPT_JSON,
+    OPT_DEVICE,
+    OPT_QUIET,
+    OPT_DIRECT_MIN
+};
 static const cli_opt load_opts[] = {
-    {"layout", 0, true, OPT_LAYOUT}, {"keys", 0, true, OPT_KEYS},      {"mode", 0, true, OPT_MODE},
-    {"budget", 0, true, OPT_BUDGET}, {"dump", 0, true, OPT_DUMP},      {"json", 0, false, OPT_JSON},
-    {"device", 0, true, OPT_DEVICE}, {"quiet", 'q', false, OPT_QUIET},
+    {"layout", 0, true, OPT_LAYOUT},
+    {"keys", 0, true, OPT_KEYS},
+    {"mode", 0, true, OPT_MODE},
+    {"budget", 0, true, OPT_BUDGET},
+    {"dump", 0, true, OPT_DUMP},
+    {"json", 0, false, OPT_JSON},
+    {"device", 0, true, OPT_DEVICE},
+    {"quiet", 'q', false, OPT_QUIET},
+    {"direct-min", 0, true, OPT_DIRECT_MIN},
 };
 
 static bool selected(const ckpt_entry *e, const char *keys) {
@@ -110,6 +128,12 @@ static int run(int argc, char **argv, int rank, int size) {
                 return cli_usage_error("load", "bad --budget '%s'", arg);
             break;
         case OPT_DUMP: dump = arg; break;
+        case OPT_DIRECT_MIN:
+            if (strcmp(arg, "never") == 0)
+                o.direct_min_bytes = UINT64_MAX;
+            else if (!cli_parse_size(arg, &o.direct_min_bytes) || !o.direct_min_bytes)
+                return cli_usage_error("load", "bad --direct-min '%s'", arg);
+            break;
         case OPT_JSON: json = true; break;
         case OPT_DEVICE:
             if (strcmp(arg, "cpu") != 0) {
