@@ -13,7 +13,7 @@
 #include <syslog.h>
 #include <unistd.h>
 
-#define DEFAULT_MAX_READ 1015808u /* 992 KiB: with its splice pipe, fits a 1 MiB pipe */
+#define DEFAULT_MAX_READ 786432u /* 768 KiB: room in a 1 MiB splice pipe for 61 segments */
 #define DEFAULT_CACHE_SIZE (64ull << 20)
 #define STAGING_PER_BUFFER (8ull << 20)
 
