@@ -19,6 +19,9 @@ what: stream (default all):
            ceiling, with the daemon's default max_read (1015808) and max_read=1032192, each read
            with 1 MiB and with 992 KiB read(2) calls (a 1 MiB read over a 992 KiB max_read is
            two READs: 992 KiB + 32 KiB); all combinations interleaved, best of --runs.
+  readahead (not in the default set) page-cache mode, one reader, every tensor file: first read
+           after a fresh mount, then the re-read, with -o readahead_kb=128, 1024 (default), 4096;
+           interleaved, best of --runs, beside the direct read of the shards.
 --opt O (repeatable) adds -o O to every mount (e.g. --opt max_read=1032192).
 All reads use tools/bench/bench_read (C, 1 MiB read(2) calls into a reused buffer). Best of
 --runs for every cell. The checkpoint is written once by make_big_ckpt.py (real torch).
@@ -125,6 +128,30 @@ def bench_maxread(a, daemon, tool, ckpt, out):
         mm, rr = max(res[(mr, b)]["mount"]), max(res[(mr, b)]["raw"])
         out.append(f"| max_read={mr or '1015808 (default)'} | {b} | {mm:.2f} | {rr:.2f} | "
                    f"{mm / rr:.2f} |")
+
+
+def bench_readahead(a, daemon, tool, ckpt, out):
+    shards = sorted(ckpt.glob("*.distcp"))
+    read_files(tool, shards)
+    kbs = (128, 1024, 4096)
+    src, res = [], {k: ([], []) for k in kbs}
+    for _ in range(a.runs):
+        src.append(read_files(tool, shards))
+        for kb in kbs:
+            m = Mount(daemon, ckpt, "page_cache", f"readahead_kb={kb}", *a.opt)
+            try:
+                files = tensor_files(m.dir)
+                res[kb][0].append(read_files(tool, files))
+                res[kb][1].append(read_files(tool, files))
+            finally:
+                m.close()
+    d = max(src)
+    out.append(f"\n| page_cache, 1 reader | first read GiB/s | re-read GiB/s | direct GiB/s | "
+               f"first / direct | re-read / direct |")
+    out.append("|---|---|---|---|---|---|")
+    for kb in kbs:
+        f, r = max(res[kb][0]), max(res[kb][1])
+        out.append(f"| readahead_kb={kb} | {f:.2f} | {r:.2f} | {d:.2f} | {f / d:.2f} | {r / d:.2f} |")
 
 
 def bench_stream(a, daemon, tool, ckpt, rows):
@@ -244,6 +271,8 @@ def main():
         bench_layout(a, daemon, tool, ckpt, rows)
     if "export" in a.what:
         bench_export(a, daemon, ckpt, extra)
+    if "readahead" in a.what:
+        bench_readahead(a, daemon, tool, ckpt, extra)
     if "maxread" in a.what:
         bench_maxread(a, daemon, tool, ckpt, extra)
     if "strace" in a.what:
