@@ -13,6 +13,16 @@ what: stream (default all):
            ranges straight from the shards (libckpt plans) vs the .raw ceiling.
   export   cp .safetensors/@all.safetensors vs torch's dcp_to_torch_save: wall time, and
            peak RSS of the daemon vs of the torch process.
+  strace   (not in the default set) strace -c -f on the daemon while one reader streams
+           every tensor file with -o direct_io: are READ replies spliced?
+  maxread  (not in the default set) -o direct_io, one reader, every tensor file and the .raw
+           ceiling, with the daemon's default max_read (1015808) and max_read=1032192, each read
+           with 1 MiB and with 992 KiB read(2) calls (a 1 MiB read over a 992 KiB max_read is
+           two READs: 992 KiB + 32 KiB); all combinations interleaved, best of --runs.
+  readahead (not in the default set) page-cache mode, one reader, every tensor file: first read
+           after a fresh mount, then the re-read, with -o readahead_kb=128, 1024 (default), 4096;
+           interleaved, best of --runs, beside the direct read of the shards.
+--opt O (repeatable) adds -o O to every mount (e.g. --opt max_read=1032192).
 All reads use tools/bench/bench_read (C, 1 MiB read(2) calls into a reused buffer). Best of
 --runs for every cell. The checkpoint is written once by make_big_ckpt.py (real torch).
 """
@@ -55,8 +65,9 @@ class Mount:
         os.rmdir(self.dir)
 
 
-def read_files(tool: Path, files: list[Path], jobs: int = 1) -> float:
-    out = subprocess.run([str(tool), "files", "-j", str(jobs), *map(str, files)],
+def read_files(tool: Path, files: list[Path], jobs: int = 1, block: int = 1 << 20) -> float:
+    out = subprocess.run([str(tool), "files", "-j", str(jobs), "-b", str(block),
+                          *map(str, files)],
                          capture_output=True, text=True, check=True).stdout.split()
     return int(out[0]) / float(out[1]) / 2**30  # GiB/s
 
@@ -75,6 +86,74 @@ def tensor_files(root: Path) -> list[Path]:
     return sorted(p for p in (root / "model").iterdir())
 
 
+def bench_strace(a, daemon, tool, ckpt, out):
+    shards = sorted(ckpt.glob("*.distcp"))
+    read_files(tool, shards)
+    m = Mount(daemon, ckpt, "direct_io", *a.opt)
+    log = Path(a.work) / "strace.txt"
+    try:
+        files = tensor_files(m.dir)
+        st = subprocess.Popen(["strace", "-c", "-f", "-o", str(log), "-p", str(m.proc.pid)],
+                              stderr=subprocess.DEVNULL)
+        time.sleep(1.0)  # attached to every thread
+        gib = read_files(tool, files)
+        st.send_signal(2)
+        st.wait(timeout=30)
+    finally:
+        m.close()
+    out.append(f"\nstrace -c -f of the daemon, -o direct_io {' '.join(a.opt)}, one reader, "
+               f"every tensor file ({gib:.2f} GiB/s under strace):\n")
+    out.append(log.read_text())
+
+
+def bench_maxread(a, daemon, tool, ckpt, out):
+    shards = sorted(ckpt.glob("*.distcp"))
+    read_files(tool, shards)
+    combos = [(mr, b) for mr in (None, 1032192) for b in (1 << 20, 1015808)]
+    res = {c: {"mount": [], "raw": []} for c in combos}
+    for _ in range(a.runs):
+        for mr, b in combos:
+            opts = ["direct_io"] + ([f"max_read={mr}"] if mr else [])
+            m = Mount(daemon, ckpt, *opts)
+            try:
+                res[(mr, b)]["raw"].append(
+                    read_files(tool, [m.dir / ".raw" / s.name for s in shards], 1, b))
+                res[(mr, b)]["mount"].append(read_files(tool, tensor_files(m.dir), 1, b))
+            finally:
+                m.close()
+    out.append("\n| -o direct_io, 1 reader | read(2) size | mount GiB/s | .raw ceiling GiB/s | "
+               "mount / ceiling |")
+    out.append("|---|---|---|---|---|")
+    for mr, b in combos:
+        mm, rr = max(res[(mr, b)]["mount"]), max(res[(mr, b)]["raw"])
+        out.append(f"| max_read={mr or '1015808 (default)'} | {b} | {mm:.2f} | {rr:.2f} | "
+                   f"{mm / rr:.2f} |")
+
+
+def bench_readahead(a, daemon, tool, ckpt, out):
+    shards = sorted(ckpt.glob("*.distcp"))
+    read_files(tool, shards)
+    kbs = (128, 1024, 4096)
+    src, res = [], {k: ([], []) for k in kbs}
+    for _ in range(a.runs):
+        src.append(read_files(tool, shards))
+        for kb in kbs:
+            m = Mount(daemon, ckpt, "page_cache", f"readahead_kb={kb}", *a.opt)
+            try:
+                files = tensor_files(m.dir)
+                res[kb][0].append(read_files(tool, files))
+                res[kb][1].append(read_files(tool, files))
+            finally:
+                m.close()
+    d = max(src)
+    out.append(f"\n| page_cache, 1 reader | first read GiB/s | re-read GiB/s | direct GiB/s | "
+               f"first / direct | re-read / direct |")
+    out.append("|---|---|---|---|---|---|")
+    for kb in kbs:
+        f, r = max(res[kb][0]), max(res[kb][1])
+        out.append(f"| readahead_kb={kb} | {f:.2f} | {r:.2f} | {d:.2f} | {f / d:.2f} | {r / d:.2f} |")
+
+
 def bench_stream(a, daemon, tool, ckpt, rows):
     shards = sorted(ckpt.glob("*.distcp"))
     read_files(tool, shards)  # source hot
@@ -83,7 +162,7 @@ def bench_stream(a, daemon, tool, ckpt, rows):
             res = {"src": [], "raw": [], "mount": [], "mount_re": [], "raw_re": []}
             for _ in range(a.runs):
                 res["src"].append(read_files(tool, shards, jobs))
-                m = Mount(daemon, ckpt, mode)
+                m = Mount(daemon, ckpt, mode, *a.opt)
                 try:
                     raw = [m.dir / ".raw" / s.name for s in shards]
                     res["raw"].append(read_files(tool, raw, jobs))
@@ -91,7 +170,7 @@ def bench_stream(a, daemon, tool, ckpt, rows):
                         res["raw_re"].append(read_files(tool, raw, jobs))
                 finally:
                     m.close()
-                m = Mount(daemon, ckpt, mode)  # fresh: nothing of it in the page cache
+                m = Mount(daemon, ckpt, mode, *a.opt)  # fresh: nothing of it in the page cache
                 try:
                     files = tensor_files(m.dir)
                     res["mount"].append(read_files(tool, files, jobs))
@@ -116,7 +195,7 @@ def bench_layout(a, daemon, tool, ckpt, rows):
             for _ in range(a.runs):
                 for rank in range(3):
                     res["direct"].append(read_ranges(tool, ckpt, dim, 3, rank))
-                m = Mount(daemon, ckpt, mode)
+                m = Mount(daemon, ckpt, mode, *a.opt)
                 try:
                     res["raw"].append(read_files(tool, [m.dir / ".raw" / s.name for s in shards]))
                     for rank in range(3):
@@ -151,7 +230,7 @@ def bench_export(a, daemon, ckpt, out):
         t_raw.append(time.perf_counter() - t)
         (outdir / "raw.bin").unlink()
         for mode in res:
-            m = Mount(daemon, ckpt, mode)
+            m = Mount(daemon, ckpt, mode, *a.opt)
             try:
                 t = time.perf_counter()
                 subprocess.run(["cp", str(m.dir / ".safetensors" / "@all.safetensors"),
@@ -197,6 +276,7 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--export-dir", default="/dev/shm/ckptfs-export" if os.path.isdir("/dev/shm")
                     else None, help="where both exports write (default: tmpfs)")
+    ap.add_argument("--opt", action="append", default=[], help="extra -o option for every mount")
     a = ap.parse_args()
     build = Path(a.build).resolve()
     daemon, tool = build / "tools/ckptfs/ckptfs", build / "tools/bench/bench_read"
@@ -211,8 +291,15 @@ def main():
         bench_layout(a, daemon, tool, ckpt, rows)
     if "export" in a.what:
         bench_export(a, daemon, ckpt, extra)
+    if "readahead" in a.what:
+        bench_readahead(a, daemon, tool, ckpt, extra)
+    if "maxread" in a.what:
+        bench_maxread(a, daemon, tool, ckpt, extra)
+    if "strace" in a.what:
+        bench_strace(a, daemon, tool, ckpt, extra)
     print(f"\ncheckpoint: {ckpt} ({sum(f.stat().st_size for f in ckpt.iterdir()) / 2**30:.2f} "
-          f"GiB, {a.world} ranks); best of {a.runs}\n")
+          f"GiB, {a.world} ranks); best of {a.runs}; extra mount options: "
+          f"{' '.join(a.opt) or 'none'}\n")
     if rows:
         print("| case | mount GiB/s | .raw ceiling GiB/s | direct (no FUSE) GiB/s | "
               "mount / ceiling | mount / direct |")
