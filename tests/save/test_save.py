@@ -1,0 +1,327 @@
+"""End-to-end tests of the saver (include/ckpt_save.h).
+
+save_driver (tests/save/save_driver.c) writes a checkpoint of three simulated ranks; this file
+rebuilds the same values in Python and checks that
+  * the ckpt reader (`ckpt verify`, `ckpt cat`) reads every tensor bit-exact,
+  * plain `pickle` and torch's own classes accept `.metadata`,
+  * real torch `dcp.load` reads it without a process group, and into DTensors at world
+    sizes 1 and 2 (gloo, spawned processes), bit-exact, with the non-tensor values equal,
+  * `format_utils.dcp_to_torch_save` rebuilds the nested state_dict from planner_data,
+  * a crash or an abort before the commit leaves no visible step and `latest` unchanged,
+  * `latest` and keep-N retention behave.
+"""
+import io
+import os
+import pickle
+import subprocess
+import zipfile
+
+import pytest
+
+torch = pytest.importorskip("torch")
+np = pytest.importorskip("numpy")
+import torch.distributed.checkpoint as dcp  # noqa: E402
+
+DRIVER = os.environ.get("SAVE_DRIVER", "")
+CKPT = os.environ.get("CKPT_BIN", "")
+
+# path, dtype, global shape, seed — the table of save_driver.c
+TENSORS = [
+    ("model/layers.0.w", torch.float32, (7, 5), 1),
+    ("model/layers.0.b", torch.bfloat16, (5,), 2),
+    ("model/norm", torch.float16, (4,), 3),
+    ("model/emb", torch.int64, (6, 4), 4),
+    ("model/mask", torch.bool, (3, 3), 5),
+    ("model/f8", torch.float8_e4m3fn, (8,), 6),
+    ("optim/state/model.layers.0.w/step", torch.float32, (), 7),
+    ("model/empty", torch.float32, (0, 3), 8),
+    ("model/f8b", torch.float8_e5m2, (2, 3), 9),
+    ("model/u16", torch.uint16, (5,), 10),
+]
+
+VALUES = {
+    "optim/param_groups/0/lr": 0.001,
+    "optim/param_groups/0/betas": (0.9, 0.999),
+    "optim/param_groups/0/step": 12345678901,
+    "optim/param_groups/0/name": "adamw \u00fc",
+    "optim/param_groups/0/params": ["model.layers.0.w", "model.layers.0.b"],
+    "misc/cfg": {"a": 1, "b": [1, 2.5, "x", None, True],
+                 "c": {"d": -5, "big": -(1 << 40), "long_tuple": ()}, "flag": False},
+    "misc/note": "written by rank 2 only",
+}
+
+
+def expected(dtype, shape, seed):
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    n = int(np.prod(shape, dtype=np.int64)) * itemsize
+    if n == 0:
+        return torch.empty(shape, dtype=dtype)
+    k = np.arange(n, dtype=np.int64)
+    b = ((k * 131 + seed * 17 + 7) & 0xFF).astype(np.uint8)
+    if dtype == torch.bool:
+        b &= 1
+    return torch.from_numpy(b).view(dtype).reshape(shape)
+
+
+def raw(t):
+    return t.contiguous().reshape(-1).view(torch.uint8)
+
+
+def bit_equal(a, b):
+    return a.dtype == b.dtype and tuple(a.shape) == tuple(b.shape) and torch.equal(raw(a), raw(b))
+
+
+def run_driver(parent, step, *extra, check=True):
+    p = subprocess.run([DRIVER, str(parent), step, *extra], capture_output=True, text=True)
+    if check:
+        assert p.returncode == 0, p.stderr
+    return p
+
+
+def flat(path):
+    return path.replace("/", ".")
+
+
+@pytest.fixture(scope="module")
+def ckpt_dir(tmp_path_factory):
+    if not DRIVER:
+        pytest.skip("SAVE_DRIVER not set")
+    parent = tmp_path_factory.mktemp("steps")
+    run_driver(parent, "step-1")
+    return parent / "step-1"
+
+
+def placeholder_state_dict():
+    """The nested state_dict torch users would pass: tensors in place, None for values."""
+    sd = {}
+    for path, dtype, shape, _ in TENSORS:
+        node = sd
+        parts = path.split("/")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = torch.zeros(shape, dtype=dtype) if dtype != torch.float8_e4m3fn and \
+            dtype != torch.float8_e5m2 else torch.zeros(shape, dtype=torch.uint8).view(dtype)
+    sd["optim"]["param_groups"] = [{k.split("/")[-1]: None for k in VALUES
+                                    if k.startswith("optim/param_groups/0/")}]
+    sd["misc"] = {"cfg": None, "note": None}
+    return sd
+
+
+def lookup(sd, path):
+    node = sd
+    for p in path.split("/"):
+        node = node[int(p)] if isinstance(node, list) else node[p]
+    return node
+
+
+# ---------------------------------------------------------------- the ckpt reader
+
+
+def test_ckpt_verify(ckpt_dir):
+    p = subprocess.run([CKPT, "verify", str(ckpt_dir)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "0 problems" in p.stdout
+
+
+@pytest.mark.parametrize("path,dtype,shape,seed", TENSORS, ids=[t[0] for t in TENSORS])
+def test_ckpt_cat_bit_exact(ckpt_dir, path, dtype, shape, seed):
+    p = subprocess.run([CKPT, "cat", str(ckpt_dir), path], capture_output=True)
+    assert p.returncode == 0, p.stderr
+    want = raw(expected(dtype, shape, seed)).numpy().tobytes()
+    assert p.stdout == want
+
+
+def test_ckpt_cat_values(ckpt_dir):
+    p = subprocess.run([CKPT, "cat", "--text", str(ckpt_dir), "optim/param_groups/0/lr"],
+                       capture_output=True, text=True)
+    assert p.returncode == 0 and p.stdout.strip() == "0.001"
+
+
+# ---------------------------------------------------------------- .metadata itself
+
+
+def test_metadata_classes_and_dedup(ckpt_dir):
+    from torch.distributed.checkpoint.metadata import (BytesStorageMetadata, Metadata,
+                                                       TensorStorageMetadata)
+    with open(ckpt_dir / ".metadata", "rb") as f:
+        md = pickle.load(f)
+    assert type(md) is Metadata and md.version == "1.0.0"
+    sdm = md.state_dict_metadata
+    assert set(sdm) == {flat(p) for p, *_ in TENSORS} | {flat(p) for p in VALUES}
+    for path, dtype, shape, _ in TENSORS:
+        t = sdm[flat(path)]
+        assert isinstance(t, TensorStorageMetadata)
+        assert t.properties.dtype == dtype and tuple(t.size) == shape
+        assert md.planner_data[flat(path)] == tuple(path.split("/"))
+    for path in VALUES:
+        assert isinstance(sdm[flat(path)], BytesStorageMetadata)
+    assert md.planner_data["optim.param_groups.0.lr"] == ("optim", "param_groups", 0, "lr")
+    w = sdm["model.layers.0.w"]
+    assert [tuple(c.offsets) for c in w.chunks] == [(0, 0), (3, 0), (6, 0)]
+    assert [tuple(c.sizes) for c in w.chunks] == [(3, 5), (3, 5), (1, 5)]
+    assert w.properties.strides == (5, 1)
+    by_fqn = {}
+    for idx, info in md.storage_data.items():
+        by_fqn.setdefault(idx.fqn, []).append(info)
+    # replicated pieces are stored once: the replica_id-0 holder, or the lowest rank
+    assert [i.relative_path for i in by_fqn["model.layers.0.b"]] == ["__0_0.distcp"]
+    assert [i.relative_path for i in by_fqn["model.norm"]] == ["__0_0.distcp"]
+    assert [i.relative_path for i in by_fqn["optim.param_groups.0.lr"]] == ["__0_0.distcp"]
+    assert [i.relative_path for i in by_fqn["misc.note"]] == ["__2_0.distcp"]
+    assert len(by_fqn["model.emb"]) == 3  # two halves and the empty shard
+    # every stored item is a torch.save zip that Python's zipfile accepts (CRCs checked)
+    for info in md.storage_data.values():
+        with open(ckpt_dir / info.relative_path, "rb") as f:
+            f.seek(info.offset)
+            blob = f.read(info.length)
+        z = zipfile.ZipFile(io.BytesIO(blob))
+        assert z.testzip() is None
+        assert z.read("archive/byteorder") == b"little"
+        assert z.read("archive/.storage_alignment") == b"64"
+        for zi in z.infolist():
+            data_start = zi.header_offset + 30 + len(zi.filename) + len(zi.extra)
+            hdr = blob[zi.header_offset:zi.header_offset + 30]
+            name_len = int.from_bytes(hdr[26:28], "little")
+            extra_len = int.from_bytes(hdr[28:30], "little")
+            assert (zi.header_offset + 30 + name_len + extra_len) % 64 == 0, zi.filename
+            del data_start
+
+
+def test_filesystem_reader_metadata(ckpt_dir):
+    md = dcp.FileSystemReader(str(ckpt_dir)).read_metadata()
+    assert md.storage_meta is not None and len(md.storage_meta.save_id) == 36
+
+
+# ---------------------------------------------------------------- real torch loads
+
+
+def check_loaded(sd):
+    for path, dtype, shape, seed in TENSORS:
+        got = lookup(sd, path)
+        assert bit_equal(got, expected(dtype, shape, seed)), path
+    for path, want in VALUES.items():
+        got = lookup(sd, path)
+        assert got == want and type(got) is type(want), (path, got)
+
+
+def test_torch_dcp_load_no_process_group(ckpt_dir):
+    sd = placeholder_state_dict()
+    dcp.load(sd, checkpoint_id=str(ckpt_dir), no_dist=True)
+    check_loaded(sd)
+
+
+def test_torch_dcp_to_torch_save(ckpt_dir, tmp_path):
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+    out = tmp_path / "full.pt"
+    dcp_to_torch_save(str(ckpt_dir), str(out))
+    sd = torch.load(out, weights_only=False)
+    check_loaded(sd)
+    assert isinstance(sd["optim"]["param_groups"], list)
+
+
+def _dtensor_worker(rank, world, ckpt, init_file):
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
+                            world_size=world)
+    try:
+        mesh = init_device_mesh("cpu", (world,))
+        sd = placeholder_state_dict()
+        spans = {}
+        for path, dtype, shape, _ in TENSORS:
+            parent = lookup(sd, path.rsplit("/", 1)[0])
+            name = path.rsplit("/", 1)[1]
+            if len(shape) == 0:
+                local, placements, span = torch.zeros((), dtype=torch.uint8), [Replicate()], None
+                local = torch.zeros(1, dtype=torch.uint8).view(dtype).reshape(()) \
+                    if dtype.itemsize == 1 else torch.zeros((), dtype=dtype)
+            else:
+                n = shape[0]
+                c = -(-n // world) if n else 0
+                start = min(rank * c, n)
+                end = min(start + c, n)
+                span = (start, end)
+                local = torch.zeros((end - start,) + tuple(shape[1:]), dtype=torch.uint8)
+                local = local.view(dtype) if dtype.itemsize == 1 else \
+                    torch.zeros((end - start,) + tuple(shape[1:]), dtype=dtype)
+                placements = [Shard(0)]
+            stride = torch.empty(shape, dtype=torch.uint8).stride() if len(shape) else ()
+            parent[name] = DTensor.from_local(local, mesh, placements, run_check=False,
+                                              shape=torch.Size(shape), stride=stride)
+            spans[path] = span
+        dcp.load(sd, checkpoint_id=ckpt)
+        for path, dtype, shape, seed in TENSORS:
+            dt = lookup(sd, path)
+            assert isinstance(dt, DTensor), path
+            want = expected(dtype, shape, seed)
+            if spans[path] is not None:
+                want = want[spans[path][0]:spans[path][1]]
+            assert bit_equal(dt.to_local(), want), (rank, path)
+        for path, want in VALUES.items():
+            assert lookup(sd, path) == want, (rank, path)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_torch_dcp_load_dtensor(ckpt_dir, tmp_path, world):
+    import torch.multiprocessing as mp
+    mp.spawn(_dtensor_worker, args=(world, str(ckpt_dir), str(tmp_path / "pg-init")),
+             nprocs=world, join=True)
+
+
+def test_legacy_properties_load(tmp_path):
+    run_driver(tmp_path, "step-7", "--legacy")
+    with open(tmp_path / "step-7" / ".metadata", "rb") as f:
+        md = pickle.load(f)
+    assert md.state_dict_metadata["model.layers.0.w"].properties.strides is None
+    sd = placeholder_state_dict()
+    dcp.load(sd, checkpoint_id=str(tmp_path / "step-7"), no_dist=True)
+    check_loaded(sd)
+
+
+# ---------------------------------------------------------------- commit, latest, retention
+
+
+def visible(parent):
+    return sorted(n for n in os.listdir(parent) if not n.startswith("."))
+
+
+def test_crash_before_commit_leaves_nothing_visible(tmp_path):
+    run_driver(tmp_path, "step-1")
+    p = run_driver(tmp_path, "step-2", "--crash-before-commit", check=False)
+    assert p.returncode == -9, p.stderr  # SIGKILL after the staging .metadata was written
+    assert visible(tmp_path) == ["latest", "step-1"]
+    assert (tmp_path / "latest").read_text() == "step-1\n"
+    hidden = [n for n in os.listdir(tmp_path) if n.startswith(".step-2.tmp-")]
+    assert len(hidden) == 1 and (tmp_path / hidden[0] / ".metadata").exists()
+    # the next save of that step works
+    run_driver(tmp_path, "step-2")
+    assert (tmp_path / "latest").read_text() == "step-2\n"
+
+
+def test_abort_removes_staging(tmp_path):
+    run_driver(tmp_path, "step-1")
+    run_driver(tmp_path, "step-2", "--abort-before-commit")
+    assert os.listdir(tmp_path) == ["latest", "step-1"] or \
+        sorted(os.listdir(tmp_path)) == ["latest", "step-1"]
+    assert (tmp_path / "latest").read_text() == "step-1\n"
+
+
+def test_existing_step_is_refused(tmp_path):
+    run_driver(tmp_path, "step-1")
+    before = sorted(os.listdir(tmp_path / "step-1"))
+    p = run_driver(tmp_path, "step-1", check=False)
+    assert p.returncode == 1 and "already exists" in p.stderr
+    assert sorted(os.listdir(tmp_path / "step-1")) == before
+    assert sorted(os.listdir(tmp_path)) == ["latest", "step-1"]
+
+
+def test_keep_n_retention(tmp_path):
+    for s in (1, 2, 10, 3):
+        run_driver(tmp_path, f"step-{s}", "--keep", "2")
+    # numbered order: step-10 is the newest; the step just written (step-3) is protected
+    assert visible(tmp_path) == ["latest", "step-10", "step-3"]
+    assert (tmp_path / "latest").read_text() == "step-3\n"
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".deleting")]
