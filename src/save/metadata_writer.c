@@ -60,6 +60,11 @@ static bool same_path(const save_item *a, const save_item *b) {
     return true;
 }
 
+/* Equal `n` dims; dims may be NULL for 0-d tensors. */
+static bool dims_eq(const int64_t *a, size_t ai, const int64_t *b, size_t bi, int n) {
+    return n == 0 || memcmp(a + ai, b + bi, (size_t)n * sizeof *a) == 0;
+}
+
 static ckpt_status add_item(merge *m, const save_item *it, const char *file, uint32_t rank,
                             ckpt_error *err) {
     uint64_t h = ckpt_hash_bytes(it->key, strlen(it->key), 0xd1c7);
@@ -75,9 +80,8 @@ static ckpt_status add_item(merge *m, const save_item *it, const char *file, uin
         if (!same_path(d, it))
             return ckpt_fail(err, CKPT_E_INVAL, "key '%s': rank %u gives another path", it->key,
                              rank);
-        if (it->kind == SAVE_ITEM_TENSOR &&
-            (d->dtype != it->dtype || d->ndim != it->ndim ||
-             memcmp(d->dims, it->dims, (size_t)d->ndim * sizeof *d->dims) != 0))
+        if (it->kind == SAVE_ITEM_TENSOR && (d->dtype != it->dtype || d->ndim != it->ndim ||
+                                             !dims_eq(d->dims, 0, it->dims, 0, d->ndim)))
             return ckpt_fail(err, CKPT_E_INVAL,
                              "key '%s': rank %u disagrees on dtype or global shape", it->key, rank);
     } else {
@@ -98,10 +102,10 @@ static ckpt_status add_item(merge *m, const save_item *it, const char *file, uin
     for (size_t i = 0; i < e->n; i++) {
         chunk *c = &e->chunks[i];
         if (it->kind == SAVE_ITEM_TENSOR &&
-            memcmp(c->box->dims + nd, it->dims + nd, (size_t)nd * sizeof *it->dims) != 0)
+            !dims_eq(c->box->dims, (size_t)nd, it->dims, (size_t)nd, nd))
             continue;
         if (it->kind == SAVE_ITEM_TENSOR &&
-            memcmp(c->box->dims + 2 * nd, it->dims + 2 * nd, (size_t)nd * sizeof *it->dims) != 0)
+            !dims_eq(c->box->dims, 2 * (size_t)nd, it->dims, 2 * (size_t)nd, nd))
             return ckpt_fail(err, CKPT_E_INVAL,
                              "key '%s': rank %u holds a box at the same offsets with other sizes",
                              it->key, rank);
@@ -249,9 +253,9 @@ static void tensor_md(pkw *w, const entry *e, bool legacy) {
         pkw_memoize(w);
         pkw_op(w, PKO_MARK);
         attr(w, "offsets");
-        size_obj(w, b->dims + nd, nd);
+        size_obj(w, nd ? b->dims + nd : NULL, nd);
         attr(w, "sizes");
-        size_obj(w, b->dims + 2 * nd, nd);
+        size_obj(w, nd ? b->dims + 2 * nd : NULL, nd);
         pkw_op(w, PKO_SETITEMS);
         pkw_op(w, PKO_BUILD);
         pkw_batch_item_end(w, i, e->n, false);
@@ -275,7 +279,7 @@ static void storage_entry(pkw *w, const entry *e, size_t ci) {
     if (it->kind == SAVE_ITEM_TENSOR) {
         pkw_int(w, (int64_t)ci);
         attr(w, "offset");
-        size_obj(w, c->box->dims + it->ndim, it->ndim);
+        size_obj(w, it->ndim ? c->box->dims + it->ndim : NULL, it->ndim);
     } else {
         pkw_none(w);
     }
@@ -338,7 +342,7 @@ static ckpt_status build_pickle(const ckpt_save_desc *const *descs, size_t nd,
         ckpt_htab_release(&m.idx);
         return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
     }
-    memcpy(sorted, descs, nd * sizeof *sorted);
+    if (nd) memcpy(sorted, descs, nd * sizeof *sorted);
     qsort(sorted, nd, sizeof *sorted, by_rank);
     for (size_t r = 0; r < nd && s == CKPT_OK; r++) {
         if (r && sorted[r]->rank == sorted[r - 1]->rank)
