@@ -4,7 +4,7 @@
  * retention.  test_save.py regenerates the same values in Python and checks what the ckpt
  * reader and real torch load.
  *
- * usage: save_driver PARENT STEP [--keep N] [--legacy] [--crash-before-commit]
+ * usage: save_driver PARENT STEP [--keep N] [--legacy] [--many N] [--crash-before-commit]
  *                                  [--abort-before-commit]
  * --crash-before-commit: writes every data file and the staging .metadata, then SIGKILLs
  * itself before the rename.  --abort-before-commit: frees the transaction instead.
@@ -157,8 +157,63 @@ static ckpt_save_value *cfg(void) {
     return d;
 }
 
-static void write_rank(const char *dir, uint32_t r, const ckpt_save_options *opts, void **enc,
-                       size_t *enc_len) {
+static ckpt_save_value *ints(void) {
+    static const int64_t v[] = {0,          1,
+                                255,        256,
+                                65535,      65536,
+                                -1,         -256,
+                                2147483647, -2147483647 - 1,
+                                2147483648, -2147483649,
+                                INT64_MAX,  INT64_MIN,
+                                1LL << 40,  -(1LL << 40),
+                                128,        -128,
+                                32768,      -32769};
+    ckpt_save_value *l = ckpt_save_value_list();
+    ckpt_status s = CKPT_OK;
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+        s |= ckpt_save_value_append(l, ckpt_save_value_int(v[i]));
+    /* a tuple longer than 3 (MARK ... TUPLE) and floats that need all 8 bytes */
+    ckpt_save_value *t = ckpt_save_value_tuple();
+    s |= ckpt_save_value_append(t, ckpt_save_value_float(-0.0));
+    s |= ckpt_save_value_append(t, ckpt_save_value_float(1e300));
+    s |= ckpt_save_value_append(t, ckpt_save_value_float(5e-324));
+    s |= ckpt_save_value_append(t, ckpt_save_value_float(0.1));
+    s |= ckpt_save_value_append(l, t);
+    if (s != CKPT_OK) {
+        ckpt_save_value_free(l);
+        return NULL;
+    }
+    return l;
+}
+
+/* --many N: N value entries (dict batches beyond 1000 items, frames beyond 64 KiB) and a
+ * tensor of N one-element chunks spread over the ranks (chunk lists beyond 1000). */
+static void many(ckpt_save_file *f, uint32_t r, long n) {
+    for (long i = 0; i < n; i++) {
+        char path[64];
+        snprintf(path, sizeof path, "many/v%ld", i);
+        value(f, path, ckpt_save_value_int(i * 7), r);
+    }
+    int64_t shape[1] = {n};
+    for (long i = 0; i < n; i++) {
+        if (i % NRANKS != (long)r) continue;
+        float x = (float)i * 0.25f;
+        int64_t off[1] = {i}, sz[1] = {1};
+        ckpt_save_key key = {.path = "many/t"};
+        ckpt_save_tensor t = {.dtype = CKPT_DTYPE_FLOAT32,
+                              .ndim = 1,
+                              .global_shape = shape,
+                              .offsets = off,
+                              .sizes = sz,
+                              .data = &x,
+                              .data_size = 4};
+        ckpt_error err;
+        check(ckpt_save_file_add_tensor(f, &key, &t, &err), &err, "many/t");
+    }
+}
+
+static void write_rank(const char *dir, uint32_t r, const ckpt_save_options *opts, long nmany,
+                       void **enc, size_t *enc_len) {
     ckpt_error err;
     ckpt_save_file *f;
     check(ckpt_save_file_open(dir, r, opts, &f, &err), &err, "open data file");
@@ -172,6 +227,8 @@ static void write_rank(const char *dir, uint32_t r, const ckpt_save_options *opt
     ckpt_save_value_append(params, ckpt_save_value_string("model.layers.0.b"));
     value(f, "optim/param_groups/0/params", params, r);
     value(f, "misc/cfg", cfg(), r);
+    value(f, "misc/ints", ints(), r);
+    if (nmany > 0) many(f, r, nmany);
     if (r == 2) value(f, "misc/note", ckpt_save_value_string("written by rank 2 only"), 0);
 
     /* model/layers.0.w: Shard(0) over 3 ranks, torch.chunk split 3,3,1 */
@@ -210,12 +267,14 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *parent = argv[1], *step = argv[2];
-    long keep = -1;
+    long keep = -1, nmany = 0;
     bool crash = false, abort_commit = false;
     ckpt_save_options opts = {.no_fsync = getenv("SAVE_DRIVER_FSYNC") == NULL};
     for (int i = 3; i < argc; i++) {
         if (strcmp(argv[i], "--keep") == 0 && i + 1 < argc)
             keep = atol(argv[++i]);
+        else if (strcmp(argv[i], "--many") == 0 && i + 1 < argc)
+            nmany = atol(argv[++i]);
         else if (strcmp(argv[i], "--legacy") == 0)
             opts.legacy_tensor_properties = true;
         else if (strcmp(argv[i], "--crash-before-commit") == 0)
@@ -237,7 +296,7 @@ int main(int argc, char **argv) {
     void *enc[NRANKS];
     size_t enc_len[NRANKS];
     for (uint32_t r = 0; r < NRANKS; r++)
-        write_rank(staging, r, &opts, &enc[r], &enc_len[r]);
+        write_rank(staging, r, &opts, nmany, &enc[r], &enc_len[r]);
     /* "gather": decode in reverse order, the metadata writer sorts by rank */
     ckpt_save_desc *descs[NRANKS];
     for (int r = NRANKS - 1; r >= 0; r--) {

@@ -48,6 +48,9 @@ VALUES = {
     "misc/cfg": {"a": 1, "b": [1, 2.5, "x", None, True],
                  "c": {"d": -5, "big": -(1 << 40), "long_tuple": ()}, "flag": False},
     "misc/note": "written by rank 2 only",
+    "misc/ints": [0, 1, 255, 256, 65535, 65536, -1, -256, 2147483647, -2147483648, 2147483648,
+                  -2147483649, 2**63 - 1, -2**63, 1 << 40, -(1 << 40), 128, -128, 32768, -32769,
+                  (-0.0, 1e300, 5e-324, 0.1)],
 }
 
 
@@ -103,7 +106,7 @@ def placeholder_state_dict():
             dtype != torch.float8_e5m2 else torch.zeros(shape, dtype=torch.uint8).view(dtype)
     sd["optim"]["param_groups"] = [{k.split("/")[-1]: None for k in VALUES
                                     if k.startswith("optim/param_groups/0/")}]
-    sd["misc"] = {"cfg": None, "note": None}
+    sd["misc"] = {"cfg": None, "note": None, "ints": None}
     return sd
 
 
@@ -279,6 +282,27 @@ def test_legacy_properties_load(tmp_path):
     sd = placeholder_state_dict()
     dcp.load(sd, checkpoint_id=str(tmp_path / "step-7"), no_dist=True)
     check_loaded(sd)
+
+
+def test_many_entries_batches_and_frames(tmp_path):
+    """2500 values and a 2500-chunk tensor: 1000-item SETITEMS/APPENDS batches, FRAMEs."""
+    import pickletools
+    n = 2500
+    run_driver(tmp_path, "step-1", "--many", str(n))
+    d = tmp_path / "step-1"
+    raw_md = (d / ".metadata").read_bytes()
+    ops = [op.name for op, _, _ in pickletools.genops(raw_md)]
+    assert ops.count("FRAME") >= 2 and len(raw_md) > 65536
+    md = pickle.loads(raw_md)
+    assert len(md.state_dict_metadata["many.t"].chunks) == n
+    sd = placeholder_state_dict()
+    sd["many"] = {"t": torch.zeros(n), **{f"v{i}": None for i in range(n)}}
+    dcp.load(sd, checkpoint_id=str(d), no_dist=True)
+    check_loaded(sd)
+    assert torch.equal(sd["many"]["t"], torch.arange(n, dtype=torch.float32) * 0.25)
+    assert all(sd["many"][f"v{i}"] == i * 7 for i in range(n))
+    p = subprocess.run([CKPT, "verify", str(d)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
 
 
 # ---------------------------------------------------------------- commit, latest, retention
