@@ -349,3 +349,20 @@ def test_keep_n_retention(tmp_path):
     assert visible(tmp_path) == ["latest", "step-10", "step-3"]
     assert (tmp_path / "latest").read_text() == "step-3\n"
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".deleting")]
+
+
+@pytest.mark.skipif(not os.environ.get("CKPT_SAVE_BIG"), reason="set CKPT_SAVE_BIG=1 (writes 4.5 GiB)")
+def test_zip64_tensor_over_4gib(tmp_path):
+    """One 4.5 GiB chunk: Zip64 extra fields, records beyond 4 GiB; torch and zipfile read it."""
+    n = 4831838208
+    p = subprocess.run([os.environ["BENCH_SAVE"], str(tmp_path / "big"), "--one-tensor", str(n)],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    with open(tmp_path / "big" / "__0_0.distcp", "rb") as f:
+        assert zipfile.ZipFile(f).testzip() is None
+    t = torch.empty(n, dtype=torch.uint8)
+    dcp.load({"big": t}, checkpoint_id=str(tmp_path / "big"), no_dist=True)
+    a = t.numpy()
+    for start in range(0, n, 1 << 28):
+        idx = np.arange(start, min(n, start + (1 << 28)), dtype=np.int64)
+        assert np.array_equal(a[start:start + len(idx)], ((idx * 131 + 7) & 0xFF).astype(np.uint8))
