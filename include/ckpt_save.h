@@ -36,6 +36,9 @@ typedef struct ckpt_save_options {
      * (which appends the global tensor's contiguous strides).  Torch 2.15 reads both; older
      * torch only the 5-tuple. */
     bool legacy_tensor_properties;
+    /* Pickle protocol of `.metadata`: 0 or 4 = protocol 4 (what torch writes under Python
+     * 3.8-3.13), 5 = protocol 5 (Python 3.14's default; same opcodes).  Others: INVAL. */
+    int metadata_protocol;
     /* StorageMeta.checkpoint_id (a pathlib.PosixPath); NULL: the final directory path. */
     const char *checkpoint_id;
 } ckpt_save_options;

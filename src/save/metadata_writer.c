@@ -383,7 +383,7 @@ static ckpt_status build_pickle(const ckpt_save_desc *const *descs, size_t nd,
 
     bool legacy = opts && opts->legacy_tensor_properties;
     pkw w;
-    pkw_init(&w, 4);
+    pkw_init(&w, opts && opts->metadata_protocol == 5 ? 5 : 4);
     new_obj(&w, MD_MODULE, "Metadata");
     pkw_op(&w, PKO_EMPTY_DICT);
     pkw_memoize(&w);
@@ -497,6 +497,10 @@ ckpt_status save_write_metadata_id(const char *dir, const ckpt_save_desc *const 
         return ckpt_fail(err, CKPT_E_INVAL, "no directory or descriptions");
     for (size_t i = 0; i < ndescs; i++)
         if (!descs[i]) return ckpt_fail(err, CKPT_E_INVAL, "description %zu is NULL", i);
+    if (opts && opts->metadata_protocol != 0 && opts->metadata_protocol != 4 &&
+        opts->metadata_protocol != 5)
+        return ckpt_fail(err, CKPT_E_INVAL, "metadata pickle protocol %d (4 or 5)",
+                         opts->metadata_protocol);
     const char *id = opts && opts->checkpoint_id ? opts->checkpoint_id : default_id;
     char *pk = NULL;
     size_t pk_len = 0;

@@ -4,7 +4,8 @@
  * retention.  test_save.py regenerates the same values in Python and checks what the ckpt
  * reader and real torch load.
  *
- * usage: save_driver PARENT STEP [--keep N] [--legacy] [--many N] [--crash-before-commit]
+ * usage: save_driver PARENT STEP [--keep N] [--legacy] [--protocol5] [--many N]
+ *                                  [--crash-before-commit]
  *                                  [--abort-before-commit]
  * --crash-before-commit: writes every data file and the staging .metadata, then SIGKILLs
  * itself before the rename.  --abort-before-commit: frees the transaction instead.
@@ -275,6 +276,8 @@ int main(int argc, char **argv) {
             keep = atol(argv[++i]);
         else if (strcmp(argv[i], "--many") == 0 && i + 1 < argc)
             nmany = atol(argv[++i]);
+        else if (strcmp(argv[i], "--protocol5") == 0)
+            opts.metadata_protocol = 5;
         else if (strcmp(argv[i], "--legacy") == 0)
             opts.legacy_tensor_properties = true;
         else if (strcmp(argv[i], "--crash-before-commit") == 0)

@@ -179,6 +179,7 @@ def test_metadata_classes_and_dedup(ckpt_dir):
             blob = f.read(info.length)
         z = zipfile.ZipFile(io.BytesIO(blob))
         assert z.testzip() is None
+        torch.load(io.BytesIO(blob), weights_only=True)  # data.pkl passes the safe unpickler
         assert z.read("archive/byteorder") == b"little"
         assert z.read("archive/.storage_alignment") == b"64"
         for zi in z.infolist():
@@ -274,11 +275,14 @@ def test_torch_dcp_load_dtensor(ckpt_dir, tmp_path, world):
              nprocs=world, join=True)
 
 
-def test_legacy_properties_load(tmp_path):
-    run_driver(tmp_path, "step-7", "--legacy")
-    with open(tmp_path / "step-7" / ".metadata", "rb") as f:
-        md = pickle.load(f)
-    assert md.state_dict_metadata["model.layers.0.w"].properties.strides is None
+@pytest.mark.parametrize("flag", ["--legacy", "--protocol5"])
+def test_legacy_properties_and_protocol5_load(tmp_path, flag):
+    run_driver(tmp_path, "step-7", flag)
+    raw_md = (tmp_path / "step-7" / ".metadata").read_bytes()
+    assert raw_md[:2] == (b"\x80\x05" if flag == "--protocol5" else b"\x80\x04")
+    md = pickle.loads(raw_md)
+    strides = md.state_dict_metadata["model.layers.0.w"].properties.strides
+    assert strides == (None if flag == "--legacy" else (5, 1))
     sd = placeholder_state_dict()
     dcp.load(sd, checkpoint_id=str(tmp_path / "step-7"), no_dist=True)
     check_loaded(sd)
