@@ -5,7 +5,7 @@
  * reader and real torch load.
  *
  * usage: save_driver PARENT STEP [--keep N] [--legacy] [--protocol5] [--many N]
- *                                  [--crash-before-commit]
+ *                                  [--mini] [--crash-before-commit]
  *                                  [--abort-before-commit]
  * --crash-before-commit: writes every data file and the staging .metadata, then SIGKILLs
  * itself before the rename.  --abort-before-commit: frees the transaction instead.
@@ -261,6 +261,34 @@ static void write_rank(const char *dir, uint32_t r, const ckpt_save_options *opt
     ckpt_save_desc_free(d);
 }
 
+/* --mini: one rank, what `dcp.save({"lr": 0.01, "model": {"w": torch.arange(6.).reshape(2,3)}})`
+ * writes, for a byte comparison with torch. */
+static int mini(const char *final_dir, const ckpt_save_options *opts) {
+    ckpt_error err;
+    ckpt_save_txn *t;
+    ckpt_save_file *f;
+    ckpt_save_desc *d;
+    check(ckpt_save_begin(final_dir, opts, &t, &err), &err, "begin");
+    check(ckpt_save_file_open(ckpt_save_txn_staging_dir(t), 0, opts, &f, &err), &err, "open");
+    value(f, "lr", ckpt_save_value_float(0.01), 0);
+    float x[6] = {0, 1, 2, 3, 4, 5};
+    int64_t sh[2] = {2, 3};
+    ckpt_save_key k = {.path = "model/w"};
+    ckpt_save_tensor ten = {.dtype = CKPT_DTYPE_FLOAT32,
+                            .ndim = 2,
+                            .global_shape = sh,
+                            .data = x,
+                            .data_size = sizeof x};
+    check(ckpt_save_file_add_tensor(f, &k, &ten, &err), &err, "model/w");
+    check(ckpt_save_file_finish(f, &d, &err), &err, "finish");
+    ckpt_save_file_free(f);
+    const ckpt_save_desc *ds[1] = {d};
+    check(ckpt_save_commit(t, ds, 1, &err), &err, "commit");
+    ckpt_save_txn_free(t);
+    ckpt_save_desc_free(d);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: save_driver PARENT STEP [--keep N] [--legacy] "
@@ -269,13 +297,15 @@ int main(int argc, char **argv) {
     }
     const char *parent = argv[1], *step = argv[2];
     long keep = -1, nmany = 0;
-    bool crash = false, abort_commit = false;
+    bool crash = false, abort_commit = false, mini_ckpt = false;
     ckpt_save_options opts = {.no_fsync = getenv("SAVE_DRIVER_FSYNC") == NULL};
     for (int i = 3; i < argc; i++) {
         if (strcmp(argv[i], "--keep") == 0 && i + 1 < argc)
             keep = atol(argv[++i]);
         else if (strcmp(argv[i], "--many") == 0 && i + 1 < argc)
             nmany = atol(argv[++i]);
+        else if (strcmp(argv[i], "--mini") == 0)
+            mini_ckpt = true;
         else if (strcmp(argv[i], "--protocol5") == 0)
             opts.metadata_protocol = 5;
         else if (strcmp(argv[i], "--legacy") == 0)
@@ -291,6 +321,7 @@ int main(int argc, char **argv) {
     }
     char final_dir[4096];
     snprintf(final_dir, sizeof final_dir, "%s/%s", parent, step);
+    if (mini_ckpt) return mini(final_dir, &opts);
     ckpt_error err;
     ckpt_save_txn *txn;
     check(ckpt_save_begin(final_dir, &opts, &txn, &err), &err, "begin");
