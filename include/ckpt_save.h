@@ -182,10 +182,10 @@ ckpt_status ckpt_save_set_latest(const char *parent, const char *name,
                                  const ckpt_save_options *opts, ckpt_error *err);
 /* Reads `<parent>/latest` into *name (malloc'ed).  CKPT_E_NOTFOUND if there is none. */
 ckpt_status ckpt_save_get_latest(const char *parent, char **name, ckpt_error *err);
-/* Keep-N retention: among the complete steps of `parent` (sub-directories not starting with
- * '.' that hold `.metadata`), ordered by the number their names end with (then by name),
- * deletes the oldest beyond `keep`, never `protect` (may be NULL) nor the step `latest`
- * names.  A step is first renamed to a hidden name, then removed, so a crash mid-way never
+/* Keep-N retention: among the complete steps of `parent` (sub-directories, not symlinks,
+ * not starting with '.', that hold `.metadata`), ordered by the number their names end with
+ * (then by name), deletes the oldest beyond `keep`, never `protect` (may be NULL) nor the step
+ * `latest` names.  A step is first renamed to a hidden name, then removed, so a crash mid-way never
  * leaves a visible half-deleted step.  *removed (may be NULL) receives the count. */
 ckpt_status ckpt_save_retain(const char *parent, size_t keep, const char *protect, size_t *removed,
                              ckpt_error *err);

@@ -20,11 +20,15 @@ static bool valid_name(const char *n) {
     return n && *n && !strchr(n, '/') && !strchr(n, '\n') && n[0] != '.';
 }
 
+/* A real directory (not a symlink: retention must never follow one) holding `.metadata`. */
 static bool is_complete(const char *parent, const char *name) {
-    char *p;
-    if (asprintf(&p, "%s/%s/.metadata", parent, name) < 0) return false;
+    char *d, *p;
+    if (asprintf(&d, "%s/%s", parent, name) < 0) return false;
     struct stat st;
-    bool ok = stat(p, &st) == 0 && S_ISREG(st.st_mode);
+    bool ok = lstat(d, &st) == 0 && S_ISDIR(st.st_mode);
+    free(d);
+    if (!ok || asprintf(&p, "%s/%s/.metadata", parent, name) < 0) return false;
+    ok = stat(p, &st) == 0 && S_ISREG(st.st_mode);
     free(p);
     return ok;
 }

@@ -307,6 +307,9 @@ Test(save, latest_and_retention, .init = mk_tmp, .fini = rm_tmp) {
     char junk[128];
     snprintf(junk, sizeof junk, "%s/step-100", tmp); /* incomplete: no .metadata */
     mkdir(junk, 0755);
+    char link[128];
+    snprintf(link, sizeof link, "%s/step-1", tmp); /* a symlink to a step: never a candidate */
+    cr_assert_eq(symlink("step-5", link), 0);
     cr_assert_eq(ckpt_save_set_latest(tmp, "step-3", &nosync, &err), CKPT_OK, "%s", err.message);
     cr_assert_eq(ckpt_save_get_latest(tmp, &name, &err), CKPT_OK);
     cr_assert_str_eq(name, "step-3");
@@ -325,7 +328,7 @@ Test(save, latest_and_retention, .init = mk_tmp, .fini = rm_tmp) {
     snprintf(p, sizeof p, "%s/step-5/.metadata", tmp);
     cr_assert(exists(p));
     cr_assert(exists(junk), "incomplete directories are not touched");
-    cr_assert_eq(count_entries(tmp), 4u); /* latest, step-3, step-5, step-100 */
+    cr_assert_eq(count_entries(tmp), 5u); /* latest, step-1 link, step-3, step-5, step-100 */
 }
 
 /* xorshift for reproducible random layouts */
