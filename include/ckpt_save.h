@@ -16,6 +16,11 @@
  * Conventions are those of ckpt.h: prefix ckpt_save_, opaque handles, `*_free(NULL)` is a
  * no-op, failures return a ckpt_status and fill an optional caller-owned ckpt_error.  No
  * global state: handles may be used from different threads, one thread per handle.
+ *
+ * Ownership: every string and buffer passed in is copied or only read during the call;
+ * descriptions returned by _finish / _decode belong to the caller (ckpt_save_desc_free) and
+ * are only read by _write_metadata / _commit; the value adders take their item.
+ * Files are created 0644 and directories 0755 (before the umask).
  */
 #ifndef CKPT_SAVE_H
 #define CKPT_SAVE_H
