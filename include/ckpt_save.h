@@ -41,6 +41,11 @@ typedef struct ckpt_save_options {
      * (which appends the global tensor's contiguous strides).  Torch 2.15 reads both; older
      * torch only the 5-tuple. */
     bool legacy_tensor_properties;
+    /* ckpt_save_commit also writes the integrity manifest `.ckptfs-manifest` (XXH3-64 of every
+     * stored item and of `.metadata`, see ckpt_manifest.h) into the staging directory before
+     * the rename, so the step is published sealed.  Costs one read pass over the data (all
+     * cores), normally from the page cache. */
+    bool seal;
     /* Pickle protocol of `.metadata`: 0 or 4 = protocol 4 (what torch writes under Python
      * 3.8-3.13), 5 = protocol 5 (Python 3.14's default; same opcodes).  Others: INVAL. */
     int metadata_protocol;

@@ -4,6 +4,7 @@
  * happens before that rename, `<dir>` does not exist. */
 #include "save/save_i.h"
 
+#include "ckpt_manifest.h"
 #include "util/error.h"
 
 #include <dirent.h>
@@ -137,12 +138,26 @@ fail:
 
 const char *ckpt_save_txn_staging_dir(const ckpt_save_txn *t) { return t ? t->staging : NULL; }
 
+/* Hashes the complete staging checkpoint through the reader and writes its manifest. */
+static ckpt_status seal(const char *dir, ckpt_error *err) {
+    ckpt_reader *r;
+    CKPT_TRY(ckpt_reader_open(dir, NULL, &r, err));
+    ckpt_manifest *m = NULL;
+    ckpt_status s = ckpt_manifest_build(r, 0, NULL, NULL, &m, err);
+    if (s == CKPT_OK) s = ckpt_manifest_save(m, dir, err);
+    ckpt_manifest_free(m);
+    ckpt_reader_free(r);
+    if (s != CKPT_OK) ckpt_error_prefix(err, "sealing %s: ", dir);
+    return s;
+}
+
 ckpt_status ckpt_save_commit(ckpt_save_txn *t, const ckpt_save_desc *const *descs, size_t ndescs,
                              ckpt_error *err) {
     if (!t || !t->staging) return ckpt_fail(err, CKPT_E_INVAL, "no transaction");
     if (t->committed) return ckpt_fail(err, CKPT_E_INVAL, "%s: already committed", t->final_dir);
     bool sync = !t->opts.no_fsync;
     CKPT_TRY(save_write_metadata_id(t->staging, descs, ndescs, &t->opts, t->final_dir, err));
+    if (t->opts.seal) CKPT_TRY(seal(t->staging, err));
     /* RENAME_NOREPLACE refuses a target created meanwhile; file systems without it fall back
      * to rename, which still fails on a non-empty directory. */
     int rc = renameat2(AT_FDCWD, t->staging, AT_FDCWD, t->final_dir, RENAME_NOREPLACE);

@@ -5,7 +5,7 @@
  * reader and real torch load.
  *
  * usage: save_driver PARENT STEP [--keep N] [--legacy] [--protocol5] [--many N]
- *                                  [--mini] [--crash-before-commit]
+ *                                  [--mini] [--seal] [--crash-before-commit]
  *                                  [--abort-before-commit]
  * --crash-before-commit: writes every data file and the staging .metadata, then SIGKILLs
  * itself before the rename.  --abort-before-commit: frees the transaction instead.
@@ -304,6 +304,8 @@ int main(int argc, char **argv) {
             keep = atol(argv[++i]);
         else if (strcmp(argv[i], "--many") == 0 && i + 1 < argc)
             nmany = atol(argv[++i]);
+        else if (strcmp(argv[i], "--seal") == 0)
+            opts.seal = true;
         else if (strcmp(argv[i], "--mini") == 0)
             mini_ckpt = true;
         else if (strcmp(argv[i], "--protocol5") == 0)

@@ -355,6 +355,29 @@ def test_many_entries_batches_and_frames(tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
 
 
+def test_sealed_commit(tmp_path):
+    """--seal: the step is published with .ckptfs-manifest; ckpt verify --data passes, and
+    fails once a stored byte changes."""
+    run_driver(tmp_path, "step-1", "--seal")
+    d = tmp_path / "step-1"
+    assert (d / ".ckptfs-manifest").exists()
+    p = subprocess.run([CKPT, "verify", "--data", str(d)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    sd = placeholder_state_dict()
+    dcp.load(sd, checkpoint_id=str(d), no_dist=True)  # the sidecar does not bother torch
+    check_loaded(sd)
+    with open(d / ".metadata", "rb") as f:
+        md = pickle.load(f)
+    info = next(v for k, v in md.storage_data.items() if k.fqn == "model.layers.0.w")
+    with open(d / info.relative_path, "r+b") as f:
+        f.seek(info.offset + info.length - 200)
+        b = f.read(1)
+        f.seek(info.offset + info.length - 200)
+        f.write(bytes([b[0] ^ 1]))
+    p = subprocess.run([CKPT, "verify", "--data", str(d)], capture_output=True, text=True)
+    assert p.returncode == 1, p.stdout + p.stderr
+
+
 # ---------------------------------------------------------------- commit, latest, retention
 
 
