@@ -57,6 +57,12 @@ Test(save, crc32_vectors) {
     for (size_t i = 0; i < N; i += 1000)
         parts = save_crc32(parts, b + i, N - i < 1000 ? N - i : 1000);
     cr_assert_eq(whole, parts, "slice-by-8 (%08x) != byte-wise (%08x)", whole, parts);
+    cr_assert_eq(save_crc32_builtin(0, b, N), whole, "built-in CRC differs from zlib's");
+    uint32_t bparts = 0;
+    for (size_t i = 0; i < N; i += 1000)
+        bparts = save_crc32_builtin(bparts, b + i, N - i < 1000 ? N - i : 1000);
+    cr_assert_eq(bparts, whole);
+    cr_assert_eq(save_crc32_builtin(0, "123456789", 9), 0xCBF43926u);
     free(b);
 }
 
