@@ -101,6 +101,9 @@ typedef struct ckpt_limits {
     uint32_t max_depth;          /* nesting of containers (default 256) */
     uint64_t max_items;          /* total values in one pickle (default 256 M) */
     uint64_t max_object_bytes;   /* non-tensor entry size loaded into memory (default 1 GiB) */
+    uint64_t max_decoded_cache;  /* decoded (e.g. zstd) chunks kept in memory between reads;
+                                    least recently used ones beyond this are dropped and
+                                    decoded again when needed (default 512 MiB) */
 } ckpt_limits;
 
 typedef struct ckpt_open_options {

@@ -147,6 +147,99 @@ static ckpt_status resolve_item(ckpt_reader *r, const ckpt_entry *e, const ckpt_
     return resolve_zip(r, e, c, src, out, err);
 }
 
+/* ------------------------------------------------------------------ decoded-chunk cache
+ * Decoded items (CHUNK_IN_MEMORY) are kept in an LRU list bounded by limits.max_decoded_cache;
+ * unpinned ones beyond it are freed and decoded again on their next use.  All under r->lock. */
+
+static uint64_t item_bytes(const ckpt_chunk *c) {
+    return c->item ? ts_item_source(c->item)->len : 0;
+}
+
+static void lru_unlink(ckpt_reader *r, ckpt_chunk *c) {
+    if (c->lru_prev)
+        c->lru_prev->lru_next = c->lru_next;
+    else if (r->lru_head == c)
+        r->lru_head = c->lru_next;
+    if (c->lru_next)
+        c->lru_next->lru_prev = c->lru_prev;
+    else if (r->lru_tail == c)
+        r->lru_tail = c->lru_prev;
+    c->lru_prev = c->lru_next = NULL;
+}
+
+static void lru_insert(ckpt_reader *r, ckpt_chunk *c) {
+    c->lru_prev = NULL;
+    c->lru_next = r->lru_head;
+    if (r->lru_head) r->lru_head->lru_prev = c;
+    r->lru_head = c;
+    if (!r->lru_tail) r->lru_tail = c;
+    r->decoded_bytes += item_bytes(c);
+}
+
+/* Frees least recently used unpinned items (never `keep`) until under budget. */
+static void lru_evict(ckpt_reader *r, const ckpt_chunk *keep) {
+    ckpt_chunk *c = r->lru_tail;
+    while (c && r->decoded_bytes > r->limits.max_decoded_cache) {
+        ckpt_chunk *prev = c->lru_prev;
+        if (c != keep && c->pins == 0) {
+            r->decoded_bytes -= item_bytes(c);
+            lru_unlink(r, c);
+            ts_item_free(c->item);
+            c->item = NULL;
+        }
+        c = prev;
+    }
+}
+
+ckpt_status ckpt_chunk_pin(ckpt_reader *r, const ckpt_entry *e, ckpt_chunk *c,
+                           const ckpt_source **decoded, ckpt_error *err) {
+    CKPT_TRY(ckpt_chunk_resolve(r, e, c, err));
+    if (c->kind != CHUNK_IN_MEMORY)
+        return ckpt_fail(err, CKPT_E_INVAL, "'%s': chunk is not decoded in memory", e->key);
+    pthread_mutex_lock(&r->lock);
+    if (c->item) {
+        c->pins++;
+        lru_unlink(r, c);
+        r->decoded_bytes -= item_bytes(c);
+        lru_insert(r, c);
+        *decoded = ts_item_source(c->item);
+        pthread_mutex_unlock(&r->lock);
+        return CKPT_OK;
+    }
+    pthread_mutex_unlock(&r->lock);
+    /* evicted: decode again, outside the lock */
+    ckpt_source src;
+    resolved res;
+    memset(&res, 0, sizeof res);
+    ckpt_status s = ckpt_loc_source(r, &c->loc, e->key, &src, err);
+    if (s == CKPT_OK) s = resolve_item(r, e, c, &src, &res, err);
+    if (s == CKPT_OK && !res.item)
+        s = ckpt_fail(err, CKPT_E_FORMAT, "'%s': chunk no longer decodes to memory", e->key);
+    if (s != CKPT_OK) {
+        ts_item_free(res.item);
+        return s;
+    }
+    pthread_mutex_lock(&r->lock);
+    if (!c->item) {
+        c->item = res.item;
+        res.item = NULL;
+        lru_insert(r, c);
+    }
+    c->pins++;
+    lru_evict(r, c);
+    *decoded = ts_item_source(c->item);
+    pthread_mutex_unlock(&r->lock);
+    ts_item_free(res.item);
+    return CKPT_OK;
+}
+
+void ckpt_chunk_unpin(ckpt_reader *r, ckpt_chunk *c) {
+    pthread_mutex_lock(&r->lock);
+    if (c->pins) c->pins--;
+    lru_evict(r, NULL);
+    pthread_mutex_unlock(&r->lock);
+}
+
 ckpt_status ckpt_chunk_resolve(ckpt_reader *r, const ckpt_entry *e, ckpt_chunk *c,
                                ckpt_error *err) {
     int state = atomic_load_explicit(&c->state, memory_order_acquire);
@@ -177,8 +270,13 @@ ckpt_status ckpt_chunk_resolve(ckpt_reader *r, const ckpt_entry *e, ckpt_chunk *
                 c->big_endian = res.big_endian;
                 c->contiguous = res.contiguous;
                 c->elem0 = res.elem0;
-                c->item = res.item;
-                res.item = NULL;
+                c->owner = e;
+                if (res.item) {
+                    c->item = res.item;
+                    res.item = NULL;
+                    lru_insert(r, c);
+                    lru_evict(r, c);
+                }
                 atomic_store_explicit(&c->state, CHUNK_RESOLVED, memory_order_release);
             } else {
                 s = ckpt_fail(er, CKPT_E_NOMEM, "out of memory");

@@ -39,7 +39,12 @@ typedef struct ckpt_chunk {
     bool contiguous;       /* C-order strides over `sizes` */
     uint64_t elem0;        /* byte offset of storage element `storage_offset` (file or memory) */
     const int64_t *stride; /* element strides (ndim values) */
-    ts_item *item;         /* kept for CHUNK_IN_MEMORY */
+    ts_item *item;         /* CHUNK_IN_MEMORY: the decoded item, or NULL when evicted;
+                              read it only while pinned (ckpt_chunk_pin) */
+    /* decoded-chunk cache (reader->lock): LRU links, pins, owner for re-decoding */
+    struct ckpt_chunk *lru_prev, *lru_next;
+    uint32_t pins;
+    const struct ckpt_entry *owner;
     ckpt_status fail_code; /* CHUNK_FAILED: the error to report again */
     const char *fail_msg;
 } ckpt_chunk;
@@ -84,6 +89,9 @@ struct ckpt_reader {
     pthread_mutex_t lock;
     ckpt_reader_info info;
     uint64_t unmatched_storage; /* storage_data entries that match no chunk/entry */
+    /* decoded chunks held in memory, most recently used first (under `lock`) */
+    ckpt_chunk *lru_head, *lru_tail;
+    uint64_t decoded_bytes;
 };
 
 /* A reader over an in-memory `.metadata` (fuzzing and tests); data files are looked up in
@@ -107,6 +115,11 @@ ckpt_status ckpt_loc_source(ckpt_reader *r, const ckpt_loc *loc, const char *wha
 
 /* chunk_resolve.c: makes chunk->elem0/stride/... valid. Thread-safe. */
 ckpt_status ckpt_chunk_resolve(ckpt_reader *r, const ckpt_entry *e, ckpt_chunk *c, ckpt_error *err);
+/* A resolved CHUNK_IN_MEMORY chunk's decoded bytes, decoding them again if they were evicted;
+ * they stay valid until the matching ckpt_chunk_unpin.  Thread-safe. */
+ckpt_status ckpt_chunk_pin(ckpt_reader *r, const ckpt_entry *e, ckpt_chunk *c,
+                           const ckpt_source **decoded, ckpt_error *err);
+void ckpt_chunk_unpin(ckpt_reader *r, ckpt_chunk *c);
 
 /* path escaping (path.c) */
 char *ckpt_path_escape_elem(ckpt_arena *a, const char *elem, size_t len);

@@ -123,10 +123,14 @@ ckpt_status ckpt_plan_execute(ckpt_reader *r, const ckpt_entry *e, const ckpt_pl
         ckpt_chunk *c = &e->chunks[pc->chunk];
         CKPT_TRY(ckpt_chunk_resolve(r, e, c, err));
         if (pc->file_id == CKPT_PIECE_DECODED) {
-            const ckpt_source *src = ts_item_source(c->item);
-            if (c->kind != CHUNK_IN_MEMORY || pc->file_offset + pc->length > src->len)
+            if (c->kind != CHUNK_IN_MEMORY)
                 return ckpt_fail(err, CKPT_E_INVAL, "plan piece %zu is out of range", i);
-            memcpy(out + pc->dst_offset, src->mem + pc->file_offset, pc->length);
+            const ckpt_source *src;
+            CKPT_TRY(ckpt_chunk_pin(r, e, c, &src, err));
+            bool inside = pc->file_offset + pc->length <= src->len;
+            if (inside) memcpy(out + pc->dst_offset, src->mem + pc->file_offset, pc->length);
+            ckpt_chunk_unpin(r, c);
+            if (!inside) return ckpt_fail(err, CKPT_E_INVAL, "plan piece %zu is out of range", i);
         } else {
             if (pc->file_id != file.file_id) { /* consecutive pieces mostly share a file */
                 int fd = ckpt_files_fd(r, (uint32_t)pc->file_id, err);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #define DIRECT_RUN_MIN (64u * 1024u)    /* runs this long are read straight into place */
+#define SPARSE_RUN_MIN (4u * 1024u)     /* ... and these when a slab would read twice as much */
 #define SLAB_BYTES (8u * 1024u * 1024u) /* staging buffer for strided layouts */
 
 /* The whole data file of a chunk as a source (absolute offsets); its fd is looked up once per
@@ -86,10 +87,12 @@ static ckpt_status read_slabs(slice_reader *x, const slice_box *b, const ckpt_so
 ckpt_status slice_read_box(void *ctx, const slice_box *b, ckpt_error *err) {
     slice_reader *x = ctx;
     const ckpt_chunk *c = b->c;
-    if (c->kind == CHUNK_IN_MEMORY) {
-        const uint8_t *mem = ts_item_source(c->item)->mem;
-        ckpt_strided_copy(x->dst + b->dst0, b->dst_stride, mem + b->src0, b->src_stride, b->count,
-                          b->ndim, b->itemsize);
+    if (c->kind == CHUNK_IN_MEMORY) { /* decoded bytes: pinned while copied */
+        const ckpt_source *dec;
+        CKPT_TRY(ckpt_chunk_pin(x->r, x->e, (ckpt_chunk *)c, &dec, err));
+        ckpt_strided_copy(x->dst + b->dst0, b->dst_stride, dec->mem + b->src0, b->src_stride,
+                          b->count, b->ndim, b->itemsize);
+        ckpt_chunk_unpin(x->r, (ckpt_chunk *)c);
     } else {
         ckpt_source src;
         CKPT_TRY(file_source(x->r, c, &src, err));
@@ -98,13 +101,16 @@ ckpt_status slice_read_box(void *ctx, const slice_box *b, ckpt_error *err) {
         memcpy(ss, b->src_stride, sizeof(int64_t) * (size_t)b->ndim);
         memcpy(cnt, b->count, sizeof(int64_t) * (size_t)b->ndim);
         int n = ckpt_merge_dims(ds, ss, cnt, b->ndim, b->itemsize, &run);
-        /* runs in ascending file order with big gaps are read one by one, as are long runs */
+        /* runs in ascending file order with big gaps are read one by one, as are long runs,
+         * and page-sized runs that make up less than half of their span (a column slice of a
+         * row-major chunk: a slab would read the other columns too) */
         bool ascending = true;
         for (int d = 0; d < n; d++)
             if (ss[d] < (d + 1 < n ? ss[d + 1] * cnt[d + 1] : run)) ascending = false;
         int64_t gap = n ? ss[n - 1] - run : 0;
         if (n == 0 || run >= (int64_t)DIRECT_RUN_MIN ||
-            (ascending && gap >= (int64_t)DIRECT_RUN_MIN))
+            (ascending && gap >= (int64_t)DIRECT_RUN_MIN) ||
+            (ascending && run >= (int64_t)SPARSE_RUN_MIN && gap >= run))
             CKPT_TRY(read_runs(x, b, &src, n, ds, ss, cnt, run, err));
         else
             CKPT_TRY(read_slabs(x, b, &src, err));

@@ -36,9 +36,13 @@ static tree_ckpt *ckpt_new(const char *dir, const char *name, uint32_t slot) {
 /* The built checkpoint of a slot; NULL with err filled when it does not exist or failed. */
 static tree_ckpt *get_ckpt(ckpt_tree *t, uint32_t slot, ckpt_error *err) {
     tree_ckpt *c = NULL;
-    pthread_mutex_lock(&t->lock);
-    if (slot < t->nslots) c = t->slots[slot];
-    pthread_mutex_unlock(&t->lock);
+    if (!t->multi) { /* one checkpoint, fixed at open: no lock on the read path */
+        c = slot == 0 ? t->slots[0] : NULL;
+    } else {
+        pthread_mutex_lock(&t->lock);
+        if (slot < t->nslots) c = t->slots[slot];
+        pthread_mutex_unlock(&t->lock);
+    }
     if (!c) {
         ckpt_fail(err, CKPT_E_NOTFOUND, "no such inode");
         return NULL;
@@ -576,15 +580,14 @@ ckpt_status ckpt_tree_lookup(ckpt_tree *t, ckpt_ino parent, const char *name, ck
 
 /* ------------------------------------------------------------------ readdir */
 
+/* One directory entry with its attributes (an entry whose attributes cannot be had, e.g. a
+ * checkpoint that fails to index, is still listed). */
 static bool emit(ckpt_tree *t, ckpt_tree_dirent_fn fn, void *ctx, const char *name, ckpt_ino ino,
-                 uint64_t next, ckpt_error *err, ckpt_status *s) {
+                 uint64_t next) {
     ckpt_tree_stat st;
     ckpt_error e = {0};
-    if (ckpt_tree_getattr(t, ino, &st, &e) != CKPT_OK) { /* listed, with what is known */
+    if (ckpt_tree_getattr(t, ino, &st, &e) != CKPT_OK)
         st = (ckpt_tree_stat){.ino = ino, .type = CKPT_NODE_FILE, .nlink = 1};
-        (void)err;
-    }
-    (void)s;
     return fn(ctx, name, &st, next);
 }
 
@@ -601,7 +604,7 @@ ckpt_status ckpt_tree_readdir(ckpt_tree *t, ckpt_ino dir, uint64_t cookie, ckpt_
         uint64_t base = t->latest ? 1 : 0;
         if (i == 0 && t->latest) {
             pthread_mutex_unlock(&t->lock);
-            if (!emit(t, fn, ctx, "latest", tree_ino(0, 0, TOP_NODE_LATEST), 1, err, &s)) return s;
+            if (!emit(t, fn, ctx, "latest", tree_ino(0, 0, TOP_NODE_LATEST), 1)) return s;
             pthread_mutex_lock(&t->lock);
             i = 1;
         }
@@ -610,7 +613,7 @@ ckpt_status ckpt_tree_readdir(ckpt_tree *t, ckpt_ino dir, uint64_t cookie, ckpt_
             char name[256];
             snprintf(name, sizeof name, "%s", c->name);
             pthread_mutex_unlock(&t->lock);
-            bool more = emit(t, fn, ctx, name, tree_ino(c->slot, 0, 0), i + 1, err, &s);
+            bool more = emit(t, fn, ctx, name, tree_ino(c->slot, 0, 0), i + 1);
             pthread_mutex_lock(&t->lock);
             if (!more) break;
         }
@@ -622,8 +625,7 @@ ckpt_status ckpt_tree_readdir(ckpt_tree *t, ckpt_ino dir, uint64_t cookie, ckpt_
         uint64_t base = (p.inst == INST_PLAIN && p.node == 0) ? NHIDDEN : 0;
         for (uint64_t i = cookie; i < base + n->nkids; i++) {
             if (i < base) {
-                if (!emit(t, fn, ctx, hidden_dirs[i], tree_ino(p.slot, hidden_insts[i], 0), i + 1,
-                          err, &s))
+                if (!emit(t, fn, ctx, hidden_dirs[i], tree_ino(p.slot, hidden_insts[i], 0), i + 1))
                     return s;
                 continue;
             }
@@ -640,7 +642,7 @@ ckpt_status ckpt_tree_readdir(ckpt_tree *t, ckpt_ino dir, uint64_t cookie, ckpt_
                 memcpy(tmp + len, ".npy", 5);
                 name = tmp;
             }
-            bool more = emit(t, fn, ctx, name, tree_ino(p.slot, p.inst, k), i + 1, err, &s);
+            bool more = emit(t, fn, ctx, name, tree_ino(p.slot, p.inst, k), i + 1);
             free(tmp);
             if (!more) return s;
         }
@@ -649,13 +651,13 @@ ckpt_status ckpt_tree_readdir(ckpt_tree *t, ckpt_ino dir, uint64_t cookie, ckpt_
     case O_RAWDIR:
         for (uint64_t i = cookie; i < p.c->nraw; i++)
             if (!emit(t, fn, ctx, p.c->raw[i].name, tree_ino(p.slot, INST_RAW, (uint32_t)i + 1),
-                      i + 1, err, &s))
+                      i + 1))
                 return s;
         return s;
     case O_STDIR:
         for (uint64_t i = cookie; i < p.c->nst; i++)
             if (!emit(t, fn, ctx, p.c->st[i].name, tree_ino(p.slot, INST_ST, (uint32_t)i + 1),
-                      i + 1, err, &s))
+                      i + 1))
                 return s;
         return s;
     case O_LAYOUTDIR: { /* the specs in use so far (any other can be looked up) */
@@ -665,8 +667,7 @@ ckpt_status ckpt_tree_readdir(ckpt_tree *t, ckpt_ino dir, uint64_t cookie, ckpt_
             if (li.rank >= 0) continue;
             char name[64];
             snprintf(name, sizeof name, "dim%d-of-%u", li.dim, li.n);
-            if (!emit(t, fn, ctx, name, tree_ino(p.slot, (uint32_t)(INST_DYNAMIC + i), 0), i + 1,
-                      err, &s))
+            if (!emit(t, fn, ctx, name, tree_ino(p.slot, (uint32_t)(INST_DYNAMIC + i), 0), i + 1))
                 return s;
         }
     }
@@ -676,7 +677,7 @@ ckpt_status ckpt_tree_readdir(ckpt_tree *t, ckpt_ino dir, uint64_t cookie, ckpt_
             if (!inst) return ckpt_fail(err, CKPT_E_LIMIT, "too many layout directories in use");
             char name[16];
             snprintf(name, sizeof name, "%llu", (unsigned long long)i);
-            if (!emit(t, fn, ctx, name, tree_ino(p.slot, inst, 0), i + 1, err, &s)) return s;
+            if (!emit(t, fn, ctx, name, tree_ino(p.slot, inst, 0), i + 1)) return s;
         }
         return s;
     default: return ckpt_fail(err, CKPT_E_INVAL, "not a directory");

@@ -33,12 +33,18 @@ int cmd_cat(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_dump_metadata(int argc, char **argv);
 int cmd_seal(int argc, char **argv);
+int cmd_export(int argc, char **argv);
+int cmd_diff(int argc, char **argv);
+int cmd_load(int argc, char **argv); /* with MPI only */
 void cmd_ls_help(FILE *out);
 void cmd_info_help(FILE *out);
 void cmd_cat_help(FILE *out);
 void cmd_verify_help(FILE *out);
 void cmd_dump_metadata_help(FILE *out);
 void cmd_seal_help(FILE *out);
+void cmd_export_help(FILE *out);
+void cmd_diff_help(FILE *out);
+void cmd_load_help(FILE *out);
 
 /* ---- messages ---- */
 

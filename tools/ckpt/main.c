@@ -1,6 +1,6 @@
 /* main.c — entry point of the `ckpt` tool: global --help/--version and dispatch to the
  * subcommands (one file each: cmd_ls.c, cmd_info.c, cmd_cat.c, cmd_verify.c, cmd_seal.c,
- * cmd_dump_metadata.c). */
+ * cmd_export.c, cmd_diff.c, cmd_load.c (MPI builds), cmd_dump_metadata.c). */
 #include "cli.h"
 
 #include <string.h>
@@ -10,8 +10,14 @@ static const cli_command commands[] = {
     {"info", "summarise a checkpoint (format, sizes, counts)", cmd_info, cmd_info_help},
     {"cat", "write a tensor's bytes (or values, or an object) to stdout", cmd_cat, cmd_cat_help},
     {"verify", "check a checkpoint's integrity without loading it", cmd_verify, cmd_verify_help},
-    {"seal", "write the integrity manifest (XXH3 of every stored item)", cmd_seal,
-     cmd_seal_help},
+    {"seal", "write the integrity manifest (XXH3 of every stored item)", cmd_seal, cmd_seal_help},
+    {"export", "write the tensors as one safetensors file (streaming)", cmd_export,
+     cmd_export_help},
+    {"diff", "compare two checkpoints entry by entry", cmd_diff, cmd_diff_help},
+#ifdef CKPT_WITH_MPI
+    {"load", "load into a new layout across MPI ranks (each byte read once)", cmd_load,
+     cmd_load_help},
+#endif
     {"dump-metadata", "print the whole .metadata as JSON (no unpickling)", cmd_dump_metadata,
      cmd_dump_metadata_help},
 };

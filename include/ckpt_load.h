@@ -1,0 +1,77 @@
+/* ckpt_load.h — the collective loader (built when MPI is found): the ranks of an MPI job,
+ * in any layout, load their parts of a checkpoint with every needed stored byte read from
+ * storage exactly once across the job.  Each rank describes what it wants (a region of a
+ * tensor, a Shard(d)-of-N slice with torch.chunk semantics, or the whole tensor) and where it
+ * goes; one collective call plans who reads what (the union of all requests split into
+ * contiguous, byte-balanced ranges of the shard files), reads it with large preads, and moves
+ * every piece to the ranks that need it over MPI, in rounds bounded by a staging budget.
+ *
+ * Conventions as in ckpt.h.  Every call taking the handle after ckpt_load_open is made by
+ * one thread per rank; ckpt_load_open and ckpt_load_execute are collective and return the
+ * same status (and message) on every rank: an error anywhere fails the call everywhere,
+ * without hanging. */
+#ifndef CKPT_LOAD_H
+#define CKPT_LOAD_H
+
+#include "ckpt.h"
+
+#include <mpi.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ckpt_load ckpt_load;
+
+typedef enum ckpt_load_mode {
+    CKPT_LOAD_COLLECTIVE = 0,  /* each stored byte read once, redistributed over MPI */
+    CKPT_LOAD_INDEPENDENT = 1, /* every rank reads its own overlaps (the baseline) */
+} ckpt_load_mode;
+
+typedef struct ckpt_load_options {
+    ckpt_load_mode mode;
+    uint64_t staging_bytes; /* memory a rank may use for staging per round (default 256 MiB) */
+    /* Runs of at least this many bytes that only one request needs are read by that rank
+     * straight into place instead of through the exchange (default 4 KiB; UINT64_MAX:
+     * never).  Every byte is still read once. */
+    uint64_t direct_min_bytes;
+} ckpt_load_options;
+
+typedef struct ckpt_load_stats {
+    uint64_t bytes_requested; /* bytes of this rank's destination buffers */
+    uint64_t bytes_read;      /* bytes this rank read from the shard files */
+    uint64_t bytes_sent;      /* to other ranks */
+    uint64_t bytes_received;  /* from other ranks */
+    uint64_t bytes_local;     /* read and decoded locally (transformed or byte-swapped chunks) */
+    uint64_t union_bytes;     /* the job's needed stored bytes, counted once (same everywhere) */
+    uint32_t rounds;
+    double seconds_plan, seconds_read, seconds_exchange, seconds_total;
+} ckpt_load_stats;
+
+/* Collective over `comm` (duplicated internally): every rank opens and indexes `dir`. */
+ckpt_status ckpt_load_open(MPI_Comm comm, const char *dir, const ckpt_open_options *opts,
+                           ckpt_load **out, ckpt_error *err);
+void ckpt_load_free(ckpt_load *l);
+/* The rank's reader (for listing entries, shapes, non-tensor values). */
+ckpt_reader *ckpt_load_reader(ckpt_load *l);
+
+/* Requests: the region [start, start+count) of tensor `key` (flat key or tree path; start and
+ * count NULL for the whole tensor) into `dst` (C order, dst_size >= its bytes, host memory).
+ * Buffers must stay valid until ckpt_load_execute returns. */
+ckpt_status ckpt_load_request(ckpt_load *l, const char *key, const int64_t *start,
+                              const int64_t *count, void *dst, size_t dst_size, ckpt_error *err);
+/* The slice rank `rank` of `nranks` holds under Shard(dim) (see ckpt_shard_box). */
+ckpt_status ckpt_load_request_shard(ckpt_load *l, const char *key, int dim, uint32_t nranks,
+                                    uint32_t rank, void *dst, size_t dst_size, ckpt_error *err);
+
+/* Collective: fills every requested buffer of every rank (a rank with no requests takes part
+ * all the same), then forgets the requests.  `opts` may be NULL. */
+ckpt_status ckpt_load_execute(ckpt_load *l, const ckpt_load_options *opts, ckpt_error *err);
+
+/* Counters of the last ckpt_load_execute on this rank. */
+void ckpt_load_get_stats(const ckpt_load *l, ckpt_load_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CKPT_LOAD_H */

@@ -1,0 +1,209 @@
+/* load.c — the collective loader's public calls: opening over a communicator, recording
+ * requests, and executing them (planning locally, the job-wide plan, the exchange rounds,
+ * then the requests only this rank can serve), with counters and CKPT_DEBUG logging. */
+#include "load/load_i.h"
+#include "util/error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+ckpt_status ckpt_load_open(MPI_Comm comm, const char *dir, const ckpt_open_options *opts,
+                           ckpt_load **out, ckpt_error *err) {
+    ckpt_error local = {0};
+    if (!err) err = &local;
+    *out = NULL;
+    ckpt_load *l = calloc(1, sizeof *l);
+    if (!l) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory"); /* cannot agree: no comm */
+    MPI_Comm_dup(comm, &l->comm);
+    MPI_Comm_rank(l->comm, &l->rank);
+    MPI_Comm_size(l->comm, &l->size);
+    ckpt_status s = ckpt_reader_open(dir, opts, &l->r, err);
+    s = load_agree(l, s, err);
+    if (s == CKPT_OK) { /* every rank must see the same data files in the same order */
+        unsigned long long h = ckpt_reader_num_files(l->r), lo, hi;
+        for (uint32_t i = 0; i < ckpt_reader_num_files(l->r); i++)
+            for (const char *c = ckpt_reader_file_name(l->r, i); *c; c++)
+                h = h * 1099511628211ull ^ (unsigned char)*c;
+        MPI_Allreduce(&h, &lo, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, l->comm);
+        MPI_Allreduce(&h, &hi, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, l->comm);
+        if (lo != hi)
+            s = ckpt_fail(err, CKPT_E_INVAL, "%s: ranks see different checkpoint metadata", dir);
+    }
+    if (s != CKPT_OK) {
+        ckpt_load_free(l);
+        return s;
+    }
+    *out = l;
+    return CKPT_OK;
+}
+
+void ckpt_load_free(ckpt_load *l) {
+    if (!l) return;
+    ckpt_reader_free(l->r);
+    free(l->reqs);
+    if (l->comm != MPI_COMM_NULL) MPI_Comm_free(&l->comm);
+    free(l);
+}
+
+ckpt_reader *ckpt_load_reader(ckpt_load *l) { return l->r; }
+
+void ckpt_load_get_stats(const ckpt_load *l, ckpt_load_stats *out) { *out = l->stats; }
+
+ckpt_status ckpt_load_request(ckpt_load *l, const char *key, const int64_t *start,
+                              const int64_t *count, void *dst, size_t dst_size, ckpt_error *err) {
+    const ckpt_entry *e = ckpt_reader_find(l->r, key);
+    if (!e) return ckpt_fail(err, CKPT_E_NOTFOUND, "no entry '%s'", key);
+    if (ckpt_entry_kind_of(e) != CKPT_ENTRY_TENSOR)
+        return ckpt_fail(err, CKPT_E_INVAL, "'%s' is not a tensor", key);
+    int nd = ckpt_entry_ndim(e);
+    uint64_t bytes = ckpt_dtype_itemsize(ckpt_entry_dtype(e));
+    for (int d = 0; d < nd; d++) {
+        int64_t a = start ? start[d] : 0, c = count ? count[d] : ckpt_entry_shape(e)[d];
+        if (a < 0 || c < 0 || a > ckpt_entry_shape(e)[d] - c)
+            return ckpt_fail(err, CKPT_E_RANGE, "'%s': region outside the tensor", key);
+        bytes *= (uint64_t)c;
+    }
+    if (dst_size < bytes || (!dst && bytes))
+        return ckpt_fail(err, CKPT_E_INVAL, "'%s': buffer of %zu bytes, region needs %llu", key,
+                         dst_size, (unsigned long long)bytes);
+    if (l->nreqs == l->reqs_cap) {
+        size_t cap = l->reqs_cap ? l->reqs_cap * 2 : 16;
+        lreq *m = realloc(l->reqs, cap * sizeof *m);
+        if (!m) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        l->reqs = m;
+        l->reqs_cap = cap;
+    }
+    lreq *q = &l->reqs[l->nreqs++];
+    memset(q, 0, sizeof *q);
+    q->e = e;
+    q->dst = dst;
+    q->size = (size_t)bytes;
+    for (int d = 0; d < nd; d++) {
+        q->start[d] = start ? start[d] : 0;
+        q->count[d] = count ? count[d] : ckpt_entry_shape(e)[d];
+    }
+    return CKPT_OK;
+}
+
+ckpt_status ckpt_load_request_shard(ckpt_load *l, const char *key, int dim, uint32_t nranks,
+                                    uint32_t rank, void *dst, size_t dst_size, ckpt_error *err) {
+    const ckpt_entry *e = ckpt_reader_find(l->r, key);
+    if (!e || ckpt_entry_kind_of(e) != CKPT_ENTRY_TENSOR)
+        return ckpt_fail(err, CKPT_E_NOTFOUND, "no tensor '%s'", key);
+    int64_t start[CKPT_MAX_NDIM], count[CKPT_MAX_NDIM];
+    if (ckpt_shard_box(ckpt_entry_ndim(e), ckpt_entry_shape(e), dim, nranks, rank, start, count) !=
+        CKPT_OK)
+        return ckpt_fail(err, CKPT_E_INVAL, "'%s': bad shard spec dim %d, rank %u of %u", key, dim,
+                         rank, nranks);
+    return ckpt_load_request(l, key, start, count, dst, dst_size, err);
+}
+
+/* Plans this rank's requests into pieces; requests with decoded or byte-swapped pieces are
+ * marked local. */
+static ckpt_status plan_local(ckpt_load *l, gpiece **out, size_t *n, ckpt_error *err) {
+    size_t cap = 64;
+    gpiece *v = malloc(cap * sizeof *v);
+    *n = 0;
+    if (!v) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    for (size_t i = 0; i < l->nreqs; i++) {
+        lreq *q = &l->reqs[i];
+        int nd = ckpt_entry_ndim(q->e);
+        ckpt_plan *p = NULL;
+        CKPT_TRY(ckpt_plan_region(l->r, q->e, nd ? q->start : NULL, nd ? q->count : NULL, &p, err));
+        const ckpt_piece *pc = ckpt_plan_pieces(p);
+        size_t np = ckpt_plan_num_pieces(p);
+        for (size_t k = 0; k < np; k++)
+            if (pc[k].file_id == CKPT_PIECE_DECODED || pc[k].swap_unit) q->local = true;
+        for (size_t k = 0; !q->local && k < np; k++) {
+            if (*n == cap) {
+                cap *= 2;
+                gpiece *m = realloc(v, cap * sizeof *m);
+                if (!m) {
+                    ckpt_plan_free(p);
+                    free(v);
+                    return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+                }
+                v = m;
+            }
+            v[(*n)++] = (gpiece){pc[k].file_id, (uint32_t)i,      pc[k].file_offset,
+                                 pc[k].length,  pc[k].dst_offset, (uint32_t)l->rank};
+        }
+        ckpt_plan_free(p);
+    }
+    *out = v;
+    return CKPT_OK;
+}
+
+static void log_stats(const ckpt_load *l) {
+    const char *dbg = getenv("CKPT_DEBUG");
+    if (!dbg || !*dbg || *dbg == '0') return;
+    const ckpt_load_stats *s = &l->stats;
+    fprintf(stderr,
+            "ckpt_load rank %d/%d: requested %llu B, read %llu B, sent %llu B, received %llu B, "
+            "local %llu B, union %llu B, %u rounds; plan %.3f s, read %.3f s, exchange %.3f s, "
+            "total %.3f s\n",
+            l->rank, l->size, (unsigned long long)s->bytes_requested,
+            (unsigned long long)s->bytes_read, (unsigned long long)s->bytes_sent,
+            (unsigned long long)s->bytes_received, (unsigned long long)s->bytes_local,
+            (unsigned long long)s->union_bytes, s->rounds, s->seconds_plan, s->seconds_read,
+            s->seconds_exchange, s->seconds_total);
+}
+
+ckpt_status ckpt_load_execute(ckpt_load *l, const ckpt_load_options *opts, ckpt_error *err) {
+    ckpt_error local = {0};
+    if (!err) err = &local;
+    ckpt_load_options o = opts ? *opts : (ckpt_load_options){0};
+    if (!o.staging_bytes) o.staging_bytes = 256ull << 20;
+    if (!o.direct_min_bytes) o.direct_min_bytes = LOAD_DIRECT_MIN;
+    memset(&l->stats, 0, sizeof l->stats);
+    double t0 = now();
+    for (size_t i = 0; i < l->nreqs; i++)
+        l->stats.bytes_requested += l->reqs[i].size;
+    ckpt_status s = CKPT_OK;
+    if (o.mode == CKPT_LOAD_INDEPENDENT) {
+        for (size_t i = 0; s == CKPT_OK && i < l->nreqs; i++) {
+            lreq *q = &l->reqs[i];
+            int nd = ckpt_entry_ndim(q->e);
+            s = ckpt_read_region(l->r, q->e, nd ? q->start : NULL, nd ? q->count : NULL, q->dst,
+                                 q->size, err);
+            l->stats.bytes_read += q->size;
+        }
+        l->stats.seconds_read = now() - t0;
+        s = load_agree(l, s, err);
+    } else {
+        gpiece *mine = NULL;
+        size_t nmine = 0;
+        s = load_agree(l, plan_local(l, &mine, &nmine, err), err);
+        load_plan p = {0};
+        if (s == CKPT_OK) s = load_plan_build(l, mine, nmine, o.direct_min_bytes, &p, err);
+        free(mine);
+        l->stats.seconds_plan = now() - t0;
+        if (s == CKPT_OK) {
+            l->stats.union_bytes = p.union_bytes;
+            s = load_exchange(l, &p, o.staging_bytes, err);
+            load_plan_release(&p, l->size);
+        }
+        ckpt_status ls = CKPT_OK;
+        for (size_t i = 0; s == CKPT_OK && ls == CKPT_OK && i < l->nreqs; i++) {
+            lreq *q = &l->reqs[i];
+            if (!q->local) continue;
+            int nd = ckpt_entry_ndim(q->e);
+            ls = ckpt_read_region(l->r, q->e, nd ? q->start : NULL, nd ? q->count : NULL, q->dst,
+                                  q->size, err);
+            l->stats.bytes_local += q->size;
+        }
+        if (s == CKPT_OK) s = load_agree(l, ls, err);
+    }
+    l->nreqs = 0;
+    l->stats.seconds_total = now() - t0;
+    log_stats(l);
+    return s;
+}

@@ -1,0 +1,75 @@
+/* load_i.h — private state of the collective loader: the rank's requests, the job-wide piece
+ * table every rank computes identically, and the helpers of each phase. */
+#ifndef CKPT_LOAD_LOAD_I_H
+#define CKPT_LOAD_LOAD_I_H
+
+#include "ckpt_load.h"
+
+/* One request of this rank. */
+typedef struct lreq {
+    const ckpt_entry *e;
+    int64_t start[CKPT_MAX_NDIM];
+    int64_t count[CKPT_MAX_NDIM];
+    uint8_t *dst;
+    size_t size;
+    bool local; /* served by this rank alone (decoded or byte-swapped chunks) */
+} lreq;
+
+/* A piece of some rank's request: `len` bytes at `off` of data file `file` go to byte
+ * `dst` of request `req` of rank `owner`.  The wire format is the first five fields. */
+typedef struct gpiece {
+    int32_t file;
+    uint32_t req;
+    uint64_t off;
+    uint64_t len;
+    uint64_t dst;
+    uint32_t owner; /* filled after the gather */
+} gpiece;
+#define GPIECE_WIRE 32 /* bytes of file, req, off, len, dst */
+
+/* A byte range of a data file. */
+typedef struct frange {
+    int32_t file;
+    uint64_t off;
+    uint64_t len;
+} frange;
+
+struct ckpt_load {
+    MPI_Comm comm;
+    int rank, size;
+    ckpt_reader *r;
+    lreq *reqs;
+    size_t nreqs, reqs_cap;
+    ckpt_load_stats stats;
+};
+
+/* agree.c: the same status and message on every rank (the lowest failing rank's). */
+ckpt_status load_agree(ckpt_load *l, ckpt_status s, ckpt_error *err);
+
+/* plan.c: every rank's pieces, sorted by (owner, file, off); the union of their ranges split
+ * into `size` contiguous byte-balanced shares (reader k reads shares[k]). */
+typedef struct load_plan {
+    gpiece *pieces;
+    size_t npieces;
+    size_t *owner_first; /* size + 1 entries: pieces of owner j are [first[j], first[j+1]) */
+    frange **shares;
+    size_t *nshares;
+    uint64_t *share_bytes;
+    uint64_t union_bytes; /* every needed byte, once */
+    /* this rank's direct ranges: needed by one of its pieces only, read straight into place */
+    frange *direct;
+    size_t *direct_piece; /* index in pieces */
+    size_t ndirect;
+    uint64_t direct_bytes;
+} load_plan;
+/* Default of ckpt_load_options.direct_min_bytes. */
+#define LOAD_DIRECT_MIN ((uint64_t)4 << 10)
+ckpt_status load_plan_build(ckpt_load *l, const gpiece *mine, size_t nmine, uint64_t direct_min,
+                            load_plan *p, ckpt_error *err);
+void load_plan_release(load_plan *p, int size);
+
+/* exchange.c: the rounds of reading and redistribution. */
+ckpt_status load_exchange(ckpt_load *l, const load_plan *p, uint64_t staging_bytes,
+                          ckpt_error *err);
+
+#endif

@@ -1,0 +1,175 @@
+/* bench_read.c — the reading side of the mount benchmarks (tools/bench/bench_mount.py), in C
+ * so that the reader's own overhead is the same for every path measured:
+ *
+ *   bench_read files [-j N] [-b BYTES] FILE...
+ *       N threads (default 1) read the files (split between them by size) with read(2) into a
+ *       reused buffer of BYTES (default 1 MiB); prints "bytes seconds".
+ *   bench_read ranges [-b BYTES] DIR DIM N RANK [PREFIX]
+ *       what rank RANK of a Shard(DIM)-over-N layout needs of every tensor under PREFIX,
+ *       read straight from the shard files: libckpt plans each tensor's box into
+ *       (file, offset, length) pieces and each piece is pread into its place in a reused
+ *       destination buffer; prints "bytes seconds". */
+#include "ckpt.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+typedef struct worker {
+    char **files;
+    size_t n;
+    size_t block;
+    unsigned long long bytes;
+    int failed;
+} worker;
+
+static void *read_files(void *arg) {
+    worker *w = arg;
+    char *buf = aligned_alloc(4096, (w->block + 4095) / 4096 * 4096);
+    if (!buf) {
+        w->failed = 1;
+        return NULL;
+    }
+    memset(buf, 0, w->block);
+    for (size_t i = 0; i < w->n; i++) {
+        int fd = open(w->files[i], O_RDONLY);
+        if (fd < 0) {
+            perror(w->files[i]);
+            w->failed = 1;
+            continue;
+        }
+        for (;;) {
+            ssize_t k = read(fd, buf, w->block);
+            if (k < 0) {
+                perror(w->files[i]);
+                w->failed = 1;
+                break;
+            }
+            if (k == 0) break;
+            w->bytes += (unsigned long long)k;
+        }
+        close(fd);
+    }
+    free(buf);
+    return NULL;
+}
+
+static int cmd_files(int argc, char **argv) {
+    int j = 1;
+    size_t block = 1u << 20;
+    int i = 0;
+    for (; i < argc && argv[i][0] == '-'; i += 2) {
+        if (i + 1 >= argc) return 2;
+        if (strcmp(argv[i], "-j") == 0) j = atoi(argv[i + 1]);
+        if (strcmp(argv[i], "-b") == 0) block = (size_t)atol(argv[i + 1]);
+    }
+    int nf = argc - i;
+    if (j < 1 || j > 64 || nf < 1 || block == 0) return 2;
+    worker w[64];
+    memset(w, 0, sizeof w);
+    /* largest files first to the least loaded thread */
+    unsigned long long load[64] = {0};
+    for (int t = 0; t < j; t++) {
+        w[t].files = calloc((size_t)nf, sizeof(char *));
+        w[t].block = block;
+    }
+    char **files = argv + i;
+    for (int f = 0; f < nf; f++) {
+        struct stat st;
+        unsigned long long sz = stat(files[f], &st) == 0 ? (unsigned long long)st.st_size : 0;
+        int best = 0;
+        for (int t = 1; t < j; t++)
+            if (load[t] < load[best]) best = t;
+        w[best].files[w[best].n++] = files[f];
+        load[best] += sz;
+    }
+    pthread_t tid[64];
+    double t0 = now();
+    for (int t = 0; t < j; t++)
+        pthread_create(&tid[t], NULL, read_files, &w[t]);
+    unsigned long long total = 0;
+    int failed = 0;
+    for (int t = 0; t < j; t++) {
+        pthread_join(tid[t], NULL);
+        total += w[t].bytes;
+        failed |= w[t].failed;
+        free(w[t].files);
+    }
+    printf("%llu %.6f\n", total, now() - t0);
+    return failed;
+}
+
+static int cmd_ranges(int argc, char **argv) {
+    size_t block = 1u << 20;
+    (void)block;
+    if (argc < 4) return 2;
+    const char *dir = argv[0], *prefix = argc > 4 ? argv[4] : "";
+    int dim = atoi(argv[1]);
+    uint32_t n = (uint32_t)atoi(argv[2]), rank = (uint32_t)atoi(argv[3]);
+    ckpt_reader *r;
+    ckpt_error err = {0};
+    if (ckpt_reader_open(dir, NULL, &r, &err) != CKPT_OK) {
+        fprintf(stderr, "%s\n", err.message);
+        return 1;
+    }
+    size_t cap = 0;
+    char *buf = NULL;
+    unsigned long long total = 0;
+    int failed = 0;
+    double t0 = now();
+    for (size_t i = 0; i < ckpt_reader_num_entries(r); i++) {
+        const ckpt_entry *e = ckpt_reader_entry(r, i);
+        if (ckpt_entry_kind_of(e) != CKPT_ENTRY_TENSOR ||
+            strncmp(ckpt_entry_path(e), prefix, strlen(prefix)) != 0)
+            continue;
+        int64_t start[CKPT_MAX_NDIM], count[CKPT_MAX_NDIM];
+        ckpt_shard_box(ckpt_entry_ndim(e), ckpt_entry_shape(e), dim, n, rank, start, count);
+        ckpt_plan *p = NULL;
+        if (ckpt_plan_region(r, e, start, count, &p, &err) != CKPT_OK) {
+            fprintf(stderr, "%s\n", err.message);
+            failed = 1;
+            continue;
+        }
+        uint64_t need = ckpt_plan_bytes(p);
+        if (need > cap) {
+            free(buf);
+            buf = malloc(need);
+            cap = need;
+            memset(buf, 0, need);
+        }
+        const ckpt_piece *pc = ckpt_plan_pieces(p);
+        for (size_t k = 0; k < ckpt_plan_num_pieces(p); k++) {
+            int fd = ckpt_reader_file_fd(r, (uint32_t)pc[k].file_id, &err);
+            if (fd < 0 || pread(fd, buf + pc[k].dst_offset, pc[k].length,
+                                (off_t)pc[k].file_offset) != (ssize_t)pc[k].length) {
+                failed = 1;
+                break;
+            }
+        }
+        total += need;
+        ckpt_plan_free(p);
+    }
+    printf("%llu %.6f\n", total, now() - t0);
+    free(buf);
+    ckpt_reader_free(r);
+    return failed;
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 2 && strcmp(argv[1], "files") == 0) return cmd_files(argc - 2, argv + 2);
+    if (argc >= 2 && strcmp(argv[1], "ranges") == 0) return cmd_ranges(argc - 2, argv + 2);
+    fprintf(stderr, "usage: bench_read files [-j N] [-b BYTES] FILE... | "
+                    "bench_read ranges DIR DIM N RANK [PREFIX]\n");
+    return 2;
+}

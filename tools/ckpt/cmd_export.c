@@ -1,0 +1,339 @@
+/* cmd_export.c — `ckpt export`: writes the tensors of a checkpoint (or of one subtree) as a
+ * safetensors file, streaming each tensor in bounded blocks (memory stays at a few blocks
+ * however large the checkpoint), optionally casting floating tensors to bf16/fp16/fp32 the
+ * way torch's `.to(dtype)` rounds, with a progress line on a terminal.  The file appears
+ * atomically (written as OUT.tmp-<pid>, then renamed). */
+#include "cli.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void cmd_export_help(FILE *out) {
+    fputs("Usage: ckpt export [options] CHECKPOINT_DIR OUT.safetensors\n"
+          "\n"
+          "Write the checkpoint's tensors as one safetensors file, consolidated from the\n"
+          "shards in bounded memory.  Tensor names are their tree paths (as `ckpt ls` shows\n"
+          "them); with --keys DIR, only the tensors under DIR, named relative to it (so\n"
+          "`--keys model` gives names that load into the model).  Non-tensor entries are\n"
+          "left out; tensors of dtypes safetensors cannot name (complex128, float8_e8m0fnu)\n"
+          "are skipped with a warning and listed in the header's __metadata__.\n"
+          "\n"
+          "Options:\n"
+          "      --keys PATH     export only the subtree PATH (a tree path or directory)\n"
+          "      --dtype T       cast floating tensors (float64/32/16, bfloat16) to T: bf16,\n"
+          "                      fp16 or fp32 (rounding as torch's .to(T)); others unchanged\n"
+          "  -q, --quiet         no progress line and no summary\n"
+          "      --help          show this help\n",
+          out);
+}
+
+enum { OPT_KEYS = 1, OPT_DTYPE, OPT_QUIET };
+static const cli_opt export_opts[] = {
+    {"keys", 0, true, OPT_KEYS},
+    {"dtype", 0, true, OPT_DTYPE},
+    {"quiet", 'q', false, OPT_QUIET},
+};
+
+#define BLOCK ((uint64_t)16 << 20)
+
+static const char *st_name(ckpt_dtype dt) {
+    switch (dt) {
+    case CKPT_DTYPE_FLOAT64: return "F64";
+    case CKPT_DTYPE_FLOAT32: return "F32";
+    case CKPT_DTYPE_FLOAT16: return "F16";
+    case CKPT_DTYPE_BFLOAT16: return "BF16";
+    case CKPT_DTYPE_FLOAT8_E4M3FN: return "F8_E4M3";
+    case CKPT_DTYPE_FLOAT8_E5M2: return "F8_E5M2";
+    case CKPT_DTYPE_FLOAT8_E4M3FNUZ: return "F8_E4M3FNUZ";
+    case CKPT_DTYPE_FLOAT8_E5M2FNUZ: return "F8_E5M2FNUZ";
+    case CKPT_DTYPE_INT8: return "I8";
+    case CKPT_DTYPE_INT16: return "I16";
+    case CKPT_DTYPE_INT32: return "I32";
+    case CKPT_DTYPE_INT64: return "I64";
+    case CKPT_DTYPE_UINT8: return "U8";
+    case CKPT_DTYPE_UINT16: return "U16";
+    case CKPT_DTYPE_UINT32: return "U32";
+    case CKPT_DTYPE_UINT64: return "U64";
+    case CKPT_DTYPE_BOOL: return "BOOL";
+    case CKPT_DTYPE_COMPLEX64: return "C64";
+    default: return NULL;
+    }
+}
+
+static bool is_castable(ckpt_dtype dt) {
+    return dt == CKPT_DTYPE_FLOAT64 || dt == CKPT_DTYPE_FLOAT32 || dt == CKPT_DTYPE_FLOAT16 ||
+           dt == CKPT_DTYPE_BFLOAT16;
+}
+
+/* ------------------------------------------------------------------ casting */
+
+static float load_float(ckpt_dtype dt, const uint8_t *p) {
+    switch (dt) {
+    case CKPT_DTYPE_FLOAT64: {
+        double d;
+        memcpy(&d, p, 8);
+        return (float)d; /* torch casts double -> float first too */
+    }
+    case CKPT_DTYPE_FLOAT32: {
+        float f;
+        memcpy(&f, p, 4);
+        return f;
+    }
+    case CKPT_DTYPE_FLOAT16: {
+        _Float16 h;
+        memcpy(&h, p, 2);
+        return (float)h;
+    }
+    default: { /* bfloat16 */
+        uint32_t u = (uint32_t)(p[0] | p[1] << 8) << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    }
+}
+
+static void store(ckpt_dtype to, float f, uint8_t *p) {
+    if (to == CKPT_DTYPE_FLOAT32) {
+        memcpy(p, &f, 4);
+    } else if (to == CKPT_DTYPE_FLOAT16) {
+        _Float16 h = (_Float16)f;
+        memcpy(p, &h, 2);
+    } else { /* bfloat16, round to nearest even; NaN becomes 0x7FC0 as in c10 */
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        uint16_t b;
+        if ((u & 0x7FFFFFFFu) > 0x7F800000u)
+            b = 0x7FC0;
+        else
+            b = (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+        p[0] = (uint8_t)b;
+        p[1] = (uint8_t)(b >> 8);
+    }
+}
+
+/* ------------------------------------------------------------------ writing */
+
+typedef struct sink_ctx {
+    int fd;
+    ckpt_dtype from, to; /* to == from: no cast */
+    uint8_t *cast;       /* BLOCK-sized buffer for cast output */
+    uint64_t done, total;
+    cli_progress *prog;
+    bool failed;
+} sink_ctx;
+
+static bool sink(void *ctx, const void *buf, size_t len) {
+    sink_ctx *s = ctx;
+    const uint8_t *src = buf;
+    size_t out_len = len;
+    if (s->from != s->to) {
+        size_t in_item = ckpt_dtype_itemsize(s->from), out_item = ckpt_dtype_itemsize(s->to);
+        size_t n = len / in_item;
+        for (size_t i = 0; i < n; i++)
+            store(s->to, load_float(s->from, src + i * in_item), s->cast + i * out_item);
+        src = s->cast;
+        out_len = n * out_item;
+    }
+    if (!cli_write_all(s->fd, src, out_len)) return false;
+    s->done += out_len;
+    cli_progress_fn(s->prog, s->done, s->total);
+    return true;
+}
+
+typedef struct item {
+    const ckpt_entry *e;
+    const char *name;
+    ckpt_dtype out;
+    uint64_t bytes;
+} item;
+
+/* Path p lies under directory `dir` (element boundary): the rest, else NULL. */
+static const char *under(const char *p, const char *dir) {
+    size_t n = strlen(dir);
+    while (n && dir[n - 1] == '/')
+        n--;
+    if (n == 0) return p;
+    if (strncmp(p, dir, n) != 0) return NULL;
+    if (p[n] == '/') return p + n + 1;
+    if (p[n] == '\0') return strrchr(p, '/') ? strrchr(p, '/') + 1 : p; /* a single tensor */
+    return NULL;
+}
+
+static size_t order_size(const item *it) { return ckpt_dtype_itemsize(it->out); }
+
+int cmd_export(int argc, char **argv) {
+    cli_parser p;
+    cli_parser_init(&p, "export", argc, argv);
+    const char *dir = NULL, *out = NULL, *keys = "", *arg;
+    ckpt_dtype cast = CKPT_DTYPE_INVALID;
+    bool quiet = false;
+    for (int id;
+         (id = cli_next(&p, export_opts, sizeof export_opts / sizeof *export_opts, &arg));) {
+        switch (id) {
+        case CLI_OPT_HELP: cmd_export_help(stdout); return cli_flush_stdout() ? 0 : CLI_EXIT_FAIL;
+        case CLI_OPT_ERROR: return CLI_EXIT_USAGE;
+        case CLI_OPT_OPERAND:
+            if (!dir)
+                dir = arg;
+            else if (!out)
+                out = arg;
+            else
+                return cli_usage_error("export", "too many arguments ('%s')", arg);
+            break;
+        case OPT_KEYS: keys = arg; break;
+        case OPT_DTYPE:
+            cast = ckpt_dtype_from_name(arg);
+            if (cast == CKPT_DTYPE_INVALID && strcmp(arg, "fp32") == 0) cast = CKPT_DTYPE_FLOAT32;
+            if (cast == CKPT_DTYPE_INVALID && strcmp(arg, "fp16") == 0) cast = CKPT_DTYPE_FLOAT16;
+            if (cast != CKPT_DTYPE_BFLOAT16 && cast != CKPT_DTYPE_FLOAT16 &&
+                cast != CKPT_DTYPE_FLOAT32)
+                return cli_usage_error("export", "--dtype wants bf16, fp16 or fp32, not '%s'", arg);
+            break;
+        case OPT_QUIET: quiet = true; break;
+        }
+    }
+    if (!dir || !out) return cli_usage_error("export", "usage: ckpt export DIR OUT.safetensors");
+    ckpt_reader *r = cli_open(dir);
+    if (!r) return CLI_EXIT_FAIL;
+    size_t n = ckpt_reader_num_entries(r), m = 0;
+    item *items = calloc(n ? n : 1, sizeof *items);
+    if (!items) {
+        cli_error("out of memory");
+        ckpt_reader_free(r);
+        return CLI_EXIT_FAIL;
+    }
+    int status = CLI_EXIT_OK;
+    char *skipped = NULL;
+    size_t skipped_len = 0;
+    FILE *sk = open_memstream(&skipped, &skipped_len);
+    for (size_t i = 0; i < n; i++) {
+        const ckpt_entry *e = ckpt_reader_entry(r, i);
+        if (ckpt_entry_kind_of(e) != CKPT_ENTRY_TENSOR) continue;
+        const char *name = under(ckpt_entry_path(e), keys);
+        if (!name) continue;
+        ckpt_dtype dt = ckpt_entry_dtype(e);
+        ckpt_dtype to = cast && is_castable(dt) ? cast : dt;
+        if (!st_name(to) || ckpt_entry_problem(e)) {
+            if (!quiet)
+                cli_error("warning: %s: %s, not exported", ckpt_entry_path(e),
+                          ckpt_entry_problem(e) ? ckpt_entry_problem(e)
+                                                : "dtype has no safetensors name");
+            if (sk) {
+                fputs(ftell(sk) ? "," : "[", sk);
+                cli_json_string(sk, ckpt_entry_path(e));
+            }
+            continue;
+        }
+        uint64_t numel = ckpt_entry_numel(e);
+        items[m++] = (item){e, name, to, numel * ckpt_dtype_itemsize(to)};
+    }
+    if (sk) {
+        if (ftell(sk)) fputc(']', sk);
+        fclose(sk);
+    }
+    if (m == 0) {
+        cli_error("%s: no tensors%s%s", dir, keys[0] ? " under " : "", keys);
+        status = CLI_EXIT_FAIL;
+        goto done;
+    }
+    /* data order: item size 16 down to 1 (every tensor aligned to its item size), stable */
+    item *sorted = malloc(m * sizeof *sorted);
+    if (!sorted) {
+        cli_error("out of memory");
+        status = CLI_EXIT_FAIL;
+        goto done;
+    }
+    size_t k = 0;
+    for (size_t size = 16; size >= 1; size /= 2)
+        for (size_t i = 0; i < m; i++)
+            if (order_size(&items[i]) == size) sorted[k++] = items[i];
+    memcpy(items, sorted, m * sizeof *items);
+    free(sorted);
+
+    char *hdr = NULL;
+    size_t hdr_len = 0;
+    FILE *h = open_memstream(&hdr, &hdr_len);
+    if (!h) {
+        cli_error("out of memory");
+        status = CLI_EXIT_FAIL;
+        goto done;
+    }
+    fputs("{\"__metadata__\":{\"format\":\"pt\",\"ckptfs.source\":", h);
+    cli_json_string(h, dir);
+    if (skipped && skipped_len) {
+        fputs(",\"ckptfs.skipped\":", h);
+        cli_json_string(h, skipped);
+    }
+    fputc('}', h);
+    uint64_t at = 0;
+    for (size_t i = 0; i < m; i++) {
+        fputc(',', h);
+        cli_json_string(h, items[i].name);
+        fprintf(h, ":{\"dtype\":\"%s\",\"shape\":[", st_name(items[i].out));
+        for (int d = 0; d < ckpt_entry_ndim(items[i].e); d++)
+            fprintf(h, "%s%lld", d ? "," : "", (long long)ckpt_entry_shape(items[i].e)[d]);
+        fprintf(h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)at,
+                (unsigned long long)(at + items[i].bytes));
+        at += items[i].bytes;
+    }
+    fputc('}', h);
+    while (ftell(h) % 8)
+        fputc(' ', h);
+    fclose(h);
+
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp-%ld", out, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        cli_error("%s: %s", tmp, strerror(errno));
+        free(hdr);
+        status = CLI_EXIT_FAIL;
+        goto done;
+    }
+    uint8_t len8[8];
+    for (int i = 0; i < 8; i++)
+        len8[i] = (uint8_t)((uint64_t)hdr_len >> (8 * i));
+    cli_progress prog;
+    cli_progress_init(&prog, "export");
+    if (quiet) prog.tty = false;
+    sink_ctx sc = {.fd = fd, .total = at, .prog = &prog, .cast = malloc(BLOCK * 2)};
+    bool ok = sc.cast && cli_write_all(fd, len8, 8) && cli_write_all(fd, hdr, hdr_len);
+    free(hdr);
+    ckpt_error err = {0};
+    for (size_t i = 0; ok && i < m; i++) {
+        const ckpt_entry *e = items[i].e;
+        cli_slice s;
+        cli_slice_full(&s, ckpt_entry_ndim(e), ckpt_entry_shape(e));
+        sc.from = ckpt_entry_dtype(e);
+        sc.to = items[i].out;
+        if (cli_read_blocks(r, e, &s, BLOCK, sink, &sc, &err) != CKPT_OK) {
+            cli_error("%s", err.message);
+            ok = false;
+        }
+    }
+    cli_progress_end(&prog);
+    free(sc.cast);
+    if (ok && fsync(fd) != 0) ok = false;
+    if (close(fd) != 0) ok = false;
+    if (ok && rename(tmp, out) != 0) {
+        cli_error("%s: %s", out, strerror(errno));
+        ok = false;
+    }
+    if (!ok) {
+        unlink(tmp);
+        status = CLI_EXIT_FAIL;
+    } else if (!quiet) {
+        char hs[32];
+        printf("exported %zu tensors (%s) to %s\n", m, cli_human_size(at, hs, sizeof hs), out);
+        if (!cli_flush_stdout()) status = CLI_EXIT_FAIL;
+    }
+done:
+    free(skipped);
+    free(items);
+    ckpt_reader_free(r);
+    return status;
+}

@@ -1,0 +1,256 @@
+/* cmd_load.c — `mpirun -np M ckpt load DIR --layout dimD`: every rank loads its Shard(D)
+ * slice of every tensor (or of --keys) with the collective loader (each stored byte read once
+ * across the job), prints the job's counters, and with --dump writes each rank's local shards
+ * as raw files OUTDIR/rank<k>/<path> for validation.  Built when MPI is found. */
+#include "ckpt_load.h"
+#include "cli.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+void cmd_load_help(FILE *out) {
+    fputs("Usage: mpirun -np M ckpt load [options] CHECKPOINT_DIR\n"
+          "\n"
+          "Load the checkpoint into a new layout across the M ranks of an MPI job: rank k\n"
+          "gets its Shard(D) slice (torch.chunk semantics) of every tensor, every needed\n"
+          "stored byte being read from storage once across the job and sent to the ranks\n"
+          "that need it.  Prints the counters; a one-rank run works without mpirun.\n"
+          "\n"
+          "Options:\n"
+          "      --layout dimD   shard along dimension D (default dim0); tensors with at most\n"
+          "                      D dimensions are loaded whole on every rank\n"
+          "      --keys A,B,...  only these entries (flat keys or tree paths) or directories\n"
+          "      --mode M        collective (default) or independent (every rank reads its\n"
+          "                      own overlaps: the baseline)\n"
+          "      --budget BYTES  staging memory per rank (default 256M)\n"
+          "      --direct-min B  runs of at least B bytes (default 4K; 'never') that one\n"
+          "                      rank alone needs are read by it straight into place\n"
+          "      --dump OUTDIR   write rank k's shards to OUTDIR/rank<k>/<path>\n"
+          "      --json          counters of every rank as JSON (rank 0 prints)\n"
+          "      --device cuda   load into GPU memory (needs a CUDA build)\n"
+          "  -q, --quiet         print nothing on success\n"
+          "      --help          show this help\n",
+          out);
+}
+
+enum {
+    OPT_LAYOUT = 1,
+    OPT_KEYS,
+    OPT_MODE,
+    OPT_BUDGET,
+    OPT_DUMP,
+    OPT_JSON,
+    OPT_DEVICE,
+    OPT_QUIET,
+    OPT_DIRECT_MIN
+};
+static const cli_opt load_opts[] = {
+    {"layout", 0, true, OPT_LAYOUT},
+    {"keys", 0, true, OPT_KEYS},
+    {"mode", 0, true, OPT_MODE},
+    {"budget", 0, true, OPT_BUDGET},
+    {"dump", 0, true, OPT_DUMP},
+    {"json", 0, false, OPT_JSON},
+    {"device", 0, true, OPT_DEVICE},
+    {"quiet", 'q', false, OPT_QUIET},
+    {"direct-min", 0, true, OPT_DIRECT_MIN},
+};
+
+static bool selected(const ckpt_entry *e, const char *keys) {
+    if (!keys) return true;
+    const char *p = keys;
+    while (*p) {
+        const char *comma = strchr(p, ',');
+        size_t n = comma ? (size_t)(comma - p) : strlen(p);
+        const char *path = ckpt_entry_path(e), *key = ckpt_entry_key(e);
+        if ((strlen(key) == n && strncmp(key, p, n) == 0) ||
+            (strncmp(path, p, n) == 0 && (path[n] == '\0' || path[n] == '/')))
+            return true;
+        p += n + (comma ? 1 : 0);
+    }
+    return false;
+}
+
+static int mkdirs(char *path) { /* mkdir -p of the directory part of path */
+    for (char *s = strchr(path + 1, '/'); s; s = strchr(s + 1, '/')) {
+        *s = '\0';
+        int r = mkdir(path, 0755);
+        *s = '/';
+        if (r != 0 && errno != EEXIST) return -1;
+    }
+    return 0;
+}
+
+typedef struct buf {
+    const ckpt_entry *e;
+    uint8_t *data;
+    size_t size;
+} buf;
+
+static int run(int argc, char **argv, int rank, int size) {
+    cli_parser p;
+    cli_parser_init(&p, "load", argc, argv);
+    const char *dir = NULL, *keys = NULL, *dump = NULL, *arg;
+    int dim = 0;
+    bool json = false, quiet = false;
+    ckpt_load_options o = {0};
+    for (int id; (id = cli_next(&p, load_opts, sizeof load_opts / sizeof *load_opts, &arg));) {
+        switch (id) {
+        case CLI_OPT_HELP:
+            if (rank == 0) cmd_load_help(stdout);
+            return 0;
+        case CLI_OPT_ERROR: return CLI_EXIT_USAGE;
+        case CLI_OPT_OPERAND:
+            if (dir) return cli_usage_error("load", "too many arguments ('%s')", arg);
+            dir = arg;
+            break;
+        case OPT_LAYOUT: {
+            char *end;
+            long d = strtol(arg + 3, &end, 10);
+            if (strncmp(arg, "dim", 3) != 0 || *end || end == arg + 3 || d < 0 || d >= 64)
+                return cli_usage_error("load", "--layout wants dim0, dim1, ..., not '%s'", arg);
+            dim = (int)d;
+            break;
+        }
+        case OPT_KEYS: keys = arg; break;
+        case OPT_MODE:
+            if (strcmp(arg, "collective") == 0)
+                o.mode = CKPT_LOAD_COLLECTIVE;
+            else if (strcmp(arg, "independent") == 0)
+                o.mode = CKPT_LOAD_INDEPENDENT;
+            else
+                return cli_usage_error("load", "--mode wants collective or independent");
+            break;
+        case OPT_BUDGET:
+            if (!cli_parse_size(arg, &o.staging_bytes))
+                return cli_usage_error("load", "bad --budget '%s'", arg);
+            break;
+        case OPT_DUMP: dump = arg; break;
+        case OPT_DIRECT_MIN:
+            if (strcmp(arg, "never") == 0)
+                o.direct_min_bytes = UINT64_MAX;
+            else if (!cli_parse_size(arg, &o.direct_min_bytes) || !o.direct_min_bytes)
+                return cli_usage_error("load", "bad --direct-min '%s'", arg);
+            break;
+        case OPT_JSON: json = true; break;
+        case OPT_DEVICE:
+            if (strcmp(arg, "cpu") != 0) {
+                cli_error("--device %s: this ckpt is built without CUDA device support", arg);
+                return CLI_EXIT_USAGE;
+            }
+            break;
+        case OPT_QUIET: quiet = true; break;
+        }
+    }
+    if (!dir) return cli_usage_error("load", "missing CHECKPOINT_DIR");
+    ckpt_load *l = NULL;
+    ckpt_error err = {0};
+    if (ckpt_load_open(MPI_COMM_WORLD, dir, NULL, &l, &err) != CKPT_OK) {
+        if (rank == 0) cli_error("%s", err.message);
+        return CLI_EXIT_FAIL;
+    }
+    ckpt_reader *r = ckpt_load_reader(l);
+    size_t n = ckpt_reader_num_entries(r), nb = 0;
+    buf *bufs = calloc(n ? n : 1, sizeof *bufs);
+    int status = bufs ? CLI_EXIT_OK : CLI_EXIT_FAIL;
+    for (size_t i = 0; status == CLI_EXIT_OK && i < n; i++) {
+        const ckpt_entry *e = ckpt_reader_entry(r, i);
+        if (ckpt_entry_kind_of(e) != CKPT_ENTRY_TENSOR || !selected(e, keys)) continue;
+        int64_t start[CKPT_MAX_NDIM], count[CKPT_MAX_NDIM];
+        ckpt_shard_box(ckpt_entry_ndim(e), ckpt_entry_shape(e), dim, (uint32_t)size, (uint32_t)rank,
+                       start, count);
+        size_t bytes = ckpt_dtype_itemsize(ckpt_entry_dtype(e));
+        for (int d = 0; d < ckpt_entry_ndim(e); d++)
+            bytes *= (size_t)count[d];
+        bufs[nb] = (buf){e, malloc(bytes ? bytes : 1), bytes};
+        if (!bufs[nb].data ||
+            ckpt_load_request_shard(l, ckpt_entry_key(e), dim, (uint32_t)size, (uint32_t)rank,
+                                    bufs[nb].data, bytes, &err) != CKPT_OK) {
+            cli_error("%s", bufs[nb].data ? err.message : "out of memory");
+            status = CLI_EXIT_FAIL;
+        }
+        nb++;
+    }
+    /* every rank must reach execute: a local failure becomes a no-request participation */
+    int bad = status != CLI_EXIT_OK, anybad = 0;
+    MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (!anybad && ckpt_load_execute(l, &o, &err) != CKPT_OK) {
+        if (rank == 0) cli_error("%s", err.message);
+        status = CLI_EXIT_FAIL;
+    } else if (anybad) {
+        status = CLI_EXIT_FAIL;
+    }
+    ckpt_load_stats st;
+    ckpt_load_get_stats(l, &st);
+    if (status == CLI_EXIT_OK && dump) {
+        for (size_t i = 0; i < nb; i++) {
+            char path[8192];
+            snprintf(path, sizeof path, "%s/rank%d/%s", dump, rank, ckpt_entry_path(bufs[i].e));
+            FILE *f = mkdirs(path) == 0 ? fopen(path, "wb") : NULL;
+            if (!f || fwrite(bufs[i].data, 1, bufs[i].size, f) != bufs[i].size) {
+                cli_error("%s: %s", path, strerror(errno));
+                status = CLI_EXIT_FAIL;
+            }
+            if (f && fclose(f) != 0) status = CLI_EXIT_FAIL;
+        }
+    }
+    ckpt_load_stats *all = rank == 0 ? calloc((size_t)size, sizeof *all) : NULL;
+    MPI_Gather(&st, (int)sizeof st, MPI_BYTE, all, (int)sizeof st, MPI_BYTE, 0, MPI_COMM_WORLD);
+    if (rank == 0 && all && !quiet && status == CLI_EXIT_OK) {
+        ckpt_load_stats sum = {0};
+        double wall = 0;
+        for (int k = 0; k < size; k++) {
+            sum.bytes_requested += all[k].bytes_requested;
+            sum.bytes_read += all[k].bytes_read;
+            sum.bytes_sent += all[k].bytes_sent;
+            sum.bytes_local += all[k].bytes_local;
+            if (all[k].seconds_total > wall) wall = all[k].seconds_total;
+        }
+        if (json) {
+            printf("{\"ranks\": %d, \"union_bytes\": %llu, \"wall_seconds\": %.6f, \"per_rank\": [",
+                   size, (unsigned long long)all[0].union_bytes, wall);
+            for (int k = 0; k < size; k++)
+                printf("%s{\"requested\": %llu, \"read\": %llu, \"sent\": %llu, \"received\": "
+                       "%llu, \"local\": %llu, \"rounds\": %u, \"plan_s\": %.6f, \"read_s\": "
+                       "%.6f, \"exchange_s\": %.6f, \"total_s\": %.6f}",
+                       k ? ", " : "", (unsigned long long)all[k].bytes_requested,
+                       (unsigned long long)all[k].bytes_read, (unsigned long long)all[k].bytes_sent,
+                       (unsigned long long)all[k].bytes_received,
+                       (unsigned long long)all[k].bytes_local, all[k].rounds, all[k].seconds_plan,
+                       all[k].seconds_read, all[k].seconds_exchange, all[k].seconds_total);
+            printf("]}\n");
+        } else {
+            char a[32], b[32], c[32], d[32];
+            printf("loaded %s into %d ranks (layout dim%d, %s) in %.3f s: read %s from storage "
+                   "(needed %s once), sent %s between ranks\n",
+                   cli_human_size(sum.bytes_requested, a, sizeof a), size, dim,
+                   o.mode == CKPT_LOAD_INDEPENDENT ? "independent" : "collective", wall,
+                   cli_human_size(sum.bytes_read + sum.bytes_local, b, sizeof b),
+                   cli_human_size(all[0].union_bytes, c, sizeof c),
+                   cli_human_size(sum.bytes_sent, d, sizeof d));
+        }
+        fflush(stdout);
+    }
+    free(all);
+    for (size_t i = 0; i < nb; i++)
+        free(bufs[i].data);
+    free(bufs);
+    ckpt_load_free(l);
+    return status;
+}
+
+int cmd_load(int argc, char **argv) {
+    int provided;
+    MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int status = run(argc, argv, rank, size);
+    /* the job's exit status: the worst rank's */
+    int worst = status;
+    MPI_Allreduce(&status, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Finalize();
+    return worst;
+}
