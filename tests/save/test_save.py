@@ -207,6 +207,8 @@ def test_same_bytes_as_torch_save(tmp_path, monkeypatch):
     assert p.returncode == 0, p.stderr
     dcp.save({"lr": 0.01, "model": {"w": torch.arange(6, dtype=torch.float32).reshape(2, 3)}},
              checkpoint_id="theirs", no_dist=True)
+    p = subprocess.run([CKPT, "diff", str(ours), str(theirs)], capture_output=True, text=True)
+    assert p.returncode == 0 and "2 same" in p.stdout, p.stdout + p.stderr
     a = (theirs / "__0_0.distcp").read_bytes()
     b = (ours / "__0_0.distcp").read_bytes()
     assert len(a) == len(b)
