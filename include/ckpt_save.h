@@ -1,0 +1,207 @@
+/* ckpt_save.h — public API of the ckptfs saver: writing PyTorch Distributed Checkpoint (DCP)
+ * directories that torch.distributed.checkpoint.load reads at any world size.
+ *
+ * The work is split so that a collective (MPI) layer can drive it:
+ *
+ *   rank 0:       ckpt_save_begin(dir)            -> staging directory (hidden, same parent)
+ *   every rank:   ckpt_save_file_open(staging, rank)
+ *                 ckpt_save_file_add_tensor / _add_value ...   (its local pieces)
+ *                 ckpt_save_file_finish           -> ckpt_save_desc (what it wrote)
+ *                 ckpt_save_desc_encode           -> bytes to gather
+ *   rank 0:       ckpt_save_desc_decode (each)    -> descriptions of all ranks
+ *                 ckpt_save_commit(txn, descs)    -> `.metadata` written last, then rename
+ *
+ * In one process (tests, single-rank tools) the same calls run one after the other.
+ *
+ * Conventions are those of ckpt.h: prefix ckpt_save_, opaque handles, `*_free(NULL)` is a
+ * no-op, failures return a ckpt_status and fill an optional caller-owned ckpt_error.  No
+ * global state: handles may be used from different threads, one thread per handle.
+ *
+ * Ownership: every string and buffer passed in is copied or only read during the call;
+ * descriptions returned by _finish / _decode belong to the caller (ckpt_save_desc_free) and
+ * are only read by _write_metadata / _commit; the value adders take their item.
+ * Files are created 0644 and directories 0755 (before the umask).
+ */
+#ifndef CKPT_SAVE_H
+#define CKPT_SAVE_H
+
+#include "ckpt.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- options */
+
+typedef struct ckpt_save_options {
+    /* Skip fsync of files and directories (tests, scratch space).  Default false: every data
+     * file, `.metadata` and the directories involved are fsync'ed before the commit rename. */
+    bool no_fsync;
+    /* Write TensorProperties as the 5-tuple of torch <= 2.14 instead of torch 2.15's 6-tuple
+     * (which appends the global tensor's contiguous strides).  Torch 2.15 reads both; older
+     * torch only the 5-tuple. */
+    bool legacy_tensor_properties;
+    /* ckpt_save_commit also writes the integrity manifest `.ckptfs-manifest` (XXH3-64 of every
+     * stored item and of `.metadata`, see ckpt_manifest.h) into the staging directory before
+     * the rename, so the step is published sealed.  Costs one read pass over the data (all
+     * cores), normally from the page cache. */
+    bool seal;
+    /* Pickle protocol of `.metadata`: 0 or 4 = protocol 4 (what torch writes under Python
+     * 3.8-3.13), 5 = protocol 5 (Python 3.14's default; same opcodes).  Others: INVAL. */
+    int metadata_protocol;
+    /* StorageMeta.checkpoint_id (a pathlib.PosixPath); NULL: the final directory path. */
+    const char *checkpoint_id;
+} ckpt_save_options;
+
+/* ---------------------------------------------------------------- values */
+
+/* A non-tensor value (what Python would store in a state_dict: None, bool, int, float, str,
+ * list, tuple, dict with str keys), pickled into the data file as torch.save(obj) would. */
+typedef struct ckpt_save_value ckpt_save_value;
+
+/* Constructors return NULL when memory runs out; the adders below accept that NULL and fail
+ * with CKPT_E_NOMEM, so a whole tree can be built and checked once. */
+ckpt_save_value *ckpt_save_value_none(void);
+ckpt_save_value *ckpt_save_value_bool(bool v);
+ckpt_save_value *ckpt_save_value_int(int64_t v);
+ckpt_save_value *ckpt_save_value_float(double v);
+ckpt_save_value *ckpt_save_value_string(const char *utf8); /* copied */
+ckpt_save_value *ckpt_save_value_list(void);
+ckpt_save_value *ckpt_save_value_tuple(void);
+ckpt_save_value *ckpt_save_value_dict(void);
+/* Appends to a list or tuple.  Takes ownership of `item` in every case (freed on failure). */
+ckpt_status ckpt_save_value_append(ckpt_save_value *seq, ckpt_save_value *item);
+/* Sets dict[key] = item (insertion order kept; a repeated key fails with CKPT_E_INVAL).
+ * Takes ownership of `item` in every case. */
+ckpt_status ckpt_save_value_set(ckpt_save_value *dict, const char *key, ckpt_save_value *item);
+/* Frees a value and everything it owns. */
+void ckpt_save_value_free(ckpt_save_value *v);
+
+/* ---------------------------------------------------------------- keys */
+
+/* One element of a state_dict path: a dict key (name != NULL) or a list position (name ==
+ * NULL, index >= 0).  torch records these in `planner_data` (list positions as ints). */
+typedef struct ckpt_save_elem {
+    const char *name;
+    int64_t index;
+} ckpt_save_elem;
+
+/* How an entry is named.  Give either
+ *   - `elems` (nelems > 0): the exact path; or
+ *   - `path`: "optim/param_groups/0/lr" split on '/', elements made only of decimal digits
+ *     taken as list positions (use `elems` for dict keys like "0").
+ * `flat` is the state_dict_metadata key; NULL means the elements joined by '.' (what torch's
+ * flatten_state_dict produces).  Every string is UTF-8 and copied. */
+typedef struct ckpt_save_key {
+    const char *flat;
+    const char *path;
+    const ckpt_save_elem *elems;
+    size_t nelems;
+} ckpt_save_key;
+
+/* ---------------------------------------------------------------- per-rank data file */
+
+/* The data file `__<rank>_0.distcp` of one rank, written sequentially: one torch.save
+ * archive per tensor piece and per value, in call order. */
+typedef struct ckpt_save_file ckpt_save_file;
+/* What one rank wrote: entries, chunk boxes, byte ranges.  Compact and serialisable. */
+typedef struct ckpt_save_desc ckpt_save_desc;
+
+/* One rank's piece of a tensor: the box [offsets, offsets + sizes) of the global tensor.
+ * `data` holds the box in C order, little-endian, prod(sizes) * itemsize bytes (host
+ * memory; read during the call only).  A 0-d tensor has ndim 0 (shape/offsets/sizes NULL).
+ * Replicated pieces: every holder passes the same box; only the holder with replica_id 0
+ * stores bytes, the others are recorded as replicas (nothing written).  When several
+ * holders store the same box anyway (all replica_id 0), .metadata keeps the lowest rank's
+ * copy and the others' bytes stay unreferenced. */
+typedef struct ckpt_save_tensor {
+    ckpt_dtype dtype;
+    int ndim;
+    const int64_t *global_shape; /* ndim values */
+    const int64_t *offsets;      /* ndim values; NULL: zeros */
+    const int64_t *sizes;        /* ndim values; NULL: global_shape (the whole tensor) */
+    const void *data;
+    size_t data_size; /* must equal prod(sizes) * itemsize */
+    uint32_t replica_id;
+} ckpt_save_tensor;
+
+/* Creates `<dir>/__<rank>_0.distcp` (it must not exist).  `opts` may be NULL. */
+ckpt_status ckpt_save_file_open(const char *dir, uint32_t rank, const ckpt_save_options *opts,
+                                ckpt_save_file **out, ckpt_error *err);
+ckpt_status ckpt_save_file_add_tensor(ckpt_save_file *f, const ckpt_save_key *key,
+                                      const ckpt_save_tensor *t, ckpt_error *err);
+/* A non-tensor entry (BytesStorageMetadata).  replica_id as for tensors: values every rank
+ * holds (hyper-parameters) are normally passed by all ranks, stored by replica 0. */
+ckpt_status ckpt_save_file_add_value(ckpt_save_file *f, const ckpt_save_key *key,
+                                     const ckpt_save_value *v, uint32_t replica_id,
+                                     ckpt_error *err);
+/* Flushes, fsyncs (unless no_fsync) and closes the file; *out receives the description
+ * (caller frees it).  The file handle must still be freed. */
+ckpt_status ckpt_save_file_finish(ckpt_save_file *f, ckpt_save_desc **out, ckpt_error *err);
+/* Closes the file if needed (an unfinished file is left as is: the transaction's abort
+ * removes the staging directory). */
+void ckpt_save_file_free(ckpt_save_file *f);
+
+/* ---------------------------------------------------------------- descriptions */
+
+/* Encodes a description as bytes (little-endian, versioned; for MPI_Gatherv).  *buf is
+ * malloc'ed; the caller frees it. */
+ckpt_status ckpt_save_desc_encode(const ckpt_save_desc *d, void **buf, size_t *len,
+                                  ckpt_error *err);
+/* Decodes (and validates) an encoded description. */
+ckpt_status ckpt_save_desc_decode(const void *buf, size_t len, ckpt_save_desc **out,
+                                  ckpt_error *err);
+uint32_t ckpt_save_desc_rank(const ckpt_save_desc *d);
+void ckpt_save_desc_free(ckpt_save_desc *d);
+
+/* ---------------------------------------------------------------- metadata and commit */
+
+/* Writes `<dir>/.metadata` (through `.metadata.tmp` + rename) from the descriptions of all
+ * ranks: merges entries by key, checks that every rank agrees on dtype / global shape /
+ * kind, drops duplicate boxes (lowest rank's stored copy wins), checks that the stored boxes
+ * of each tensor lie inside it, do not overlap and cover it.  Does not commit anything. */
+ckpt_status ckpt_save_write_metadata(const char *dir, const ckpt_save_desc *const *descs,
+                                     size_t ndescs, const ckpt_save_options *opts, ckpt_error *err);
+
+/* A checkpoint being written.  The data goes to a hidden staging directory
+ * `<parent>/.<name>.tmp-<16 hex>` beside the final `<parent>/<name>`, so the rename that
+ * publishes it is atomic and directory scanners (the ckptfs mount skips dot names) never see
+ * a partial step. */
+typedef struct ckpt_save_txn ckpt_save_txn;
+
+/* Creates the staging directory for the final directory `dir`, which must not exist. */
+ckpt_status ckpt_save_begin(const char *dir, const ckpt_save_options *opts, ckpt_save_txn **out,
+                            ckpt_error *err);
+/* The staging directory (where the ranks' data files go). */
+const char *ckpt_save_txn_staging_dir(const ckpt_save_txn *t);
+/* ckpt_save_write_metadata into the staging directory, fsync, rename staging -> dir, fsync
+ * the parent.  On failure nothing is visible at `dir`; the txn can still be freed (abort). */
+ckpt_status ckpt_save_commit(ckpt_save_txn *t, const ckpt_save_desc *const *descs, size_t ndescs,
+                             ckpt_error *err);
+/* Frees the transaction; one that was not committed is aborted: its staging directory and
+ * the files in it are removed. */
+void ckpt_save_txn_free(ckpt_save_txn *t);
+
+/* ---------------------------------------------------------------- directories of steps */
+
+/* Points `<parent>/latest` at step `name` (a sub-directory of parent): a small text file
+ * holding the name and a newline (the DeepSpeed convention), replaced atomically through a
+ * temporary file and rename.  Fails with CKPT_E_NOTFOUND unless `<parent>/<name>/.metadata`
+ * exists. */
+ckpt_status ckpt_save_set_latest(const char *parent, const char *name,
+                                 const ckpt_save_options *opts, ckpt_error *err);
+/* Reads `<parent>/latest` into *name (malloc'ed).  CKPT_E_NOTFOUND if there is none. */
+ckpt_status ckpt_save_get_latest(const char *parent, char **name, ckpt_error *err);
+/* Keep-N retention: among the complete steps of `parent` (sub-directories, not symlinks,
+ * not starting with '.', that hold `.metadata`), ordered by the number their names end with
+ * (then by name), deletes the oldest beyond `keep`, never `protect` (may be NULL) nor the step
+ * `latest` names.  A step is first renamed to a hidden name, then removed, so a crash mid-way never
+ * leaves a visible half-deleted step.  *removed (may be NULL) receives the count. */
+ckpt_status ckpt_save_retain(const char *parent, size_t keep, const char *protect, size_t *removed,
+                             ckpt_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,19 @@
+/* archive.h — the torch.save archives DCP stores per item: a tensor chunk (data.pkl calling
+ * torch._utils._rebuild_tensor_v2 / _v3 on storage "0") or a pickled value, with the records
+ * torch 2.15 writes (.format_version, .storage_alignment, byteorder, version,
+ * .data/serialization_id). */
+#ifndef CKPT_SAVE_ARCHIVE_H
+#define CKPT_SAVE_ARCHIVE_H
+
+#include "save/save_i.h"
+#include "save/sink.h"
+
+/* Writes one archive for a C-contiguous tensor of `ndim` dims `sizes` at the sink position;
+ * *len = archive bytes.  `serial` seeds the serialization id. */
+ckpt_status save_archive_tensor(save_sink *s, ckpt_dtype dt, int ndim, const int64_t *sizes,
+                                const void *data, uint64_t nbytes, uint64_t serial, uint64_t *len,
+                                ckpt_error *err);
+ckpt_status save_archive_value(save_sink *s, const ckpt_save_value *v, uint64_t serial,
+                               uint64_t *len, ckpt_error *err);
+
+#endif

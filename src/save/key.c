@@ -1,0 +1,140 @@
+/* key.c — turning a ckpt_save_key into the flat key and planner_data path of an entry, and
+ * the UTF-8 check every pickled string goes through. */
+#include "save/save_i.h"
+
+#include "util/error.h"
+#include "util/strbuf.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+bool save_utf8_valid(const char *str, size_t len) {
+    const unsigned char *s = (const unsigned char *)str;
+    size_t i = 0;
+    while (i < len) {
+        unsigned c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t n;
+        unsigned min, cp;
+        if ((c & 0xe0) == 0xc0) {
+            n = 2, min = 0x80, cp = c & 0x1f;
+        } else if ((c & 0xf0) == 0xe0) {
+            n = 3, min = 0x800, cp = c & 0x0f;
+        } else if ((c & 0xf8) == 0xf0) {
+            n = 4, min = 0x10000, cp = c & 0x07;
+        } else {
+            return false;
+        }
+        if (i + n > len) return false;
+        for (size_t k = 1; k < n; k++) {
+            if ((s[i + k] & 0xc0) != 0x80) return false;
+            cp = (cp << 6) | (s[i + k] & 0x3f);
+        }
+        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+        i += n;
+    }
+    return true;
+}
+
+void save_item_release(save_item *it) {
+    free(it->key);
+    for (size_t i = 0; i < it->npath; i++)
+        free(it->path[i].name);
+    free(it->path);
+    free(it->dims);
+    memset(it, 0, sizeof *it);
+}
+
+save_item *save_desc_push(ckpt_save_desc *d) {
+    if (d->n == d->cap) {
+        size_t c = d->cap ? d->cap * 2 : 16;
+        save_item *m = realloc(d->items, c * sizeof *m);
+        if (!m) return NULL;
+        d->items = m;
+        d->cap = c;
+    }
+    save_item *it = &d->items[d->n++];
+    memset(it, 0, sizeof *it);
+    return it;
+}
+
+static bool all_digits(const char *s, size_t n) {
+    if (n == 0 || n > 18) return false;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] < '0' || s[i] > '9') return false;
+    return true;
+}
+
+static ckpt_status add_elem(save_item *it, const char *name, size_t len, bool is_index,
+                            int64_t index, ckpt_error *err) {
+    save_elem *m = realloc(it->path, (it->npath + 1) * sizeof *m);
+    if (!m) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    it->path = m;
+    save_elem *e = &it->path[it->npath];
+    e->name = NULL;
+    e->index = index;
+    if (!is_index) {
+        if (!save_utf8_valid(name, len))
+            return ckpt_fail(err, CKPT_E_INVAL, "key element is not valid UTF-8");
+        e->name = strndup(name, len);
+        if (!e->name) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    } else if (index < 0) {
+        return ckpt_fail(err, CKPT_E_INVAL, "negative list position in key path");
+    }
+    it->npath++;
+    return CKPT_OK;
+}
+
+ckpt_status save_key_resolve(const ckpt_save_key *k, save_item *it, ckpt_error *err) {
+    if (!k) return ckpt_fail(err, CKPT_E_INVAL, "no key");
+    if (k->nelems) {
+        if (!k->elems) return ckpt_fail(err, CKPT_E_INVAL, "key: nelems without elems");
+        for (size_t i = 0; i < k->nelems; i++) {
+            const ckpt_save_elem *e = &k->elems[i];
+            CKPT_TRY(add_elem(it, e->name, e->name ? strlen(e->name) : 0, !e->name, e->index, err));
+        }
+    } else if (k->path && *k->path) {
+        const char *p = k->path;
+        for (;;) {
+            const char *slash = strchr(p, '/');
+            size_t n = slash ? (size_t)(slash - p) : strlen(p);
+            if (all_digits(p, n))
+                CKPT_TRY(add_elem(it, NULL, 0, true, strtoll(p, NULL, 10), err));
+            else
+                CKPT_TRY(add_elem(it, p, n, false, 0, err));
+            if (!slash) break;
+            p = slash + 1;
+        }
+    } else if (k->flat && *k->flat) {
+        CKPT_TRY(add_elem(it, k->flat, strlen(k->flat), false, 0, err));
+    } else {
+        return ckpt_fail(err, CKPT_E_INVAL, "empty key");
+    }
+    if (k->flat) {
+        if (!*k->flat) return ckpt_fail(err, CKPT_E_INVAL, "empty flat key");
+        if (!save_utf8_valid(k->flat, strlen(k->flat)))
+            return ckpt_fail(err, CKPT_E_INVAL, "flat key is not valid UTF-8");
+        it->key = strdup(k->flat);
+        if (!it->key) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        return CKPT_OK;
+    }
+    ckpt_strbuf sb = CKPT_STRBUF_INIT;
+    for (size_t i = 0; i < it->npath; i++) {
+        if (i) ckpt_strbuf_addc(&sb, '.');
+        if (it->path[i].name)
+            ckpt_strbuf_adds(&sb, it->path[i].name);
+        else
+            ckpt_strbuf_addf(&sb, "%lld", (long long)it->path[i].index);
+    }
+    ckpt_status st = ckpt_strbuf_status(&sb, "key", err);
+    if (st != CKPT_OK) {
+        ckpt_strbuf_release(&sb);
+        return st;
+    }
+    it->key = ckpt_strbuf_detach(&sb, NULL);
+    if (!it->key) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    return CKPT_OK;
+}

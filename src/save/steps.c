@@ -1,0 +1,196 @@
+/* steps.c — a parent directory of checkpoint steps: the `latest` pointer file
+ * (ckpt_save_set_latest / _get_latest) and keep-N retention (ckpt_save_retain). */
+#include "save/save_i.h"
+
+#include "util/error.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define LATEST "latest"
+
+static bool valid_name(const char *n) {
+    return n && *n && !strchr(n, '/') && !strchr(n, '\n') && n[0] != '.';
+}
+
+/* A real directory (not a symlink: retention must never follow one) holding `.metadata`. */
+static bool is_complete(const char *parent, const char *name) {
+    char *d, *p;
+    if (asprintf(&d, "%s/%s", parent, name) < 0) return false;
+    struct stat st;
+    bool ok = lstat(d, &st) == 0 && S_ISDIR(st.st_mode);
+    free(d);
+    if (!ok || asprintf(&p, "%s/%s/.metadata", parent, name) < 0) return false;
+    ok = stat(p, &st) == 0 && S_ISREG(st.st_mode);
+    free(p);
+    return ok;
+}
+
+ckpt_status ckpt_save_set_latest(const char *parent, const char *name,
+                                 const ckpt_save_options *opts, ckpt_error *err) {
+    if (!parent || !valid_name(name))
+        return ckpt_fail(err, CKPT_E_INVAL, "latest: bad step name '%s'", name ? name : "(null)");
+    if (!is_complete(parent, name))
+        return ckpt_fail(err, CKPT_E_NOTFOUND, "%s/%s: not a complete checkpoint (no .metadata)",
+                         parent, name);
+    unsigned char r[4] = {0};
+    if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) r[0] = (unsigned char)getpid();
+    char *tmp = NULL, *fin = save_path_join(parent, LATEST);
+    if (asprintf(&tmp, "%s/.latest.tmp-%02x%02x%02x%02x", parent, r[0], r[1], r[2], r[3]) < 0)
+        tmp = NULL;
+    ckpt_status s = CKPT_OK;
+    if (!tmp || !fin) {
+        s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        goto out;
+    }
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        s = ckpt_fail(err, CKPT_E_IO, "%s: %s", tmp, strerror(errno));
+        goto out;
+    }
+    size_t n = strlen(name);
+    bool ok = write(fd, name, n) == (ssize_t)n && write(fd, "\n", 1) == 1;
+    if (ok && !(opts && opts->no_fsync)) ok = fsync(fd) == 0;
+    int e = errno;
+    if (close(fd) != 0) ok = false;
+    if (!ok) {
+        s = ckpt_fail(err, CKPT_E_IO, "%s: %s", tmp, strerror(e));
+        unlink(tmp);
+        goto out;
+    }
+    if (rename(tmp, fin) != 0) {
+        s = ckpt_fail(err, CKPT_E_IO, "rename %s -> %s: %s", tmp, fin, strerror(errno));
+        unlink(tmp);
+        goto out;
+    }
+    if (!(opts && opts->no_fsync)) s = save_fsync_dir(parent, err);
+out:
+    free(tmp);
+    free(fin);
+    return s;
+}
+
+ckpt_status ckpt_save_get_latest(const char *parent, char **name, ckpt_error *err) {
+    *name = NULL;
+    char *p = save_path_join(parent, LATEST);
+    if (!p) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    FILE *f = fopen(p, "re");
+    if (!f) {
+        ckpt_status s = ckpt_fail(err, errno == ENOENT ? CKPT_E_NOTFOUND : CKPT_E_IO, "%s: %s", p,
+                                  strerror(errno));
+        free(p);
+        return s;
+    }
+    char buf[4096];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
+        buf[--n] = 0;
+    ckpt_status s = CKPT_OK;
+    if (!valid_name(buf))
+        s = ckpt_fail(err, CKPT_E_FORMAT, "%s: does not hold a step name", p);
+    else if (!(*name = strdup(buf)))
+        s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    free(p);
+    return s;
+}
+
+typedef struct step {
+    char *name;
+    bool has_num;
+    unsigned long long num;
+} step;
+
+/* Number formed by the trailing digits of a name ("step-120" -> 120, "iter_0000123" -> 123). */
+static bool trailing_number(const char *s, unsigned long long *out) {
+    size_t n = strlen(s), i = n;
+    while (i > 0 && s[i - 1] >= '0' && s[i - 1] <= '9')
+        i--;
+    if (i == n || n - i > 19) return false;
+    *out = strtoull(s + i, NULL, 10);
+    return true;
+}
+
+static int step_cmp(const void *a, const void *b) {
+    const step *x = a, *y = b;
+    if (x->has_num != y->has_num) return x->has_num ? 1 : -1; /* unnumbered sort oldest */
+    if (x->has_num && x->num != y->num) return x->num < y->num ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+ckpt_status ckpt_save_retain(const char *parent, size_t keep, const char *protect, size_t *removed,
+                             ckpt_error *err) {
+    if (removed) *removed = 0;
+    if (!parent) return ckpt_fail(err, CKPT_E_INVAL, "no directory");
+    char *latest = NULL;
+    ckpt_save_get_latest(parent, &latest, NULL);
+    DIR *d = opendir(parent);
+    if (!d) {
+        free(latest);
+        return ckpt_fail(err, CKPT_E_IO, "%s: %s", parent, strerror(errno));
+    }
+    step *steps = NULL;
+    size_t n = 0, cap = 0;
+    ckpt_status s = CKPT_OK;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.' || strcmp(de->d_name, LATEST) == 0) continue;
+        if (!is_complete(parent, de->d_name)) continue;
+        if (n == cap) {
+            size_t c = cap ? cap * 2 : 16;
+            step *m = realloc(steps, c * sizeof *m);
+            if (!m) {
+                s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+                break;
+            }
+            steps = m;
+            cap = c;
+        }
+        step *st = &steps[n];
+        st->name = strdup(de->d_name);
+        if (!st->name) {
+            s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+            break;
+        }
+        st->has_num = trailing_number(st->name, &st->num);
+        n++;
+    }
+    closedir(d);
+    if (s == CKPT_OK && n > keep) {
+        qsort(steps, n, sizeof *steps, step_cmp);
+        size_t excess = n - keep;
+        for (size_t i = 0; i < n && excess > 0 && s == CKPT_OK; i++) {
+            const char *nm = steps[i].name;
+            if ((protect && strcmp(nm, protect) == 0) || (latest && strcmp(nm, latest) == 0))
+                continue;
+            char *from = save_path_join(parent, nm), *to = NULL;
+            if (from && asprintf(&to, "%s/.%s.deleting", parent, nm) < 0) to = NULL;
+            if (!from || !to) {
+                s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+            } else if (rename(from, to) != 0) {
+                s = ckpt_fail(err, CKPT_E_IO, "rename %s -> %s: %s", from, to, strerror(errno));
+            } else {
+                s = save_remove_tree(to, err);
+                if (s == CKPT_OK) {
+                    excess--;
+                    if (removed) (*removed)++;
+                }
+            }
+            free(from);
+            free(to);
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        free(steps[i].name);
+    free(steps);
+    free(latest);
+    return s;
+}

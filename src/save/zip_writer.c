@@ -1,0 +1,174 @@
+/* zip_writer.c — torch.save-compatible stored zip archives (zip_writer.h). */
+#include "save/zip_writer.h"
+
+#include "save/crc32.h"
+#include "util/error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ALIGN 64u
+#define U32MAX 0xffffffffu
+
+typedef struct hdr {
+    unsigned char b[512];
+    size_t n;
+} hdr;
+
+static void h_le(hdr *h, uint64_t v, int k) {
+    for (int i = 0; i < k; i++)
+        h->b[h->n++] = (unsigned char)(v >> (8 * i));
+}
+static void h_bytes(hdr *h, const void *p, size_t k) {
+    memcpy(h->b + h->n, p, k);
+    h->n += k;
+}
+
+void zw_begin(zip_writer *z, save_sink *sink, const char *root) {
+    memset(z, 0, sizeof *z);
+    z->sink = sink;
+    z->base = sink->pos;
+    z->root = root;
+}
+
+void zw_release(zip_writer *z) {
+    for (size_t i = 0; i < z->n; i++)
+        free(z->ents[i].name);
+    free(z->ents);
+    z->ents = NULL;
+    z->n = z->cap = 0;
+}
+
+ckpt_status zw_add(zip_writer *z, const char *name, const void *data, uint64_t len,
+                   ckpt_error *err) {
+    char full[256];
+    int fl = snprintf(full, sizeof full, "%s/%s", z->root, name);
+    if (fl < 0 || (size_t)fl >= sizeof full)
+        return ckpt_fail(err, CKPT_E_INVAL, "zip record name too long: %s", name);
+    if (z->n == z->cap) {
+        size_t c = z->cap ? z->cap * 2 : 8;
+        zw_entry *e = realloc(z->ents, c * sizeof *e);
+        if (!e) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        z->ents = e;
+        z->cap = c;
+    }
+    uint64_t cursor = z->sink->pos - z->base;
+    bool big_size = len >= U32MAX, big_off = cursor >= U32MAX;
+    /* Padding as PyTorchStreamWriter's getPadding computes it. */
+    uint64_t start = cursor + 30 + (uint64_t)fl + 4;
+    size_t z64len = 0;
+    if (big_size || big_off) {
+        z64len = 4 + (big_size ? 16 : 0) + (big_off ? 8 : 0);
+        start += 4 + (big_size ? 16 : 0) + (big_off ? 8 : 0);
+    }
+    size_t pad = (size_t)((ALIGN - start % ALIGN) % ALIGN);
+    uint32_t crc = save_crc32(0, data, (size_t)len);
+
+    hdr h = {.n = 0};
+    h_le(&h, 0x04034b50u, 4);
+    h_le(&h, 0, 2);      /* version needed (miniz: 0) */
+    h_le(&h, 0x0808, 2); /* data descriptor, UTF-8 names */
+    h_le(&h, 0, 2);      /* stored */
+    h_le(&h, 0, 2);      /* time */
+    h_le(&h, 0, 2);      /* date */
+    h_le(&h, 0, 4);      /* crc: in the data descriptor */
+    h_le(&h, 0, 4);
+    h_le(&h, 0, 4);
+    h_le(&h, (uint64_t)fl, 2);
+    h_le(&h, z64len + 4 + pad, 2);
+    h_bytes(&h, full, (size_t)fl);
+    if (z64len) {
+        h_le(&h, 0x0001, 2);
+        h_le(&h, z64len - 4, 2);
+        if (big_size) {
+            h_le(&h, len, 8);
+            h_le(&h, len, 8);
+        }
+        if (big_off) h_le(&h, cursor, 8);
+    }
+    h_le(&h, 'F' | ('B' << 8), 2);
+    h_le(&h, pad, 2);
+    memset(h.b + h.n, 'Z', pad);
+    h.n += pad;
+    CKPT_TRY(save_sink_write(z->sink, h.b, h.n, err));
+    CKPT_TRY(save_sink_write(z->sink, data, (size_t)len, err));
+    hdr d = {.n = 0};
+    h_le(&d, 0x08074b50u, 4);
+    h_le(&d, crc, 4);
+    h_le(&d, len, big_size ? 8 : 4);
+    h_le(&d, len, big_size ? 8 : 4);
+    CKPT_TRY(save_sink_write(z->sink, d.b, d.n, err));
+    char *nm = strdup(full);
+    if (!nm) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    z->ents[z->n++] = (zw_entry){nm, cursor, len, crc};
+    return CKPT_OK;
+}
+
+ckpt_status zw_finish(zip_writer *z, uint64_t *archive_len, ckpt_error *err) {
+    uint64_t cd_off = z->sink->pos - z->base;
+    for (size_t i = 0; i < z->n; i++) {
+        const zw_entry *e = &z->ents[i];
+        bool big_size = e->size >= U32MAX, big_off = e->lho >= U32MAX;
+        size_t xl = (big_size || big_off) ? 4 + (big_size ? 16 : 0) + (big_off ? 8 : 0) : 0;
+        size_t nl = strlen(e->name);
+        hdr h = {.n = 0};
+        h_le(&h, 0x02014b50u, 4);
+        h_le(&h, 0, 2);           /* version made by (miniz: 0) */
+        h_le(&h, xl ? 45 : 0, 2); /* version needed */
+        h_le(&h, 0x0808, 2);
+        h_le(&h, 0, 2);
+        h_le(&h, 0, 2);
+        h_le(&h, 0, 2);
+        h_le(&h, e->crc, 4);
+        h_le(&h, big_size ? U32MAX : e->size, 4);
+        h_le(&h, big_size ? U32MAX : e->size, 4);
+        h_le(&h, nl, 2);
+        h_le(&h, xl, 2);
+        h_le(&h, 0, 2); /* comment */
+        h_le(&h, 0, 2); /* disk */
+        h_le(&h, 0, 2); /* internal attributes */
+        h_le(&h, 0, 4); /* external attributes */
+        h_le(&h, big_off ? U32MAX : e->lho, 4);
+        h_bytes(&h, e->name, nl);
+        if (xl) {
+            h_le(&h, 0x0001, 2);
+            h_le(&h, xl - 4, 2);
+            if (big_size) {
+                h_le(&h, e->size, 8);
+                h_le(&h, e->size, 8);
+            }
+            if (big_off) h_le(&h, e->lho, 8);
+        }
+        CKPT_TRY(save_sink_write(z->sink, h.b, h.n, err));
+    }
+    uint64_t z64_off = z->sink->pos - z->base;
+    uint64_t cd_size = z64_off - cd_off;
+    hdr h = {.n = 0};
+    h_le(&h, 0x06064b50u, 4);
+    h_le(&h, 44, 8);
+    h_le(&h, 0x031e, 2);
+    h_le(&h, 0x2d, 2);
+    h_le(&h, 0, 4);
+    h_le(&h, 0, 4);
+    h_le(&h, z->n, 8);
+    h_le(&h, z->n, 8);
+    h_le(&h, cd_size, 8);
+    h_le(&h, cd_off, 8);
+    h_le(&h, 0x07064b50u, 4);
+    h_le(&h, 0, 4);
+    h_le(&h, z64_off, 8);
+    h_le(&h, 1, 4);
+    h_le(&h, 0x06054b50u, 4);
+    h_le(&h, 0, 2);
+    h_le(&h, 0, 2);
+    h_le(&h, z->n > 0xffff ? 0xffff : z->n, 2);
+    h_le(&h, z->n > 0xffff ? 0xffff : z->n, 2);
+    h_le(&h, cd_size >= U32MAX ? U32MAX : cd_size, 4);
+    h_le(&h, cd_off >= U32MAX ? U32MAX : cd_off, 4);
+    h_le(&h, 0, 2);
+    CKPT_TRY(save_sink_write(z->sink, h.b, h.n, err));
+    *archive_len = z->sink->pos - z->base;
+    zw_release(z);
+    return CKPT_OK;
+}

@@ -1,0 +1,39 @@
+/* zip_writer.h — one torch.save archive written into a sink, byte-compatible with what
+ * PyTorch's PyTorchStreamWriter (bundled miniz) writes: stored entries named
+ * `<root>/<record>`, general-purpose flags 0x0808 (data descriptor + UTF-8) with zero
+ * CRC/sizes in the local header, a "FB" extra field of 'Z' padding so every record's data
+ * starts at a multiple of 64 bytes from the archive start, a data descriptor after each
+ * record, then the central directory, a Zip64 end record and locator and the classic end
+ * record (miniz writes the Zip64 trailer for every torch.save archive).  Records of 4 GiB or
+ * more, or starting beyond 4 GiB, carry a Zip64 extra field as miniz writes it.  All offsets
+ * are relative to the archive start (the sink position at zw_begin). */
+#ifndef CKPT_SAVE_ZIP_WRITER_H
+#define CKPT_SAVE_ZIP_WRITER_H
+
+#include "save/sink.h"
+
+typedef struct zw_entry {
+    char *name;
+    uint64_t lho; /* local header offset (archive-relative) */
+    uint64_t size;
+    uint32_t crc;
+} zw_entry;
+
+typedef struct zip_writer {
+    save_sink *sink;
+    uint64_t base; /* sink position of the archive start */
+    const char *root;
+    zw_entry *ents;
+    size_t n, cap;
+} zip_writer;
+
+void zw_begin(zip_writer *z, save_sink *sink, const char *root);
+/* Adds record `<root>/<name>`. */
+ckpt_status zw_add(zip_writer *z, const char *name, const void *data, uint64_t len,
+                   ckpt_error *err);
+/* Writes the central directory and end records; *archive_len = bytes of the whole archive.
+ * Frees the entry list. */
+ckpt_status zw_finish(zip_writer *z, uint64_t *archive_len, ckpt_error *err);
+void zw_release(zip_writer *z);
+
+#endif
