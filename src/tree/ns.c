@@ -171,6 +171,19 @@ static ckpt_status scan(ckpt_tree *t, ckpt_error *err) {
     t->latest = 0;
     for (size_t i = 0; i < n; i++)
         if (!t->latest || newer(t->slots[order[i]], t->slots[t->latest])) t->latest = order[i];
+    /* a `latest` file naming a complete step (as the saver keeps it) wins */
+    char path[4096], name[256];
+    snprintf(path, sizeof path, "%s/latest", t->dir);
+    FILE *f = fopen(path, "r");
+    if (f) {
+        size_t len = fread(name, 1, sizeof name - 1, f);
+        fclose(f);
+        while (len && (name[len - 1] == '\n' || name[len - 1] == '\r' || name[len - 1] == ' '))
+            len--;
+        name[len] = '\0';
+        for (size_t i = 0; i < n && len; i++)
+            if (strcmp(t->slots[order[i]]->name, name) == 0) t->latest = order[i];
+    }
     struct stat st;
     if (stat(t->dir, &st) == 0) t->root_mtime = st.st_mtim;
     return CKPT_OK;

@@ -500,6 +500,20 @@ def test_directory_of_checkpoints(tmp_path):
             time.sleep(0.3)
             os.listdir(m.dir)
         assert os.readlink(m.dir / "latest") == "step-300"
+        # a `latest` file (as the saver writes it) naming a complete step wins
+        (root / "latest").write_text("step-200\n")
+        deadline = time.time() + 10
+        while os.readlink(m.dir / "latest") != "step-200" and time.time() < deadline:
+            time.sleep(0.3)
+            os.listdir(m.dir)
+        assert os.readlink(m.dir / "latest") == "step-200"
+        (root / "latest").write_text("step-999")  # names nothing: the newest is used
+        deadline = time.time() + 10
+        while os.readlink(m.dir / "latest") != "step-300" and time.time() < deadline:
+            time.sleep(0.3)
+            os.listdir(m.dir)
+        assert os.readlink(m.dir / "latest") == "step-300"
+        (root / "latest").unlink()
         # a step whose metadata is damaged is listed, fails with EIO, and the rest still reads
         shutil.copytree(FIXTURES / "fsdp2_ws1" / "ckpt", root / "step-50")
         (root / "step-50" / ".metadata").write_bytes(b"\x80\x04garbage")
