@@ -556,8 +556,8 @@ def test_layout_example_loads_dtensors():
     m = Mount(FIXTURES / "fsdp2_ws4" / "ckpt")
     try:
         driver = Path(__file__).resolve().parent / "layout_example_driver.py"
-        r = subprocess.run(["python3", "-m", "torch.distributed.run", "--nproc-per-node", "3",
-                            "--master-port", "29533", str(driver), str(m.dir)],
+        r = subprocess.run(["python3", "-m", "torch.distributed.run", "--standalone",
+                            "--nproc-per-node", "3", str(driver), str(m.dir)],
                            capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stdout + r.stderr
         assert r.stdout.count("tensors OK") == 3, r.stdout
