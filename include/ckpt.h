@@ -83,6 +83,9 @@ typedef enum ckpt_dtype {
 const char *ckpt_dtype_name(ckpt_dtype dt);
 /* Bytes per element, 0 for CKPT_DTYPE_INVALID. */
 size_t ckpt_dtype_itemsize(ckpt_dtype dt);
+/* The safetensors name ("BF16", "F8_E4M3", "C64"...) of a dtype that safetensors files and
+ * safetensors.torch both handle; NULL for the others (complex128, float8_e8m0fnu). */
+const char *ckpt_dtype_safetensors_name(ckpt_dtype dt);
 /* Parses a torch name, with or without a "torch." prefix; also accepts aliases
  * ("float", "half", "long", "bf16", ...).  CKPT_DTYPE_INVALID if unknown. */
 ckpt_dtype ckpt_dtype_from_name(const char *name);

@@ -63,6 +63,13 @@ static const st_dtype st_dtypes[] = {
     {"F6_E3M2", CKPT_DTYPE_INVALID, 6},
 };
 
+const char *ckpt_dtype_safetensors_name(ckpt_dtype dt) {
+    if (dt == CKPT_DTYPE_INVALID || dt == CKPT_DTYPE_FLOAT8_E8M0FNU) return NULL;
+    for (size_t i = 0; i < sizeof st_dtypes / sizeof st_dtypes[0]; i++)
+        if (st_dtypes[i].dtype == dt) return st_dtypes[i].name;
+    return NULL;
+}
+
 static const st_dtype *find_dtype(const char *s) {
     for (size_t i = 0; i < sizeof st_dtypes / sizeof st_dtypes[0]; i++)
         if (!strcmp(st_dtypes[i].name, s)) return &st_dtypes[i];

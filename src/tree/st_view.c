@@ -11,30 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *st_dtype(ckpt_dtype dt) {
-    switch (dt) {
-    case CKPT_DTYPE_FLOAT64: return "F64";
-    case CKPT_DTYPE_FLOAT32: return "F32";
-    case CKPT_DTYPE_FLOAT16: return "F16";
-    case CKPT_DTYPE_BFLOAT16: return "BF16";
-    case CKPT_DTYPE_FLOAT8_E4M3FN: return "F8_E4M3";
-    case CKPT_DTYPE_FLOAT8_E5M2: return "F8_E5M2";
-    case CKPT_DTYPE_FLOAT8_E4M3FNUZ: return "F8_E4M3FNUZ";
-    case CKPT_DTYPE_FLOAT8_E5M2FNUZ: return "F8_E5M2FNUZ";
-    case CKPT_DTYPE_INT8: return "I8";
-    case CKPT_DTYPE_INT16: return "I16";
-    case CKPT_DTYPE_INT32: return "I32";
-    case CKPT_DTYPE_INT64: return "I64";
-    case CKPT_DTYPE_UINT8: return "U8";
-    case CKPT_DTYPE_UINT16: return "U16";
-    case CKPT_DTYPE_UINT32: return "U32";
-    case CKPT_DTYPE_UINT64: return "U64";
-    case CKPT_DTYPE_BOOL: return "BOOL";
-    case CKPT_DTYPE_COMPLEX64: return "C64";
-    default: return NULL;
-    }
-}
-
 typedef struct collect {
     const tree_ckpt *c;
     const ckpt_entry **v;
@@ -59,7 +35,8 @@ static bool walk(collect *k, uint32_t at) {
     const tnode *n = &k->c->nodes[at];
     if (n->e) {
         if (ckpt_entry_kind_of(n->e) != CKPT_ENTRY_TENSOR) return true;
-        if (st_dtype(ckpt_entry_dtype(n->e)) && !ckpt_entry_problem(n->e)) return push(k, n->e);
+        if (ckpt_dtype_safetensors_name(ckpt_entry_dtype(n->e)) && !ckpt_entry_problem(n->e))
+            return push(k, n->e);
         ckpt_strbuf_addc(&k->skipped, k->skipped.len ? ',' : '[');
         ckpt_json_escape(&k->skipped, ckpt_entry_path(n->e), strlen(ckpt_entry_path(n->e)));
         return true;
@@ -113,7 +90,8 @@ static ckpt_status build(tree_ckpt *c, st_file *f, ckpt_error *err) {
         const char *path = ckpt_entry_path(e) + prefix;
         ckpt_strbuf_addc(&sb, ',');
         ckpt_json_escape(&sb, path, strlen(path));
-        ckpt_strbuf_addf(&sb, ":{\"dtype\":\"%s\",\"shape\":[", st_dtype(ckpt_entry_dtype(e)));
+        ckpt_strbuf_addf(&sb, ":{\"dtype\":\"%s\",\"shape\":[",
+                         ckpt_dtype_safetensors_name(ckpt_entry_dtype(e)));
         for (int d = 0; d < ckpt_entry_ndim(e); d++)
             ckpt_strbuf_addf(&sb, "%s%lld", d ? "," : "", (long long)ckpt_entry_shape(e)[d]);
         uint64_t nb = ckpt_entry_nbytes(e);

@@ -39,62 +39,12 @@ static const cli_opt export_opts[] = {
 
 #define BLOCK ((uint64_t)16 << 20)
 
-static const char *st_name(ckpt_dtype dt) {
-    switch (dt) {
-    case CKPT_DTYPE_FLOAT64: return "F64";
-    case CKPT_DTYPE_FLOAT32: return "F32";
-    case CKPT_DTYPE_FLOAT16: return "F16";
-    case CKPT_DTYPE_BFLOAT16: return "BF16";
-    case CKPT_DTYPE_FLOAT8_E4M3FN: return "F8_E4M3";
-    case CKPT_DTYPE_FLOAT8_E5M2: return "F8_E5M2";
-    case CKPT_DTYPE_FLOAT8_E4M3FNUZ: return "F8_E4M3FNUZ";
-    case CKPT_DTYPE_FLOAT8_E5M2FNUZ: return "F8_E5M2FNUZ";
-    case CKPT_DTYPE_INT8: return "I8";
-    case CKPT_DTYPE_INT16: return "I16";
-    case CKPT_DTYPE_INT32: return "I32";
-    case CKPT_DTYPE_INT64: return "I64";
-    case CKPT_DTYPE_UINT8: return "U8";
-    case CKPT_DTYPE_UINT16: return "U16";
-    case CKPT_DTYPE_UINT32: return "U32";
-    case CKPT_DTYPE_UINT64: return "U64";
-    case CKPT_DTYPE_BOOL: return "BOOL";
-    case CKPT_DTYPE_COMPLEX64: return "C64";
-    default: return NULL;
-    }
-}
-
 static bool is_castable(ckpt_dtype dt) {
     return dt == CKPT_DTYPE_FLOAT64 || dt == CKPT_DTYPE_FLOAT32 || dt == CKPT_DTYPE_FLOAT16 ||
            dt == CKPT_DTYPE_BFLOAT16;
 }
 
 /* ------------------------------------------------------------------ casting */
-
-static float load_float(ckpt_dtype dt, const uint8_t *p) {
-    switch (dt) {
-    case CKPT_DTYPE_FLOAT64: {
-        double d;
-        memcpy(&d, p, 8);
-        return (float)d; /* torch casts double -> float first too */
-    }
-    case CKPT_DTYPE_FLOAT32: {
-        float f;
-        memcpy(&f, p, 4);
-        return f;
-    }
-    case CKPT_DTYPE_FLOAT16: {
-        _Float16 h;
-        memcpy(&h, p, 2);
-        return (float)h;
-    }
-    default: { /* bfloat16 */
-        uint32_t u = (uint32_t)(p[0] | p[1] << 8) << 16;
-        float f;
-        memcpy(&f, &u, 4);
-        return f;
-    }
-    }
-}
 
 static void store(ckpt_dtype to, float f, uint8_t *p) {
     if (to == CKPT_DTYPE_FLOAT32) {
@@ -134,7 +84,8 @@ static bool sink(void *ctx, const void *buf, size_t len) {
         size_t in_item = ckpt_dtype_itemsize(s->from), out_item = ckpt_dtype_itemsize(s->to);
         size_t n = len / in_item;
         for (size_t i = 0; i < n; i++)
-            store(s->to, load_float(s->from, src + i * in_item), s->cast + i * out_item);
+            store(s->to, (float)ckpt_elem_to_double(s->from, src + i * in_item),
+                  s->cast + i * out_item); /* f64 -> float first, as torch does */
         src = s->cast;
         out_len = n * out_item;
     }
@@ -217,7 +168,7 @@ int cmd_export(int argc, char **argv) {
         if (!name) continue;
         ckpt_dtype dt = ckpt_entry_dtype(e);
         ckpt_dtype to = cast && is_castable(dt) ? cast : dt;
-        if (!st_name(to) || ckpt_entry_problem(e)) {
+        if (!ckpt_dtype_safetensors_name(to) || ckpt_entry_problem(e)) {
             if (!quiet)
                 cli_error("warning: %s: %s, not exported", ckpt_entry_path(e),
                           ckpt_entry_problem(e) ? ckpt_entry_problem(e)
@@ -273,7 +224,7 @@ int cmd_export(int argc, char **argv) {
     for (size_t i = 0; i < m; i++) {
         fputc(',', h);
         cli_json_string(h, items[i].name);
-        fprintf(h, ":{\"dtype\":\"%s\",\"shape\":[", st_name(items[i].out));
+        fprintf(h, ":{\"dtype\":\"%s\",\"shape\":[", ckpt_dtype_safetensors_name(items[i].out));
         for (int d = 0; d < ckpt_entry_ndim(items[i].e); d++)
             fprintf(h, "%s%lld", d ? "," : "", (long long)ckpt_entry_shape(items[i].e)[d]);
         fprintf(h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)at,
