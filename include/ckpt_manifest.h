@@ -42,9 +42,12 @@ ckpt_status ckpt_manifest_load(const char *dir, ckpt_manifest **out, ckpt_error 
 void ckpt_manifest_free(ckpt_manifest *m);
 
 size_t ckpt_manifest_num_records(const ckpt_manifest *m);
-/* Records sorted by file name, then offset. */
+/* Records sorted by file name, then offset; at most one record starts at an offset of a file
+ * (an item stored as a safetensors blob is recorded as the whole blob, to the end of its
+ * file, so a record may be longer than the item's recorded length). */
 const ckpt_manifest_record *ckpt_manifest_record_at(const ckpt_manifest *m, size_t i);
-/* The record of the item of `file` that starts at `offset`, or NULL. */
+/* The record of `file` that starts at `offset`, or NULL.  It covers an item when its length
+ * is at least the item's. */
 const ckpt_manifest_record *ckpt_manifest_find(const ckpt_manifest *m, const char *file,
                                                uint64_t offset);
 

@@ -78,7 +78,12 @@ ckpt_status manifest_from_records(ckpt_manifest_record *recs, size_t n, ckpt_man
     m->files = malloc((n ? n : 1) * sizeof *m->files);
     if (!m->recs || !m->files) goto oom;
     for (size_t i = 0; i < n; i++) {
-        if (m->n && cmp_rec(&m->recs[m->n - 1], &recs[i]) == 0) continue; /* shared item */
+        ckpt_manifest_record *last = m->n ? &m->recs[m->n - 1] : NULL;
+        if (last && strcmp(last->file, recs[i].file) == 0 && last->offset == recs[i].offset) {
+            /* a shared item (replicas, a safetensors blob): one record, the longest range */
+            if (recs[i].length > last->length) last->length = recs[i].length;
+            continue;
+        }
         if (!m->nfiles || strcmp(m->files[m->nfiles - 1], recs[i].file) != 0) {
             m->files[m->nfiles] = strdup(recs[i].file);
             if (!m->files[m->nfiles]) goto oom;
@@ -314,8 +319,10 @@ ckpt_status manifest_parse(const uint8_t *buf, size_t size, const char *path, ck
         recs[i] = (ckpt_manifest_record){names[f], get64(buf + at + 8), get64(buf + at + 16),
                                          get_hash(buf + at + 24)};
         if (recs[i].offset > UINT64_MAX - recs[i].length ||
-            (i && cmp_rec(&recs[i - 1], &recs[i]) >= 0)) {
-            s = bad(err, path, at, "records must be sorted, unique and within 64 bits");
+            (i && (strcmp(recs[i - 1].file, recs[i].file) > 0 ||
+                   (recs[i - 1].file == recs[i].file && recs[i - 1].offset >= recs[i].offset)))) {
+            s = bad(err, path, at,
+                    "records must be sorted by (file, offset), unique, within 64 bits");
             goto done;
         }
     }

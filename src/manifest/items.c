@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static ckpt_status push(ckpt_manifest_record **v, size_t *n, size_t *cap, ckpt_manifest_record rec,
                         ckpt_error *err) {
@@ -21,6 +22,22 @@ static ckpt_status push(ckpt_manifest_record **v, size_t *n, size_t *cap, ckpt_m
     }
     (*v)[(*n)++] = rec;
     return CKPT_OK;
+}
+
+/* The bytes an item occupies.  A torch.save item is its recorded range; in the safetensors
+ * serialization format (torch >= 2.8) every tensor's recorded offset is the start of one
+ * blob holding all of the file's tensors and its length is only the tensor's size, so the
+ * item is the blob: from that offset to the end of the file. */
+static uint64_t item_length(ckpt_reader *r, const ckpt_loc *loc) {
+    if (loc->transforms) return loc->length;
+    int fd = ckpt_reader_file_fd(r, (uint32_t)loc->file_id, NULL);
+    uint8_t magic[4];
+    struct stat st;
+    if (fd < 0 || pread(fd, magic, 4, (off_t)loc->offset) != 4 ||
+        memcmp(magic, "PK\x03\x04", 4) == 0 || fstat(fd, &st) != 0 ||
+        (uint64_t)st.st_size < loc->offset)
+        return loc->length;
+    return (uint64_t)st.st_size - loc->offset;
 }
 
 /* A metadata file's name lives in items->names (the reader stays untouched). */
@@ -63,10 +80,10 @@ ckpt_status manifest_items(ckpt_reader *r, manifest_item_list *l, ckpt_error *er
         for (size_t c = 0; s == CKPT_OK && c < e->nchunks; c++) {
             const ckpt_loc *loc = &e->chunks[c].loc;
             if (loc->file_id < 0 || !e->chunks[c].numel) continue;
-            s = push(
-                &v, n, &cap,
-                (ckpt_manifest_record){r->files[loc->file_id].name, loc->offset, loc->length, 0},
-                err);
+            s = push(&v, n, &cap,
+                     (ckpt_manifest_record){r->files[loc->file_id].name, loc->offset,
+                                            item_length(r, loc), 0},
+                     err);
         }
     }
     if (s == CKPT_OK && !r->info.rank_local_metadata) {

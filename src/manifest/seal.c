@@ -57,7 +57,7 @@ ckpt_status ckpt_manifest_verify(const char *dir, const ckpt_manifest *m, ckpt_r
         for (size_t i = 0; i < l->n; i++) {
             const ckpt_manifest_record *it = &l->recs[i];
             const ckpt_manifest_record *rec = ckpt_manifest_find(m, it->file, it->offset);
-            if (rec && rec->length == it->length) continue;
+            if (rec && rec->length >= it->length) continue;
             ckpt_error e = {0};
             ckpt_fail(&e, CKPT_E_CHECKSUM, "%s: offset %llu: %llu bytes not in the manifest",
                       it->file, (unsigned long long)it->offset, (unsigned long long)it->length);

@@ -7,7 +7,7 @@ ckpt_status tree_verify_item(tree_ckpt *c, const ckpt_loc *loc, ckpt_error *err)
     if (!c->manifest || loc->file_id < 0) return CKPT_OK;
     const char *file = c->r->files[loc->file_id].name;
     const ckpt_manifest_record *rec = ckpt_manifest_find(c->manifest, file, loc->offset);
-    if (!rec || rec->length != loc->length)
+    if (!rec || rec->length < loc->length)
         return ckpt_fail(err, CKPT_E_CHECKSUM, "%s/%s: offset %llu: item not in the manifest",
                          c->dir, file, (unsigned long long)loc->offset);
     size_t i = (size_t)(rec - ckpt_manifest_record_at(c->manifest, 0));

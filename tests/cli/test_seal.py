@@ -146,3 +146,16 @@ def test_mount_verify_gives_eio_on_the_flipped_tensor_only(sealed):
     assert r.returncode != 0 and "ckpt seal" in r.stderr, r.stderr
     assert not os.path.ismount(mnt)
     os.rmdir(mnt)
+
+
+def test_safetensors_format_items_are_covered(tmp_path):
+    """In torch's safetensors serialization every tensor's recorded range starts at the blob;
+    the manifest covers the whole blob, so a flipped tensor byte is caught."""
+    ck = tmp_path / "st"
+    shutil.copytree(FIXTURES / "safetensors_fmt" / "ckpt", ck)
+    ckpt("seal", ck, check=0)
+    ckpt("verify", "--data", ck, check=0)
+    victim = max(ck.glob("*.distcp"), key=lambda p: p.stat().st_size)
+    flip(victim, victim.stat().st_size - 5)  # inside the last tensor's data
+    r = ckpt("verify", "--data", ck, check=1)
+    assert victim.name in r.stdout and "manifest" in r.stdout, r.stdout

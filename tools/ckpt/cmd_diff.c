@@ -82,8 +82,7 @@ static bool same_by_hash(const side *a, const ckpt_entry *ea, const side *b, con
             a->m, ckpt_reader_file_name(a->r, (uint32_t)ca.file_id), ca.file_offset);
         const ckpt_manifest_record *rb = ckpt_manifest_find(
             b->m, ckpt_reader_file_name(b->r, (uint32_t)cb.file_id), cb.file_offset);
-        if (!ra || !rb || ra->length != ca.length || rb->length != cb.length ||
-            ra->hash != rb->hash)
+        if (!ra || !rb || ra->length < ca.length || rb->length < cb.length || ra->hash != rb->hash)
             return false;
     }
     return true;
