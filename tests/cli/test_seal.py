@@ -155,6 +155,25 @@ def test_safetensors_format_items_are_covered(tmp_path):
     shutil.copytree(FIXTURES / "safetensors_fmt" / "ckpt", ck)
     ckpt("seal", ck, check=0)
     ckpt("verify", "--data", ck, check=0)
+    if FS_BIN and os.path.exists("/dev/fuse"):  # -o verify hashes whole blobs: every file reads
+        mnt = Path(tempfile.mkdtemp())
+        proc = subprocess.Popen([FS_BIN, "-f", "-o", "verify", str(ck), str(mnt)])
+        try:
+            deadline = time.time() + 30
+            while not os.path.ismount(mnt):
+                assert proc.poll() is None and time.time() < deadline
+                time.sleep(0.02)
+            n = 0
+            for line in (FIXTURES / "safetensors_fmt" / "reference.tsv").read_text().splitlines():
+                f = line.split("\t")
+                if f[0] == "T" and "%" not in f[-1]:
+                    (mnt / f[-1]).read_bytes()
+                    n += 1
+            assert n > 3
+        finally:
+            subprocess.run(["fusermount3", "-u", str(mnt)])
+            proc.wait(timeout=60)
+            os.rmdir(mnt)
     victim = max(ck.glob("*.distcp"), key=lambda p: p.stat().st_size)
     flip(victim, victim.stat().st_size - 5)  # inside the last tensor's data
     r = ckpt("verify", "--data", ck, check=1)
