@@ -85,6 +85,11 @@ static ckpt_status insert_entry(builder *b, const ckpt_entry *e, const ckpt_tree
                                 ckpt_error *err) {
     tree_ckpt *c = b->c;
     const char *p = ckpt_entry_path(e);
+    if (ckpt_entry_path_len(e) > TREE_MAX_DEPTH) { /* tree walks recurse per level */
+        tree_log(o, "%s: entry '%s' is not shown: its path has more than %d elements", c->dir,
+                 ckpt_entry_key(e), TREE_MAX_DEPTH);
+        return CKPT_OK;
+    }
     uint32_t at = 0;
     for (;;) {
         const char *slash = strchr(p, '/');

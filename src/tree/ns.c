@@ -53,7 +53,16 @@ static tree_ckpt *get_ckpt(ckpt_tree *t, uint32_t slot, ckpt_error *err) {
         state = atomic_load(&c->state);
         if (state == 0) {
             ckpt_error e = {0};
-            if (tree_ckpt_build(c, &t->opts, &e) == CKPT_OK) {
+            uint64_t bad = 0;
+            ckpt_status bs = tree_ckpt_build(c, &t->opts, &e);
+            /* a step of a directory is checked as the daemon checks a single checkpoint
+             * before mounting: every shard present and long enough */
+            if (bs == CKPT_OK && ckpt_reader_check_ranges(c->r, NULL, NULL, &bad) != CKPT_OK)
+                bs = ckpt_fail(&e, CKPT_E_RANGE,
+                               "%s: not a complete checkpoint (%llu stored ranges missing or "
+                               "outside their files; ckpt verify lists them)",
+                               c->dir, (unsigned long long)bad);
+            if (bs == CKPT_OK) {
                 state = 1;
             } else {
                 c->open_error = e;
@@ -116,7 +125,7 @@ static ckpt_status scan(ckpt_tree *t, ckpt_error *err) {
     struct dirent *de;
     ckpt_status s = CKPT_OK;
     while (order && (de = readdir(d))) {
-        if (de->d_name[0] == '.') continue;
+        if (de->d_name[0] == '.' || strcmp(de->d_name, "latest") == 0) continue; /* ours */
         char path[4096];
         struct timespec mt;
         if ((size_t)snprintf(path, sizeof path, "%s/%s", t->dir, de->d_name) >= sizeof path)
@@ -142,10 +151,10 @@ static ckpt_status scan(ckpt_tree *t, ckpt_error *err) {
                 s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
                 break;
             }
+            c->mtime = mt; /* set once: getattr reads it without the lock */
             slot = t->nslots;
             t->slots[t->nslots++] = c;
         }
-        t->slots[slot]->mtime = mt;
         if (n == cap) {
             cap *= 2;
             uint32_t *m = realloc(order, cap * sizeof *m);

@@ -38,6 +38,8 @@ static inline void tree_ino_split(ckpt_ino ino, uint32_t *slot, uint32_t *inst, 
 }
 
 /* Multi-checkpoint top level: node 0 the root, node 1 `latest`. */
+/* Entries whose path has more elements are left out of the tree (logged). */
+#define TREE_MAX_DEPTH 1024
 #define TOP_NODE_LATEST 1u
 
 /* ------------------------------------------------------------------ plain tree */

@@ -579,3 +579,28 @@ def test_page_cache_mode_raises_readahead():
         assert int(ra.read_text()) == 1024
     finally:
         m.close()
+
+
+def test_directory_mode_checks_steps(tmp_path):
+    """A step whose shard is truncated fails with EIO (and is logged) instead of reading short;
+    a subdirectory named `latest` does not shadow the `latest` link."""
+    root = tmp_path / "run"
+    root.mkdir()
+    shutil.copytree(FIXTURES / "fsdp2_ws2" / "ckpt", root / "step-1")
+    shutil.copytree(FIXTURES / "fsdp2_ws2" / "ckpt", root / "step-2")
+    shutil.copytree(FIXTURES / "fsdp2_ws1" / "ckpt", root / "latest")
+    victim = sorted((root / "step-2").glob("*.distcp"))[0]
+    victim.write_bytes(victim.read_bytes()[:1000])
+    m = Mount(root)
+    try:
+        assert sorted(os.listdir(m.dir)) == ["latest", "step-1", "step-2"]
+        assert os.path.islink(m.dir / "latest")
+        with pytest.raises(OSError) as e:
+            os.listdir(m.dir / "step-2")
+        assert e.value.errno == errno.EIO
+        ref = Ref(FIXTURES / "fsdp2_ws2")
+        for p, v in ref.tensors.items():
+            assert (m.dir / "step-1" / p).read_bytes() == v[2]
+    finally:
+        m.close()
+    assert "not a complete checkpoint" in m.log() and "step-2" in m.log()
