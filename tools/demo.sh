@@ -21,7 +21,7 @@ run ./build/tools/ckpt/ckpt cat --text "$ck" optim/param_groups/0/betas
 run ./build/tools/ckpt/ckpt verify "$ck"
 
 mnt=$(mktemp -d /tmp/ckptfs-demo.XXXXXX)
-trap 'fusermount3 -u "$mnt" 2>/dev/null; rmdir "$mnt"' EXIT
+trap 'fusermount3 -u "$mnt" 2>/dev/null || true; rmdir "$mnt" 2>/dev/null || true' EXIT
 run ./build/tools/ckptfs/ckptfs "$ck" "$mnt"
 run ls -a "$mnt"
 run ls -l "$mnt/model"
