@@ -314,12 +314,12 @@ void tree_ckpt_release(tree_ckpt *c) {
     free(c->st);
     free(c->nodes);
     free(c->kid_ids);
-    free(c->insts);
+    free(atomic_load(&c->specs));
     ckpt_manifest_free(c->manifest);
     free((void *)c->verified);
     ckpt_reader_free(c->r);
     pthread_mutex_destroy(&c->open_lock);
-    pthread_mutex_destroy(&c->inst_lock);
+    pthread_mutex_destroy(&c->spec_lock);
     free(c->dir);
     free(c->name);
     free(c);

@@ -1,11 +1,11 @@
-/* layout.c — the `.layout/` view's names and instances: `dim<d>-of-<N>` spec directories and
- * one instance per (spec, rank), numbered on first use so inode numbers stay stable. */
+/* layout.c — the `.layout/` view's names and inode numbers: `dim<d>-of-<N>` spec directories
+ * (a small table of the specs in use, so `ls .layout` can list them) and the computed inodes of
+ * every rank directory and file below them (tree_i.h), which need no per-rank state. */
 #include "tree/tree_i.h"
+#include "util/error.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-#define LAYOUT_MAX_RANKS (1u << 20)
 
 static bool parse_uint(const char **p, uint64_t max, uint64_t *out) {
     const char *s = *p;
@@ -26,42 +26,98 @@ bool tree_layout_parse(const char *name, int *dim, uint32_t *n) {
     const char *p = name + 3;
     if (!parse_uint(&p, CKPT_MAX_NDIM - 1, &d) || strncmp(p, "-of-", 4) != 0) return false;
     p += 4;
-    if (!parse_uint(&p, LAYOUT_MAX_RANKS, &k) || *p || k == 0) return false;
+    if (!parse_uint(&p, TREE_LAYOUT_MAX_RANKS, &k) || *p || k == 0) return false;
     *dim = (int)d;
     *n = (uint32_t)k;
     return true;
 }
 
-uint32_t tree_layout_inst(tree_ckpt *c, int dim, uint32_t n, int32_t rank) {
-    pthread_mutex_lock(&c->inst_lock);
-    uint32_t id = 0;
-    for (uint32_t i = 0; i < c->ninsts; i++) /* few specs are used at a time */
-        if (c->insts[i].dim == dim && c->insts[i].n == n && c->insts[i].rank == rank) {
-            id = i + INST_DYNAMIC;
-            goto out;
-        }
-    if (c->ninsts + INST_DYNAMIC >= TREE_MAX_INSTS) goto out;
-    if (c->ninsts == c->insts_cap) {
-        uint32_t cap = c->insts_cap ? c->insts_cap * 2 : 16;
-        layout_inst *m = realloc(c->insts, (size_t)cap * sizeof *m);
-        if (!m) goto out;
-        c->insts = m;
-        c->insts_cap = cap;
-    }
-    c->insts[c->ninsts] = (layout_inst){dim, n, rank};
-    id = c->ninsts++ + INST_DYNAMIC;
-out:
-    pthread_mutex_unlock(&c->inst_lock);
-    return id;
+/* Bits of the node field: enough for every plain node (at least 1). */
+static uint32_t node_bits(const tree_ckpt *c) {
+    uint32_t b = 1;
+    while (b < 32 && ((uint64_t)1 << b) < c->nnodes)
+        b++;
+    return b;
 }
 
-bool tree_layout_get(tree_ckpt *c, uint32_t inst, layout_inst *out) {
-    bool ok = false;
-    pthread_mutex_lock(&c->inst_lock);
-    if (inst >= INST_DYNAMIC && inst - INST_DYNAMIC < c->ninsts) {
-        *out = c->insts[inst - INST_DYNAMIC];
-        ok = true;
+/* Specs the encoding has room for: 47 bits hold spec, a 20-bit rank and the node. */
+static uint32_t max_specs(const tree_ckpt *c) {
+    uint32_t nb = node_bits(c);
+    if (nb + TREE_LAYOUT_RANK_BITS >= 47) return 0;
+    uint32_t sb = 47 - TREE_LAYOUT_RANK_BITS - nb;
+    if (sb >= 10) return TREE_LAYOUT_MAX_SPECS;
+    return 1u << sb;
+}
+
+ckpt_status tree_layout_spec(tree_ckpt *c, int dim, uint32_t n, uint32_t *spec, ckpt_error *err) {
+    layout_spec *t = atomic_load_explicit(&c->specs, memory_order_acquire);
+    uint32_t k = atomic_load_explicit(&c->nspecs, memory_order_acquire);
+    for (uint32_t i = 0; t && i < k; i++) /* few specs are in use at a time */
+        if (t[i].dim == (uint32_t)dim && t[i].n == n) {
+            *spec = i;
+            return CKPT_OK;
+        }
+    ckpt_status s = CKPT_OK;
+    pthread_mutex_lock(&c->spec_lock);
+    t = atomic_load_explicit(&c->specs, memory_order_relaxed);
+    if (!t) {
+        t = calloc(TREE_LAYOUT_MAX_SPECS, sizeof *t);
+        if (!t) {
+            s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+            goto out;
+        }
+        atomic_store_explicit(&c->specs, t, memory_order_release);
     }
-    pthread_mutex_unlock(&c->inst_lock);
-    return ok;
+    k = atomic_load_explicit(&c->nspecs, memory_order_relaxed);
+    for (uint32_t i = 0; i < k; i++) /* another thread may have added it */
+        if (t[i].dim == (uint32_t)dim && t[i].n == n) {
+            *spec = i;
+            goto out;
+        }
+    if (k >= max_specs(c)) {
+        s = ckpt_fail(err, CKPT_E_LIMIT,
+                      "dim%d-of-%u: %u layout specs are in use, the most this checkpoint "
+                      "(%u tree nodes) allows",
+                      dim, n, k, c->nnodes);
+        goto out;
+    }
+    t[k] = (layout_spec){(uint32_t)dim, n};
+    atomic_store_explicit(&c->nspecs, k + 1, memory_order_release);
+    *spec = k;
+out:
+    pthread_mutex_unlock(&c->spec_lock);
+    return s;
+}
+
+bool tree_layout_spec_get(tree_ckpt *c, uint32_t spec, layout_inst *out) {
+    uint32_t k = atomic_load_explicit(&c->nspecs, memory_order_acquire);
+    layout_spec *t = atomic_load_explicit(&c->specs, memory_order_acquire);
+    if (!t || spec >= k) return false;
+    *out = (layout_inst){(int)t[spec].dim, t[spec].n, -1, spec};
+    return true;
+}
+
+uint32_t tree_layout_nspecs(tree_ckpt *c) {
+    return atomic_load_explicit(&c->nspecs, memory_order_acquire);
+}
+
+ckpt_ino tree_layout_ino(const tree_ckpt *c, uint32_t spec, uint32_t rank, uint32_t node) {
+    uint32_t nb = node_bits(c);
+    uint64_t v = ((uint64_t)c->slot << 48) | TREE_LAYOUT_BIT |
+                 ((uint64_t)spec << (TREE_LAYOUT_RANK_BITS + nb)) | ((uint64_t)rank << nb) | node;
+    return v + 1;
+}
+
+bool tree_layout_decode(tree_ckpt *c, ckpt_ino ino, layout_inst *li, uint32_t *node) {
+    if (!tree_ino_is_layout(ino)) return false;
+    uint64_t v = (ino - 1) & (TREE_LAYOUT_BIT - 1);
+    uint32_t nb = node_bits(c);
+    uint64_t nd = v & (((uint64_t)1 << nb) - 1);
+    uint64_t rank = (v >> nb) & (TREE_LAYOUT_MAX_RANKS - 1);
+    uint64_t spec = v >> (nb + TREE_LAYOUT_RANK_BITS);
+    if (spec > UINT32_MAX || nd >= c->nnodes) return false;
+    if (!tree_layout_spec_get(c, (uint32_t)spec, li) || rank >= li->n) return false;
+    li->rank = (int32_t)rank;
+    *node = (uint32_t)nd;
+    return true;
 }

@@ -25,7 +25,7 @@ static tree_ckpt *ckpt_new(const char *dir, const char *name, uint32_t slot) {
     c->name = strdup(name);
     c->slot = slot;
     pthread_mutex_init(&c->open_lock, NULL);
-    pthread_mutex_init(&c->inst_lock, NULL);
+    pthread_mutex_init(&c->spec_lock, NULL);
     if (!c->dir || !c->name) {
         tree_ckpt_release(c);
         return NULL;
@@ -341,29 +341,32 @@ static ckpt_status resolve(ckpt_tree *t, ckpt_ino ino, obj *o, ckpt_error *err) 
     o->c = get_ckpt(t, o->slot, err);
     if (!o->c) return err ? err->code : CKPT_E_IO;
     tree_ckpt *c = o->c;
-    switch (o->inst) {
-    case INST_PLAIN: o->view = V_PLAIN; break;
-    case INST_NPY: o->view = V_NPY; break;
-    case INST_RAW:
-        if (o->node > c->nraw) return not_found(err);
-        o->kind = o->node ? O_RAWFILE : O_RAWDIR;
-        return CKPT_OK;
-    case INST_ST:
-        if (o->node > c->nst) return not_found(err);
-        o->kind = o->node ? O_STFILE : O_STDIR;
-        return CKPT_OK;
-    case INST_LAYOUT:
-        if (o->node) return not_found(err);
-        o->kind = O_LAYOUTDIR;
-        return CKPT_OK;
-    default:
-        if (!tree_layout_get(c, o->inst, &o->li)) return not_found(err);
-        if (o->li.rank < 0) {
-            if (o->node) return not_found(err);
+    if (tree_ino_is_layout(ino)) { /* .layout/<spec>/<rank>/...: computed, see tree_i.h */
+        if (!tree_layout_decode(c, ino, &o->li, &o->node)) return not_found(err);
+        o->inst = INST_RANKS;
+        o->view = V_LAYOUT;
+    } else {
+        switch (o->inst) {
+        case INST_PLAIN: o->view = V_PLAIN; break;
+        case INST_NPY: o->view = V_NPY; break;
+        case INST_RAW:
+            if (o->node > c->nraw) return not_found(err);
+            o->kind = o->node ? O_RAWFILE : O_RAWDIR;
+            return CKPT_OK;
+        case INST_ST:
+            if (o->node > c->nst) return not_found(err);
+            o->kind = o->node ? O_STFILE : O_STDIR;
+            return CKPT_OK;
+        case INST_LAYOUT:
+            if (o->node == 0) {
+                o->kind = O_LAYOUTDIR;
+                return CKPT_OK;
+            }
+            if (!tree_layout_spec_get(c, o->node - 1, &o->li)) return not_found(err);
             o->kind = O_SPECDIR;
             return CKPT_OK;
+        default: return not_found(err);
         }
-        o->view = V_LAYOUT;
     }
     if (o->node >= c->nnodes) return not_found(err);
     o->e = c->nodes[o->node].e;
@@ -501,6 +504,12 @@ ckpt_status ckpt_tree_getattr(ckpt_tree *t, ckpt_ino ino, ckpt_tree_stat *out, c
 
 /* ------------------------------------------------------------------ lookup */
 
+/* The inode of plain node `node` in the view of directory p (plain, .npy or a layout rank). */
+static ckpt_ino view_ino(const obj *p, uint32_t node) {
+    if (p->view == V_LAYOUT) return tree_layout_ino(p->c, p->li.spec, (uint32_t)p->li.rank, node);
+    return tree_ino(p->slot, p->inst, node);
+}
+
 static bool parse_rank(const char *s, uint32_t n, int32_t *rank) {
     if (!*s || (s[0] == '0' && s[1])) return false;
     uint64_t v = 0;
@@ -553,7 +562,7 @@ static ckpt_status lookup_ino(ckpt_tree *t, const obj *p, const char *name, ckpt
             }
         }
         if (k == UINT32_MAX) return not_found(err);
-        *out = tree_ino(p->slot, p->inst, k);
+        *out = view_ino(p, k);
         return CKPT_OK;
     }
     case O_RAWDIR:
@@ -574,17 +583,15 @@ static ckpt_status lookup_ino(ckpt_tree *t, const obj *p, const char *name, ckpt
         int dim;
         uint32_t n;
         if (!tree_layout_parse(name, &dim, &n)) return not_found(err);
-        uint32_t inst = tree_layout_inst(p->c, dim, n, -1);
-        if (!inst) return ckpt_fail(err, CKPT_E_LIMIT, "too many layout directories in use");
-        *out = tree_ino(p->slot, inst, 0);
+        uint32_t spec;
+        CKPT_TRY(tree_layout_spec(p->c, dim, n, &spec, err));
+        *out = tree_ino(p->slot, INST_LAYOUT, spec + 1);
         return CKPT_OK;
     }
     case O_SPECDIR: {
         int32_t rank;
         if (!parse_rank(name, p->li.n, &rank)) return not_found(err);
-        uint32_t inst = tree_layout_inst(p->c, p->li.dim, p->li.n, rank);
-        if (!inst) return ckpt_fail(err, CKPT_E_LIMIT, "too many layout directories in use");
-        *out = tree_ino(p->slot, inst, 0);
+        *out = tree_layout_ino(p->c, p->li.spec, (uint32_t)rank, 0);
         return CKPT_OK;
     }
     default: return ckpt_fail(err, CKPT_E_INVAL, "not a directory");
@@ -664,7 +671,7 @@ ckpt_status ckpt_tree_readdir(ckpt_tree *t, ckpt_ino dir, uint64_t cookie, ckpt_
                 memcpy(tmp + len, ".npy", 5);
                 name = tmp;
             }
-            bool more = emit(t, fn, ctx, name, tree_ino(p.slot, p.inst, k), i + 1);
+            bool more = emit(t, fn, ctx, name, view_ino(&p, k), i + 1);
             free(tmp);
             if (!more) return s;
         }
@@ -682,24 +689,22 @@ ckpt_status ckpt_tree_readdir(ckpt_tree *t, ckpt_ino dir, uint64_t cookie, ckpt_
                       i + 1))
                 return s;
         return s;
-    case O_LAYOUTDIR: { /* the specs in use so far (any other can be looked up) */
-        for (uint64_t i = cookie;; i++) {
+    case O_LAYOUTDIR: /* the specs in use so far (any other can be looked up) */
+        for (uint64_t i = cookie; i < tree_layout_nspecs(p.c); i++) {
             layout_inst li;
-            if (!tree_layout_get(p.c, (uint32_t)(INST_DYNAMIC + i), &li)) return s;
-            if (li.rank >= 0) continue;
+            if (!tree_layout_spec_get(p.c, (uint32_t)i, &li)) return s;
             char name[64];
             snprintf(name, sizeof name, "dim%d-of-%u", li.dim, li.n);
-            if (!emit(t, fn, ctx, name, tree_ino(p.slot, (uint32_t)(INST_DYNAMIC + i), 0), i + 1))
+            if (!emit(t, fn, ctx, name, tree_ino(p.slot, INST_LAYOUT, (uint32_t)i + 1), i + 1))
                 return s;
         }
-    }
-    case O_SPECDIR:
+        return s;
+    case O_SPECDIR: /* every rank; nothing is stored per rank */
         for (uint64_t i = cookie; i < p.li.n; i++) {
-            uint32_t inst = tree_layout_inst(p.c, p.li.dim, p.li.n, (int32_t)i);
-            if (!inst) return ckpt_fail(err, CKPT_E_LIMIT, "too many layout directories in use");
             char name[16];
             snprintf(name, sizeof name, "%llu", (unsigned long long)i);
-            if (!emit(t, fn, ctx, name, tree_ino(p.slot, inst, 0), i + 1)) return s;
+            if (!emit(t, fn, ctx, name, tree_layout_ino(p.c, p.li.spec, (uint32_t)i, 0), i + 1))
+                return s;
         }
         return s;
     default: return ckpt_fail(err, CKPT_E_INVAL, "not a directory");

@@ -12,20 +12,31 @@
 #include <stdatomic.h>
 
 /* ------------------------------------------------------------------ inode numbers
- * ino - 1 = slot << 48 | instance << 32 | node.  A slot is one checkpoint (slot 0 in a
+ * ino - 1 = slot << 48 | inst << 32 | node.  A slot is one checkpoint (slot 0 in a
  * single-checkpoint tree; in a directory of checkpoints slot 0 is the top level and slot k
  * the k-th checkpoint found).  An instance is one view of a checkpoint; a node indexes that
- * view's objects (plain tree nodes for the plain, .npy and layout views). */
+ * view's objects (plain tree nodes for the plain and .npy views).
+ *
+ * The objects of `.layout/dim<d>-of-<N>/<rank>/` are computed, not stored: bit 47 set, then
+ *   ino - 1 = slot << 48 | 1 << 47 | spec << (20 + nb) | rank << nb | node
+ * where spec indexes the checkpoint's table of (d, N) pairs in use (one entry per spec
+ * directory, never per rank), rank < N <= 2^20 and nb = tree_layout_node_bits (enough bits
+ * for every plain node).  So any rank of any N resolves in O(1) with no per-rank state. */
 enum {
-    INST_PLAIN = 0,  /* node: plain tree node (0 = checkpoint root) */
-    INST_NPY = 1,    /* node: plain tree node (0 = the `.npy` directory) */
-    INST_RAW = 2,    /* node 0: `.raw`, node k: raw file k-1 */
-    INST_ST = 3,     /* node 0: `.safetensors`, node k: safetensors file k-1 */
-    INST_LAYOUT = 4, /* node 0: `.layout` */
-    INST_DYNAMIC = 5 /* instances from here on: layout specs and ranks (tree_ckpt.insts) */
+    INST_PLAIN = 0,     /* node: plain tree node (0 = checkpoint root) */
+    INST_NPY = 1,       /* node: plain tree node (0 = the `.npy` directory) */
+    INST_RAW = 2,       /* node 0: `.raw`, node k: raw file k-1 */
+    INST_ST = 3,        /* node 0: `.safetensors`, node k: safetensors file k-1 */
+    INST_LAYOUT = 4,    /* node 0: `.layout`, node k: spec directory of spec k-1 */
+    INST_RANKS = 0xFFFF /* (not encoded) the objects of a layout rank, see above */
 };
 #define TREE_MAX_SLOTS 0xFFFFu
-#define TREE_MAX_INSTS 0xFFFFu
+#define TREE_LAYOUT_BIT (1ull << 47)
+#define TREE_LAYOUT_RANK_BITS 20
+#define TREE_LAYOUT_MAX_RANKS (1u << TREE_LAYOUT_RANK_BITS)
+/* Spec directories (distinct dim<d>-of-<N>) per checkpoint, at most; fewer when the plain
+ * tree has over 2^17 nodes (the spec field shares 27 bits with the node). */
+#define TREE_LAYOUT_MAX_SPECS 1024u
 
 static inline ckpt_ino tree_ino(uint32_t slot, uint32_t inst, uint32_t node) {
     return (((uint64_t)slot << 48) | ((uint64_t)inst << 32) | node) + 1;
@@ -35,6 +46,9 @@ static inline void tree_ino_split(ckpt_ino ino, uint32_t *slot, uint32_t *inst, 
     *slot = (uint32_t)(v >> 48);
     *inst = (uint32_t)((v >> 32) & 0xFFFF);
     *node = (uint32_t)v;
+}
+static inline bool tree_ino_is_layout(ckpt_ino ino) {
+    return ino != 0 && ((ino - 1) & TREE_LAYOUT_BIT) != 0;
 }
 
 /* Multi-checkpoint top level: node 0 the root, node 1 `latest`. */
@@ -53,11 +67,18 @@ typedef struct tnode {
     uint32_t nsubdirs; /* directories among the kids */
 } tnode;
 
+/* A spec `dim<d>-of-<n>` in use (an entry of tree_ckpt.specs). */
+typedef struct layout_spec {
+    uint32_t dim;
+    uint32_t n;
+} layout_spec;
+
 /* A layout view instance: the spec directory `dim<d>-of-<n>` (rank -1), or one rank's tree. */
 typedef struct layout_inst {
     int dim;
     uint32_t n;
     int32_t rank;
+    uint32_t spec; /* index in tree_ckpt.specs */
 } layout_inst;
 
 /* A virtual safetensors file; its header and tensor table are built on first use. */
@@ -106,10 +127,11 @@ typedef struct tree_ckpt {
     /* -o verify: the manifest and, per record, 0 unchecked / 1 good / 2 bad */
     ckpt_manifest *manifest;
     _Atomic unsigned char *verified;
-    /* layout instances (index + INST_DYNAMIC), created on demand */
-    pthread_mutex_t inst_lock;
-    layout_inst *insts;
-    uint32_t ninsts, insts_cap;
+    /* layout specs in use: TREE_LAYOUT_MAX_SPECS slots allocated on first use; entries are
+     * written under spec_lock before nspecs is raised, and read without it */
+    pthread_mutex_t spec_lock;
+    _Atomic(layout_spec *) specs;
+    _Atomic uint32_t nspecs;
 } tree_ckpt;
 
 struct ckpt_tree {
@@ -143,11 +165,17 @@ ckpt_status tree_verify_item(tree_ckpt *c, const ckpt_loc *loc, ckpt_error *err)
 /* layout.c */
 /* Parses "dim<d>-of-<n>"; false if it is not one. */
 bool tree_layout_parse(const char *name, int *dim, uint32_t *n);
-/* Instance id (>= INST_DYNAMIC) of (dim, n, rank), created on first use; 0 when the table is
- * full. */
-uint32_t tree_layout_inst(tree_ckpt *c, int dim, uint32_t n, int32_t rank);
-/* The layout instance `inst` (>= INST_DYNAMIC), or false. */
-bool tree_layout_get(tree_ckpt *c, uint32_t inst, layout_inst *out);
+/* Index of spec (dim, n) in c->specs, added on first use; CKPT_E_LIMIT when the table (or
+ * the inode encoding) has no room for another. */
+ckpt_status tree_layout_spec(tree_ckpt *c, int dim, uint32_t n, uint32_t *spec, ckpt_error *err);
+/* Spec `spec` as an instance with rank -1, or false. */
+bool tree_layout_spec_get(tree_ckpt *c, uint32_t spec, layout_inst *out);
+/* Specs in use (the table never holds anything per rank). */
+uint32_t tree_layout_nspecs(tree_ckpt *c);
+/* The inode of plain node `node` under `.layout/<spec>/<rank>/` (node 0: the rank dir). */
+ckpt_ino tree_layout_ino(const tree_ckpt *c, uint32_t spec, uint32_t rank, uint32_t node);
+/* Decodes a layout inode (tree_ino_is_layout) of checkpoint c; false if it names nothing. */
+bool tree_layout_decode(tree_ckpt *c, ckpt_ino ino, layout_inst *li, uint32_t *node);
 
 /* npy.c: the header of `.npy/<path>.npy` (at most TREE_NPY_HEADER_MAX bytes). */
 #define TREE_NPY_HEADER_MAX 4096

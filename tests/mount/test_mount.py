@@ -17,6 +17,7 @@ Environment: CKPTFS_BIN (the built daemon); CKPT_FIXTURES / CKPT_FIXTURES_DEFAUL
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import json
 import os
@@ -604,3 +605,81 @@ def test_directory_mode_checks_steps(tmp_path):
     finally:
         m.close()
     assert "not a complete checkpoint" in m.log() and "step-2" in m.log()
+
+
+class _Dirent(ctypes.Structure):  # glibc's struct dirent on 64-bit Linux
+    _fields_ = [("d_ino", ctypes.c_uint64), ("d_off", ctypes.c_int64),
+                ("d_reclen", ctypes.c_ushort), ("d_type", ctypes.c_ubyte),
+                ("d_name", ctypes.c_char * 256)]
+
+
+def _libc_dir():
+    """opendir/readdir/telldir/seekdir through ctypes (Python has no telldir/seekdir)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.opendir.restype = ctypes.c_void_p
+    libc.opendir.argtypes = [ctypes.c_char_p]
+    libc.readdir.restype = ctypes.POINTER(_Dirent)
+    libc.readdir.argtypes = [ctypes.c_void_p]
+    libc.telldir.restype = ctypes.c_long
+    libc.telldir.argtypes = [ctypes.c_void_p]
+    libc.seekdir.restype = None
+    libc.seekdir.argtypes = [ctypes.c_void_p, ctypes.c_long]
+    libc.closedir.argtypes = [ctypes.c_void_p]
+    return libc
+
+
+@pytest.mark.skipif(torch is None, reason="torch not installed")
+def test_layout_huge_n_ranks():
+    """`.layout/dim<d>-of-1048576`: every rank lists (nothing is stored per rank, so the old
+    ~65 k instance table no longer runs out), ranks near 2^20 stat and read, and telldir /
+    seekdir far into the listing resume at the right entry (cookies do not wrap)."""
+    fixture = FIXTURES / "fsdp2_ws2"
+    ref = Ref(fixture)
+    m = Mount(fixture / "ckpt")
+    try:
+        n = 1 << 20
+        spec = m.dir / ".layout" / f"dim0-of-{n}"
+        names = os.listdir(spec)
+        assert len(names) == n and set(names) == {str(r) for r in range(n)}
+        assert (spec / str(n - 1)).is_dir() and not (spec / str(n)).exists()
+        path, (dtype, shape, data, key) = next(
+            (p, v) for p, v in ref.tensors.items() if len(v[1]) >= 1 and v[1][0] >= 2)
+        full = torch.from_numpy(ref.array(path).copy())
+        rows = shape[0]
+        assert (spec / str(rows - 1) / path).read_bytes() == tbytes(full[rows - 1:rows])
+        assert (spec / str(n - 1) / path).read_bytes() == b""
+        assert os.stat(spec / str(n - 1) / path).st_size == 0
+        # a spec that replicates (d >= ndim): the last rank holds the whole tensor
+        assert (m.dir / ".layout" / f"dim63-of-{n}" / str(n - 1) / path).read_bytes() == data
+        # telldir/seekdir over the whole listing: positions grow, resuming gives the entry after
+        libc = _libc_dir()
+        d = libc.opendir(str(spec).encode())
+        assert d
+        try:
+            marks, prev, seen = {}, -1, 0
+            want_marks = {5, 70000, 700000, n - 3}
+            while True:
+                ent = libc.readdir(d)
+                if not ent:
+                    break
+                name = ent.contents.d_name.decode()
+                if name in (".", ".."):
+                    continue
+                pos = libc.telldir(d)
+                assert pos > prev, (name, pos, prev)
+                prev = pos
+                if int(name) in want_marks:
+                    marks[int(name)] = pos
+                seen += 1
+            assert seen == n and len(marks) == len(want_marks)
+            assert prev >= n, "positions of the last entries exceed 2^20 without wrapping"
+            for r in sorted(marks, reverse=True):
+                libc.seekdir(d, marks[r])
+                ent = libc.readdir(d)
+                assert ent and ent.contents.d_name.decode() == str(r + 1), r
+        finally:
+            libc.closedir(d)
+        # the spec directories in use are listed; ranks are not remembered
+        assert sorted(os.listdir(m.dir / ".layout")) == [f"dim0-of-{n}", f"dim63-of-{n}"]
+    finally:
+        m.close()

@@ -7,7 +7,9 @@
 
 #include "ckpt_tree.h"
 #include "fixture_ref.h"
+#include "tree/tree_i.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -117,4 +119,108 @@ Test(tree, not_a_checkpoint) {
     cr_assert_null(t);
     cr_assert(strstr(err.message, ".metadata") != NULL, "%s", err.message);
     rmdir(dir);
+}
+
+/* ---------------------------------------------------------------- .layout at scale */
+
+typedef struct rank_walk {
+    uint64_t next; /* the index the next entry must have */
+    uint64_t stop; /* stop after this many entries (0: never) */
+    ckpt_ino last_ino;
+} rank_walk;
+
+static bool walk_rank(void *ctx, const char *name, const ckpt_tree_stat *st, uint64_t next) {
+    rank_walk *w = ctx;
+    char want[24];
+    snprintf(want, sizeof want, "%llu", (unsigned long long)w->next);
+    cr_assert_str_eq(name, want);
+    cr_assert_eq(next, w->next + 1);
+    cr_assert_eq(st->type, CKPT_NODE_DIR);
+    w->last_ino = st->ino;
+    w->next++;
+    return !(w->stop && w->next >= w->stop);
+}
+
+/* The first tensor of the fixture with at least 2 rows (for a rank holding one row). */
+static const ref_entry *tensor_with_rows(const ref_fixture *fx) {
+    for (size_t i = 0; i < fx->n; i++)
+        if (fx->entries[i].kind == 'T' && fx->entries[i].ndim >= 1 &&
+            fx->entries[i].shape[0] >= 2 && fx->entries[i].nbytes)
+            return &fx->entries[i];
+    return NULL;
+}
+
+static uint8_t *read_all(ckpt_tree *t, ckpt_ino ino, size_t *got) {
+    ckpt_tree_stat st;
+    ckpt_error err = {0};
+    cr_assert_eq(ckpt_tree_getattr(t, ino, &st, &err), CKPT_OK, "%s", err.message);
+    ckpt_tree_scratch s = {0};
+    uint8_t *b = read_window(t, ino, 0, st.size, 8, 4096, &s, got);
+    ckpt_tree_scratch_release(&s);
+    return b;
+}
+
+Test(tree, layout_ranks_are_computed_not_stored) {
+    ref_fixture fx;
+    cr_assert_eq(ref_load("fsdp2_ws2", &fx), 0);
+    ckpt_tree *t = NULL;
+    ckpt_error err = {0};
+    cr_assert_eq(ckpt_tree_open(fx.ckpt_dir, NULL, &t, &err), CKPT_OK, "%s", err.message);
+    tree_ckpt *c = t->slots[0];
+    const ref_entry *re = tensor_with_rows(&fx);
+    cr_assert_not_null(re);
+    const ckpt_entry *e = ckpt_reader_find(ckpt_tree_reader(t), re->key);
+    cr_assert_not_null(e);
+    const char *path = ckpt_entry_path(e);
+
+    /* every rank of the widest spec lists, in order, with cookies index + 1 */
+    ckpt_ino spec = lookup_path(t, ".layout/dim0-of-1048576");
+    cr_assert_eq(tree_layout_nspecs(c), 1);
+    rank_walk w = {0};
+    cr_assert_eq(ckpt_tree_readdir(t, spec, 0, walk_rank, &w, &err), CKPT_OK, "%s", err.message);
+    cr_assert_eq(w.next, 1048576);
+    cr_assert_eq(tree_layout_nspecs(c), 1, "listing ranks must not add table entries");
+    /* resuming from a cookie far into the listing gives the entries after it */
+    w = (rank_walk){.next = 1048570};
+    cr_assert_eq(ckpt_tree_readdir(t, spec, 1048570, walk_rank, &w, &err), CKPT_OK);
+    cr_assert_eq(w.next, 1048576);
+    ckpt_ino last = lookup_path(t, ".layout/dim0-of-1048576/1048575");
+    cr_assert_eq(last, w.last_ino, "readdir and lookup agree on the inode");
+    ckpt_tree_stat st;
+    cr_assert_eq(ckpt_tree_lookup(t, spec, "1048576", &st, &err), CKPT_E_NOTFOUND);
+
+    /* a rank near 2^20 of a replicated spec holds the whole tensor */
+    char p[512];
+    snprintf(p, sizeof p, ".layout/dim63-of-1048576/1048575/%s", path);
+    size_t got;
+    uint8_t *b = read_all(t, lookup_path(t, p), &got);
+    cr_assert_eq(got, re->nbytes);
+    cr_assert(memcmp(b, fx.bin + re->offset, got) == 0);
+    free(b);
+    /* under dim0 of 2^20 ranks, rank r < rows holds row r; ranks past the rows are empty */
+    uint64_t rows = (uint64_t)re->shape[0], row = re->nbytes / rows;
+    snprintf(p, sizeof p, ".layout/dim0-of-1048576/%llu/%s", (unsigned long long)(rows - 1), path);
+    b = read_all(t, lookup_path(t, p), &got);
+    cr_assert_eq(got, row);
+    cr_assert(memcmp(b, fx.bin + re->offset + (rows - 1) * row, row) == 0);
+    free(b);
+    snprintf(p, sizeof p, ".layout/dim0-of-1048576/1048575/%s", path);
+    cr_assert_eq(ckpt_tree_getattr(t, lookup_path(t, p), &st, &err), CKPT_OK);
+    cr_assert_eq(st.size, 0);
+    cr_assert_eq(tree_layout_nspecs(c), 2, "one entry per spec directory, none per rank");
+
+    /* the table is bounded: TREE_LAYOUT_MAX_SPECS specs, then CKPT_E_LIMIT; the old ones
+     * keep resolving */
+    ckpt_ino layout = lookup_path(t, ".layout");
+    for (uint32_t n = 1; tree_layout_nspecs(c) < TREE_LAYOUT_MAX_SPECS; n++) {
+        char name[64];
+        snprintf(name, sizeof name, "dim1-of-%u", n);
+        cr_assert_eq(ckpt_tree_lookup(t, layout, name, &st, &err), CKPT_OK, "%s", err.message);
+    }
+    cr_assert_eq(ckpt_tree_lookup(t, layout, "dim2-of-7", &st, &err), CKPT_E_LIMIT);
+    cr_assert(strstr(err.message, "dim2-of-7") != NULL, "%s", err.message);
+    cr_assert_eq(ckpt_tree_getattr(t, last, &st, &err), CKPT_OK);
+    cr_assert_eq(st.type, CKPT_NODE_DIR);
+    ckpt_tree_free(t);
+    ref_free(&fx);
 }
