@@ -911,7 +911,7 @@ ckpt_status ckpt_tree_read(ckpt_tree *t, ckpt_ino ino, uint64_t off, size_t len,
         int fd = f->fd;
         if (f->file_id >= 0) fd = ckpt_reader_file_fd(o.c->r, (uint32_t)f->file_id, err);
         if (fd < 0) return err ? err->code : CKPT_E_IO;
-        rs = tree_read_fd(&x, 0, fd, off, len, err);
+        rs = tree_read_fd(&x, 0, fd, f->name, off, len, err);
         break;
     }
     case O_STFILE: rs = read_st(&x, o.c, &o.c->st[o.node - 1], off, len, err); break;

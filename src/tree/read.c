@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 struct ckpt_tree_piece {
@@ -18,6 +19,7 @@ struct ckpt_tree_piece {
     uint64_t pos;
     uint64_t len;
     int fd;
+    const char *name; /* the file, for messages; NULL: checked against its size already */
 };
 
 void ckpt_tree_scratch_release(ckpt_tree_scratch *s) {
@@ -59,14 +61,18 @@ static ckpt_status go_mem_only(tree_read *x, ckpt_error *err) {
     x->mem_only = true;
     for (size_t i = 0; i < x->npieces; i++) {
         struct ckpt_tree_piece *p = &x->s->pieces[i];
-        CKPT_TRY(pread_all(p->fd, p->pos, x->s->buf + p->dst, p->len, err));
+        ckpt_status s = pread_all(p->fd, p->pos, x->s->buf + p->dst, p->len, err);
+        if (s != CKPT_OK) {
+            if (err && p->name) ckpt_error_prefix(err, "%s/%s: ", x->c->dir, p->name);
+            return s;
+        }
     }
     x->npieces = 0;
     return CKPT_OK;
 }
 
-static ckpt_status add_piece(tree_read *x, uint64_t dst, int fd, uint64_t pos, uint64_t len,
-                             ckpt_error *err) {
+static ckpt_status add_piece(tree_read *x, uint64_t dst, int fd, const char *name, uint64_t pos,
+                             uint64_t len, ckpt_error *err) {
     if (x->npieces) { /* extend the previous piece when both sides continue */
         struct ckpt_tree_piece *l = &x->s->pieces[x->npieces - 1];
         if (l->fd == fd && l->pos + l->len == pos && l->dst + l->len == dst) {
@@ -81,16 +87,19 @@ static ckpt_status add_piece(tree_read *x, uint64_t dst, int fd, uint64_t pos, u
         x->s->pieces = n;
         x->s->pieces_cap = cap;
     }
-    x->s->pieces[x->npieces++] = (struct ckpt_tree_piece){dst, pos, len, fd};
+    x->s->pieces[x->npieces++] = (struct ckpt_tree_piece){dst, pos, len, fd, name};
     return CKPT_OK;
 }
 
-ckpt_status tree_read_fd(tree_read *x, uint64_t dst, int fd, uint64_t pos, uint64_t len,
-                         ckpt_error *err) {
+ckpt_status tree_read_fd(tree_read *x, uint64_t dst, int fd, const char *name, uint64_t pos,
+                         uint64_t len, ckpt_error *err) {
     if (dst + len > x->len) return ckpt_fail(err, CKPT_E_INVAL, "read outside the reply");
-    if (x->mem_only || len < x->min_run || x->npieces >= x->max_fd)
-        return pread_all(fd, pos, x->s->buf + dst, len, err);
-    return add_piece(x, dst, fd, pos, len, err);
+    if (x->mem_only || len < x->min_run || x->npieces >= x->max_fd) {
+        ckpt_status s = pread_all(fd, pos, x->s->buf + dst, len, err);
+        if (s != CKPT_OK && err) ckpt_error_prefix(err, "%s/%s: ", x->c->dir, name);
+        return s;
+    }
+    return add_piece(x, dst, fd, name, pos, len, err);
 }
 
 /* ------------------------------------------------------------------ one box */
@@ -125,8 +134,12 @@ static ckpt_status one_box(void *ctx, const slice_box *b, ckpt_error *err) {
         if ((uint64_t)run >= x->min_run && x->npieces + runs > x->max_fd)
             CKPT_TRY(go_mem_only(x, err));
         else if ((uint64_t)run >= x->min_run) {
-            int fd = ckpt_files_fd(x->r, (uint32_t)c->loc.file_id, err);
-            if (fd < 0) return err ? err->code : CKPT_E_IO;
+            /* opens the file and checks the item against its current size, as the copying
+             * path does: a shard truncated since it was mounted fails here, not in a short
+             * splice */
+            ckpt_source src;
+            CKPT_TRY(ckpt_loc_source(x->r, &c->loc, ckpt_entry_key(bx->e), &src, err));
+            int fd = src.fd;
             int64_t idx[CKPT_MAX_NDIM] = {0};
             for (;;) {
                 uint64_t soff = b->src0, doff = bx->dst + b->dst0;
@@ -134,7 +147,9 @@ static ckpt_status one_box(void *ctx, const slice_box *b, ckpt_error *err) {
                     soff += (uint64_t)(idx[d] * ss[d]);
                     doff += (uint64_t)(idx[d] * ds[d]);
                 }
-                CKPT_TRY(add_piece(x, doff, fd, soff, (uint64_t)run, err));
+                CKPT_TRY(add_piece(x, doff, fd,
+                                   ckpt_reader_file_name(x->r, (uint32_t)c->loc.file_id), soff,
+                                   (uint64_t)run, err));
                 int d = n - 1;
                 for (; d >= 0; d--) {
                     if (++idx[d] < cnt[d]) break;
@@ -293,10 +308,37 @@ static ckpt_status push_seg(ckpt_tree_scratch *s, size_t *n, ckpt_tree_seg seg, 
     return CKPT_OK;
 }
 
+/* A file that shrank after it was mounted would splice short: every fd piece that was not
+ * checked when it was added (whole-file windows of `.raw`) must lie inside its file's current
+ * size (one fstat per file and reply). */
+static ckpt_status check_sizes(tree_read *x, ckpt_error *err) {
+    int last_fd = -1;
+    uint64_t size = 0;
+    for (size_t i = 0; i < x->npieces; i++) {
+        const struct ckpt_tree_piece *p = &x->s->pieces[i];
+        if (!p->name) continue;
+        if (p->fd != last_fd) {
+            struct stat st;
+            if (fstat(p->fd, &st) != 0)
+                return ckpt_fail(err, CKPT_E_IO, "%s/%s: %s", x->c->dir, p->name, strerror(errno));
+            last_fd = p->fd;
+            size = (uint64_t)st.st_size;
+        }
+        if (p->pos + p->len > size)
+            return ckpt_fail(err, CKPT_E_RANGE,
+                             "%s/%s: bytes [%llu, %llu) are past the end of the file (%llu bytes; "
+                             "truncated since it was mounted?)",
+                             x->c->dir, p->name, (unsigned long long)p->pos,
+                             (unsigned long long)(p->pos + p->len), (unsigned long long)size);
+    }
+    return CKPT_OK;
+}
+
 /* The reply: fd pieces in order, the gaps between them from the buffer. */
 ckpt_status tree_read_finish(tree_read *x, size_t *nsegs, ckpt_error *err) {
     *nsegs = 0;
     ckpt_tree_scratch *s = x->s;
+    CKPT_TRY(check_sizes(x, err));
     if (x->npieces > 1) qsort(s->pieces, x->npieces, sizeof *s->pieces, by_dst);
     uint64_t at = 0;
     for (size_t i = 0; i < x->npieces; i++) {

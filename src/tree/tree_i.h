@@ -199,9 +199,10 @@ typedef struct tree_read {
 
 /* Copies `len` bytes from `src` to reply offset `dst`. */
 ckpt_status tree_read_mem(tree_read *x, uint64_t dst, const void *src, size_t len, ckpt_error *err);
-/* A whole-file window [pos, pos+len) of fd → reply offset dst (an fd segment). */
-ckpt_status tree_read_fd(tree_read *x, uint64_t dst, int fd, uint64_t pos, uint64_t len,
-                         ckpt_error *err);
+/* A whole-file window [pos, pos+len) of fd (file `name` of the checkpoint, for messages) →
+ * reply offset dst (an fd segment). */
+ckpt_status tree_read_fd(tree_read *x, uint64_t dst, int fd, const char *name, uint64_t pos,
+                         uint64_t len, ckpt_error *err);
 /* Bytes [off, off+len) of the C-order flattening of the box (origin, extent) of tensor `e`
  * (origin/extent NULL: the whole tensor) → reply offset dst. */
 /* Orders the recorded pieces into the reply's segments (in x->s->segs). */

@@ -683,3 +683,45 @@ def test_layout_huge_n_ranks():
         assert sorted(os.listdir(m.dir / ".layout")) == [f"dim0-of-{n}", f"dim63-of-{n}"]
     finally:
         m.close()
+
+
+@pytest.mark.skipif(torch is None, reason="torch not installed")
+@pytest.mark.parametrize("mode", ["page_cache", "direct_io"])
+def test_shard_truncated_after_mounting(tmp_path, mode):
+    """A shard truncated under a live mount gives EIO on the bytes that are gone, on the
+    spliced path (64 KiB runs) too, instead of short reads or zeros; the rest reads exact."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import FileSystemReader
+
+    g = torch.Generator().manual_seed(3)
+    sd = {"model": {"a": torch.randn(64, 256, generator=g), "c": torch.randn(3, generator=g),
+                    "b": torch.randn(64, 256, generator=g)}}
+    ck = tmp_path / "ck"
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "assuming the intent is to save in a single process"
+        dcp.save(sd, checkpoint_id=str(ck))
+    items = {k.fqn: v for k, v in FileSystemReader(str(ck)).read_metadata().storage_data.items()}
+    b = items["model.b"]
+    assert all(items[k].relative_path == b.relative_path and items[k].offset < b.offset
+               for k in ("model.a", "model.c")), "b must be stored last"
+    m = Mount(ck, mode)
+    try:
+        assert (m.dir / "model" / "b").stat().st_size == 64 * 256 * 4
+        cut = b.offset + b.length - 8192  # b's item (its data and zip trailer) is cut short
+        os.truncate(ck / b.relative_path, cut)
+        # every view of b fails, as the copying path does for a damaged item (even rank 0's
+        # rows, which are still in the file); so does the shard itself under .raw
+        for path in ("model/b", ".npy/model/b.npy", ".layout/dim0-of-2/0/model/b",
+                     ".layout/dim0-of-2/1/model/b", ".raw/" + b.relative_path):
+            with pytest.raises(OSError) as e:
+                (m.dir / path).read_bytes()
+            assert e.value.errno == errno.EIO, path
+        for key in ("a", "c"):
+            assert (m.dir / "model" / key).read_bytes() == tbytes(sd["model"][key]), key
+        assert (m.dir / ".layout/dim0-of-2/1/model/a").read_bytes() == tbytes(sd["model"]["a"][32:])
+    finally:
+        m.close()
+    log = m.log()
+    assert f"bytes [{b.offset}, {b.offset + b.length}) of {b.relative_path} lie past its end" in log
+    assert "past the end of the file" in log, log  # .raw
