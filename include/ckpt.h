@@ -107,6 +107,8 @@ typedef struct ckpt_limits {
     uint64_t max_decoded_cache;  /* decoded (e.g. zstd) chunks kept in memory between reads;
                                     least recently used ones beyond this are dropped and
                                     decoded again when needed (default 512 MiB) */
+    uint32_t index_threads;      /* threads that build the index of a big `.metadata` (default:
+                                    the online CPUs, at most 4; 1: the calling thread only) */
 } ckpt_limits;
 
 typedef struct ckpt_open_options {

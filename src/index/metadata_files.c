@@ -21,6 +21,10 @@ void ckpt_limits_resolve(ckpt_limits *out, const ckpt_limits *given) {
     if (!out->max_items) out->max_items = 256ull << 20;
     if (!out->max_object_bytes) out->max_object_bytes = 1ull << 30;
     if (!out->max_decoded_cache) out->max_decoded_cache = 512ull << 20;
+    if (!out->index_threads) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        out->index_threads = cpus < 1 ? 1 : cpus > 4 ? 4 : (uint32_t)cpus;
+    }
 }
 
 pk_limits ckpt_metadata_pk_limits(const ckpt_limits *l, size_t len) {

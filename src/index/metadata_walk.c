@@ -9,7 +9,9 @@
 #include "pickle/pickle.h"
 #include "util/error.h"
 
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +21,7 @@
 typedef struct walk {
     ckpt_reader *r;
     const char *file;
+    ckpt_arena *arena;     /* where walk_tensor allocates: r->arena, or a worker's own */
     ckpt_htab chunk_index; /* (entry, offsets) -> entry<<32 | chunk, built on first miss */
     bool chunk_index_built;
     /* relative_path string node -> file id: the decoder shares equal strings, so the few
@@ -100,15 +103,15 @@ static const char *dtype_name_of(const pk_value *props) {
     return dt && dt->type == PK_GLOBAL ? dt->u.global.name : NULL;
 }
 
-static const char *problemf(ckpt_reader *r, const char *fmt, ...)
+static const char *problemf(ckpt_arena *a, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-static const char *problemf(ckpt_reader *r, const char *fmt, ...) {
+static const char *problemf(ckpt_arena *a, const char *fmt, ...) {
     char buf[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    return astr(r, buf);
+    return ckpt_arena_strndup(a, buf, strlen(buf));
 }
 
 static bool boxes_equal(const int64_t *a, const int64_t *b, int ndim) {
@@ -119,11 +122,10 @@ static bool boxes_equal(const int64_t *a, const int64_t *b, int ndim) {
  * appends its chunks (entry seen in an earlier rank-local metadata file). */
 static ckpt_status walk_tensor(walk *w, ckpt_entry *e, bool merging, const pk_value *v,
                                ckpt_error *err) {
-    ckpt_reader *r = w->r;
     int64_t shape[CKPT_MAX_NDIM];
     size_t ndim = 0;
     if (!pk_as_int_seq(pk_get_cached(v, "size", &w->keys.size), shape, CKPT_MAX_NDIM, &ndim)) {
-        e->problem = problemf(r, "tensor size is missing or malformed");
+        e->problem = problemf(w->arena, "tensor size is missing or malformed");
         return CKPT_OK;
     }
     if (!merging) {
@@ -131,21 +133,21 @@ static ckpt_status walk_tensor(walk *w, ckpt_entry *e, bool merging, const pk_va
         const char *dn = dtype_name_of(pk_get_cached(v, "properties", &w->keys.properties));
         e->dtype = ckpt_dtype_from_name(dn);
         if (e->dtype == CKPT_DTYPE_INVALID)
-            e->problem = problemf(r, "unknown or missing dtype '%s'", dn ? dn : "?");
+            e->problem = problemf(w->arena, "unknown or missing dtype '%s'", dn ? dn : "?");
         e->ndim = (int)ndim;
-        int64_t *s = ckpt_arena_alloc(r->arena, (ndim ? ndim : 1) * sizeof *s);
+        int64_t *s = ckpt_arena_alloc(w->arena, (ndim ? ndim : 1) * sizeof *s);
         if (!s) return nomem(err);
         memcpy(s, shape, ndim * sizeof *s);
         e->shape = ndim ? s : NULL;
         uint64_t numel = 1;
         for (size_t d = 0; d < ndim; d++) {
             if (shape[d] < 0) {
-                e->problem = problemf(r, "negative dimension %lld", (long long)shape[d]);
+                e->problem = problemf(w->arena, "negative dimension %lld", (long long)shape[d]);
                 numel = 0;
                 break;
             }
             if (shape[d] && numel > (UINT64_C(1) << 62) / (uint64_t)shape[d]) {
-                e->problem = problemf(r, "tensor has too many elements");
+                e->problem = problemf(w->arena, "tensor has too many elements");
                 numel = 0;
                 break;
             }
@@ -155,22 +157,22 @@ static ckpt_status walk_tensor(walk *w, ckpt_entry *e, bool merging, const pk_va
         size_t isz = ckpt_dtype_itemsize(e->dtype);
         e->nbytes = isz && numel <= (UINT64_C(1) << 62) / isz ? numel * isz : 0;
     } else if ((int)ndim != e->ndim || memcmp(shape, e->shape, ndim * sizeof *shape) != 0) {
-        e->problem = problemf(r, "rank-local metadata files disagree on the shape");
+        e->problem = problemf(w->arena, "rank-local metadata files disagree on the shape");
         return CKPT_OK;
     }
 
     const pk_value *chunks = pk_get_cached(v, "chunks", &w->keys.chunks);
     if (!chunks || (chunks->type != PK_LIST && chunks->type != PK_TUPLE)) {
-        e->problem = problemf(r, "tensor has no chunk list");
+        e->problem = problemf(w->arena, "tensor has no chunk list");
         return CKPT_OK;
     }
     size_t n = pk_len(chunks);
     size_t old = e->nchunks;
     ckpt_chunk *arr =
-        ckpt_arena_grow(r->arena, e->chunks, old * sizeof *arr, (old + n + 1) * sizeof *arr);
+        ckpt_arena_grow(w->arena, e->chunks, old * sizeof *arr, (old + n + 1) * sizeof *arr);
     if (!arr) return nomem(err);
     e->chunks = arr;
-    int64_t *pool = ckpt_arena_alloc(r->arena, (n * 2 * ndim + 1) * sizeof *pool);
+    int64_t *pool = ckpt_arena_alloc(w->arena, (n * 2 * ndim + 1) * sizeof *pool);
     if (!pool) return nomem(err);
     for (size_t i = 0; i < n; i++) {
         const pk_value *c = pk_item(chunks, i);
@@ -181,7 +183,7 @@ static ckpt_status walk_tensor(walk *w, ckpt_entry *e, bool merging, const pk_va
             !pk_as_int_seq(pk_get_cached(c, "sizes", &w->keys.sizes), sz, ndim ? ndim : 1, &n2) ||
             n1 != ndim || n2 != ndim) {
             e->problem =
-                problemf(r, "chunk %zu: offsets/sizes missing or not of rank %zu", i, ndim);
+                problemf(w->arena, "chunk %zu: offsets/sizes missing or not of rank %zu", i, ndim);
             continue;
         }
         uint64_t numel = 1;
@@ -192,7 +194,7 @@ static ckpt_status walk_tensor(walk *w, ckpt_entry *e, bool merging, const pk_va
             numel *= (uint64_t)(sz[d] < 0 ? 0 : sz[d]);
         }
         if (!inside) {
-            e->problem = problemf(r, "chunk %zu lies outside the tensor's shape", i);
+            e->problem = problemf(w->arena, "chunk %zu lies outside the tensor's shape", i);
             continue;
         }
         if (merging) { /* rank-local merge: drop boxes already present */
@@ -219,36 +221,168 @@ static ckpt_status walk_tensor(walk *w, ckpt_entry *e, bool merging, const pk_va
     return CKPT_OK;
 }
 
+/* Tensors of a big state_dict_metadata are walked by several threads: the entries are made
+ * first (in order, on this thread), then workers take blocks of new tensor entries, each
+ * allocating from an arena of its own that the reader's arena adopts afterwards.  Items that
+ * touch an entry made earlier (rank-local merges, repeated keys) are walked after them, in
+ * order, on this thread, so the index is the same as a walk in order on one thread. */
+#define PARALLEL_MIN 4096u /* fewer new tensors are walked on this thread */
+#define PARALLEL_BLOCK 256u
+#define PARALLEL_MAX 16u
+
+typedef struct sdm_job {
+    const walk *base;
+    const pk_value *sdm;
+    const size_t *item;  /* sdm pair index of each new tensor... */
+    const size_t *entry; /* ...and its entry */
+    size_t n;
+    _Atomic size_t next; /* first item of the next block to take */
+    atomic_bool failed;  /* a worker failed: the others stop */
+} sdm_job;
+
+typedef struct sdm_worker {
+    sdm_job *job;
+    pthread_t thread;
+    bool started;
+    ckpt_arena *arena;
+    ckpt_status status;
+    size_t failed_at; /* item index of the failure (the lowest one is reported) */
+    ckpt_error err;
+} sdm_worker;
+
+static void *sdm_worker_main(void *arg) {
+    sdm_worker *wk = arg;
+    sdm_job *job = wk->job;
+    walk lw = {.r = job->base->r, .file = job->base->file, .arena = wk->arena};
+    ckpt_reader *r = lw.r;
+    for (;;) {
+        size_t b = atomic_fetch_add_explicit(&job->next, PARALLEL_BLOCK, memory_order_relaxed);
+        if (b >= job->n || atomic_load_explicit(&job->failed, memory_order_relaxed)) break;
+        size_t end = job->n - b < PARALLEL_BLOCK ? job->n : b + PARALLEL_BLOCK;
+        for (size_t i = b; i < end; i++) {
+            ckpt_status st = walk_tensor(&lw, &r->entries[job->entry[i]], false,
+                                         job->sdm->u.dict.vals[job->item[i]], &wk->err);
+            if (st != CKPT_OK) {
+                wk->status = st;
+                wk->failed_at = i;
+                atomic_store(&job->failed, true);
+                return NULL;
+            }
+        }
+    }
+    return NULL;
+}
+
+/* Walks the new tensors item[i] -> entry[i] on `threads` threads (this one included). */
+static ckpt_status walk_tensors_parallel(walk *w, const pk_value *sdm, const size_t *item,
+                                         const size_t *entry, size_t n, unsigned threads,
+                                         ckpt_error *err) {
+    sdm_job job = {.base = w, .sdm = sdm, .item = item, .entry = entry, .n = n};
+    sdm_worker wk[PARALLEL_MAX];
+    memset(wk, 0, sizeof wk);
+    if (threads > PARALLEL_MAX) threads = PARALLEL_MAX;
+    for (unsigned t = 0; t < threads; t++) {
+        wk[t].job = &job;
+        wk[t].arena = ckpt_arena_new(0);
+        if (!wk[t].arena) {
+            threads = t; /* go on with the workers there are */
+            break;
+        }
+        ckpt_arena_max_block(wk[t].arena, (size_t)8 << 20);
+    }
+    for (unsigned t = 1; t < threads; t++)
+        wk[t].started = pthread_create(&wk[t].thread, NULL, sdm_worker_main, &wk[t]) == 0;
+    if (threads) sdm_worker_main(&wk[0]);
+    ckpt_status st = threads ? CKPT_OK : nomem(err);
+    size_t failed_at = SIZE_MAX;
+    for (unsigned t = 0; t < threads; t++) {
+        if (wk[t].started) pthread_join(wk[t].thread, NULL);
+        if (wk[t].status != CKPT_OK && wk[t].failed_at < failed_at) {
+            failed_at = wk[t].failed_at;
+            st = wk[t].status;
+            if (err) *err = wk[t].err;
+        }
+    }
+    for (unsigned t = 0; t < PARALLEL_MAX; t++)
+        if (wk[t].arena) ckpt_arena_adopt(w->r->arena, wk[t].arena);
+    return st;
+}
+
 static ckpt_status walk_state_dict_metadata(walk *w, const pk_value *sdm, ckpt_error *err) {
     ckpt_reader *r = w->r;
     if (!sdm || sdm->type != PK_DICT)
         return ckpt_fail(err, CKPT_E_FORMAT, "%s: state_dict_metadata is missing or not a dict",
                          w->file);
-    for (size_t i = 0; i < sdm->u.dict.len; i++) {
+    size_t n = sdm->u.dict.len;
+    /* pass 1: entries, in order; new tensors are listed (item, entry), the rest deferred */
+    size_t *item = malloc((n ? n : 1) * sizeof *item);
+    size_t *entry = malloc((n ? n : 1) * sizeof *entry);
+    bool *deferred = calloc(n ? n : 1, sizeof *deferred);
+    ckpt_status st = CKPT_OK;
+    size_t ntensors = 0;
+    if (!item || !entry || !deferred) {
+        st = nomem(err);
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++) {
         const char *key = pk_as_str(sdm->u.dict.keys[i]);
         const pk_value *v = sdm->u.dict.vals[i];
-        if (!key)
-            return ckpt_fail(err, CKPT_E_FORMAT, "%s: state_dict_metadata key #%zu is not a string",
-                             w->file, i);
+        if (!key) {
+            st = ckpt_fail(err, CKPT_E_FORMAT, "%s: state_dict_metadata key #%zu is not a string",
+                           w->file, i);
+            goto done;
+        }
         uint64_t h = key_hash(key);
         ckpt_entry *e = find_key_hashed(r, key, h);
-        bool merging = e != NULL;
-        if (!e && !(e = new_entry(r, key, h))) return nomem(err);
+        if (e) { /* made earlier: walked after the new ones, in order */
+            deferred[i] = true;
+            continue;
+        }
+        if (!(e = new_entry(r, key, h))) {
+            st = nomem(err);
+            goto done;
+        }
         const char *cls = pk_class_name(v);
         bool tensor =
             (cls && strcmp(cls, "TensorStorageMetadata") == 0) || (!cls && pk_get(v, "chunks"));
         if (tensor) {
-            if (merging && e->kind != CKPT_ENTRY_TENSOR) continue;
-            CKPT_TRY(walk_tensor(w, e, merging, v, err));
+            item[ntensors] = i;
+            entry[ntensors++] = e->index;
         } else if (cls && strcmp(cls, "BytesStorageMetadata") == 0) {
             e->kind = CKPT_ENTRY_OBJECT;
-            if (!merging) e->loc.problem = "no storage_data entry for this object";
-        } else if (!merging) {
+            e->loc.problem = "no storage_data entry for this object";
+        } else {
             e->kind = CKPT_ENTRY_OBJECT;
-            e->problem = problemf(r, "unknown storage metadata class '%s'", cls ? cls : "?");
+            e->problem = problemf(r->arena, "unknown storage metadata class '%s'", cls ? cls : "?");
         }
     }
-    return CKPT_OK;
+    /* pass 2: the new tensors (the lazily built chunk index is not thread-safe) */
+    unsigned threads = r->limits.index_threads;
+    if (ntensors >= PARALLEL_MIN && threads > 1 && !w->chunk_index_built) {
+        st = walk_tensors_parallel(w, sdm, item, entry, ntensors, threads, err);
+    } else {
+        for (size_t k = 0; k < ntensors && st == CKPT_OK; k++)
+            st = walk_tensor(w, &r->entries[entry[k]], false, sdm->u.dict.vals[item[k]], err);
+    }
+    /* pass 3: items of entries made before them */
+    for (size_t i = 0; i < n && st == CKPT_OK; i++) {
+        if (!deferred[i]) continue;
+        const pk_value *v = sdm->u.dict.vals[i];
+        ckpt_entry *e = find_key(r, pk_as_str(sdm->u.dict.keys[i]));
+        const char *cls = pk_class_name(v);
+        bool tensor =
+            (cls && strcmp(cls, "TensorStorageMetadata") == 0) || (!cls && pk_get(v, "chunks"));
+        if (tensor) {
+            if (e->kind == CKPT_ENTRY_TENSOR) st = walk_tensor(w, e, true, v, err);
+        } else if (cls && strcmp(cls, "BytesStorageMetadata") == 0) {
+            e->kind = CKPT_ENTRY_OBJECT;
+        }
+    }
+done:
+    free(item);
+    free(entry);
+    free(deferred);
+    return st;
 }
 
 static ckpt_status set_path(ckpt_reader *r, ckpt_entry *e, const pk_value *path, ckpt_error *err) {
@@ -498,16 +632,16 @@ static void note_root(ckpt_reader *r, const pk_value *root, const pk_value *sdm)
     }
 }
 
-ckpt_status ckpt_index_add_metadata(ckpt_reader *r, const char *file, const uint8_t *buf,
-                                    size_t len, ckpt_error *err) {
-    pk_limits lim = ckpt_metadata_pk_limits(&r->limits, len);
+ckpt_status ckpt_index_add_metadata(ckpt_reader *r, const char *file, const pk_input *in,
+                                    ckpt_error *err) {
+    pk_limits lim = ckpt_metadata_pk_limits(&r->limits, in->len);
     pk_doc *doc = NULL;
-    ckpt_status st = pk_decode(buf, len, &lim, &doc, err);
+    ckpt_status st = pk_decode_input(in, &lim, &doc, err);
     if (st != CKPT_OK) {
         ckpt_error_prefix(err, "%s: ", file);
         return st;
     }
-    walk w = {.r = r, .file = file};
+    walk w = {.r = r, .file = file, .arena = r->arena};
     const pk_value *root = pk_doc_root(doc);
     const pk_value *sdm = pk_get(root, "state_dict_metadata");
     if (!root || root->type != PK_OBJECT || !sdm) {

@@ -111,6 +111,22 @@ typedef struct pk_doc pk_doc;
  * The caller prefixes the file name. */
 ckpt_status pk_decode(const uint8_t *buf, size_t len, const pk_limits *limits, pk_doc **out,
                       ckpt_error *err);
+/* An input that may still be arriving (read by another thread while it is decoded).  buf has
+ * room for all len bytes; [0, ready) are there at the start, and when more are needed,
+ * wait(ctx, want) blocks until at least `want` (<= len) are and returns how many are: fewer
+ * only when the rest never will be (a read failed: the decoder then fails as on a truncated
+ * input, and the stream's owner reports the real cause).  With wait == NULL, all len bytes
+ * are there.  Never more than `want` bytes are assumed: bytes past the returned count are
+ * not read. */
+typedef struct pk_input {
+    const uint8_t *buf;
+    size_t len;
+    size_t ready;
+    size_t (*wait)(void *ctx, size_t want);
+    void *ctx;
+} pk_input;
+ckpt_status pk_decode_input(const pk_input *in, const pk_limits *limits, pk_doc **out,
+                            ckpt_error *err);
 const pk_value *pk_doc_root(const pk_doc *doc);
 uint64_t pk_doc_bytes_used(const pk_doc *doc);
 void pk_doc_free(pk_doc *doc);

@@ -61,7 +61,10 @@ typedef struct intern_slot {
 
 typedef struct pk_vm {
     const uint8_t *buf;
-    size_t len;
+    size_t len;   /* bytes of buf that are there now */
+    size_t total; /* bytes the input will have (== len unless streamed) */
+    size_t (*wait)(void *ctx, size_t want);
+    void *wait_ctx;
     size_t pos;
     size_t op_off; /* offset of the opcode being executed */
     unsigned op;
@@ -123,7 +126,7 @@ static ckpt_status fail_build(pk_vm *vm) {
 
 static ckpt_status truncated(pk_vm *vm, uint64_t need) {
     return fail(vm, CKPT_E_FORMAT, "truncated: argument needs %llu bytes, %zu left",
-                (unsigned long long)need, vm->len - vm->pos);
+                (unsigned long long)need, vm->total - vm->pos);
 }
 
 static ckpt_status underflow(pk_vm *vm) { return fail(vm, CKPT_E_FORMAT, "stack underflow"); }
@@ -137,9 +140,21 @@ static uint64_t rd_le(const uint8_t *p, int n) {
     return v;
 }
 
+/* A streamed input: waits until `want` bytes are there.  False if they never will be (past
+ * the end, or the stream failed: its owner reports why). */
+static bool refill(pk_vm *vm, size_t want) {
+    if (want > vm->total) return false;
+    if (vm->len < want && vm->wait) {
+        size_t got = vm->wait(vm->wait_ctx, want);
+        if (got > vm->total) got = vm->total;
+        if (got > vm->len) vm->len = got;
+    }
+    return vm->len >= want;
+}
+
 /* The next n bytes of argument, or NULL (and a truncation error in *st). */
 static const uint8_t *take(pk_vm *vm, uint64_t n, ckpt_status *st) {
-    if (n > vm->len - vm->pos) {
+    if (n > vm->len - vm->pos && (n > vm->total - vm->pos || !refill(vm, vm->pos + (size_t)n))) {
         *st = truncated(vm, n);
         return NULL;
     }
@@ -151,8 +166,14 @@ static const uint8_t *take(pk_vm *vm, uint64_t n, ckpt_status *st) {
 /* A newline-terminated text argument (newline excluded). */
 static ckpt_status take_line(pk_vm *vm, const uint8_t **s, size_t *n) {
     const uint8_t *start = vm->buf + vm->pos;
-    const uint8_t *nl = memchr(start, '\n', vm->len - vm->pos);
-    if (!nl) return fail(vm, CKPT_E_FORMAT, "truncated: text argument has no newline");
+    size_t scanned = vm->pos; /* bytes before this have no newline */
+    const uint8_t *nl;
+    while (!(nl = memchr(vm->buf + scanned, '\n', vm->len - scanned))) {
+        scanned = vm->len;
+        size_t want = vm->total - vm->len > 65536 ? vm->len + 65536 : vm->total;
+        if (vm->len == vm->total || !refill(vm, want))
+            return fail(vm, CKPT_E_FORMAT, "truncated: text argument has no newline");
+    }
     *s = start;
     *n = (size_t)(nl - start);
     vm->pos += *n + 1;
@@ -863,7 +884,7 @@ static ckpt_status op_frame(pk_vm *vm) {
     const uint8_t *p = take(vm, 8, &st);
     if (!p) return st;
     uint64_t n = rd_le(p, 8);
-    if (n > vm->len - vm->pos) return truncated(vm, n);
+    if (n > vm->total - vm->pos) return truncated(vm, n);
     return CKPT_OK; /* frames are a buffering hint: the payload is parsed in place */
 }
 
@@ -987,7 +1008,7 @@ static ckpt_status run(pk_vm *vm) {
     CKPT_TRY(grow_aux(vm, "stack", &arr, &vm->scap, 1, sizeof *vm->stack, 16, vm->b.max_items));
     vm->stack = arr;
     for (;;) {
-        if (vm->pos >= vm->len) {
+        if (vm->pos >= vm->len && !refill(vm, vm->pos + 1)) {
             return ckpt_fail(vm->err, CKPT_E_FORMAT,
                              "pickle offset %zu: truncated: input ends before STOP", vm->pos);
         }
@@ -1011,8 +1032,16 @@ static ckpt_status run(pk_vm *vm) {
 
 ckpt_status pk_decode(const uint8_t *buf, size_t len, const pk_limits *limits, pk_doc **out,
                       ckpt_error *err) {
+    pk_input in = {.buf = buf, .len = len};
+    return pk_decode_input(&in, limits, out, err);
+}
+
+ckpt_status pk_decode_input(const pk_input *in, const pk_limits *limits, pk_doc **out,
+                            ckpt_error *err) {
     if (out) *out = NULL;
-    if (!out || (!buf && len)) return ckpt_fail(err, CKPT_E_INVAL, "pk_decode: bad argument");
+    if (!out || !in || (!in->buf && in->len) || in->ready > in->len)
+        return ckpt_fail(err, CKPT_E_INVAL, "pk_decode: bad argument");
+    size_t len = in->len;
     pk_limits lim = limits ? *limits : (pk_limits){0};
     if (!lim.max_bytes) lim.max_bytes = DEFAULT_MAX_BYTES;
     if (!lim.max_items) lim.max_items = DEFAULT_MAX_ITEMS;
@@ -1027,8 +1056,11 @@ ckpt_status pk_decode(const uint8_t *buf, size_t len, const pk_limits *limits, p
         free(vm);
         return ckpt_fail(err, CKPT_E_NOMEM, "pickle: out of memory");
     }
-    vm->buf = buf;
-    vm->len = len;
+    vm->buf = in->buf;
+    vm->total = len;
+    vm->len = in->wait ? in->ready : len;
+    vm->wait = in->wait;
+    vm->wait_ctx = in->ctx;
     vm->err = err;
     vm->b.arena = doc->arena;
     ckpt_arena_map_ahead(doc->arena); /* a big pickle fills a lot of it */

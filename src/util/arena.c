@@ -37,6 +37,7 @@ struct ckpt_arena {
     uint64_t budget;
     uint64_t used;
     size_t next_block; /* size of the next block to map */
+    size_t max_block;  /* blocks grow up to this size */
     int over_budget;
     uint64_t mapped; /* bytes of the blocks in the list */
     /* Mapping ahead: the helper maps a block of ahead_size into `ahead` (the only field it
@@ -53,6 +54,7 @@ ckpt_arena *ckpt_arena_new(uint64_t budget) {
     if (a) {
         a->budget = budget;
         a->next_block = ARENA_BLOCK_MIN;
+        a->max_block = ARENA_BLOCK_MAX;
     }
     return a;
 }
@@ -94,6 +96,10 @@ void ckpt_arena_free(ckpt_arena *a) {
 }
 
 void ckpt_arena_map_ahead(ckpt_arena *a) { a->map_ahead = true; }
+
+void ckpt_arena_max_block(ckpt_arena *a, size_t bytes) {
+    a->max_block = bytes < ARENA_BLOCK_MIN ? ARENA_BLOCK_MIN : bytes;
+}
 
 void ckpt_arena_settle(ckpt_arena *a) {
     join_helper(a);
@@ -152,7 +158,7 @@ void *ckpt_arena_alloc(ckpt_arena *a, size_t size) {
     arena_block *b = a->head;
     if (!b || b->size - HEADER_SIZE - b->used < rounded) {
         size_t want = a->next_block;
-        if (want < ARENA_BLOCK_MAX) a->next_block = want * 2;
+        if (want < a->max_block) a->next_block = want * 2;
         if (want < rounded + HEADER_SIZE) /* an oversized request gets its own block */
             want = (rounded + HEADER_SIZE + 4095u) & ~(size_t)4095u;
         arena_block *nb = new_block(a, want, rounded + HEADER_SIZE);
@@ -189,6 +195,27 @@ void *ckpt_arena_grow(ckpt_arena *a, void *old, size_t old_size, size_t new_size
     void *p = ckpt_arena_alloc(a, new_size);
     if (p && old && old_size) memcpy(p, old, old_size < new_size ? old_size : new_size);
     return p;
+}
+
+void ckpt_arena_adopt(ckpt_arena *dst, ckpt_arena *src) {
+    if (!src) return;
+    ckpt_arena_settle(src);
+    arena_block *last = src->head;
+    while (last && last->next)
+        last = last->next;
+    if (last) {
+        /* behind dst's current block, which keeps filling */
+        if (dst->head) {
+            last->next = dst->head->next;
+            dst->head->next = src->head;
+        } else {
+            dst->head = src->head;
+        }
+    }
+    dst->used += src->used;
+    dst->mapped += src->mapped;
+    dst->over_budget |= src->over_budget;
+    free(src);
 }
 
 int ckpt_arena_over_budget(const ckpt_arena *a) { return a->over_budget; }

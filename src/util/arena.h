@@ -19,6 +19,9 @@ void ckpt_arena_free(ckpt_arena *a);
  * ckpt_arena_settle (or free), a helper may be running between calls.  Like all calls on one
  * arena, these must not run concurrently. */
 void ckpt_arena_map_ahead(ckpt_arena *a);
+/* Blocks double in size up to 64 MiB; this lowers that cap (arenas of which many fill at
+ * once, so that their partly used last blocks waste less). */
+void ckpt_arena_max_block(ckpt_arena *a, size_t bytes);
 /* Ends mapping ahead: waits for the helper and unmaps a block mapped ahead but not used. */
 void ckpt_arena_settle(ckpt_arena *a);
 /* 8-byte aligned, zero-filled memory; NULL when out of memory or over budget
@@ -28,6 +31,9 @@ void *ckpt_arena_alloc(ckpt_arena *a, size_t size);
 char *ckpt_arena_strndup(ckpt_arena *a, const char *s, size_t len);
 /* Grows an array allocated from the arena (old contents copied; old block is not reused). */
 void *ckpt_arena_grow(ckpt_arena *a, void *old, size_t old_size, size_t new_size);
+/* Moves everything `src` handed out into `dst` (which then owns and frees it) and frees the
+ * src handle; pointers into src stay valid.  Both must be settled (no helper running). */
+void ckpt_arena_adopt(ckpt_arena *dst, ckpt_arena *src);
 int ckpt_arena_over_budget(const ckpt_arena *a);
 uint64_t ckpt_arena_used(const ckpt_arena *a);
 
