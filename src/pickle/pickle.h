@@ -52,10 +52,18 @@ typedef enum pk_obj_how { PK_HOW_REDUCE = 0, PK_HOW_NEWOBJ = 1, PK_HOW_NEWOBJ_EX
 /* Values are allocated at the size of their variant (a PK_INT takes 16 bytes, not
  * sizeof(pk_value)): read only the union member that `type` names, and never copy a pk_value
  * by value — hold `const pk_value *`. */
+/* The rarely set parts of an object (read them with pk_obj_kwargs & co.). */
+typedef struct pk_obj_extra {
+    pk_value *kwargs;    /* NEWOBJ_EX only, else NULL */
+    pk_value *listitems; /* PK_LIST: APPEND(S) applied to the object, or NULL */
+    pk_value *dictitems; /* PK_DICT: SETITEM(S) applied to the object, or NULL */
+} pk_obj_extra;
+
 struct pk_value {
-    pk_type type;
+    uint8_t type; /* a pk_type */
+    uint8_t how;  /* PK_OBJECT: a pk_obj_how */
     /* Containers: nesting depth when last added to (1 + deepest item), a lower bound of the
-     * real depth; 0 for scalars.  Lives in what was padding, so offsets are unchanged. */
+     * real depth; 0 for scalars. */
     uint32_t depth;
     union {
         bool b;
@@ -83,17 +91,24 @@ struct pk_value {
         struct {
             pk_value *cls;       /* usually PK_GLOBAL; may be any value */
             pk_value *args;      /* PK_TUPLE (NEWOBJ/REDUCE args), never NULL */
-            pk_value *kwargs;    /* NEWOBJ_EX only, else NULL */
             pk_value *state;     /* BUILD argument, NULL if never built */
-            pk_value *listitems; /* PK_LIST: APPEND(S) applied to the object, or NULL */
-            pk_value *dictitems; /* PK_DICT: SETITEM(S) applied to the object, or NULL */
-            pk_obj_how how;
-        } obj;
+            pk_obj_extra *extra; /* NULL while kwargs, listitems and dictitems are */
+        } obj;                   /* (`how` is in the header) */
         struct {
             pk_value *pid;
         } persid;
     } u;
 };
+
+static inline const pk_value *pk_obj_kwargs(const pk_value *v) {
+    return v->u.obj.extra ? v->u.obj.extra->kwargs : NULL;
+}
+static inline const pk_value *pk_obj_listitems(const pk_value *v) {
+    return v->u.obj.extra ? v->u.obj.extra->listitems : NULL;
+}
+static inline const pk_value *pk_obj_dictitems(const pk_value *v) {
+    return v->u.obj.extra ? v->u.obj.extra->dictitems : NULL;
+}
 
 typedef struct pk_limits {
     uint64_t max_bytes; /* arena budget (the decoded tree's memory); 0 = 1 GiB.  The decoder's

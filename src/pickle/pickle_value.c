@@ -346,7 +346,7 @@ static const pk_value *fields_of(const pk_value *v) {
     if (v->type != PK_OBJECT) return NULL;
     const pk_value *st = v->u.obj.state;
     if (st && st->type == PK_DICT) return st;
-    const pk_value *di = v->u.obj.dictitems;
+    const pk_value *di = pk_obj_dictitems(v);
     if (di && di->type == PK_DICT) return di;
     return NULL;
 }

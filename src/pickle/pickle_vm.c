@@ -538,6 +538,12 @@ static ckpt_status tuple_top(pk_vm *vm, size_t k) {
     return CKPT_OK;
 }
 
+/* The object's out-of-line parts, made on first use (NULL when out of memory). */
+static pk_obj_extra *obj_extra(pk_vm *vm, pk_value *o) {
+    if (!o->u.obj.extra) o->u.obj.extra = pkb_alloc(&vm->b, sizeof *o->u.obj.extra);
+    return o->u.obj.extra;
+}
+
 static ckpt_status append_items(pk_vm *vm, pk_value *target, pk_value *const *items, size_t n) {
     pk_builder *b = &vm->b;
     if (target->type == PK_LIST)
@@ -545,9 +551,9 @@ static ckpt_status append_items(pk_vm *vm, pk_value *target, pk_value *const *it
     if (target->type != PK_OBJECT)
         return fail(vm, CKPT_E_FORMAT, "cannot append to %s", pk_type_name(target->type));
     if (!n) return CKPT_OK;
-    if (!target->u.obj.listitems && !(target->u.obj.listitems = pkb_container(b, PK_LIST)))
-        return fail_build(vm);
-    pk_value *li = target->u.obj.listitems;
+    pk_obj_extra *x = obj_extra(vm, target);
+    if (!x || (!x->listitems && !(x->listitems = pkb_container(b, PK_LIST)))) return fail_build(vm);
+    pk_value *li = x->listitems;
     if (!pkb_seq_extend(b, li, items, n) || !pkb_nest(b, target, pkb_depth(li)))
         return fail_build(vm);
     return CKPT_OK;
@@ -561,9 +567,9 @@ static ckpt_status set_items(pk_vm *vm, pk_value *target, pk_value *const *kv, s
     if (target->type != PK_OBJECT)
         return fail(vm, CKPT_E_FORMAT, "cannot set items on %s", pk_type_name(target->type));
     if (!n) return CKPT_OK;
-    if (!target->u.obj.dictitems && !(target->u.obj.dictitems = pkb_container(b, PK_DICT)))
-        return fail_build(vm);
-    pk_value *di = target->u.obj.dictitems;
+    pk_obj_extra *x = obj_extra(vm, target);
+    if (!x || (!x->dictitems && !(x->dictitems = pkb_container(b, PK_DICT)))) return fail_build(vm);
+    pk_value *di = x->dictitems;
     if (!pkb_dict_extend(b, di, kv, n / 2) || !pkb_nest(b, target, pkb_depth(di)))
         return fail_build(vm);
     return CKPT_OK;
@@ -583,8 +589,12 @@ static pk_value *mk_object(pk_vm *vm, pk_value *cls, pk_value *args, pk_value *k
     if (!o) return NULL;
     o->u.obj.cls = cls;
     o->u.obj.args = args;
-    o->u.obj.kwargs = kwargs;
-    o->u.obj.how = how;
+    o->how = (uint8_t)how;
+    if (kwargs) {
+        pk_obj_extra *x = obj_extra(vm, o);
+        if (!x) return NULL;
+        x->kwargs = kwargs;
+    }
     uint32_t d = pkb_depth(cls);
     if (pkb_depth(args) > d) d = pkb_depth(args);
     if (kwargs && pkb_depth(kwargs) > d) d = pkb_depth(kwargs);

@@ -29,7 +29,7 @@ static bool empty_or_none(const pk_value *v) {
     if (!v || v->type == PK_NONE) return true;
     if (v->type == PK_DICT) return v->u.dict.len == 0;
     if (v->type == PK_OBJECT) /* OrderedDict() */
-        return (!v->u.obj.dictitems || v->u.obj.dictitems->u.dict.len == 0) &&
+        return (!pk_obj_dictitems(v) || pk_obj_dictitems(v)->u.dict.len == 0) &&
                pk_len(v->u.obj.args) == 0;
     return false;
 }

@@ -254,7 +254,7 @@ static ckpt_status new_ref(conv_ctx *c, const char *module, const char *name, co
  * node does not have that shape. */
 static ckpt_status conv_dict_like(conv_ctx *c, const pk_value *v, bool args_are_pairs,
                                   unsigned depth, ckpt_value **out, unsigned *h) {
-    const pk_value *args = v->u.obj.args, *items = v->u.obj.dictitems;
+    const pk_value *args = v->u.obj.args, *items = pk_obj_dictitems(v);
     const pk_value *pairs = NULL;
     if (args_are_pairs && args->u.seq.len == 1) {
         pairs = args->u.seq.items[0];
@@ -396,7 +396,7 @@ static ckpt_status conv_idiom(conv_ctx *c, const pk_value *v, unsigned depth, ck
                               unsigned *h) {
     const pk_value *cls = v->u.obj.cls, *args = v->u.obj.args;
     if (!cls || cls->type != PK_GLOBAL || !args || args->type != PK_TUPLE) return CKPT_OK;
-    if (v->u.obj.kwargs || v->u.obj.listitems) return CKPT_OK;
+    if (pk_obj_kwargs(v) || pk_obj_listitems(v)) return CKPT_OK;
     size_t n = args->u.seq.len;
     pk_value *const *a = args->u.seq.items;
 
@@ -404,7 +404,7 @@ static ckpt_status conv_idiom(conv_ctx *c, const pk_value *v, unsigned depth, ck
         return conv_dict_like(c, v, true, depth, out, h);
     if (global_is(cls, "collections", "defaultdict") && no_state(v->u.obj.state) && n <= 1)
         return conv_dict_like(c, v, false, depth, out, h);
-    if (v->u.obj.dictitems || !no_state(v->u.obj.state)) return CKPT_OK;
+    if (pk_obj_dictitems(v) || !no_state(v->u.obj.state)) return CKPT_OK;
 
     const pk_value *s;
     if (codecs_encode_args(v, &s)) {
@@ -464,12 +464,12 @@ static ckpt_status conv_object(conv_ctx *c, const pk_value *v, unsigned depth, c
         args->u.seq.len = n + 1;
         r->u.obj.args = args;
     }
-    if (v->u.obj.kwargs) CKPT_TRY(child(c, v->u.obj.kwargs, depth, 1, &r->u.obj.kwargs, h));
+    if (pk_obj_kwargs(v)) CKPT_TRY(child(c, pk_obj_kwargs(v), depth, 1, &r->u.obj.kwargs, h));
     if (v->u.obj.state) CKPT_TRY(child(c, v->u.obj.state, depth, 1, &r->u.obj.state, h));
-    if (v->u.obj.listitems)
-        CKPT_TRY(child(c, v->u.obj.listitems, depth, 1, &r->u.obj.listitems, h));
-    if (v->u.obj.dictitems)
-        CKPT_TRY(child(c, v->u.obj.dictitems, depth, 1, &r->u.obj.dictitems, h));
+    if (pk_obj_listitems(v))
+        CKPT_TRY(child(c, pk_obj_listitems(v), depth, 1, &r->u.obj.listitems, h));
+    if (pk_obj_dictitems(v))
+        CKPT_TRY(child(c, pk_obj_dictitems(v), depth, 1, &r->u.obj.dictitems, h));
     *out = r;
     return CKPT_OK;
 }

@@ -122,8 +122,8 @@ static void put_part(pkj_ctx *c, const char *prefix, const pk_value *v, unsigned
 static void put_object(pkj_ctx *c, const pk_value *v, unsigned depth) {
     const pk_value *cls = v->u.obj.cls, *args = v->u.obj.args;
     if (pk_is_global(cls, "torch", "Size") && args && args->type == PK_TUPLE &&
-        args->u.seq.len == 1 && !v->u.obj.kwargs && !v->u.obj.state && !v->u.obj.listitems &&
-        !v->u.obj.dictitems) {
+        args->u.seq.len == 1 && !pk_obj_kwargs(v) && !v->u.obj.state && !pk_obj_listitems(v) &&
+        !pk_obj_dictitems(v)) {
         const pk_value *dims = args->u.seq.items[0];
         if (dims && (dims->type == PK_TUPLE || dims->type == PK_LIST)) {
             put_seq(c, dims->u.seq.items, dims->u.seq.len, depth);
@@ -136,10 +136,10 @@ static void put_object(pkj_ctx *c, const pk_value *v, unsigned depth) {
     else
         put(c, cls, depth + 1);
     put_part(c, ",\"args\":", args, depth);
-    put_part(c, ",\"kwargs\":", v->u.obj.kwargs, depth);
+    put_part(c, ",\"kwargs\":", pk_obj_kwargs(v), depth);
     put_part(c, ",\"state\":", v->u.obj.state, depth);
-    put_part(c, ",\"listitems\":", v->u.obj.listitems, depth);
-    put_part(c, ",\"dictitems\":", v->u.obj.dictitems, depth);
+    put_part(c, ",\"listitems\":", pk_obj_listitems(v), depth);
+    put_part(c, ",\"dictitems\":", pk_obj_dictitems(v), depth);
     ckpt_strbuf_addc(&c->sb, '}');
 }
 

@@ -74,10 +74,10 @@ static size_t walk(const pk_value *root) {
             PUSH(v->u.obj.cls);
             if (!v->u.obj.args || v->u.obj.args->type != PK_TUPLE) abort();
             PUSH(v->u.obj.args);
-            if (v->u.obj.kwargs) PUSH(v->u.obj.kwargs);
+            if (pk_obj_kwargs(v)) PUSH(pk_obj_kwargs(v));
             if (v->u.obj.state) PUSH(v->u.obj.state);
-            if (v->u.obj.listitems) PUSH(v->u.obj.listitems);
-            if (v->u.obj.dictitems) PUSH(v->u.obj.dictitems);
+            if (pk_obj_listitems(v)) PUSH(pk_obj_listitems(v));
+            if (pk_obj_dictitems(v)) PUSH(pk_obj_dictitems(v));
             break;
         case PK_PERSID: PUSH(v->u.persid.pid); break;
         default: abort();

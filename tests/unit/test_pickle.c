@@ -246,7 +246,7 @@ Test(pickle, bytes_protocol2_codecs_encode) {
     expect_seq(e->u.obj.args, PK_TUPLE, 0);
     const pk_value *o = item(r, 1);
     expect_type(o, PK_OBJECT);
-    cr_assert_eq(o->u.obj.how, PK_HOW_REDUCE);
+    cr_assert_eq(o->how, PK_HOW_REDUCE);
     cr_assert(pk_is_global(o->u.obj.cls, "_codecs", "encode"));
     expect_seq(o->u.obj.args, PK_TUPLE, 2);
     expect_blob(item(o->u.obj.args, 0), PK_STR,
@@ -326,11 +326,11 @@ Test(pickle, ordered_dict) {
         const pk_value *r = pk_doc_root(doc);
         expect_type(r, PK_OBJECT);
         cr_assert(pk_is_global(r->u.obj.cls, "collections", "OrderedDict"));
-        cr_assert_eq(r->u.obj.how, PK_HOW_REDUCE);
+        cr_assert_eq(r->how, PK_HOW_REDUCE);
         expect_seq(r->u.obj.args, PK_TUPLE, 0);
         cr_assert_null(r->u.obj.state);
-        cr_assert_null(r->u.obj.listitems);
-        const pk_value *d = r->u.obj.dictitems;
+        cr_assert_null(pk_obj_listitems(r));
+        const pk_value *d = pk_obj_dictitems(r);
         expect_type(d, PK_DICT);
         cr_assert_eq(d->u.dict.len, 2);
         expect_str(d->u.dict.keys[0], "b");
@@ -347,11 +347,11 @@ Test(pickle, class_instance) {
         pk_doc *doc = decode_vector(names[i]);
         const pk_value *r = pk_doc_root(doc);
         expect_type(r, PK_OBJECT);
-        cr_assert_eq(r->u.obj.how, PK_HOW_NEWOBJ);
+        cr_assert_eq(r->how, PK_HOW_NEWOBJ);
         cr_assert_str_eq(pk_class_name(r), "Point");
         cr_assert_str_eq(pk_class_module(r), "__main__");
         expect_seq(r->u.obj.args, PK_TUPLE, 0);
-        cr_assert_null(r->u.obj.kwargs);
+        cr_assert_null(pk_obj_kwargs(r));
         expect_type(r->u.obj.state, PK_DICT);
         expect_int(get(r, "x"), 1);
         expect_str(get(r, "y"), "two");
@@ -378,7 +378,7 @@ Test(pickle, inst_and_obj) {
     for (size_t i = 0; i < 2; i++) {
         const pk_value *o = item(r, i);
         expect_type(o, PK_OBJECT);
-        cr_assert_eq(o->u.obj.how, PK_HOW_REDUCE);
+        cr_assert_eq(o->how, PK_HOW_REDUCE);
         expect_global(o->u.obj.cls, "__main__", "Point");
         expect_seq(o->u.obj.args, PK_TUPLE, 2);
         expect_int(item(o->u.obj.args, 0), (int64_t)i + 1);
@@ -391,11 +391,11 @@ Test(pickle, newobj_ex) {
     pk_doc *doc = decode_vector("newobj_ex_p4");
     const pk_value *r = pk_doc_root(doc);
     expect_type(r, PK_OBJECT);
-    cr_assert_eq(r->u.obj.how, PK_HOW_NEWOBJ_EX);
+    cr_assert_eq(r->how, PK_HOW_NEWOBJ_EX);
     cr_assert_str_eq(pk_class_name(r), "KW");
     expect_seq(r->u.obj.args, PK_TUPLE, 1);
     expect_int(item(r->u.obj.args, 0), 7);
-    expect_int(get(r->u.obj.kwargs, "k"), 8);
+    expect_int(get(pk_obj_kwargs(r), "k"), 8);
     expect_int(get(r, "a"), 7);
     pk_doc_free(doc);
 }
@@ -452,7 +452,7 @@ Test(pickle, dcp_metadata_shape) {
         expect_type(r, PK_OBJECT);
         cr_assert_str_eq(pk_class_name(r), "Metadata");
         cr_assert_str_eq(pk_class_module(r), md);
-        cr_assert_eq(r->u.obj.how, PK_HOW_NEWOBJ);
+        cr_assert_eq(r->how, PK_HOW_NEWOBJ);
         expect_str(get(r, "version"), "1.0.0");
 
         const pk_value *sdm = get(r, "state_dict_metadata");
@@ -642,7 +642,7 @@ Test(pickle, append_onto_object_goes_to_listitems) {
                                 "e."),
                             NULL, &doc, &err),
                  CKPT_OK, "%s", err.message);
-    const pk_value *li = pk_doc_root(doc)->u.obj.listitems;
+    const pk_value *li = pk_obj_listitems(pk_doc_root(doc));
     expect_seq(li, PK_LIST, 3);
     expect_int(item(li, 2), 3);
     pk_doc_free(doc);
