@@ -43,11 +43,17 @@ typedef enum ckpt_node_type {
     CKPT_NODE_SYMLINK = 3,
 } ckpt_node_type;
 
+/* ckpt_tree_stat.flags: the object can change while the tree is open (the top level of a
+ * directory of checkpoints and its `latest`, `.layout` as specs come into use); its mtime
+ * moves when it does.  Everything else never changes. */
+#define CKPT_TREE_CHANGES 1u
+
 typedef struct ckpt_tree_stat {
     ckpt_ino ino;
     ckpt_node_type type;
     uint64_t size;  /* bytes (files), target length (symlinks), entries (dirs) */
     uint32_t nlink; /* 2 + subdirectories for dirs, 1 otherwise */
+    uint32_t flags; /* CKPT_TREE_CHANGES */
     struct timespec mtime;
 } ckpt_tree_stat;
 

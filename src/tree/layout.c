@@ -6,6 +6,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static bool parse_uint(const char **p, uint64_t max, uint64_t *out) {
     const char *s = *p;
@@ -83,6 +84,15 @@ ckpt_status tree_layout_spec(tree_ckpt *c, int dim, uint32_t n, uint32_t *spec, 
     }
     t[k] = (layout_spec){(uint32_t)dim, n};
     atomic_store_explicit(&c->nspecs, k + 1, memory_order_release);
+    /* `.layout` lists the specs in use: its mtime moves so the kernel drops its listing */
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    uint64_t ns = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec,
+             base = (uint64_t)c->mtime.tv_sec * 1000000000u + (uint64_t)c->mtime.tv_nsec,
+             prev = atomic_load(&c->layout_mtime_ns);
+    if (ns < base) ns = base;
+    if (ns <= prev) ns = prev + 1;
+    atomic_store(&c->layout_mtime_ns, ns);
     *spec = k;
 out:
     pthread_mutex_unlock(&c->spec_lock);
@@ -100,6 +110,8 @@ bool tree_layout_spec_get(tree_ckpt *c, uint32_t spec, layout_inst *out) {
 uint32_t tree_layout_nspecs(tree_ckpt *c) {
     return atomic_load_explicit(&c->nspecs, memory_order_acquire);
 }
+
+uint64_t tree_layout_mtime_ns(tree_ckpt *c) { return atomic_load(&c->layout_mtime_ns); }
 
 ckpt_ino tree_layout_ino(const tree_ckpt *c, uint32_t spec, uint32_t rank, uint32_t node) {
     uint32_t nb = node_bits(c);

@@ -114,6 +114,10 @@ static bool newer(const tree_ckpt *a, const tree_ckpt *b) {
     return a->mtime.tv_nsec > b->mtime.tv_nsec;
 }
 
+static bool ts_after(struct timespec a, struct timespec b) {
+    return a.tv_sec != b.tv_sec ? a.tv_sec > b.tv_sec : a.tv_nsec > b.tv_nsec;
+}
+
 /* Finds the checkpoints of a multi tree (new ones get new slots; slots are never reused).
  * Caller holds t->lock. */
 static ckpt_status scan(ckpt_tree *t, ckpt_error *err) {
@@ -174,6 +178,8 @@ static ckpt_status scan(ckpt_tree *t, ckpt_error *err) {
         return s;
     }
     qsort_r(order, n, sizeof *order, by_version, t);
+    bool changed = n != t->norder || (n && memcmp(order, t->order, n * sizeof *order) != 0);
+    uint32_t old_latest = t->latest;
     free(t->order);
     t->order = order;
     t->norder = (uint32_t)n;
@@ -193,8 +199,23 @@ static ckpt_status scan(ckpt_tree *t, ckpt_error *err) {
         for (size_t i = 0; i < n && len; i++)
             if (strcmp(t->slots[order[i]]->name, name) == 0) t->latest = order[i];
     }
+    /* The top level's mtime moves whenever what it shows changes (a step completing inside
+     * its directory leaves the parent's mtime alone): the kernel keeps listings until the
+     * directory's mtime changes (zero-message opendir, tools/ckptfs/ops.c). */
     struct stat st;
-    if (stat(t->dir, &st) == 0) t->root_mtime = st.st_mtim;
+    struct timespec m = t->root_mtime;
+    if (stat(t->dir, &st) == 0 && ts_after(st.st_mtim, m)) m = st.st_mtim;
+    if (changed || t->latest != old_latest) {
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        if (ts_after(now, m)) {
+            m = now;
+        } else if (++m.tv_nsec == 1000000000) { /* the clock went back: still move */
+            m.tv_sec++;
+            m.tv_nsec = 0;
+        }
+    }
+    t->root_mtime = m;
     return CKPT_OK;
 }
 
@@ -421,18 +442,23 @@ static ckpt_status stat_obj(ckpt_tree *t, const obj *o, ckpt_ino ino, ckpt_tree_
     memset(st, 0, sizeof *st);
     st->ino = ino;
     st->nlink = 1;
-    st->mtime = o->c ? o->c->mtime : t->root_mtime;
+    if (o->c) st->mtime = o->c->mtime; /* the top level's under t->lock below */
     switch (o->kind) {
     case O_TOPROOT:
         st->type = CKPT_NODE_DIR;
+        st->flags = CKPT_TREE_CHANGES;
         pthread_mutex_lock(&t->lock);
+        maybe_rescan(t); /* at most once a second: the mtime tells the kernel what changed */
+        st->mtime = t->root_mtime;
         st->nlink = 2 + t->norder;
         st->size = t->norder + (t->latest ? 1 : 0);
         pthread_mutex_unlock(&t->lock);
         return CKPT_OK;
     case O_LATEST:
         st->type = CKPT_NODE_SYMLINK;
+        st->flags = CKPT_TREE_CHANGES;
         pthread_mutex_lock(&t->lock);
+        st->mtime = t->root_mtime;
         st->size = t->latest ? strlen(t->slots[t->latest]->name) : 0;
         pthread_mutex_unlock(&t->lock);
         return CKPT_OK;
@@ -469,10 +495,14 @@ static ckpt_status stat_obj(ckpt_tree *t, const obj *o, ckpt_ino ino, ckpt_tree_
         st->size = f->size;
         return CKPT_OK;
     }
-    case O_LAYOUTDIR:
+    case O_LAYOUTDIR: { /* lists the specs in use: its mtime is when the last one was added */
         st->type = CKPT_NODE_DIR;
+        st->flags = CKPT_TREE_CHANGES;
         st->nlink = 2;
+        uint64_t ns = tree_layout_mtime_ns(o->c);
+        if (ns) st->mtime = (struct timespec){(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
         return CKPT_OK;
+    }
     case O_SPECDIR:
         st->type = CKPT_NODE_DIR;
         st->nlink = 2 + o->li.n;

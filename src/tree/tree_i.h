@@ -132,6 +132,7 @@ typedef struct tree_ckpt {
     pthread_mutex_t spec_lock;
     _Atomic(layout_spec *) specs;
     _Atomic uint32_t nspecs;
+    _Atomic uint64_t layout_mtime_ns; /* CLOCK_REALTIME of the last spec added; 0: none */
 } tree_ckpt;
 
 struct ckpt_tree {
@@ -172,6 +173,9 @@ ckpt_status tree_layout_spec(tree_ckpt *c, int dim, uint32_t n, uint32_t *spec, 
 bool tree_layout_spec_get(tree_ckpt *c, uint32_t spec, layout_inst *out);
 /* Specs in use (the table never holds anything per rank). */
 uint32_t tree_layout_nspecs(tree_ckpt *c);
+/* `.layout`'s mtime in ns: when the last spec was added (never before the checkpoint's
+ * mtime), 0 while none is. */
+uint64_t tree_layout_mtime_ns(tree_ckpt *c);
 /* The inode of plain node `node` under `.layout/<spec>/<rank>/` (node 0: the rank dir). */
 ckpt_ino tree_layout_ino(const tree_ckpt *c, uint32_t spec, uint32_t rank, uint32_t node);
 /* Decodes a layout inode (tree_ino_is_layout) of checkpoint c; false if it names nothing. */

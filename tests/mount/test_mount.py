@@ -681,6 +681,13 @@ def test_layout_huge_n_ranks():
             libc.closedir(d)
         # the spec directories in use are listed; ranks are not remembered
         assert sorted(os.listdir(m.dir / ".layout")) == [f"dim0-of-{n}", f"dim63-of-{n}"]
+        # a spec used later shows up: `.layout`'s mtime moves and its cached listing is dropped
+        assert (m.dir / ".layout" / "dim1-of-3").is_dir()
+        deadline = time.time() + 10
+        while "dim1-of-3" not in os.listdir(m.dir / ".layout") and time.time() < deadline:
+            time.sleep(0.3)
+        assert sorted(os.listdir(m.dir / ".layout")) == ["dim0-of-1048576", "dim1-of-3",
+                                                         "dim63-of-1048576"]
     finally:
         m.close()
 
@@ -725,3 +732,47 @@ def test_shard_truncated_after_mounting(tmp_path, mode):
     log = m.log()
     assert f"bytes [{b.offset}, {b.offset + b.length}) of {b.relative_path} lie past its end" in log
     assert "past the end of the file" in log, log  # .raw
+
+
+def test_listing_round_trips():
+    """`ls -lR` twice: the second is answered from the kernel's caches (zero-message opendir,
+    cached listings, long attribute timeouts: no READDIRPLUS, OPENDIR or LOOKUP reaches the
+    daemon), and `ls -l` asks for security labels and ACLs once per mount, not per file
+    (EOPNOTSUPP outside user.*, which coreutils remembers per device).  Counted in the
+    daemon's -o debug trace."""
+    ref = Ref(FIXTURES / "fsdp2_ws2")
+    m = Mount(FIXTURES / "fsdp2_ws2" / "ckpt", "debug")
+    try:
+        def ops():
+            counts = {}
+            for line in m.log().splitlines():
+                if "opcode: " in line:
+                    op = line.split("opcode: ")[1].split()[0]
+                    counts[op] = counts.get(op, 0) + 1
+            return counts
+        first = subprocess.run(["ls", "-lR", str(m.dir)], capture_output=True, text=True,
+                               check=True).stdout
+        assert all(Path(p).name in first for p in ref.tensors)
+        after_first = ops()
+        assert after_first.get("READDIRPLUS", 0) + after_first.get("READDIR", 0) > 0
+        assert after_first.get("GETXATTR", 0) <= 2, after_first
+        assert after_first.get("OPENDIR", 0) <= 1, after_first  # ENOSYS once, then none
+        second = subprocess.run(["ls", "-lR", str(m.dir)], capture_output=True, text=True,
+                                check=True).stdout
+        assert second == first
+        after_second = ops()
+        for op in ("READDIRPLUS", "READDIR", "OPENDIR", "RELEASEDIR", "LOOKUP", "GETATTR"):
+            assert after_second.get(op, 0) == after_first.get(op, 0), (op, after_first,
+                                                                        after_second)
+        assert after_second.get("GETXATTR", 0) - after_first.get("GETXATTR", 0) <= 2
+        f = m.dir / next(iter(ref.tensors))
+        for name in ("security.selinux", "system.posix_acl_access", "trusted.x"):
+            with pytest.raises(OSError) as e:
+                os.getxattr(f, name)
+            assert e.value.errno == errno.EOPNOTSUPP, name
+        with pytest.raises(OSError) as e:
+            os.getxattr(f, "user.ckpt.nothing")
+        assert e.value.errno == errno.ENODATA
+        assert os.getxattr(f, "user.ckpt.dtype") == ref.tensors[next(iter(ref.tensors))][0].encode()
+    finally:
+        m.close()

@@ -22,6 +22,12 @@ what: stream (default all):
   readahead (not in the default set) page-cache mode, one reader, every tensor file: first read
            after a fresh mount, then the re-read, with -o readahead_kb=128, 1024 (default), 4096;
            interleaved, best of --runs, beside the direct read of the shards.
+  listing  (not in the default set) `ls -lR` and `getfattr -R -d` over a checkpoint of 5·P
+           entries (--params P, default 20000: ~100 k; written by make_many_entries, the C
+           saver) vs the same commands on a local-filesystem tree of empty files with the same
+           names (and the same user.* xattrs, for getfattr), built under --work; the mount
+           first right after mounting (nothing in the kernel's caches), then again (cached);
+           the local tree warm. Interleaved, best of --runs.
 --opt O (repeatable) adds -o O to every mount (e.g. --opt max_read=1032192).
 All reads use tools/bench/bench_read (C, 1 MiB read(2) calls into a reused buffer). Best of
 --runs for every cell. The checkpoint is written once by make_big_ckpt.py (real torch).
@@ -266,6 +272,92 @@ def bench_export(a, daemon, ckpt, out):
         f.unlink()
 
 
+def timed(cmd: list[str]) -> float:
+    t = time.perf_counter()
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    return time.perf_counter() - t
+
+
+def visible_tops(root: Path) -> list[str]:
+    return sorted(str(root / n) for n in os.listdir(root) if not n.startswith("."))
+
+
+def copy_tree(mnt: Path, local: Path) -> int:
+    """Empty files and directories with the mount's visible names, and its user.* xattrs."""
+    n = 0
+    for top in visible_tops(mnt):
+        for dirpath, _, files in os.walk(top):
+            rel = os.path.relpath(dirpath, mnt)
+            (local / rel).mkdir(parents=True, exist_ok=True)
+            n += 1
+            for f in files:
+                dst = local / rel / f
+                dst.touch()
+                for name in os.listxattr(os.path.join(dirpath, f)):
+                    os.setxattr(dst, name, os.getxattr(os.path.join(dirpath, f), name))
+                n += 1
+    return n
+
+
+def bench_listing(a, build, out):
+    ckpt = Path(a.work) / f"many-{a.params}"
+    if not (ckpt / ".metadata").exists():
+        ckpt.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run([str(build / "tools/bench/make_many_entries"), str(ckpt), str(a.params)],
+                       check=True)
+    daemon = build / "tools/ckptfs/ckptfs"
+    local = Path(a.work) / f"many-{a.params}-local"
+    if not local.exists():
+        m = Mount(daemon, ckpt, *a.opt)
+        try:
+            tmp = local.with_name(local.name + ".tmp")
+            subprocess.run(["rm", "-rf", str(tmp)], check=True)
+            copy_tree(m.dir, tmp)
+            tmp.rename(local)
+        finally:
+            m.close()
+    fstype = subprocess.run(["stat", "-f", "-c", "%T", str(local)], capture_output=True,
+                            text=True).stdout.strip()
+    entries = sum(len(d) + len(f) for _, d, f in os.walk(local))
+    ls = ["ls", "-lR"]
+    gf = ["getfattr", "-R", "-d"]
+    res: dict[str, list[float]] = {}
+
+    def add(k, v):
+        res.setdefault(k, []).append(v)
+
+    timed(ls + [str(local)])  # warm the local tree's dentries and inodes
+    for _ in range(a.runs):
+        t = time.perf_counter()
+        m = Mount(daemon, ckpt, *a.opt)
+        add("mount", time.perf_counter() - t)
+        try:
+            add("ls cold", timed(ls + [str(m.dir)]))
+            add("ls warm", timed(ls + [str(m.dir)]))
+            add("gf after ls", timed(gf + visible_tops(m.dir)))
+        finally:
+            m.close()
+        m = Mount(daemon, ckpt, *a.opt)
+        try:
+            add("gf cold", timed(gf + visible_tops(m.dir)))
+        finally:
+            m.close()
+        add("ls local", timed(ls + [str(local)]))
+        add("gf local", timed(gf + visible_tops(local)))
+    b = {k: min(v) for k, v in res.items()}
+    out.append(f"\nlisting: {entries} entries ({a.params} parameters), local tree on {fstype} "
+               f"(warm); mount options: {' '.join(a.opt) or 'defaults'}; best of {a.runs}; "
+               f"mounting (indexing) took {b['mount']:.2f} s\n")
+    out.append("| command | mount s | local s | mount / local | mount / local `ls -lR` |")
+    out.append("|---|---|---|---|---|")
+    for name, mk, lk in (("ls -lR, first after mounting", "ls cold", "ls local"),
+                         ("ls -lR, again", "ls warm", "ls local"),
+                         ("getfattr -R -d, first after mounting", "gf cold", "gf local"),
+                         ("getfattr -R -d, after ls -lR", "gf after ls", "gf local")):
+        out.append(f"| {name} | {b[mk]:.2f} | {b[lk]:.2f} | {b[mk] / b[lk]:.2f} | "
+                   f"{b[mk] / b['ls local']:.2f} |")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("what", nargs="*", default=["stream", "layout", "export"])
@@ -274,6 +366,7 @@ def main():
     ap.add_argument("--gib", type=float, default=2.5)
     ap.add_argument("--world", type=int, default=4)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--params", type=int, default=20000, help="listing: parameters (5 entries each)")
     ap.add_argument("--export-dir", default="/dev/shm/ckptfs-export" if os.path.isdir("/dev/shm")
                     else None, help="where both exports write (default: tmpfs)")
     ap.add_argument("--opt", action="append", default=[], help="extra -o option for every mount")
@@ -281,7 +374,8 @@ def main():
     build = Path(a.build).resolve()
     daemon, tool = build / "tools/ckptfs/ckptfs", build / "tools/bench/bench_read"
     ckpt = Path(a.work) / f"ckpt-{a.gib}g-{a.world}"
-    if not (ckpt / ".metadata").exists():
+    big = set(a.what) - {"listing"}
+    if big and not (ckpt / ".metadata").exists():
         subprocess.run([sys.executable, str(HERE / "make_big_ckpt.py"), str(ckpt), str(a.gib),
                         str(a.world)], check=True)
     rows, extra = [], []
@@ -297,9 +391,12 @@ def main():
         bench_maxread(a, daemon, tool, ckpt, extra)
     if "strace" in a.what:
         bench_strace(a, daemon, tool, ckpt, extra)
-    print(f"\ncheckpoint: {ckpt} ({sum(f.stat().st_size for f in ckpt.iterdir()) / 2**30:.2f} "
-          f"GiB, {a.world} ranks); best of {a.runs}; extra mount options: "
-          f"{' '.join(a.opt) or 'none'}\n")
+    if "listing" in a.what:
+        bench_listing(a, build, extra)
+    if big:
+        print(f"\ncheckpoint: {ckpt} ({sum(f.stat().st_size for f in ckpt.iterdir()) / 2**30:.2f} "
+              f"GiB, {a.world} ranks); best of {a.runs}; extra mount options: "
+              f"{' '.join(a.opt) or 'none'}\n")
     if rows:
         print("| case | mount GiB/s | .raw ceiling GiB/s | direct (no FUSE) GiB/s | "
               "mount / ceiling | mount / direct |")

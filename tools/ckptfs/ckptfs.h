@@ -48,6 +48,7 @@ typedef struct ckptfs {
     size_t min_fd_run;
     scratch_pool pool;
     bool use_syslog;
+    bool no_opendir;             /* the kernel opens directories itself (set by INIT) */
     atomic_bool readahead_tuned; /* set by the first open (see readahead.c) */
 } ckptfs;
 

@@ -42,11 +42,16 @@ int ckptfs_errno(ckpt_status s) {
 
 static ckptfs *fs_of(fuse_req_t req) { return fuse_req_userdata(req); }
 
-/* Attribute cache lifetime: long for checkpoint contents (they never change under a mount),
- * short for the top level of a directory of checkpoints, where new steps appear. */
-static double timeout_for(const ckptfs *fs, ckpt_ino ino) {
-    if (fs->multi && ((ino - 1) >> 32) == 0) return 1.0;
-    return fs->cfg.timeout;
+/* Attribute and entry cache lifetime: long for checkpoint contents (they never change under a
+ * mount), 1 s for what can change (CKPT_TREE_CHANGES: the top level of a directory of
+ * checkpoints, `latest`, `.layout`), so the kernel sees their new mtime and drops listings. */
+static double timeout_of(const ckptfs *fs, const ckpt_tree_stat *st) {
+    return (st->flags & CKPT_TREE_CHANGES) ? 1.0 : fs->cfg.timeout;
+}
+
+/* For a negative entry: names in the top level of a directory of checkpoints may appear. */
+static double negative_timeout(const ckptfs *fs, fuse_ino_t parent) {
+    return fs->multi && parent == FUSE_ROOT_ID ? 1.0 : fs->cfg.timeout;
 }
 
 static void to_stat(const ckpt_tree_stat *t, struct stat *st) {
@@ -80,6 +85,8 @@ static void op_init(void *userdata, struct fuse_conn_info *conn) {
     if (conn->capable & FUSE_CAP_SPLICE_WRITE) conn->want |= FUSE_CAP_SPLICE_WRITE;
     if (conn->capable & FUSE_CAP_READDIRPLUS) conn->want |= FUSE_CAP_READDIRPLUS;
     if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+    if (conn->capable & FUSE_CAP_AUTO_INVAL_DATA) conn->want |= FUSE_CAP_AUTO_INVAL_DATA;
+    fs->no_opendir = (conn->capable & FUSE_CAP_NO_OPENDIR_SUPPORT) != 0;
     conn->max_read = fs->cfg.max_read;
     conn->time_gran = 1;
 }
@@ -92,7 +99,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
     memset(&e, 0, sizeof e);
     if (ckpt_tree_lookup(fs->tree, parent, name, &st, &err) != CKPT_OK) {
         if (err.code == CKPT_E_NOTFOUND) { /* a cached negative entry */
-            e.entry_timeout = timeout_for(fs, parent);
+            e.entry_timeout = negative_timeout(fs, parent);
             fuse_reply_entry(req, &e);
             return;
         }
@@ -102,7 +109,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
     e.ino = st.ino;
     e.generation = 1;
     to_stat(&st, &e.attr);
-    e.attr_timeout = e.entry_timeout = timeout_for(fs, st.ino);
+    e.attr_timeout = e.entry_timeout = timeout_of(fs, &st);
     fuse_reply_entry(req, &e);
 }
 
@@ -117,7 +124,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
     }
     struct stat s;
     to_stat(&st, &s);
-    fuse_reply_attr(req, &s, timeout_for(fs, ino));
+    fuse_reply_attr(req, &s, timeout_of(fs, &st));
 }
 
 static void op_readlink(fuse_req_t req, fuse_ino_t ino) {
@@ -150,7 +157,7 @@ static bool add_dirent(void *ctx, const char *name, const ckpt_tree_stat *st, ui
         e.ino = st->ino;
         e.generation = 1;
         to_stat(st, &e.attr);
-        e.attr_timeout = e.entry_timeout = timeout_for(d->fs, st->ino);
+        e.attr_timeout = e.entry_timeout = timeout_of(d->fs, st);
         n = fuse_add_direntry_plus(d->req, d->buf + d->used, d->size - d->used, name, &e,
                                    (off_t)next + 2);
     } else {
@@ -230,6 +237,22 @@ static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
     }
     fuse_reply_buf(req, d.buf, d.used);
     free(d.buf);
+}
+
+/* Zero-message opendir: the kernel then opens directories itself, with FOPEN_KEEP_CACHE |
+ * FOPEN_CACHE_DIR, so listings are kept in its cache (a second `ls -lR` never reaches the
+ * daemon) and no OPENDIR/RELEASEDIR round trips are made.  The few directories whose
+ * listing changes move their mtime (CKPT_TREE_CHANGES) and the kernel drops a cached listing
+ * when a directory's mtime changes.  Kernels without it get the same flags from a reply. */
+static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+    (void)ino;
+    if (fs_of(req)->no_opendir) {
+        fuse_reply_err(req, ENOSYS);
+        return;
+    }
+    fi->cache_readdir = 1;
+    fi->keep_cache = 1;
+    fuse_reply_open(req, fi);
 }
 
 static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -341,6 +364,14 @@ static void reply_xattr_value(fuse_req_t req, const char *v, size_t len, size_t 
 }
 
 static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size) {
+    /* Only the user namespace exists here.  EOPNOTSUPP (not ENODATA) for security labels and
+     * ACLs lets `ls -l` (coreutils, gnulib) mark the whole mount as unsupported after one
+     * call instead of asking twice per file: the kernel caches no xattrs for FUSE, so every
+     * question is a round trip to the daemon. */
+    if (strncmp(name, "user.", 5) != 0) {
+        fuse_reply_err(req, EOPNOTSUPP);
+        return;
+    }
     char *v = NULL;
     size_t len = 0;
     ckpt_error err = {0};
@@ -420,6 +451,7 @@ const struct fuse_lowlevel_ops ckptfs_ops = {
     .readlink = op_readlink,
     .open = op_open,
     .read = op_read,
+    .opendir = op_opendir,
     .readdir = op_readdir,
     .readdirplus = op_readdirplus,
     .getxattr = op_getxattr,
