@@ -36,6 +36,7 @@ int cmd_seal(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_diff(int argc, char **argv);
 int cmd_load(int argc, char **argv); /* with MPI only */
+int cmd_reshard(int argc, char **argv);
 void cmd_ls_help(FILE *out);
 void cmd_info_help(FILE *out);
 void cmd_cat_help(FILE *out);
@@ -45,6 +46,7 @@ void cmd_seal_help(FILE *out);
 void cmd_export_help(FILE *out);
 void cmd_diff_help(FILE *out);
 void cmd_load_help(FILE *out);
+void cmd_reshard_help(FILE *out);
 
 /* ---- messages ---- */
 

@@ -1,6 +1,6 @@
 /* main.c — entry point of the `ckpt` tool: global --help/--version and dispatch to the
  * subcommands (one file each: cmd_ls.c, cmd_info.c, cmd_cat.c, cmd_verify.c, cmd_seal.c,
- * cmd_export.c, cmd_diff.c, cmd_load.c (MPI builds), cmd_dump_metadata.c). */
+ * cmd_export.c, cmd_diff.c, cmd_reshard.c, cmd_load.c (MPI builds), cmd_dump_metadata.c). */
 #include "cli.h"
 
 #include <string.h>
@@ -14,6 +14,8 @@ static const cli_command commands[] = {
     {"export", "write the tensors as one safetensors file (streaming)", cmd_export,
      cmd_export_help},
     {"diff", "compare two checkpoints entry by entry", cmd_diff, cmd_diff_help},
+    {"reshard", "write a copy laid out for M ranks (one process, or under mpirun)", cmd_reshard,
+     cmd_reshard_help},
 #ifdef CKPT_WITH_MPI
     {"load", "load into a new layout across MPI ranks (each byte read once)", cmd_load,
      cmd_load_help},

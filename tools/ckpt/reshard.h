@@ -1,0 +1,35 @@
+/* reshard.h — shared pieces of `ckpt reshard` (cmd_reshard.c: options and the single-process
+ * writer; cmd_reshard_mpi.c: the MPI path): the parsed arguments, re-saving an entry's key,
+ * and converting a stored non-tensor value into a saver value. */
+#ifndef CKPT_TOOLS_RESHARD_H
+#define CKPT_TOOLS_RESHARD_H
+
+#include "ckpt_save.h"
+
+typedef struct reshard_args {
+    const char *src, *dst;
+    uint32_t ranks; /* 0: the MPI world size (or 1 outside mpirun) */
+    int dim;
+    uint64_t budget; /* bytes of tensor data held at once (per process, single; job-wide, MPI) */
+    bool no_fsync, quiet;
+} reshard_args;
+
+/* The saver key of entry `e`: its flat key and its planner_data path, where an element made
+ * only of decimal digits becomes a list position.  `elems` receives the path (freed with
+ * free()). */
+ckpt_status reshard_key(const ckpt_entry *e, ckpt_save_key *key, ckpt_save_elem **elems,
+                        ckpt_error *err);
+/* Loads object entry `e` and converts it (None, bool, int, float, str, list, tuple, dict with
+ * str keys); other contents fail with CKPT_E_UNSUPPORTED naming the key. */
+ckpt_status reshard_value(ckpt_reader *r, const ckpt_entry *e, ckpt_save_value **out,
+                          ckpt_error *err);
+/* Bytes of rank `rank`'s Shard(dim) box of `e` (start/count filled); 0-d and dim >= ndim:
+ * the whole tensor. */
+uint64_t reshard_box(const ckpt_entry *e, int dim, uint32_t nranks, uint32_t rank, int64_t *start,
+                     int64_t *count);
+
+#ifdef CKPT_WITH_MPI
+int reshard_mpi(const reshard_args *a);
+#endif
+
+#endif
