@@ -126,19 +126,18 @@ typedef struct pk_doc pk_doc;
  * The caller prefixes the file name. */
 ckpt_status pk_decode(const uint8_t *buf, size_t len, const pk_limits *limits, pk_doc **out,
                       ckpt_error *err);
-/* An input that may still be arriving (read by another thread while it is decoded).  buf has
- * room for all len bytes; [0, ready) are there at the start, and when more are needed,
- * wait(ctx, want) blocks until at least `want` (<= len) are and returns how many are: fewer
- * only when the rest never will be (a read failed: the decoder then fails as on a truncated
- * input, and the stream's owner reports the real cause).  With wait == NULL, all len bytes
- * are there.  Never more than `want` bytes are assumed: bytes past the returned count are
- * not read. */
+/* An input decoded from a buffer (buf, len) or, with `read` set, read piece by piece into a
+ * window of `window` bytes (0: 4 MiB; grown for longer arguments) that slides over it, so a
+ * big file needs no whole-file buffer.  read(ctx, dst, off, n) copies n > 0 bytes at `off`
+ * (< len) into dst and returns how many it copied (fewer is fine, 0 means they never will
+ * be: the decoder then fails as on a truncated input and the reader's owner reports the real
+ * cause).  Bytes are asked for in order, each once. */
 typedef struct pk_input {
     const uint8_t *buf;
     size_t len;
-    size_t ready;
-    size_t (*wait)(void *ctx, size_t want);
+    size_t (*read)(void *ctx, uint8_t *dst, uint64_t off, size_t n);
     void *ctx;
+    size_t window;
 } pk_input;
 ckpt_status pk_decode_input(const pk_input *in, const pk_limits *limits, pk_doc **out,
                             ckpt_error *err);

@@ -49,6 +49,8 @@
 /* Memo indices up to 2 * (stores so far) + MEMO_SLACK go to the dense part, which is made of
  * chunks of MEMO_CHUNK entries. */
 #define MEMO_SLACK 1024u
+/* Window of a read input (grown for longer arguments). */
+#define PK_WINDOW_DEFAULT ((size_t)4 << 20)
 #define MEMO_CHUNK_BITS 10
 #define MEMO_CHUNK ((size_t)1 << MEMO_CHUNK_BITS)
 
@@ -60,13 +62,20 @@ typedef struct intern_slot {
 } intern_slot;
 
 typedef struct pk_vm {
+    /* Input: buf[0, len) holds bytes [base, base + len) of the pickle, pos is relative to buf.
+     * A buffer input is all there (base 0, len total); a read input slides a window `win` of
+     * `cap` bytes over it (see more()). */
     const uint8_t *buf;
-    size_t len;   /* bytes of buf that are there now */
-    size_t total; /* bytes the input will have (== len unless streamed) */
-    size_t (*wait)(void *ctx, size_t want);
-    void *wait_ctx;
+    size_t len;
     size_t pos;
-    size_t op_off; /* offset of the opcode being executed */
+    size_t base;
+    size_t total;
+    size_t (*read)(void *ctx, uint8_t *dst, uint64_t off, size_t n);
+    void *read_ctx;
+    uint8_t *win;
+    size_t cap;
+    bool win_nomem; /* the window could not grow */
+    size_t op_off;  /* offset of the opcode being executed (from the input's start) */
     unsigned op;
     ckpt_error *err;
     pk_builder b;
@@ -125,8 +134,11 @@ static ckpt_status fail_build(pk_vm *vm) {
 }
 
 static ckpt_status truncated(pk_vm *vm, uint64_t need) {
+    if (vm->win_nomem)
+        return fail(vm, CKPT_E_NOMEM, "out of memory for a %llu-byte argument",
+                    (unsigned long long)need);
     return fail(vm, CKPT_E_FORMAT, "truncated: argument needs %llu bytes, %zu left",
-                (unsigned long long)need, vm->total - vm->pos);
+                (unsigned long long)need, vm->total - vm->base - vm->pos);
 }
 
 static ckpt_status underflow(pk_vm *vm) { return fail(vm, CKPT_E_FORMAT, "stack underflow"); }
@@ -140,21 +152,46 @@ static uint64_t rd_le(const uint8_t *p, int n) {
     return v;
 }
 
-/* A streamed input: waits until `want` bytes are there.  False if they never will be (past
- * the end, or the stream failed: its owner reports why). */
-static bool refill(pk_vm *vm, size_t want) {
-    if (want > vm->total) return false;
-    if (vm->len < want && vm->wait) {
-        size_t got = vm->wait(vm->wait_ctx, want);
-        if (got > vm->total) got = vm->total;
-        if (got > vm->len) vm->len = got;
+/* Makes `need` bytes from pos available in buf.  False when the input ends before (or a read
+ * failed: the input's owner reports why; or the window could not grow: win_nomem).  A read
+ * input's window drops the bytes before pos (so pointers from take() and take_line() are
+ * good until the next call of either), grows to hold long arguments and is filled as far as
+ * it goes. */
+static bool more(pk_vm *vm, size_t need) {
+    if (vm->total - vm->base - vm->pos < need) return false;
+    if (vm->len - vm->pos >= need) return true;
+    if (!vm->read) return false;
+    if (vm->pos) {
+        memmove(vm->win, vm->win + vm->pos, vm->len - vm->pos);
+        vm->base += vm->pos;
+        vm->len -= vm->pos;
+        vm->pos = 0;
     }
-    return vm->len >= want;
+    if (need > vm->cap) {
+        size_t cap = vm->cap > (vm->total - vm->base) / 2 ? vm->total - vm->base : 2 * vm->cap;
+        if (cap < need) cap = need;
+        uint8_t *w = realloc(vm->win, cap);
+        if (!w) {
+            vm->win_nomem = true;
+            return false;
+        }
+        vm->win = w;
+        vm->cap = cap;
+    }
+    vm->buf = vm->win;
+    while (vm->len < need) {
+        size_t want = vm->cap - vm->len, left = vm->total - vm->base - vm->len;
+        size_t got = vm->read(vm->read_ctx, vm->win + vm->len, vm->base + vm->len,
+                              want < left ? want : left);
+        if (!got) return false;
+        vm->len += got;
+    }
+    return true;
 }
 
 /* The next n bytes of argument, or NULL (and a truncation error in *st). */
 static const uint8_t *take(pk_vm *vm, uint64_t n, ckpt_status *st) {
-    if (n > vm->len - vm->pos && (n > vm->total - vm->pos || !refill(vm, vm->pos + (size_t)n))) {
+    if (n > vm->len - vm->pos && (n > SIZE_MAX || !more(vm, (size_t)n))) {
         *st = truncated(vm, n);
         return NULL;
     }
@@ -165,17 +202,18 @@ static const uint8_t *take(pk_vm *vm, uint64_t n, ckpt_status *st) {
 
 /* A newline-terminated text argument (newline excluded). */
 static ckpt_status take_line(pk_vm *vm, const uint8_t **s, size_t *n) {
-    const uint8_t *start = vm->buf + vm->pos;
-    size_t scanned = vm->pos; /* bytes before this have no newline */
+    size_t scanned = 0; /* bytes from pos on without a newline */
     const uint8_t *nl;
-    while (!(nl = memchr(vm->buf + scanned, '\n', vm->len - scanned))) {
-        scanned = vm->len;
-        size_t want = vm->total - vm->len > 65536 ? vm->len + 65536 : vm->total;
-        if (vm->len == vm->total || !refill(vm, want))
+    while (!(nl = memchr(vm->buf + vm->pos + scanned, '\n', vm->len - vm->pos - scanned))) {
+        scanned = vm->len - vm->pos;
+        size_t left = vm->total - vm->base - vm->pos;
+        if (scanned == left || !more(vm, left - scanned > 65536 ? scanned + 65536 : left)) {
+            if (vm->win_nomem) return fail(vm, CKPT_E_NOMEM, "out of memory for a text argument");
             return fail(vm, CKPT_E_FORMAT, "truncated: text argument has no newline");
+        }
     }
-    *s = start;
-    *n = (size_t)(nl - start);
+    *s = vm->buf + vm->pos;
+    *n = (size_t)(nl - *s);
     vm->pos += *n + 1;
     return CKPT_OK;
 }
@@ -894,7 +932,7 @@ static ckpt_status op_frame(pk_vm *vm) {
     const uint8_t *p = take(vm, 8, &st);
     if (!p) return st;
     uint64_t n = rd_le(p, 8);
-    if (n > vm->total - vm->pos) return truncated(vm, n);
+    if (n > vm->total - vm->base - vm->pos) return truncated(vm, n);
     return CKPT_OK; /* frames are a buffering hint: the payload is parsed in place */
 }
 
@@ -1018,11 +1056,13 @@ static ckpt_status run(pk_vm *vm) {
     CKPT_TRY(grow_aux(vm, "stack", &arr, &vm->scap, 1, sizeof *vm->stack, 16, vm->b.max_items));
     vm->stack = arr;
     for (;;) {
-        if (vm->pos >= vm->len && !refill(vm, vm->pos + 1)) {
+        if (vm->pos >= vm->len && !more(vm, 1)) {
+            if (vm->win_nomem) return ckpt_fail(vm->err, CKPT_E_NOMEM, "pickle: out of memory");
             return ckpt_fail(vm->err, CKPT_E_FORMAT,
-                             "pickle offset %zu: truncated: input ends before STOP", vm->pos);
+                             "pickle offset %zu: truncated: input ends before STOP",
+                             vm->base + vm->pos);
         }
-        vm->op_off = vm->pos;
+        vm->op_off = vm->base + vm->pos;
         vm->op = vm->buf[vm->pos++];
         if (vm->op == PK_OP_STOP) {
             NEED_STACK(vm, 1);
@@ -1033,7 +1073,7 @@ static ckpt_status run(pk_vm *vm) {
         /* Protocol 4 memoizes nearly every value right after building it: a plain branch here
          * costs less than another trip through the opcode switch. */
         if (vm->pos < vm->len && vm->buf[vm->pos] == PK_OP_MEMOIZE) {
-            vm->op_off = vm->pos++;
+            vm->op_off = vm->base + vm->pos++;
             vm->op = PK_OP_MEMOIZE;
             CKPT_TRY(memo_store(vm, vm->memo_count));
         }
@@ -1049,7 +1089,7 @@ ckpt_status pk_decode(const uint8_t *buf, size_t len, const pk_limits *limits, p
 ckpt_status pk_decode_input(const pk_input *in, const pk_limits *limits, pk_doc **out,
                             ckpt_error *err) {
     if (out) *out = NULL;
-    if (!out || !in || (!in->buf && in->len) || in->ready > in->len)
+    if (!out || !in || (!in->buf && !in->read && in->len))
         return ckpt_fail(err, CKPT_E_INVAL, "pk_decode: bad argument");
     size_t len = in->len;
     pk_limits lim = limits ? *limits : (pk_limits){0};
@@ -1066,11 +1106,18 @@ ckpt_status pk_decode_input(const pk_input *in, const pk_limits *limits, pk_doc 
         free(vm);
         return ckpt_fail(err, CKPT_E_NOMEM, "pickle: out of memory");
     }
-    vm->buf = in->buf;
     vm->total = len;
-    vm->len = in->wait ? in->ready : len;
-    vm->wait = in->wait;
-    vm->wait_ctx = in->ctx;
+    if (in->read) {
+        vm->read = in->read;
+        vm->read_ctx = in->ctx;
+        vm->cap = in->window ? in->window : PK_WINDOW_DEFAULT;
+        if (vm->cap > len) vm->cap = len ? len : 1;
+        vm->win = malloc(vm->cap);
+        vm->buf = vm->win;
+    } else {
+        vm->buf = in->buf;
+        vm->len = len;
+    }
     vm->err = err;
     vm->b.arena = doc->arena;
     ckpt_arena_map_ahead(doc->arena); /* a big pickle fills a lot of it */
@@ -1084,7 +1131,8 @@ ckpt_status pk_decode_input(const pk_input *in, const pk_limits *limits, pk_doc 
     vm->b.keys_bits = vm->intern_bits - 2;
     vm->ints = calloc((size_t)3 << vm->intern_bits, sizeof *vm->ints);
     vm->b.keys_cache = calloc((size_t)1 << vm->b.keys_bits, sizeof *vm->b.keys_cache);
-    if (!vm->ints || !vm->b.keys_cache) {
+    if (!vm->ints || !vm->b.keys_cache || (in->read && !vm->win)) {
+        free(vm->win);
         free(vm->ints);
         free(vm->b.keys_cache);
         pk_doc_free(doc);
@@ -1105,6 +1153,7 @@ ckpt_status pk_decode_input(const pk_input *in, const pk_limits *limits, pk_doc 
     free(vm->b.keys_cache);
     free(vm->hkeys);
     free(vm->hvals);
+    free(vm->win);
     free(vm);
     if (st != CKPT_OK) {
         pk_doc_free(doc);
