@@ -361,6 +361,9 @@ static ckpt_status walk_state_dict_metadata(walk *w, const pk_value *sdm, ckpt_e
     if (ntensors >= PARALLEL_MIN && threads > 1 && !w->chunk_index_built) {
         st = walk_tensors_parallel(w, sdm, item, entry, ntensors, threads, err);
     } else {
+        /* a big walk on this thread fills the reader's arena: map it ahead (the workers'
+         * arenas above fill in parallel instead); settled by ckpt_index_finish */
+        if (ntensors >= PARALLEL_MIN) ckpt_arena_map_ahead(r->arena);
         for (size_t k = 0; k < ntensors && st == CKPT_OK; k++)
             st = walk_tensor(w, &r->entries[entry[k]], false, sdm->u.dict.vals[item[k]], err);
     }
@@ -652,7 +655,6 @@ ckpt_status ckpt_index_add_metadata(ckpt_reader *r, const char *file, const pk_i
         goto done;
     }
     note_root(r, root, sdm);
-    ckpt_arena_map_ahead(r->arena); /* settled by ckpt_index_finish */
     CKPT_TRY_GOTO(st, walk_state_dict_metadata(&w, sdm, err), done);
     CKPT_TRY_GOTO(st, walk_planner_data(&w, pk_get(root, "planner_data"), err), done);
     CKPT_TRY_GOTO(st, walk_storage_data(&w, pk_get(root, "storage_data"), err), done);
