@@ -501,6 +501,13 @@ def test_directory_of_checkpoints(tmp_path):
             time.sleep(0.3)
             os.listdir(m.dir)
         assert os.readlink(m.dir / "latest") == "step-300"
+        # the listing (kept by the kernel) follows too: the step completed inside its own
+        # directory, which leaves the parent's mtime alone, so the mount moves the top
+        # level's mtime itself when a rescan finds a change
+        deadline = time.time() + 10
+        while "step-300" not in os.listdir(m.dir) and time.time() < deadline:
+            time.sleep(0.3)
+        assert sorted(os.listdir(m.dir)) == ["latest", "step-100", "step-200", "step-300"]
         # a `latest` file (as the saver writes it) naming a complete step wins
         (root / "latest").write_text("step-200\n")
         deadline = time.time() + 10
