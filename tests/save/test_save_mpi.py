@@ -233,3 +233,57 @@ def test_failing_rank_every_rank_same_error(tmp_path, flag, first, needle):
     msg = msgs.pop()
     assert msg.startswith(f"rank {first}: ") and needle in msg, msg
     assert os.listdir(tmp_path) == []  # no step, no staging, no latest
+
+
+# ---------------------------------------------------------------- the README demo's writer
+
+DEMO = os.environ.get("DEMO_GPT_SAVE", "")
+
+
+def _splitmix_v(seed, n, base):
+    import numpy as np
+    with np.errstate(over="ignore"):
+        x = (np.uint64(seed) << np.uint64(40)) ^ (np.arange(n, dtype=np.uint64) + np.uint64(base))
+        x = x + np.uint64(0x9e3779b97f4a7c15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xbf58476d1ce4e5b9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94d049bb133111eb)
+        x = x ^ (x >> np.uint64(31))
+    return (x >> np.uint64(40)).astype(np.float32) / np.float32(16777216) - np.float32(0.5)
+
+
+@pytest.mark.skipif(not DEMO, reason="DEMO_GPT_SAVE not set")
+def test_demo_gpt_save_values_torch(tmp_path):
+    import numpy as np
+    layers, d, vocab = 2, 16, 40
+    p = subprocess.run(MPIRUN + ["-np", "3", DEMO, str(tmp_path), "step-10", "--layers",
+                                 str(layers), "--dim", str(d), "--vocab", str(vocab), "--no-fsync"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert (tmp_path / "latest").read_text() == "step-10\n"
+    params = [("tok_embeddings.weight", (vocab, d))]
+    for i in range(layers):
+        params += [(f"layers.{i}.attention.{w}.weight", (d, d)) for w in ("wq", "wk", "wv", "wo")]
+        params += [(f"layers.{i}.attention_norm.weight", (d,)),
+                   (f"layers.{i}.feed_forward.w1.weight", (4 * d, d)),
+                   (f"layers.{i}.feed_forward.w2.weight", (d, 4 * d)),
+                   (f"layers.{i}.ffn_norm.weight", (d,))]
+    params += [("norm.weight", (d,)), ("output.weight", (vocab, d))]
+    sd = {"model": {f: torch.zeros(s) for f, s in params},
+          "optim": {"state": {f: {"step": torch.tensor(0.0), "exp_avg": torch.zeros(s),
+                                  "exp_avg_sq": torch.zeros(s)} for f, s in params},
+                    "param_groups": [{"lr": None, "betas": None, "params": None}]}}
+    dcp.load(sd, checkpoint_id=str(tmp_path / "step-10"), no_dist=True)
+    for i, (f, s) in enumerate(params):
+        n = int(np.prod(s))
+        want = _splitmix_v(1 + i, n, 0) * np.float32(0.04)
+        assert np.array_equal(sd["model"][f].numpy().reshape(-1).view(np.uint32),
+                              want.view(np.uint32)), f
+        st = sd["optim"]["state"][f]
+        m = _splitmix_v(1000 + 2 * i, n, 0) * np.float32(0.001)
+        v = _splitmix_v(1001 + 2 * i, n, 0)
+        v = v * v * np.float32(1e-4)
+        assert np.array_equal(st["exp_avg"].numpy().reshape(-1), m), f
+        assert np.array_equal(st["exp_avg_sq"].numpy().reshape(-1), v), f
+        assert st["step"].item() == 100.0
+    g = sd["optim"]["param_groups"][0]
+    assert g["lr"] == 3e-4 and g["betas"] == (0.9, 0.95) and g["params"] == [f for f, _ in params]
