@@ -4,6 +4,7 @@
 #include "ckpt.h"
 
 #include "index/metadata_files.h"
+#include "index/metadata_stream.h"
 #include "pickle/pickle.h"
 #include "util/error.h"
 #include "util/strbuf.h"
@@ -18,13 +19,18 @@
 /* Reads and renders one metadata file.  CKPT_E_NOTFOUND when it does not exist. */
 static ckpt_status dump_file(const char *path, const ckpt_limits *l, char **out, ckpt_error *err) {
     *out = NULL;
-    uint8_t *buf = NULL;
-    size_t n = 0;
-    CKPT_TRY(ckpt_metadata_read(path, l->max_metadata_bytes, &buf, &n, err));
-    pk_limits pl = ckpt_metadata_pk_limits(l, n);
+    ckpt_metadata_stream *ms = NULL;
+    CKPT_TRY(ckpt_metadata_stream_open(path, l->max_metadata_bytes, &ms, err));
+    const pk_input *in = ckpt_metadata_stream_input(ms);
+    pk_limits pl = ckpt_metadata_pk_limits(l, in->len);
     pk_doc *doc = NULL;
-    ckpt_status s = pk_decode(buf, n, &pl, &doc, err);
-    free(buf);
+    ckpt_status s = pk_decode_input(in, &pl, &doc, err);
+    ckpt_error read_err;
+    if (ckpt_metadata_stream_finish(ms, &read_err) != CKPT_OK) { /* the real cause */
+        s = read_err.code;
+        if (err) *err = read_err;
+    }
+    ckpt_metadata_stream_free(ms);
     if (s == CKPT_OK) s = pk_to_json(pk_doc_root(doc), pl.max_depth, out, err);
     if (s != CKPT_OK) ckpt_error_prefix(err, "%s: ", path);
     pk_doc_free(doc);

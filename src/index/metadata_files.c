@@ -1,16 +1,13 @@
-/* metadata_files.c — limits, bounded reads and rank-local discovery of metadata files
+/* metadata_files.c — limits and rank-local discovery of metadata files
  * (see metadata_files.h). */
 #include "index/metadata_files.h"
 
 #include "util/error.h"
-#include "util/source.h"
 
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 void ckpt_limits_resolve(ckpt_limits *out, const ckpt_limits *given) {
@@ -35,42 +32,6 @@ pk_limits ckpt_metadata_pk_limits(const ckpt_limits *l, size_t len) {
         /* one memo store per opcode at most; the memo's memory counts against max_bytes */
         .max_memo = (uint64_t)len + 16,
     };
-}
-
-ckpt_status ckpt_metadata_read(const char *path, uint64_t max, uint8_t **buf, size_t *len,
-                               ckpt_error *err) {
-    *buf = NULL;
-    *len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return ckpt_fail(err, errno == ENOENT ? CKPT_E_NOTFOUND : CKPT_E_IO, "%s: cannot open: %s",
-                         path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return ckpt_fail(err, CKPT_E_IO, "%s: not a regular file", path);
-    }
-    if ((uint64_t)st.st_size > max) {
-        close(fd);
-        return ckpt_fail(err, CKPT_E_LIMIT, "%s: %lld bytes exceed the metadata size limit of %llu",
-                         path, (long long)st.st_size, (unsigned long long)max);
-    }
-    size_t n = (size_t)st.st_size;
-    uint8_t *p = malloc(n ? n : 1);
-    if (!p) {
-        close(fd);
-        return ckpt_fail(err, CKPT_E_NOMEM, "%s: out of memory reading %zu bytes", path, n);
-    }
-    ckpt_source src = {.fd = fd, .base = 0, .len = n, .name = path};
-    ckpt_status s = ckpt_source_read(&src, 0, p, n, err);
-    close(fd);
-    if (s != CKPT_OK) {
-        free(p);
-        return s;
-    }
-    *buf = p;
-    *len = n;
-    return CKPT_OK;
 }
 
 static int cmp_rank(const void *a, const void *b) {

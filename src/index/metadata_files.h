@@ -1,6 +1,6 @@
 /* metadata_files.h — finding and reading a checkpoint's metadata files, shared by the index
- * (ckpt_reader_open) and the JSON dump (ckpt_metadata_dump_json): one set of limits, one way
- * to read a file under a size bound, one way to list rank-local `__<r>.metadata` files. */
+ * (ckpt_reader_open) and the JSON dump (ckpt_metadata_dump_json): one set of limits and one
+ * way to list rank-local `__<r>.metadata` files (both read them through metadata_stream.h). */
 #ifndef CKPT_INDEX_METADATA_FILES_H
 #define CKPT_INDEX_METADATA_FILES_H
 
@@ -14,10 +14,6 @@
 void ckpt_limits_resolve(ckpt_limits *out, const ckpt_limits *given);
 /* Pickle-decoder limits for a metadata pickle of `len` bytes under resolved limits `l`. */
 pk_limits ckpt_metadata_pk_limits(const ckpt_limits *l, size_t len);
-/* Reads a whole regular file of at most `max` bytes into a malloc'ed buffer.
- * CKPT_E_NOTFOUND when it does not exist, CKPT_E_LIMIT when it is larger. */
-ckpt_status ckpt_metadata_read(const char *path, uint64_t max, uint8_t **buf, size_t *len,
-                               ckpt_error *err);
 /* Ranks r of the `__<r>.metadata` files in dir, sorted ascending (malloc'ed; may be empty). */
 ckpt_status ckpt_metadata_list_ranks(const char *dir, long long **ranks, size_t *count,
                                      ckpt_error *err);
