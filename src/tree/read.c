@@ -19,7 +19,8 @@ struct ckpt_tree_piece {
     uint64_t pos;
     uint64_t len;
     int fd;
-    const char *name; /* the file, for messages; NULL: checked against its size already */
+    const char *name; /* the file, for messages */
+    bool checked;     /* already checked against the file's current size */
 };
 
 void ckpt_tree_scratch_release(ckpt_tree_scratch *s) {
@@ -71,11 +72,12 @@ static ckpt_status go_mem_only(tree_read *x, ckpt_error *err) {
     return CKPT_OK;
 }
 
-static ckpt_status add_piece(tree_read *x, uint64_t dst, int fd, const char *name, uint64_t pos,
-                             uint64_t len, ckpt_error *err) {
+static ckpt_status add_piece(tree_read *x, uint64_t dst, int fd, const char *name, bool checked,
+                             uint64_t pos, uint64_t len, ckpt_error *err) {
     if (x->npieces) { /* extend the previous piece when both sides continue */
         struct ckpt_tree_piece *l = &x->s->pieces[x->npieces - 1];
-        if (l->fd == fd && l->pos + l->len == pos && l->dst + l->len == dst) {
+        if (l->fd == fd && l->pos + l->len == pos && l->dst + l->len == dst &&
+            l->checked == checked) {
             l->len += len;
             return CKPT_OK;
         }
@@ -87,7 +89,7 @@ static ckpt_status add_piece(tree_read *x, uint64_t dst, int fd, const char *nam
         x->s->pieces = n;
         x->s->pieces_cap = cap;
     }
-    x->s->pieces[x->npieces++] = (struct ckpt_tree_piece){dst, pos, len, fd, name};
+    x->s->pieces[x->npieces++] = (struct ckpt_tree_piece){dst, pos, len, fd, name, checked};
     return CKPT_OK;
 }
 
@@ -99,7 +101,7 @@ ckpt_status tree_read_fd(tree_read *x, uint64_t dst, int fd, const char *name, u
         if (s != CKPT_OK && err) ckpt_error_prefix(err, "%s/%s: ", x->c->dir, name);
         return s;
     }
-    return add_piece(x, dst, fd, name, pos, len, err);
+    return add_piece(x, dst, fd, name, false, pos, len, err);
 }
 
 /* ------------------------------------------------------------------ one box */
@@ -148,8 +150,8 @@ static ckpt_status one_box(void *ctx, const slice_box *b, ckpt_error *err) {
                     doff += (uint64_t)(idx[d] * ds[d]);
                 }
                 CKPT_TRY(add_piece(x, doff, fd,
-                                   ckpt_reader_file_name(x->r, (uint32_t)c->loc.file_id), soff,
-                                   (uint64_t)run, err));
+                                   ckpt_reader_file_name(x->r, (uint32_t)c->loc.file_id), true,
+                                   soff, (uint64_t)run, err));
                 int d = n - 1;
                 for (; d >= 0; d--) {
                     if (++idx[d] < cnt[d]) break;
@@ -316,7 +318,7 @@ static ckpt_status check_sizes(tree_read *x, ckpt_error *err) {
     uint64_t size = 0;
     for (size_t i = 0; i < x->npieces; i++) {
         const struct ckpt_tree_piece *p = &x->s->pieces[i];
-        if (!p->name) continue;
+        if (p->checked) continue;
         if (p->fd != last_fd) {
             struct stat st;
             if (fstat(p->fd, &st) != 0)
