@@ -33,7 +33,7 @@ ckpt_status ckpt_save_mpi_begin(MPI_Comm comm, const char *dir, const ckpt_save_
                                 ckpt_error *err) {
     *out = NULL;
     ckpt_save_mpi *s = calloc(1, sizeof *s);
-    if (!s) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory"); /* MPI aborts the job */
+    if (!s) MPI_Abort(comm, 1); /* cannot take part in the collective calls: end the job */
     s->t0 = smpi_now();
     MPI_Comm_dup(comm, &s->comm);
     MPI_Comm_rank(s->comm, &s->rank);
@@ -233,16 +233,22 @@ ckpt_status ckpt_save_mpi_flush(ckpt_save_mpi *s, ckpt_error *err) {
     return st;
 }
 
-/* Splits "a/b/step-1" into the parent ("a/b", "." or "/") and the name; NULL on NOMEM. */
-static char *split_parent(const char *dir, const char **name) {
+/* Splits "a/b/step-1/" into the parent ("a/b", "." or "/") and the name ("step-1"), both
+ * malloc'ed; false on NOMEM (nothing to free then). */
+static bool split_parent(const char *dir, char **parent, char **name) {
     size_t n = strlen(dir);
     while (n > 1 && dir[n - 1] == '/')
         n--;
     const char *slash = memrchr(dir, '/', n);
-    *name = slash ? slash + 1 : dir;
-    if (!slash) return strdup(".");
-    if (slash == dir) return strdup("/");
-    return strndup(dir, (size_t)(slash - dir));
+    const char *base = slash ? slash + 1 : dir;
+    *name = strndup(base, n - (size_t)(base - dir));
+    *parent = !slash         ? strdup(".")
+              : slash == dir ? strdup("/")
+                             : strndup(dir, (size_t)(slash - dir));
+    if (*name && *parent) return true;
+    free(*name);
+    free(*parent);
+    return false;
 }
 
 /* Rank 0: decodes the gathered descriptions, commits, sets latest, applies retention. */
@@ -266,14 +272,15 @@ static ckpt_status commit_root(ckpt_save_mpi *s, const unsigned char *all, const
         ckpt_save_desc_free(descs[r]);
     free(descs);
     if (st == CKPT_OK && (s->mopts.set_latest || s->mopts.keep)) {
-        const char *name;
-        char *parent = split_parent(s->dir, &name);
-        if (!parent) st = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        char *parent = NULL, *name = NULL;
+        if (!split_parent(s->dir, &parent, &name))
+            st = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
         if (st == CKPT_OK && s->mopts.set_latest)
             st = ckpt_save_set_latest(parent, name, &s->opts, err);
         if (st == CKPT_OK && s->mopts.keep)
             st = ckpt_save_retain(parent, s->mopts.keep, name, NULL, err);
         free(parent);
+        free(name);
     }
     s->stats.seconds_commit = smpi_now() - t;
     return st;
@@ -307,7 +314,7 @@ ckpt_status ckpt_save_mpi_commit(ckpt_save_mpi *s, ckpt_error *err) {
     if (s->rank == 0) {
         counts = calloc((size_t)s->size, sizeof *counts);
         displs = calloc((size_t)s->size, sizeof *displs);
-        ok = counts && displs;
+        if (!counts || !displs) MPI_Abort(s->comm, 1); /* cannot receive the gather */
     }
     MPI_Gather(&mylen, 1, MPI_INT, counts, 1, MPI_INT, 0, s->comm);
     if (s->rank == 0 && ok) {

@@ -176,3 +176,18 @@ def test_mpi_ranks_mismatch_is_a_usage_error(torch_ckpt, tmp_path):
                                  str(tmp_path / "dst")], capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "--ranks 3" in p.stderr, p.stdout + p.stderr
     assert not (tmp_path / "dst").exists()
+
+
+@pytest.mark.parametrize("mpi", [False, True])
+@pytest.mark.parametrize("case", ["unknown_dtype", "outside_shape"])
+def test_damaged_entry_fails_naming_it(tmp_path, mpi, case):
+    """A tensor the reader marks as damaged (hostile or broken .metadata) stops the reshard
+    with its key named; nothing is published."""
+    if mpi and not has_mpi():
+        pytest.skip("ckpt built without MPI")
+    src = Path(__file__).resolve().parent.parent / "fixtures" / "corrupt" / case / "ckpt"
+    p = reshard(src, tmp_path / "dst", 2, mpi)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "key 'a': " in p.stderr, p.stderr
+    assert not (tmp_path / "dst").exists()
+    assert [n for n in os.listdir(tmp_path) if n.startswith(".")] == []

@@ -192,7 +192,8 @@ def visible(parent):
 
 def test_latest_and_keep(tmp_path):
     for s in (1, 2, 3):
-        p = run(2, tmp_path, f"step-{s}", "--latest", "--keep", "2")
+        # the last one named with a trailing slash: latest and keep-N still name "step-3"
+        p = run(2, tmp_path, f"step-{s}" + ("/" if s == 3 else ""), "--latest", "--keep", "2")
         assert p.returncode == 0, p.stdout + p.stderr
     assert visible(tmp_path) == ["latest", "step-2", "step-3"]
     assert (tmp_path / "latest").read_text() == "step-3\n"

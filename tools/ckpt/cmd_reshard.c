@@ -58,8 +58,10 @@ static ckpt_status write_rank(ckpt_reader *r, const reshard_args *a, const char 
     for (size_t i = 0; s == CKPT_OK && i < n; i++) {
         const ckpt_entry *e = ckpt_reader_entry(r, i);
         bool tensor = ckpt_entry_kind_of(e) == CKPT_ENTRY_TENSOR;
-        int64_t start[CKPT_MAX_NDIM], count[CKPT_MAX_NDIM];
-        uint64_t nb = tensor ? reshard_box(e, a->dim, a->ranks, k, start, count) : 0;
+        int64_t start[CKPT_MAX_NDIM] = {0}, count[CKPT_MAX_NDIM] = {0};
+        uint64_t nb = 0;
+        if (tensor) s = reshard_box(e, a->dim, a->ranks, k, start, count, &nb, err);
+        if (s != CKPT_OK) break;
         bool whole = a->dim >= ckpt_entry_ndim(e), empty = tensor && !whole && !count[a->dim];
         if (k != 0 && (!tensor || whole || empty)) continue; /* stored once / nothing to store */
         ckpt_save_key key;

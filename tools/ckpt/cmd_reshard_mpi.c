@@ -51,7 +51,9 @@ static ckpt_status round_trip(ckpt_load *l, ckpt_save_mpi *s, const reshard_args
         if (taken && taken + ckpt_entry_nbytes(e) > a->budget) break;
         taken += ckpt_entry_nbytes(e);
         held x = {.e = e};
-        uint64_t nb = reshard_box(e, a->dim, (uint32_t)size, (uint32_t)rank, x.start, x.count);
+        uint64_t nb = 0;
+        st = reshard_box(e, a->dim, (uint32_t)size, (uint32_t)rank, x.start, x.count, &nb, err);
+        if (st != CKPT_OK) break;
         bool whole = a->dim >= ckpt_entry_ndim(e), empty = !whole && !x.count[a->dim];
         if (rank != 0 && (whole || empty)) continue;
         if (nh == cap) {
@@ -96,8 +98,17 @@ static ckpt_status round_trip(ckpt_load *l, ckpt_save_mpi *s, const reshard_args
         if (st == CKPT_OK) *bytes += h[i].bytes;
         free(elems);
     }
-    /* the flush agrees on the adds (a failed add poisoned the saver) */
-    if (loaded == CKPT_OK) st = ckpt_save_mpi_flush(s, err);
+    /* the flush agrees on the adds (a failed add poisoned the saver); a failure before an add
+     * (the key) poisoned nothing, so it is agreed on after the flush */
+    if (loaded == CKPT_OK) {
+        ckpt_status local = st;
+        st = ckpt_save_mpi_flush(s, err);
+        int mine = st == CKPT_OK && local != CKPT_OK, any = 0;
+        MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        if (any)
+            st = mine ? local
+                      : ckpt_fail(err, CKPT_E_INVAL, "another rank failed to save its share");
+    }
     for (size_t i = 0; i < nh; i++)
         free(h[i].buf);
     free(h);

@@ -23,10 +23,11 @@ ckpt_status reshard_key(const ckpt_entry *e, ckpt_save_key *key, ckpt_save_elem 
  * str keys); other contents fail with CKPT_E_UNSUPPORTED naming the key. */
 ckpt_status reshard_value(ckpt_reader *r, const ckpt_entry *e, ckpt_save_value **out,
                           ckpt_error *err);
-/* Bytes of rank `rank`'s Shard(dim) box of `e` (start/count filled); 0-d and dim >= ndim:
- * the whole tensor. */
-uint64_t reshard_box(const ckpt_entry *e, int dim, uint32_t nranks, uint32_t rank, int64_t *start,
-                     int64_t *count);
+/* Rank `rank`'s Shard(dim) box of `e` (start/count filled) and its bytes; 0-d and dim >= ndim:
+ * the whole tensor.  Fails (naming the key) on an entry with a problem (a damaged or hostile
+ * `.metadata`) or a share whose size overflows. */
+ckpt_status reshard_box(const ckpt_entry *e, int dim, uint32_t nranks, uint32_t rank,
+                        int64_t *start, int64_t *count, uint64_t *bytes, ckpt_error *err);
 
 #ifdef CKPT_WITH_MPI
 int reshard_mpi(const reshard_args *a);

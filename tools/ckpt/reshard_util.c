@@ -28,14 +28,26 @@ ckpt_status reshard_key(const ckpt_entry *e, ckpt_save_key *key, ckpt_save_elem 
     return CKPT_OK;
 }
 
-uint64_t reshard_box(const ckpt_entry *e, int dim, uint32_t nranks, uint32_t rank, int64_t *start,
-                     int64_t *count) {
+ckpt_status reshard_box(const ckpt_entry *e, int dim, uint32_t nranks, uint32_t rank,
+                        int64_t *start, int64_t *count, uint64_t *bytes, ckpt_error *err) {
+    *bytes = 0;
+    if (ckpt_entry_problem(e))
+        return ckpt_fail(err, CKPT_E_FORMAT, "key '%s': %s", ckpt_entry_key(e),
+                         ckpt_entry_problem(e));
     int nd = ckpt_entry_ndim(e);
-    ckpt_shard_box(nd, ckpt_entry_shape(e), dim, nranks, rank, start, count);
+    ckpt_status st = ckpt_shard_box(nd, ckpt_entry_shape(e), dim, nranks, rank, start, count);
+    if (st != CKPT_OK)
+        return ckpt_fail(err, st, "key '%s': cannot split it over %u ranks along dim %d",
+                         ckpt_entry_key(e), nranks, dim);
     uint64_t b = ckpt_dtype_itemsize(ckpt_entry_dtype(e));
-    for (int d = 0; d < nd; d++)
+    for (int d = 0; d < nd; d++) {
+        if (count[d] < 0 || (count[d] && b > UINT64_MAX / (uint64_t)count[d]))
+            return ckpt_fail(err, CKPT_E_FORMAT, "key '%s': share of rank %u is too large",
+                             ckpt_entry_key(e), rank);
         b *= (uint64_t)count[d];
-    return b;
+    }
+    *bytes = b;
+    return CKPT_OK;
 }
 
 static ckpt_save_value *convert(const ckpt_value *v, const char **why) {
