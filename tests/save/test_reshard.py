@@ -34,12 +34,13 @@ def has_mpi():
     return "\n  load " in p.stdout
 
 
-def reshard(src, dst, ranks, mpi):
+def reshard(src, dst, ranks, mpi, dim=0):
     if mpi:
         cmd = MPIRUN + ["-np", str(ranks), CKPT, "reshard", "--no-fsync", "--budget", "64K",
-                        str(src), str(dst)]
+                        "--layout", f"dim{dim}", str(src), str(dst)]
     else:
-        cmd = [CKPT, "reshard", "--no-fsync", "--ranks", str(ranks), str(src), str(dst)]
+        cmd = [CKPT, "reshard", "--no-fsync", "--ranks", str(ranks), "--layout", f"dim{dim}",
+               str(src), str(dst)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
 
 
@@ -72,7 +73,7 @@ def full(ckpt, tmp):
     return torch.load(out, weights_only=False)
 
 
-def check_layout(dst, ranks):
+def check_layout(dst, ranks, dim=0):
     md = pickle.load(open(dst / ".metadata", "rb"))
     files = {info.relative_path for info in md.storage_data.values()}
     assert files <= {f"__{k}_0.distcp" for k in range(ranks)}
@@ -80,14 +81,15 @@ def check_layout(dst, ranks):
         if not hasattr(m, "chunks"):
             continue
         shape = tuple(m.size)
-        if len(shape) == 0:
-            assert len(m.chunks) == 1
+        if len(shape) <= dim:  # replicated: stored whole, once
+            assert len(m.chunks) == 1 and tuple(m.chunks[0].sizes) == shape, key
             continue
-        want = [(k * c, min(c, shape[0] - k * c)) for c in [-(-shape[0] // ranks)]
-                for k in range(ranks) if k * c < shape[0]] or [(0, 0)]
-        got = sorted((ch.offsets[0], ch.sizes[0]) for ch in m.chunks)
+        want = [(k * c, min(c, shape[dim] - k * c)) for c in [-(-shape[dim] // ranks)]
+                for k in range(ranks) if k * c < shape[dim]] or [(0, 0)]
+        got = sorted((ch.offsets[dim], ch.sizes[dim]) for ch in m.chunks)
         assert got == want, (key, got, want)
-        assert all(tuple(ch.sizes[1:]) == shape[1:] for ch in m.chunks), key
+        assert all(tuple(ch.sizes[:dim]) + tuple(ch.sizes[dim + 1:]) ==
+                   shape[:dim] + shape[dim + 1:] for ch in m.chunks), key
 
 
 @pytest.fixture(scope="module")
@@ -149,6 +151,19 @@ def test_reshard_fixtures(tmp_path, name, ranks, mpi):
     assert p.returncode == 0, p.stdout + p.stderr
     check_layout(dst, ranks)
     same(full(src, tmp_path), full(dst, tmp_path))
+
+
+@pytest.mark.parametrize("ranks,mpi", [(3, False), (2, True)])
+def test_reshard_dim1(torch_ckpt, tmp_path, ranks, mpi):
+    """--layout dim1: 2-D tensors split by columns, 1-D and 0-d ones stored whole once."""
+    if mpi and not has_mpi():
+        pytest.skip("ckpt built without MPI")
+    for src in (torch_ckpt, FIXTURES / "tp_shard1" / "ckpt"):
+        dst = tmp_path / ("dst-" + src.parent.name)
+        p = reshard(src, dst, ranks, mpi, dim=1)
+        assert p.returncode == 0, p.stdout + p.stderr
+        check_layout(dst, ranks, dim=1)
+        same(full(src, tmp_path), full(dst, tmp_path))
 
 
 @pytest.mark.parametrize("mpi", [False, True])
