@@ -1,7 +1,8 @@
 /* crc32.c — CRC-32 of zip entries (reflected polynomial 0xEDB88320, as zip and zlib).
- * With zlib (found at configure time) its crc32_z does the work; otherwise short inputs are
- * done bit by bit and long ones slice by 8 with tables built on the stack for that call (2 K
- * table steps, paid back after a few KiB) — no global state either way. */
+ * Inputs of 4 KiB or more go to the carry-less-multiply code (crc32_clmul.c) on CPUs with
+ * PCLMULQDQ.  Otherwise, with zlib (found at configure time) its crc32_z does the work; otherwise
+ * short inputs are done bit by bit and long ones slice by 8 with tables built on the stack for that
+ * call (2 K table steps, paid back after a few KiB) — no global state either way. */
 #include "save/crc32.h"
 #include "save/save_config.h"
 
@@ -47,6 +48,7 @@ uint32_t save_crc32_builtin(uint32_t crc, const void *data, size_t len) {
 }
 
 uint32_t save_crc32(uint32_t crc, const void *data, size_t len) {
+    if (len >= 4096 && save_crc32_clmul_available()) return save_crc32_clmul(crc, data, len);
 #if CKPT_SAVE_HAVE_ZLIB
     return (uint32_t)crc32_z(crc, data, len);
 #else

@@ -45,6 +45,30 @@ static bool exists(const char *p) {
     return stat(p, &st) == 0;
 }
 
+Test(save, crc32_clmul_matches_tables) {
+    enum { N = 70000 };
+    unsigned char *b = malloc(N);
+    cr_assert_not_null(b);
+    uint64_t x = 88172645463325252ull;
+    for (size_t i = 0; i < N; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        b[i] = (unsigned char)x;
+    }
+    cr_assert_eq(save_crc32_clmul(0, "123456789", 9), 0xCBF43926u);
+    /* every length 0..300 at every offset 0..15, a long run, and chained calls */
+    for (size_t off = 0; off < 16; off++)
+        for (size_t n = 0; n <= 300; n++)
+            cr_assert_eq(save_crc32_clmul(7, b + off, n), save_crc32_builtin(7, b + off, n),
+                         "off %zu len %zu", off, n);
+    cr_assert_eq(save_crc32_clmul(0, b, N), save_crc32_builtin(0, b, N));
+    uint32_t parts = 0;
+    for (size_t i = 0; i < N; i += 4099)
+        parts = save_crc32_clmul(parts, b + i, N - i < 4099 ? N - i : 4099);
+    cr_assert_eq(parts, save_crc32_builtin(0, b, N));
+    cr_assert_eq(save_crc32(0, b, N), save_crc32_builtin(0, b, N));
+    free(b);
+}
+
 Test(save, crc32_vectors) {
     cr_assert_eq(save_crc32(0, "123456789", 9), 0xCBF43926u);
     cr_assert_eq(save_crc32(0, "", 0), 0u);
