@@ -35,6 +35,12 @@ typedef struct ckpt_load_options {
      * straight into place instead of through the exchange (default 4 KiB; UINT64_MAX:
      * never).  Every byte is still read once. */
     uint64_t direct_min_bytes;
+    /* Threads reading a rank's ranges in parallel, the calling thread included (default 4;
+     * 1: the caller alone).  They never call MPI. */
+    unsigned io_threads;
+    /* Ranges longer than two pieces are read in pieces of this many bytes spread over the
+     * threads (default 4 MiB; smaller values are for tests). */
+    uint64_t io_piece_bytes;
 } ckpt_load_options;
 
 typedef struct ckpt_load_stats {

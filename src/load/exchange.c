@@ -8,12 +8,10 @@
 #include "load/load_i.h"
 #include "util/error.h"
 
-#include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 static double now(void) {
     struct timespec ts;
@@ -101,48 +99,31 @@ static void unpack(void *ctx, const gpiece *q, const wpart *w, uint64_t lo, uint
 
 static ckpt_status read_window(ckpt_load *l, const wpart *w, size_t nw, uint8_t *stage,
                                ckpt_error *err) {
+    io_job *jobs = malloc((nw ? nw : 1) * sizeof *jobs);
+    if (!jobs) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
     for (size_t i = 0; i < nw; i++) {
-        int fd = ckpt_reader_file_fd(l->r, (uint32_t)w[i].r.file, err);
-        if (fd < 0) return err && err->code ? err->code : CKPT_E_IO;
-        uint64_t done = 0;
-        while (done < w[i].r.len) {
-            ssize_t k =
-                pread(fd, stage + w[i].stage + done, w[i].r.len - done, (off_t)(w[i].r.off + done));
-            if (k < 0 && errno == EINTR) continue;
-            if (k <= 0)
-                return ckpt_fail(err, k < 0 ? CKPT_E_IO : CKPT_E_RANGE, "%s: offset %llu: %s",
-                                 ckpt_reader_file_name(l->r, (uint32_t)w[i].r.file),
-                                 (unsigned long long)(w[i].r.off + done),
-                                 k < 0 ? strerror(errno) : "unexpected end of file");
-            done += (uint64_t)k;
-        }
+        jobs[i] = (io_job){w[i].r.file, w[i].r.off, w[i].r.len, stage + w[i].stage};
         l->stats.bytes_read += w[i].r.len;
     }
-    return CKPT_OK;
+    ckpt_status s = io_pool_read(l->io, l->r, jobs, nw, l->io_piece, err);
+    free(jobs);
+    return s;
 }
 
 /* This rank's direct ranges: bytes only one of its pieces needs, read straight into place. */
 static ckpt_status read_direct(ckpt_load *l, const load_plan *p, ckpt_error *err) {
+    io_job *jobs = malloc((p->ndirect ? p->ndirect : 1) * sizeof *jobs);
+    if (!jobs) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
     for (size_t i = 0; i < p->ndirect; i++) {
         const frange *d = &p->direct[i];
         const gpiece *q = &p->pieces[p->direct_piece[i]];
-        uint8_t *dst = l->reqs[q->req].dst + q->dst + (d->off - q->off);
-        int fd = ckpt_reader_file_fd(l->r, (uint32_t)d->file, err);
-        if (fd < 0) return err && err->code ? err->code : CKPT_E_IO;
-        uint64_t done = 0;
-        while (done < d->len) {
-            ssize_t k = pread(fd, dst + done, d->len - done, (off_t)(d->off + done));
-            if (k < 0 && errno == EINTR) continue;
-            if (k <= 0)
-                return ckpt_fail(err, k < 0 ? CKPT_E_IO : CKPT_E_RANGE, "%s: offset %llu: %s",
-                                 ckpt_reader_file_name(l->r, (uint32_t)d->file),
-                                 (unsigned long long)(d->off + done),
-                                 k < 0 ? strerror(errno) : "unexpected end of file");
-            done += (uint64_t)k;
-        }
+        jobs[i] =
+            (io_job){d->file, d->off, d->len, l->reqs[q->req].dst + q->dst + (d->off - q->off)};
         l->stats.bytes_read += d->len;
     }
-    return CKPT_OK;
+    ckpt_status s = io_pool_read(l->io, l->r, jobs, p->ndirect, l->io_piece, err);
+    free(jobs);
+    return s;
 }
 
 ckpt_status load_exchange(ckpt_load *l, const load_plan *p, uint64_t staging_bytes,

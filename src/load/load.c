@@ -47,6 +47,7 @@ ckpt_status ckpt_load_open(MPI_Comm comm, const char *dir, const ckpt_open_optio
 
 void ckpt_load_free(ckpt_load *l) {
     if (!l) return;
+    io_pool_free(l->io);
     ckpt_reader_free(l->r);
     free(l->reqs);
     if (l->comm != MPI_COMM_NULL) MPI_Comm_free(&l->comm);
@@ -163,11 +164,23 @@ ckpt_status ckpt_load_execute(ckpt_load *l, const ckpt_load_options *opts, ckpt_
     ckpt_load_options o = opts ? *opts : (ckpt_load_options){0};
     if (!o.staging_bytes) o.staging_bytes = 256ull << 20;
     if (!o.direct_min_bytes) o.direct_min_bytes = LOAD_DIRECT_MIN;
+    if (!o.io_threads) o.io_threads = LOAD_IO_THREADS;
+    if (o.io_threads > 64) o.io_threads = 64;
+    l->io_piece = o.io_piece_bytes ? o.io_piece_bytes : LOAD_IO_PIECE;
     memset(&l->stats, 0, sizeof l->stats);
     double t0 = now();
     for (size_t i = 0; i < l->nreqs; i++)
         l->stats.bytes_requested += l->reqs[i].size;
     ckpt_status s = CKPT_OK;
+    if (o.mode != CKPT_LOAD_INDEPENDENT && (!l->io || io_pool_threads(l->io) != o.io_threads)) {
+        io_pool_free(l->io);
+        l->io = NULL;
+        s = load_agree(l, io_pool_create(o.io_threads, &l->io, err), err);
+        if (s != CKPT_OK) {
+            l->nreqs = 0;
+            return s;
+        }
+    }
     if (o.mode == CKPT_LOAD_INDEPENDENT) {
         for (size_t i = 0; s == CKPT_OK && i < l->nreqs; i++) {
             lreq *q = &l->reqs[i];

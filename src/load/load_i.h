@@ -34,10 +34,31 @@ typedef struct frange {
     uint64_t len;
 } frange;
 
+/* io.c: parallel large preads on a small per-rank thread pool. */
+typedef struct io_job {
+    int32_t file;
+    uint64_t off, len;
+    uint8_t *dst;
+} io_job;
+typedef struct io_pool io_pool;
+/* Default of ckpt_load_options.io_threads and io_piece_bytes. */
+#define LOAD_IO_THREADS 4
+#define LOAD_IO_PIECE ((uint64_t)4 << 20)
+/* nthreads in all, the caller included (1: no extra thread). */
+ckpt_status io_pool_create(unsigned nthreads, io_pool **out, ckpt_error *err);
+void io_pool_free(io_pool *p);
+unsigned io_pool_threads(const io_pool *p);
+/* Reads every job (jobs longer than 2*piece split into pieces of `piece` bytes) with the
+ * pool's threads and the caller's; the error is the first failing job's, in job order. */
+ckpt_status io_pool_read(io_pool *p, ckpt_reader *r, const io_job *jobs, size_t njobs,
+                         uint64_t piece, ckpt_error *err);
+
 struct ckpt_load {
     MPI_Comm comm;
     int rank, size;
     ckpt_reader *r;
+    io_pool *io;       /* created by the first execute, kept while io_threads stays */
+    uint64_t io_piece; /* of the current execute */
     lreq *reqs;
     size_t nreqs, reqs_cap;
     ckpt_load_stats stats;

@@ -27,6 +27,8 @@ void cmd_load_help(FILE *out) {
           "      --budget BYTES  staging memory per rank (default 256M)\n"
           "      --direct-min B  runs of at least B bytes (default 4K; 'never') that one\n"
           "                      rank alone needs are read by it straight into place\n"
+          "      --io-threads N  threads reading each rank's ranges in parallel (default 4)\n"
+          "      --io-piece B    split long reads into pieces of B bytes (default 4M)\n"
           "      --dump OUTDIR   write rank k's shards to OUTDIR/rank<k>/<path>\n"
           "      --json          counters of every rank as JSON (rank 0 prints)\n"
           "      --device cuda   load into GPU memory (needs a CUDA build)\n"
@@ -44,7 +46,9 @@ enum {
     OPT_JSON,
     OPT_DEVICE,
     OPT_QUIET,
-    OPT_DIRECT_MIN
+    OPT_DIRECT_MIN,
+    OPT_IO_THREADS,
+    OPT_IO_PIECE
 };
 static const cli_opt load_opts[] = {
     {"layout", 0, true, OPT_LAYOUT},
@@ -56,6 +60,8 @@ static const cli_opt load_opts[] = {
     {"device", 0, true, OPT_DEVICE},
     {"quiet", 'q', false, OPT_QUIET},
     {"direct-min", 0, true, OPT_DIRECT_MIN},
+    {"io-threads", 0, true, OPT_IO_THREADS},
+    {"io-piece", 0, true, OPT_IO_PIECE},
 };
 
 static bool selected(const ckpt_entry *e, const char *keys) {
@@ -133,6 +139,18 @@ static int run(int argc, char **argv, int rank, int size) {
                 o.direct_min_bytes = UINT64_MAX;
             else if (!cli_parse_size(arg, &o.direct_min_bytes) || !o.direct_min_bytes)
                 return cli_usage_error("load", "bad --direct-min '%s'", arg);
+            break;
+        case OPT_IO_THREADS: {
+            char *end;
+            long t = strtol(arg, &end, 10);
+            if (*end || end == arg || t < 1 || t > 64)
+                return cli_usage_error("load", "--io-threads wants 1 to 64, not '%s'", arg);
+            o.io_threads = (unsigned)t;
+            break;
+        }
+        case OPT_IO_PIECE:
+            if (!cli_parse_size(arg, &o.io_piece_bytes) || !o.io_piece_bytes)
+                return cli_usage_error("load", "bad --io-piece '%s'", arg);
             break;
         case OPT_JSON: json = true; break;
         case OPT_DEVICE:
