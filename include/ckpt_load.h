@@ -30,7 +30,9 @@ typedef enum ckpt_load_mode {
 
 typedef struct ckpt_load_options {
     ckpt_load_mode mode;
-    uint64_t staging_bytes; /* memory a rank may use for staging per round (default 256 MiB) */
+    /* memory a rank may use for staging (default 256 MiB); when any rank has device
+     * destinations, a quarter of it (at most 64 MiB) is the pinned device staging */
+    uint64_t staging_bytes;
     /* Runs of at least this many bytes that only one request needs are read by that rank
      * straight into place instead of through the exchange (default 4 KiB; UINT64_MAX:
      * never).  Every byte is still read once. */
@@ -52,7 +54,19 @@ typedef struct ckpt_load_stats {
     uint64_t union_bytes;     /* the job's needed stored bytes, counted once (same everywhere) */
     uint32_t rounds;
     double seconds_plan, seconds_read, seconds_exchange, seconds_total;
+    uint64_t bytes_device; /* copied host-to-device into CUDA destinations (pinned staging) */
 } ckpt_load_stats;
+
+/* Where a destination buffer lives. */
+typedef enum ckpt_load_memory {
+    CKPT_LOAD_MEM_AUTO = 0, /* CUDA builds ask the CUDA runtime (cudaPointerGetAttributes);
+                               builds without CUDA take host memory */
+    CKPT_LOAD_MEM_HOST = 1,
+    CKPT_LOAD_MEM_CUDA = 2, /* CUDA device memory (CKPT_E_UNSUPPORTED without the cuda feature) */
+} ckpt_load_memory;
+
+/* Whether this build can load into CUDA device memory. */
+bool ckpt_load_has_cuda(void);
 
 /* Collective over `comm` (duplicated internally): every rank opens and indexes `dir`. */
 ckpt_status ckpt_load_open(MPI_Comm comm, const char *dir, const ckpt_open_options *opts,
@@ -62,10 +76,18 @@ void ckpt_load_free(ckpt_load *l);
 ckpt_reader *ckpt_load_reader(ckpt_load *l);
 
 /* Requests: the region [start, start+count) of tensor `key` (flat key or tree path; start and
- * count NULL for the whole tensor) into `dst` (C order, dst_size >= its bytes, host memory).
- * Buffers must stay valid until ckpt_load_execute returns. */
+ * count NULL for the whole tensor) into `dst` (C order, dst_size >= its bytes; host memory,
+ * or in CUDA builds device memory, told apart by the CUDA runtime).  Buffers must stay valid
+ * until ckpt_load_execute returns.  Device destinations are filled from pinned staging
+ * buffers (within the staging budget) with asynchronous copies on the loader's own stream,
+ * all complete when ckpt_load_execute returns; the caller's current device should be the
+ * buffers' device. */
 ckpt_status ckpt_load_request(ckpt_load *l, const char *key, const int64_t *start,
                               const int64_t *count, void *dst, size_t dst_size, ckpt_error *err);
+/* The same, saying where dst lives. */
+ckpt_status ckpt_load_request_mem(ckpt_load *l, const char *key, const int64_t *start,
+                                  const int64_t *count, void *dst, size_t dst_size,
+                                  ckpt_load_memory mem, ckpt_error *err);
 /* The slice rank `rank` of `nranks` holds under Shard(dim) (see ckpt_shard_box). */
 ckpt_status ckpt_load_request_shard(ckpt_load *l, const char *key, int dim, uint32_t nranks,
                                     uint32_t rank, void *dst, size_t dst_size, ckpt_error *err);

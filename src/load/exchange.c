@@ -89,11 +89,20 @@ static void pack(void *ctx, const gpiece *q, const wpart *w, uint64_t lo, uint64
 typedef struct unpack_ctx {
     ckpt_load *l;
     const uint8_t *in;
+    ckpt_status s; /* of the first failed device copy */
+    ckpt_error *err;
 } unpack_ctx;
 static void unpack(void *ctx, const gpiece *q, const wpart *w, uint64_t lo, uint64_t n) {
     (void)w;
     unpack_ctx *c = ctx;
-    memcpy(c->l->reqs[q->req].dst + q->dst + (lo - q->off), c->in, n);
+    const lreq *r = &c->l->reqs[q->req];
+    uint8_t *dst = r->dst + q->dst + (lo - q->off);
+    if (!r->device) {
+        memcpy(dst, c->in, n);
+    } else if (c->s == CKPT_OK) {
+        c->s = dev_sink_put(c->l->dev, dst, c->in, n, c->err);
+        c->l->stats.bytes_device += n;
+    }
     c->in += n;
 }
 
@@ -110,18 +119,25 @@ static ckpt_status read_window(ckpt_load *l, const wpart *w, size_t nw, uint8_t 
     return s;
 }
 
-/* This rank's direct ranges: bytes only one of its pieces needs, read straight into place. */
+/* This rank's direct ranges: bytes only one of its pieces needs, read straight into place
+ * (host destinations) or through the device sink (device ones). */
 static ckpt_status read_direct(ckpt_load *l, const load_plan *p, ckpt_error *err) {
     io_job *jobs = malloc((p->ndirect ? p->ndirect : 1) * sizeof *jobs);
     if (!jobs) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    size_t nhost = 0, ndev = 0; /* host jobs from the front, device jobs from the back */
     for (size_t i = 0; i < p->ndirect; i++) {
         const frange *d = &p->direct[i];
         const gpiece *q = &p->pieces[p->direct_piece[i]];
-        jobs[i] =
-            (io_job){d->file, d->off, d->len, l->reqs[q->req].dst + q->dst + (d->off - q->off)};
+        const lreq *r = &l->reqs[q->req];
+        io_job j = {d->file, d->off, d->len, r->dst + q->dst + (d->off - q->off)};
+        if (r->device)
+            jobs[p->ndirect - ++ndev] = j;
+        else
+            jobs[nhost++] = j;
         l->stats.bytes_read += d->len;
     }
-    ckpt_status s = io_pool_read(l->io, l->r, jobs, p->ndirect, l->io_piece, err);
+    ckpt_status s = io_pool_read(l->io, l->r, jobs, nhost, l->io_piece, err);
+    if (s == CKPT_OK && ndev) s = load_read_to_device(l, jobs + nhost, ndev, err);
     free(jobs);
     return s;
 }
@@ -154,10 +170,12 @@ ckpt_status load_exchange(ckpt_load *l, const load_plan *p, uint64_t staging_byt
                         ? CKPT_OK
                         : ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
     s = load_agree(l, s, err);
+    ckpt_status us = CKPT_OK; /* unpacking into device memory */
     for (uint64_t r = 0; s == CKPT_OK && r < rounds; r++) {
         double t0 = now();
         size_t nmine = window(p, me, r * B, B, mine, wcap);
-        ckpt_status rs = read_window(l, mine, nmine, stage, err);
+        /* a device copy that failed in the last round fails this one, on every rank */
+        ckpt_status rs = us != CKPT_OK ? us : read_window(l, mine, nmine, stage, err);
         double t1 = now();
         l->stats.seconds_read += t1 - t0;
         /* counts, both ways, from the plan alone */
@@ -191,8 +209,9 @@ ckpt_status load_exchange(ckpt_load *l, const load_plan *p, uint64_t staging_byt
             MPI_Alltoallv(sbuf, sc, sd, MPI_BYTE, rbuf, rc, rd, MPI_BYTE, l->comm);
             for (int k = 0; k < P; k++) {
                 size_t nt = window(p, k, r * B, B, theirs, wcap);
-                unpack_ctx uc = {l, rbuf + rd[k]};
+                unpack_ctx uc = {l, rbuf + rd[k], CKPT_OK, err};
                 overlaps(p, me, theirs, nt, unpack, &uc);
+                if (uc.s != CKPT_OK && us == CKPT_OK) us = uc.s;
             }
             l->stats.bytes_sent += stot - (uint64_t)sc[me];
             l->stats.bytes_received += rtot - (uint64_t)rc[me];
@@ -201,6 +220,7 @@ ckpt_status load_exchange(ckpt_load *l, const load_plan *p, uint64_t staging_byt
         free(rbuf);
         l->stats.seconds_exchange += now() - t1;
     }
+    if (s == CKPT_OK) s = load_agree(l, us, err);
     free(mine);
     free(theirs);
     free(stage);

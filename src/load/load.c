@@ -48,6 +48,7 @@ ckpt_status ckpt_load_open(MPI_Comm comm, const char *dir, const ckpt_open_optio
 void ckpt_load_free(ckpt_load *l) {
     if (!l) return;
     io_pool_free(l->io);
+    dev_sink_free(l->dev);
     ckpt_reader_free(l->r);
     free(l->reqs);
     if (l->comm != MPI_COMM_NULL) MPI_Comm_free(&l->comm);
@@ -58,8 +59,21 @@ ckpt_reader *ckpt_load_reader(ckpt_load *l) { return l->r; }
 
 void ckpt_load_get_stats(const ckpt_load *l, ckpt_load_stats *out) { *out = l->stats; }
 
+bool ckpt_load_has_cuda(void) { return dev_supported(); }
+
 ckpt_status ckpt_load_request(ckpt_load *l, const char *key, const int64_t *start,
                               const int64_t *count, void *dst, size_t dst_size, ckpt_error *err) {
+    return ckpt_load_request_mem(l, key, start, count, dst, dst_size, CKPT_LOAD_MEM_AUTO, err);
+}
+
+ckpt_status ckpt_load_request_mem(ckpt_load *l, const char *key, const int64_t *start,
+                                  const int64_t *count, void *dst, size_t dst_size,
+                                  ckpt_load_memory mem, ckpt_error *err) {
+    if (mem != CKPT_LOAD_MEM_AUTO && mem != CKPT_LOAD_MEM_HOST && mem != CKPT_LOAD_MEM_CUDA)
+        return ckpt_fail(err, CKPT_E_INVAL, "'%s': unknown memory kind %d", key, (int)mem);
+    if (mem == CKPT_LOAD_MEM_CUDA && !dev_supported())
+        return ckpt_fail(err, CKPT_E_UNSUPPORTED,
+                         "'%s': a CUDA destination, but this build has no CUDA support", key);
     const ckpt_entry *e = ckpt_reader_find(l->r, key);
     if (!e) return ckpt_fail(err, CKPT_E_NOTFOUND, "no entry '%s'", key);
     if (ckpt_entry_kind_of(e) != CKPT_ENTRY_TENSOR)
@@ -87,6 +101,8 @@ ckpt_status ckpt_load_request(ckpt_load *l, const char *key, const int64_t *star
     q->e = e;
     q->dst = dst;
     q->size = (size_t)bytes;
+    q->device = mem == CKPT_LOAD_MEM_CUDA || (mem == CKPT_LOAD_MEM_AUTO && bytes &&
+                                              dev_supported() && dev_pointer_is_device(dst));
     for (int d = 0; d < nd; d++) {
         q->start[d] = start ? start[d] : 0;
         q->count[d] = count ? count[d] : ckpt_entry_shape(e)[d];
@@ -149,13 +165,38 @@ static void log_stats(const ckpt_load *l) {
     const ckpt_load_stats *s = &l->stats;
     fprintf(stderr,
             "ckpt_load rank %d/%d: requested %llu B, read %llu B, sent %llu B, received %llu B, "
-            "local %llu B, union %llu B, %u rounds; plan %.3f s, read %.3f s, exchange %.3f s, "
-            "total %.3f s\n",
+            "local %llu B, to device %llu B, union %llu B, %u rounds; plan %.3f s, read %.3f s, "
+            "exchange %.3f s, total %.3f s\n",
             l->rank, l->size, (unsigned long long)s->bytes_requested,
             (unsigned long long)s->bytes_read, (unsigned long long)s->bytes_sent,
             (unsigned long long)s->bytes_received, (unsigned long long)s->bytes_local,
-            (unsigned long long)s->union_bytes, s->rounds, s->seconds_plan, s->seconds_read,
-            s->seconds_exchange, s->seconds_total);
+            (unsigned long long)s->bytes_device, (unsigned long long)s->union_bytes, s->rounds,
+            s->seconds_plan, s->seconds_read, s->seconds_exchange, s->seconds_total);
+}
+
+/* The pinned device staging of an execute: a quarter of the budget, at most 64 MiB (tiny
+ * budgets, down to 512 bytes, are for tests). */
+static uint64_t device_staging(uint64_t budget) {
+    uint64_t d = budget / 4;
+    if (d > (64ull << 20)) d = 64ull << 20;
+    if (d < 512) d = 512;
+    return d;
+}
+
+/* Makes (or keeps) this rank's device sink when it has device destinations. */
+static ckpt_status prepare_device(ckpt_load *l, bool mine, uint64_t bytes, ckpt_error *err) {
+    if (!mine || (l->dev && dev_sink_bytes(l->dev) == bytes)) return CKPT_OK;
+    dev_sink_free(l->dev);
+    l->dev = NULL;
+    return dev_sink_create(bytes, &l->dev, err);
+}
+
+/* A region read by the reader library (decoded chunks, the independent mode). */
+static ckpt_status read_whole(ckpt_load *l, const lreq *q, ckpt_error *err) {
+    if (q->device) return load_region_to_device(l, q, err);
+    int nd = ckpt_entry_ndim(q->e);
+    return ckpt_read_region(l->r, q->e, nd ? q->start : NULL, nd ? q->count : NULL, q->dst, q->size,
+                            err);
 }
 
 ckpt_status ckpt_load_execute(ckpt_load *l, const ckpt_load_options *opts, ckpt_error *err) {
@@ -169,26 +210,33 @@ ckpt_status ckpt_load_execute(ckpt_load *l, const ckpt_load_options *opts, ckpt_
     l->io_piece = o.io_piece_bytes ? o.io_piece_bytes : LOAD_IO_PIECE;
     memset(&l->stats, 0, sizeof l->stats);
     double t0 = now();
-    for (size_t i = 0; i < l->nreqs; i++)
+    int dev_here = 0, dev_job = 0;
+    for (size_t i = 0; i < l->nreqs; i++) {
         l->stats.bytes_requested += l->reqs[i].size;
-    ckpt_status s = CKPT_OK;
-    if (o.mode != CKPT_LOAD_INDEPENDENT && (!l->io || io_pool_threads(l->io) != o.io_threads)) {
+        dev_here |= l->reqs[i].device;
+    }
+    /* the staging split must be the same on every rank (the rounds' windows depend on it) */
+    MPI_Allreduce(&dev_here, &dev_job, 1, MPI_INT, MPI_LOR, l->comm);
+    uint64_t dev_bytes = dev_job ? device_staging(o.staging_bytes) : 0;
+    uint64_t exch_bytes = o.staging_bytes - dev_bytes; /* device_staging <= budget / 4 */
+    if (o.staging_bytes < dev_bytes) exch_bytes = 0;
+    ckpt_status s = prepare_device(l, dev_here, dev_bytes, err);
+    if (s == CKPT_OK && (!l->io || io_pool_threads(l->io) != o.io_threads)) {
         io_pool_free(l->io);
         l->io = NULL;
-        s = load_agree(l, io_pool_create(o.io_threads, &l->io, err), err);
-        if (s != CKPT_OK) {
-            l->nreqs = 0;
-            return s;
-        }
+        s = io_pool_create(o.io_threads, &l->io, err);
+    }
+    s = load_agree(l, s, err);
+    if (s != CKPT_OK) {
+        l->nreqs = 0;
+        return s;
     }
     if (o.mode == CKPT_LOAD_INDEPENDENT) {
         for (size_t i = 0; s == CKPT_OK && i < l->nreqs; i++) {
-            lreq *q = &l->reqs[i];
-            int nd = ckpt_entry_ndim(q->e);
-            s = ckpt_read_region(l->r, q->e, nd ? q->start : NULL, nd ? q->count : NULL, q->dst,
-                                 q->size, err);
-            l->stats.bytes_read += q->size;
+            s = read_whole(l, &l->reqs[i], err);
+            l->stats.bytes_read += l->reqs[i].size;
         }
+        if (s == CKPT_OK && dev_here) s = dev_sink_finish(l->dev, err);
         l->stats.seconds_read = now() - t0;
         s = load_agree(l, s, err);
     } else {
@@ -201,19 +249,23 @@ ckpt_status ckpt_load_execute(ckpt_load *l, const ckpt_load_options *opts, ckpt_
         l->stats.seconds_plan = now() - t0;
         if (s == CKPT_OK) {
             l->stats.union_bytes = p.union_bytes;
-            s = load_exchange(l, &p, o.staging_bytes, err);
+            s = load_exchange(l, &p, exch_bytes, err);
             load_plan_release(&p, l->size);
         }
         ckpt_status ls = CKPT_OK;
         for (size_t i = 0; s == CKPT_OK && ls == CKPT_OK && i < l->nreqs; i++) {
             lreq *q = &l->reqs[i];
             if (!q->local) continue;
-            int nd = ckpt_entry_ndim(q->e);
-            ls = ckpt_read_region(l->r, q->e, nd ? q->start : NULL, nd ? q->count : NULL, q->dst,
-                                  q->size, err);
+            ls = read_whole(l, q, err);
             l->stats.bytes_local += q->size;
         }
+        if (s == CKPT_OK && ls == CKPT_OK && dev_here) ls = dev_sink_finish(l->dev, err);
         if (s == CKPT_OK) s = load_agree(l, ls, err);
+    }
+    /* a failed load may leave copies in flight into the caller's buffers: wait for them */
+    if (s != CKPT_OK && dev_here) {
+        ckpt_error ignored = {0};
+        dev_sink_finish(l->dev, &ignored);
     }
     l->nreqs = 0;
     l->stats.seconds_total = now() - t0;

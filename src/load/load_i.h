@@ -12,7 +12,8 @@ typedef struct lreq {
     int64_t count[CKPT_MAX_NDIM];
     uint8_t *dst;
     size_t size;
-    bool local; /* served by this rank alone (decoded or byte-swapped chunks) */
+    bool local;  /* served by this rank alone (decoded or byte-swapped chunks) */
+    bool device; /* dst is CUDA device memory */
 } lreq;
 
 /* A piece of some rank's request: `len` bytes at `off` of data file `file` go to byte
@@ -53,12 +54,32 @@ unsigned io_pool_threads(const io_pool *p);
 ckpt_status io_pool_read(io_pool *p, ckpt_reader *r, const io_job *jobs, size_t njobs,
                          uint64_t piece, ckpt_error *err);
 
+/* device.c (cuda builds) or nodevice.c: device destinations and the device sink, which
+ * copies bytes to device memory through two pinned halves of `bytes` in all. */
+typedef struct dev_sink dev_sink;
+bool dev_supported(void);
+bool dev_pointer_is_device(const void *p);
+ckpt_status dev_sink_create(uint64_t bytes, dev_sink **out, ckpt_error *err);
+void dev_sink_free(dev_sink *s);
+uint64_t dev_sink_bytes(const dev_sink *s);
+/* Free room in the half being filled; when fewer than `want` bytes are free and the half is
+ * not empty, moves to the other half first (waiting for its earlier copies).  NULL on error. */
+uint8_t *dev_sink_room(dev_sink *s, uint64_t want, uint64_t *avail, ckpt_error *err);
+/* The next n bytes of the room (filled by the caller) are copied to device address dst. */
+ckpt_status dev_sink_fill(dev_sink *s, uint8_t *dst, uint64_t n, ckpt_error *err);
+/* Copies n host bytes to device address dst through the sink. */
+ckpt_status dev_sink_put(dev_sink *s, uint8_t *dst, const uint8_t *src, uint64_t n,
+                         ckpt_error *err);
+/* Waits for every copy issued. */
+ckpt_status dev_sink_finish(dev_sink *s, ckpt_error *err);
+
 struct ckpt_load {
     MPI_Comm comm;
     int rank, size;
     ckpt_reader *r;
     io_pool *io;       /* created by the first execute, kept while io_threads stays */
     uint64_t io_piece; /* of the current execute */
+    dev_sink *dev;     /* made by an execute with device destinations, kept while it fits */
     lreq *reqs;
     size_t nreqs, reqs_cap;
     ckpt_load_stats stats;
@@ -92,5 +113,9 @@ void load_plan_release(load_plan *p, int size);
 /* exchange.c: the rounds of reading and redistribution. */
 ckpt_status load_exchange(ckpt_load *l, const load_plan *p, uint64_t staging_bytes,
                           ckpt_error *err);
+
+/* todevice.c: reads into device destinations through l->dev. */
+ckpt_status load_read_to_device(ckpt_load *l, const io_job *jobs, size_t njobs, ckpt_error *err);
+ckpt_status load_region_to_device(ckpt_load *l, const lreq *q, ckpt_error *err);
 
 #endif

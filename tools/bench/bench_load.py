@@ -2,7 +2,7 @@
 """bench_load.py — the collective loader (issue 4) against its baselines, in one run:
 
   python3 tools/bench/bench_load.py [--build build] [--work /tmp/ckptfs-load-bench]
-                                    [--gib 2.5] [--saved 4] [--ranks 3] [--runs 3]
+                                    [--gib 2.5] [--saved 4] [--ranks 3] [--runs 3] [--gpu]
 
 A checkpoint of GIB GiB is written by real torch with SAVED gloo ranks (make_big_ckpt.py:
 float32 tensors of 1021 rows, Shard(0), uneven). RANKS processes then load it as Shard(0) and
@@ -13,7 +13,12 @@ as Shard(1) DTensor-style slices:
 Reported: wall time of the load (slowest rank, process start-up and group set-up excluded),
 bytes read from storage (ckpt: the loader's counters; torch: the processes' rchar deltas from
 /proc/self/io, i.e. bytes returned by read syscalls, page cache hits included) relative to
-the bytes actually needed. Best of --runs. The source is hot in the page cache."""
+the bytes actually needed. Best of --runs. The source is hot in the page cache.
+
+--gpu (a CUDA build on a machine with GPUs): instead, the host-to-device placement rate of
+`ckpt load --device cuda` (bytes placed on the devices / wall time of the load, rank k on
+device k % ndev) against the pinned cudaMemcpy bandwidth of the same devices (torch: a
+pinned host tensor copied to each device, synchronised, best of --runs), as a ratio."""
 from __future__ import annotations
 
 import argparse
@@ -74,11 +79,11 @@ TORCH_LOADER = textwrap.dedent("""
 """)
 
 
-def ckpt_load(ckpt_bin, ckpt, ranks, dim, mode):
+def ckpt_load(ckpt_bin, ckpt, ranks, dim, mode, extra=()):
     r = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca",
                         "btl_vader_single_copy_mechanism", "none", "-np", str(ranks),
                         str(ckpt_bin), "load", str(ckpt), "--layout", f"dim{dim}", "--keys",
-                        "model", "--mode", mode, "--json"],
+                        "model", "--mode", mode, "--json", *extra],
                        capture_output=True, text=True, check=True)
     s = json.loads(r.stdout.strip().splitlines()[-1])
     per = s["per_rank"]
@@ -98,6 +103,49 @@ def torch_load(ckpt, ranks, dim, work):
     return max(x["seconds"] for x in res), sum(x["read"] for x in res)
 
 
+PINNED_H2D = textwrap.dedent("""
+    import json, sys, time, torch
+    n, runs = int(sys.argv[1]), int(sys.argv[2])
+    out = []
+    for d in range(torch.cuda.device_count()):
+        src = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+        src.fill_(1)
+        dst = torch.empty(n, dtype=torch.uint8, device=f"cuda:{d}")
+        dst.copy_(src, non_blocking=True)
+        torch.cuda.synchronize(d)
+        best = 1e9
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            dst.copy_(src, non_blocking=True)
+            torch.cuda.synchronize(d)
+            best = min(best, time.perf_counter() - t0)
+        out.append(n / best)
+    print(json.dumps(out))
+""")
+
+
+def gpu_bench(a, ckpt_bin, ckpt):
+    """Placement rate of ckpt load --device cuda vs pinned cudaMemcpy bandwidth."""
+    r = subprocess.run([sys.executable, "-c", PINNED_H2D, str(1 << 30), str(a.runs)],
+                       capture_output=True, text=True, check=True)
+    bw = json.loads(r.stdout.strip().splitlines()[-1])
+    ndev = len(bw)
+    print(f"pinned cudaMemcpy host-to-device, 1 GiB, per device: "
+          + ", ".join(f"{b / 2**30:.2f} GiB/s" for b in bw))
+    print("\n| layout | ranks | devices used | wall s | placed GiB | placement GiB/s | "
+          "pinned bound GiB/s | ratio |")
+    print("|---|---|---|---|---|---|---|---|")
+    for dim in (0, 1):
+        runs = [ckpt_load(ckpt_bin, ckpt, a.ranks, dim, "collective", ("--device", "cuda"))
+                for _ in range(a.runs)]
+        sec, _, placed = min(runs)
+        used = min(a.ranks, ndev)
+        bound = sum(sorted(bw)[:used])  # devices work in parallel, one stream each
+        rate = placed / sec
+        print(f"| dim{dim}-of-{a.ranks} | {a.ranks} | {used} | {sec:.3f} | {placed / 2**30:.2f} | "
+              f"{rate / 2**30:.2f} | {bound / 2**30:.2f} | {rate / bound:.2f} |")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
@@ -106,6 +154,8 @@ def main():
     ap.add_argument("--saved", type=int, default=4)
     ap.add_argument("--ranks", type=int, default=3)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--gpu", action="store_true",
+                    help="placement rate into GPU memory vs pinned cudaMemcpy bandwidth")
     a = ap.parse_args()
     Path(a.work).mkdir(parents=True, exist_ok=True)
     ckpt_bin = Path(a.build).resolve() / "tools/ckpt/ckpt"
@@ -118,6 +168,9 @@ def main():
             while fh.read(1 << 24):
                 pass
     print(f"\n{ckpt}: saved by {a.saved} ranks, loaded by {a.ranks}; best of {a.runs}\n")
+    if a.gpu:
+        gpu_bench(a, ckpt_bin, ckpt)
+        return
     print("| layout | method | wall s | read from storage / needed | vs torch |")
     print("|---|---|---|---|---|")
     for dim in (0, 1):

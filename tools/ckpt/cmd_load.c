@@ -1,12 +1,16 @@
 /* cmd_load.c — `mpirun -np M ckpt load DIR --layout dimD`: every rank loads its Shard(D)
  * slice of every tensor (or of --keys) with the collective loader (each stored byte read once
  * across the job), prints the job's counters, and with --dump writes each rank's local shards
- * as raw files OUTDIR/rank<k>/<path> for validation.  Built when MPI is found. */
+ * as raw files OUTDIR/rank<k>/<path> for validation; with --device cuda the buffers are
+ * device memory (CUDA builds).  Built when MPI is found. */
 #include "ckpt_load.h"
 #include "cli.h"
 
 #include <errno.h>
 #include <stdlib.h>
+#ifdef CKPT_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
 #include <string.h>
 #include <sys/stat.h>
 
@@ -31,7 +35,8 @@ void cmd_load_help(FILE *out) {
           "      --io-piece B    split long reads into pieces of B bytes (default 4M)\n"
           "      --dump OUTDIR   write rank k's shards to OUTDIR/rank<k>/<path>\n"
           "      --json          counters of every rank as JSON (rank 0 prints)\n"
-          "      --device cuda   load into GPU memory (needs a CUDA build)\n"
+          "      --device cuda   load into GPU memory (CUDA builds): rank k uses device\n"
+          "                      k % (number of devices); --dump copies back to the host\n"
           "  -q, --quiet         print nothing on success\n"
           "      --help          show this help\n",
           out);
@@ -89,6 +94,66 @@ static int mkdirs(char *path) { /* mkdir -p of the directory part of path */
     return 0;
 }
 
+/* Buffers in host or device memory (device only in CUDA builds). */
+static void *buf_alloc(size_t n, bool cuda) {
+#ifdef CKPT_WITH_CUDA
+    if (cuda) {
+        void *p = NULL;
+        return cudaMalloc(&p, n ? n : 1) == cudaSuccess ? p : NULL;
+    }
+#endif
+    (void)cuda;
+    return malloc(n ? n : 1);
+}
+static void buf_free(void *p, bool cuda) {
+#ifdef CKPT_WITH_CUDA
+    if (cuda) {
+        if (p) cudaFree(p);
+        return;
+    }
+#endif
+    (void)cuda;
+    free(p);
+}
+/* The host bytes of a buffer: itself, or a copy of the device buffer in `tmp`. */
+static const uint8_t *buf_host(const uint8_t *p, size_t n, bool cuda, uint8_t **tmp) {
+    *tmp = NULL;
+#ifdef CKPT_WITH_CUDA
+    if (cuda) {
+        *tmp = malloc(n ? n : 1);
+        if (*tmp && cudaMemcpy(*tmp, p, n, cudaMemcpyDeviceToHost) != cudaSuccess) {
+            free(*tmp);
+            *tmp = NULL;
+        }
+        return *tmp;
+    }
+#endif
+    (void)n;
+    (void)cuda;
+    return p;
+}
+
+/* --device cuda: rank k takes device k % ndev.  Every rank returns the same verdict. */
+static int pick_device(bool cuda, int rank) {
+    int bad = 0, anybad = 0;
+#ifdef CKPT_WITH_CUDA
+    if (cuda) {
+        int ndev = 0;
+        cudaError_t e = cudaGetDeviceCount(&ndev);
+        if (e == cudaSuccess && ndev > 0) e = cudaSetDevice(rank % ndev);
+        if (e != cudaSuccess || ndev <= 0) {
+            cli_error("--device cuda: rank %d: no usable CUDA device (%s)", rank,
+                      e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+            bad = 1;
+        }
+    }
+#endif
+    (void)cuda;
+    (void)rank;
+    MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    return anybad ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+}
+
 typedef struct buf {
     const ckpt_entry *e;
     uint8_t *data;
@@ -100,7 +165,7 @@ static int run(int argc, char **argv, int rank, int size) {
     cli_parser_init(&p, "load", argc, argv);
     const char *dir = NULL, *keys = NULL, *dump = NULL, *arg;
     int dim = 0;
-    bool json = false, quiet = false;
+    bool json = false, quiet = false, cuda = false;
     ckpt_load_options o = {0};
     for (int id; (id = cli_next(&p, load_opts, sizeof load_opts / sizeof *load_opts, &arg));) {
         switch (id) {
@@ -154,8 +219,13 @@ static int run(int argc, char **argv, int rank, int size) {
             break;
         case OPT_JSON: json = true; break;
         case OPT_DEVICE:
-            if (strcmp(arg, "cpu") != 0) {
-                cli_error("--device %s: this ckpt is built without CUDA device support", arg);
+            if (strcmp(arg, "cuda") == 0 && ckpt_load_has_cuda()) {
+                cuda = true;
+            } else if (strcmp(arg, "cpu") != 0) {
+                if (strcmp(arg, "cuda") == 0)
+                    cli_error("--device cuda: this ckpt is built without CUDA device support");
+                else
+                    cli_error("--device wants cpu or cuda, not '%s'", arg);
                 return CLI_EXIT_USAGE;
             }
             break;
@@ -163,6 +233,7 @@ static int run(int argc, char **argv, int rank, int size) {
         }
     }
     if (!dir) return cli_usage_error("load", "missing CHECKPOINT_DIR");
+    if (pick_device(cuda, rank) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
     ckpt_load *l = NULL;
     ckpt_error err = {0};
     if (ckpt_load_open(MPI_COMM_WORLD, dir, NULL, &l, &err) != CKPT_OK) {
@@ -182,10 +253,11 @@ static int run(int argc, char **argv, int rank, int size) {
         size_t bytes = ckpt_dtype_itemsize(ckpt_entry_dtype(e));
         for (int d = 0; d < ckpt_entry_ndim(e); d++)
             bytes *= (size_t)count[d];
-        bufs[nb] = (buf){e, malloc(bytes ? bytes : 1), bytes};
+        bufs[nb] = (buf){e, buf_alloc(bytes, cuda), bytes};
         if (!bufs[nb].data ||
-            ckpt_load_request_shard(l, ckpt_entry_key(e), dim, (uint32_t)size, (uint32_t)rank,
-                                    bufs[nb].data, bytes, &err) != CKPT_OK) {
+            ckpt_load_request_mem(l, ckpt_entry_key(e), start, count, bufs[nb].data, bytes,
+                                  cuda ? CKPT_LOAD_MEM_CUDA : CKPT_LOAD_MEM_HOST,
+                                  &err) != CKPT_OK) {
             cli_error("%s", bufs[nb].data ? err.message : "out of memory");
             status = CLI_EXIT_FAIL;
         }
@@ -206,12 +278,15 @@ static int run(int argc, char **argv, int rank, int size) {
         for (size_t i = 0; i < nb; i++) {
             char path[8192];
             snprintf(path, sizeof path, "%s/rank%d/%s", dump, rank, ckpt_entry_path(bufs[i].e));
-            FILE *f = mkdirs(path) == 0 ? fopen(path, "wb") : NULL;
-            if (!f || fwrite(bufs[i].data, 1, bufs[i].size, f) != bufs[i].size) {
-                cli_error("%s: %s", path, strerror(errno));
+            uint8_t *tmp;
+            const uint8_t *host = buf_host(bufs[i].data, bufs[i].size, cuda, &tmp);
+            FILE *f = host && mkdirs(path) == 0 ? fopen(path, "wb") : NULL;
+            if (!f || fwrite(host, 1, bufs[i].size, f) != bufs[i].size) {
+                cli_error("%s: %s", path, host ? strerror(errno) : "cannot copy from the device");
                 status = CLI_EXIT_FAIL;
             }
             if (f && fclose(f) != 0) status = CLI_EXIT_FAIL;
+            free(tmp);
         }
     }
     ckpt_load_stats *all = rank == 0 ? calloc((size_t)size, sizeof *all) : NULL;
@@ -231,12 +306,14 @@ static int run(int argc, char **argv, int rank, int size) {
                    size, (unsigned long long)all[0].union_bytes, wall);
             for (int k = 0; k < size; k++)
                 printf("%s{\"requested\": %llu, \"read\": %llu, \"sent\": %llu, \"received\": "
-                       "%llu, \"local\": %llu, \"rounds\": %u, \"plan_s\": %.6f, \"read_s\": "
+                       "%llu, \"local\": %llu, \"device\": %llu, \"rounds\": %u, \"plan_s\": %.6f, "
+                       "\"read_s\": "
                        "%.6f, \"exchange_s\": %.6f, \"total_s\": %.6f}",
                        k ? ", " : "", (unsigned long long)all[k].bytes_requested,
                        (unsigned long long)all[k].bytes_read, (unsigned long long)all[k].bytes_sent,
                        (unsigned long long)all[k].bytes_received,
-                       (unsigned long long)all[k].bytes_local, all[k].rounds, all[k].seconds_plan,
+                       (unsigned long long)all[k].bytes_local,
+                       (unsigned long long)all[k].bytes_device, all[k].rounds, all[k].seconds_plan,
                        all[k].seconds_read, all[k].seconds_exchange, all[k].seconds_total);
             printf("]}\n");
         } else {
@@ -253,7 +330,7 @@ static int run(int argc, char **argv, int rank, int size) {
     }
     free(all);
     for (size_t i = 0; i < nb; i++)
-        free(bufs[i].data);
+        buf_free(bufs[i].data, cuda);
     free(bufs);
     ckpt_load_free(l);
     return status;

@@ -1,0 +1,131 @@
+/* device.c — CUDA device destinations of the collective loader (compiled with the cuda
+ * feature): telling device pointers from host ones, and the device sink, which moves bytes
+ * to device memory through two pinned (cudaHostAlloc) halves of a staging buffer with
+ * cudaMemcpyAsync on one stream.  While the GPU copies one half, the rank fills the other
+ * (double buffering); a half is reused only after the event recorded behind its copies has
+ * completed.  Only the CUDA runtime API is used (no kernels). */
+#include "load/load_i.h"
+#include "util/error.h"
+
+#include <cuda_runtime_api.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct dev_sink {
+    uint8_t *half[2];
+    uint64_t half_bytes;
+    int cur;         /* the half being filled */
+    uint64_t used;   /* bytes of it handed out */
+    bool pending[2]; /* copies were issued from that half since its event was recorded */
+    cudaStream_t stream;
+    cudaEvent_t done[2];
+};
+
+static ckpt_status cuda_fail(ckpt_error *err, cudaError_t e, const char *what) {
+    cudaGetLastError(); /* clear a sticky non-fatal error */
+    return ckpt_fail(err, CKPT_E_IO, "CUDA %s: %s", what, cudaGetErrorString(e));
+}
+
+bool dev_supported(void) { return true; }
+
+bool dev_pointer_is_device(const void *p) {
+    struct cudaPointerAttributes a;
+    memset(&a, 0, sizeof a);
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        cudaGetLastError(); /* no driver, no device, or an unknown pointer: host memory */
+        return false;
+    }
+    return a.type == cudaMemoryTypeDevice;
+}
+
+ckpt_status dev_sink_create(uint64_t bytes, dev_sink **out, ckpt_error *err) {
+    *out = NULL;
+    dev_sink *s = calloc(1, sizeof *s);
+    if (!s) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    s->half_bytes = bytes / 2 < 256 ? 256 : bytes / 2;
+    cudaError_t e = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        free(s);
+        return cuda_fail(err, e, "stream");
+    }
+    for (int i = 0; i < 2; i++) {
+        e = cudaEventCreateWithFlags(&s->done[i], cudaEventDisableTiming);
+        if (e == cudaSuccess)
+            e = cudaHostAlloc((void **)&s->half[i], (size_t)s->half_bytes, cudaHostAllocDefault);
+        if (e != cudaSuccess) {
+            dev_sink_free(s);
+            return cuda_fail(err, e, "pinned staging buffer");
+        }
+    }
+    *out = s;
+    return CKPT_OK;
+}
+
+void dev_sink_free(dev_sink *s) {
+    if (!s) return;
+    if (s->stream) cudaStreamSynchronize(s->stream);
+    for (int i = 0; i < 2; i++) {
+        if (s->half[i]) cudaFreeHost(s->half[i]);
+        if (s->done[i]) cudaEventDestroy(s->done[i]);
+    }
+    if (s->stream) cudaStreamDestroy(s->stream);
+    free(s);
+}
+
+uint64_t dev_sink_bytes(const dev_sink *s) { return 2 * s->half_bytes; }
+
+/* Ends the current half (its copies are behind an event) and waits until the other half's
+ * copies are done, then fills that one. */
+static ckpt_status flip(dev_sink *s, ckpt_error *err) {
+    cudaError_t e = cudaSuccess;
+    if (s->pending[s->cur]) e = cudaEventRecord(s->done[s->cur], s->stream);
+    if (e != cudaSuccess) return cuda_fail(err, e, "event record");
+    s->cur ^= 1;
+    s->used = 0;
+    if (s->pending[s->cur]) {
+        e = cudaEventSynchronize(s->done[s->cur]);
+        if (e != cudaSuccess) return cuda_fail(err, e, "host-to-device copy");
+        s->pending[s->cur] = false;
+    }
+    return CKPT_OK;
+}
+
+uint8_t *dev_sink_room(dev_sink *s, uint64_t want, uint64_t *avail, ckpt_error *err) {
+    if (s->used && s->half_bytes - s->used < want && flip(s, err) != CKPT_OK) return NULL;
+    *avail = s->half_bytes - s->used;
+    return s->half[s->cur] + s->used;
+}
+
+ckpt_status dev_sink_fill(dev_sink *s, uint8_t *dst, uint64_t n, ckpt_error *err) {
+    if (!n) return CKPT_OK;
+    cudaError_t e = cudaMemcpyAsync(dst, s->half[s->cur] + s->used, (size_t)n,
+                                    cudaMemcpyHostToDevice, s->stream);
+    if (e != cudaSuccess) return cuda_fail(err, e, "host-to-device copy");
+    s->pending[s->cur] = true;
+    s->used += n;
+    return CKPT_OK;
+}
+
+ckpt_status dev_sink_put(dev_sink *s, uint8_t *dst, const uint8_t *src, uint64_t n,
+                         ckpt_error *err) {
+    while (n) {
+        uint64_t avail;
+        uint8_t *room = dev_sink_room(s, n < s->half_bytes ? n : s->half_bytes, &avail, err);
+        if (!room) return err && err->code ? err->code : CKPT_E_IO;
+        uint64_t k = n < avail ? n : avail;
+        memcpy(room, src, (size_t)k);
+        CKPT_TRY(dev_sink_fill(s, dst, k, err));
+        dst += k;
+        src += k;
+        n -= k;
+    }
+    return CKPT_OK;
+}
+
+ckpt_status dev_sink_finish(dev_sink *s, ckpt_error *err) {
+    cudaError_t e = cudaStreamSynchronize(s->stream);
+    s->pending[0] = s->pending[1] = false;
+    s->used = 0;
+    if (e != cudaSuccess) return cuda_fail(err, e, "host-to-device copy");
+    return CKPT_OK;
+}

@@ -1,0 +1,300 @@
+/* mock_cudart.c — a stand-in CUDA runtime for testing the loader's device path on machines
+ * without a GPU (test builds only; never installed).  It implements the runtime calls the
+ * loader and `ckpt load --device cuda` make, strictly enough to catch the mistakes a real GPU
+ * would punish:
+ *   - "device memory" is a reserved, inaccessible (PROT_NONE) address range: any host access
+ *     to a device pointer crashes; its bytes live in a separate backing mapping;
+ *   - every copy must lie inside one live allocation (device) or one cudaHostAlloc block;
+ *     cudaMemcpyAsync host-to-device must come from pinned memory;
+ *   - asynchronous copies are deferred: a stream is a queue run only at cudaEventSynchronize
+ *     (up to the event) or cudaStreamSynchronize, reading the pinned source *then*, so a
+ *     staging buffer reused before its copies completed delivers wrong bytes; cudaMemcpy on
+ *     the legacy stream does not wait for non-blocking streams (as on a GPU).
+ * A process-wide runtime is the thing being imitated, so its state is global (one lock).
+ * CKPT_MOCK_CUDA_DEVICES sets the device count (default 2; 0: no device). */
+#include <cuda_runtime_api.h>
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define DEV_SPAN ((size_t)4 << 30) /* reserved address space for device memory */
+#define MAX_BLOCKS 65536
+
+typedef struct block {
+    uintptr_t base;
+    size_t size;
+    int live;
+} block;
+
+typedef struct op {
+    int kind; /* 0 copy, 1 event */
+    void *dst;
+    const void *src;
+    size_t n;
+    struct mock_event *ev;
+} op;
+
+struct mock_event {
+    int pending;         /* recorded, not yet reached */
+    cudaStream_t stream; /* of the last record */
+};
+
+struct CUstream_st {
+    op *ops;
+    size_t head, n, cap;
+};
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static uint8_t *dev_base, *dev_back;
+static size_t dev_used;
+static block dev_blocks[MAX_BLOCKS], host_blocks[MAX_BLOCKS];
+static size_t ndev_blocks, nhost_blocks;
+static int current_device;
+static cudaError_t last_error;
+
+static void die(const char *what, const void *p, size_t n) {
+    fprintf(stderr, "mock_cudart: %s (pointer %p, %zu bytes)\n", what, p, n);
+    abort();
+}
+
+static int devices(void) {
+    const char *e = getenv("CKPT_MOCK_CUDA_DEVICES");
+    return e ? atoi(e) : 2;
+}
+
+static cudaError_t fail(cudaError_t e) {
+    last_error = e;
+    return e;
+}
+
+static const block *find(const block *v, size_t n, const void *p, size_t len) {
+    uintptr_t a = (uintptr_t)p;
+    for (size_t i = 0; i < n; i++)
+        if (v[i].live && a >= v[i].base && a - v[i].base <= v[i].size &&
+            len <= v[i].size - (a - v[i].base))
+            return &v[i];
+    return NULL;
+}
+
+static int in_dev_span(const void *p) {
+    return dev_base && (const uint8_t *)p >= dev_base && (const uint8_t *)p < dev_base + DEV_SPAN;
+}
+
+/* Host address of n bytes at p: device pointers map to the backing store. */
+static void *host_of(const void *p, size_t n, const char *what) {
+    if (in_dev_span(p)) {
+        if (!find(dev_blocks, ndev_blocks, p, n)) die(what, p, n);
+        return dev_back + ((const uint8_t *)p - dev_base);
+    }
+    return (void *)(uintptr_t)p;
+}
+
+static void run_copy(const op *o) {
+    memmove(host_of(o->dst, o->n, "copy to outside any allocation"),
+            host_of(o->src, o->n, "copy from outside any allocation"), o->n);
+}
+
+/* Runs queued operations up to and including the record of `until` (NULL: all). */
+static void drain(cudaStream_t s, struct mock_event *until) {
+    while (s->head < s->n) {
+        op *o = &s->ops[s->head++];
+        if (o->kind == 0) {
+            run_copy(o);
+        } else {
+            o->ev->pending = 0;
+            if (o->ev == until) break;
+        }
+    }
+    if (s->head == s->n) s->head = s->n = 0;
+}
+
+static void push(cudaStream_t s, op o) {
+    if (s->n == s->cap) {
+        s->cap = s->cap ? 2 * s->cap : 64;
+        s->ops = realloc(s->ops, s->cap * sizeof *s->ops);
+        if (!s->ops) die("out of memory", NULL, 0);
+    }
+    s->ops[s->n++] = o;
+}
+
+cudaError_t cudaGetDeviceCount(int *count) {
+    *count = devices();
+    return *count > 0 ? cudaSuccess : fail(cudaErrorNoDevice);
+}
+
+cudaError_t cudaSetDevice(int device) {
+    if (device < 0 || device >= devices()) return fail(cudaErrorInvalidDevice);
+    current_device = device;
+    return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void **p, size_t size) {
+    pthread_mutex_lock(&mu);
+    if (!dev_base) {
+        dev_base =
+            mmap(NULL, DEV_SPAN, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        dev_back = mmap(NULL, DEV_SPAN, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (dev_base == MAP_FAILED || dev_back == MAP_FAILED) die("cannot reserve", NULL, 0);
+    }
+    size_t at = (dev_used + 255) & ~(size_t)255;
+    if (ndev_blocks == MAX_BLOCKS || size > DEV_SPAN - at) {
+        pthread_mutex_unlock(&mu);
+        return fail(cudaErrorMemoryAllocation);
+    }
+    dev_blocks[ndev_blocks++] = (block){(uintptr_t)(dev_base + at), size, 1};
+    memset(dev_back + at, 0xA5, size); /* not zero: unwritten bytes show */
+    dev_used = at + size + 256;        /* a gap: adjacent overruns are not in any block */
+    *p = dev_base + at;
+    pthread_mutex_unlock(&mu);
+    return cudaSuccess;
+}
+
+static cudaError_t release(block *v, size_t n, void *p) {
+    for (size_t i = 0; i < n; i++)
+        if (v[i].live && v[i].base == (uintptr_t)p) {
+            v[i].live = 0;
+            return cudaSuccess;
+        }
+    return fail(cudaErrorInvalidValue);
+}
+
+cudaError_t cudaFree(void *p) {
+    if (!p) return cudaSuccess;
+    pthread_mutex_lock(&mu);
+    cudaError_t e = release(dev_blocks, ndev_blocks, p);
+    pthread_mutex_unlock(&mu);
+    return e;
+}
+
+cudaError_t cudaHostAlloc(void **p, size_t size, unsigned int flags) {
+    (void)flags;
+    pthread_mutex_lock(&mu);
+    void *m = nhost_blocks < MAX_BLOCKS ? malloc(size ? size : 1) : NULL;
+    if (m) host_blocks[nhost_blocks++] = (block){(uintptr_t)m, size, 1};
+    pthread_mutex_unlock(&mu);
+    if (!m) return fail(cudaErrorMemoryAllocation);
+    *p = m;
+    return cudaSuccess;
+}
+
+cudaError_t cudaFreeHost(void *p) {
+    pthread_mutex_lock(&mu);
+    cudaError_t e = release(host_blocks, nhost_blocks, p);
+    pthread_mutex_unlock(&mu);
+    if (e == cudaSuccess) free(p);
+    return e;
+}
+
+cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p) {
+    memset(a, 0, sizeof *a);
+    pthread_mutex_lock(&mu);
+    if (in_dev_span(p) && find(dev_blocks, ndev_blocks, p, 0)) {
+        a->type = cudaMemoryTypeDevice;
+        a->device = current_device;
+        a->devicePointer = (void *)(uintptr_t)p;
+    } else if (find(host_blocks, nhost_blocks, p, 0)) {
+        a->type = cudaMemoryTypeHost;
+        a->hostPointer = (void *)(uintptr_t)p;
+    } else {
+        a->type = cudaMemoryTypeUnregistered;
+    }
+    pthread_mutex_unlock(&mu);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind) {
+    (void)kind;
+    pthread_mutex_lock(&mu);
+    op o = {0, dst, src, n, NULL};
+    run_copy(&o);
+    pthread_mutex_unlock(&mu);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind,
+                            cudaStream_t s) {
+    pthread_mutex_lock(&mu);
+    if (!s) die("cudaMemcpyAsync on the legacy stream", dst, n);
+    if (kind == cudaMemcpyHostToDevice) {
+        if (!find(host_blocks, nhost_blocks, src, n))
+            die("host-to-device cudaMemcpyAsync from memory that is not pinned", src, n);
+        if (!in_dev_span(dst) || !find(dev_blocks, ndev_blocks, dst, n))
+            die("host-to-device cudaMemcpyAsync to outside any device allocation", dst, n);
+    }
+    push(s, (op){0, dst, src, n, NULL});
+    pthread_mutex_unlock(&mu);
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags) {
+    (void)flags;
+    *s = calloc(1, sizeof **s);
+    return *s ? cudaSuccess : fail(cudaErrorMemoryAllocation);
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    pthread_mutex_lock(&mu);
+    drain(s, NULL);
+    pthread_mutex_unlock(&mu);
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    if (!s) return fail(cudaErrorInvalidValue);
+    pthread_mutex_lock(&mu);
+    if (s->head < s->n) die("stream destroyed with work queued", NULL, s->n - s->head);
+    pthread_mutex_unlock(&mu);
+    free(s->ops);
+    free(s);
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags) {
+    (void)flags;
+    *e = (cudaEvent_t)calloc(1, sizeof(struct mock_event));
+    return *e ? cudaSuccess : fail(cudaErrorMemoryAllocation);
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    struct mock_event *m = (struct mock_event *)e;
+    pthread_mutex_lock(&mu);
+    if (!s) die("cudaEventRecord on the legacy stream", NULL, 0);
+    m->pending = 1;
+    m->stream = s;
+    push(s, (op){1, NULL, NULL, 0, m});
+    pthread_mutex_unlock(&mu);
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    struct mock_event *m = (struct mock_event *)e;
+    pthread_mutex_lock(&mu);
+    if (m->pending) drain(m->stream, m);
+    pthread_mutex_unlock(&mu);
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    free((void *)e);
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetLastError(void) {
+    cudaError_t e = last_error;
+    last_error = cudaSuccess;
+    return e;
+}
+
+const char *cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "no error (mock)";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected (mock)";
+    case cudaErrorMemoryAllocation: return "out of memory (mock)";
+    default: return "error (mock)";
+    }
+}
