@@ -34,14 +34,19 @@ def has_mpi():
     return "\n  load " in p.stdout
 
 
-def reshard(src, dst, ranks, mpi, dim=0):
+# sanitizer builds pass leak-checking ASAN_OPTIONS here; runs with leak=True use them
+LEAK_ASAN = os.environ.get("CKPT_LEAK_ASAN_OPTIONS")
+
+
+def reshard(src, dst, ranks, mpi, dim=0, leak=False):
     if mpi:
         cmd = MPIRUN + ["-np", str(ranks), CKPT, "reshard", "--no-fsync", "--budget", "64K",
                         "--layout", f"dim{dim}", str(src), str(dst)]
     else:
         cmd = [CKPT, "reshard", "--no-fsync", "--ranks", str(ranks), "--layout", f"dim{dim}",
                str(src), str(dst)]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    env = dict(os.environ, ASAN_OPTIONS=LEAK_ASAN) if leak and LEAK_ASAN else None
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
 
 
 def bits(t):
@@ -126,7 +131,7 @@ def test_reshard_torch_saved(torch_ckpt, tmp_path, ranks, mpi):
     if mpi and not has_mpi():
         pytest.skip("ckpt built without MPI")
     dst = tmp_path / "dst"
-    p = reshard(torch_ckpt, dst, ranks, mpi)
+    p = reshard(torch_ckpt, dst, ranks, mpi, leak=True)
     assert p.returncode == 0, p.stdout + p.stderr
     check_layout(dst, ranks)
     same(full(torch_ckpt, tmp_path), full(dst, tmp_path))
