@@ -28,7 +28,8 @@ void cmd_reshard_help(FILE *out) {
           "      --ranks M       target ranks (default: the MPI world size, or 1)\n"
           "      --layout dimD   shard along dimension D (default dim0)\n"
           "      --budget BYTES  under mpirun: tensor bytes loaded per round, job-wide\n"
-          "                      (default 1G)\n"
+          "                      (default 1G; alone, memory peaks at the largest share\n"
+          "                      of one tensor)\n"
           "      --no-fsync      skip fsync (scratch space)\n"
           "  -q, --quiet         print nothing on success\n"
           "      --help          show this help\n",
