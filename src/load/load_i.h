@@ -4,6 +4,7 @@
 #define CKPT_LOAD_LOAD_I_H
 
 #include "ckpt_load.h"
+#include "mpi/agree.h"
 
 /* One request of this rank. */
 typedef struct lreq {
@@ -85,8 +86,10 @@ struct ckpt_load {
     ckpt_load_stats stats;
 };
 
-/* agree.c: the same status and message on every rank (the lowest failing rank's). */
-ckpt_status load_agree(ckpt_load *l, ckpt_status s, ckpt_error *err);
+/* The same status and message on every rank (the lowest failing rank's): mpi/agree.h. */
+static inline ckpt_status load_agree(ckpt_load *l, ckpt_status s, ckpt_error *err) {
+    return ckpt_mpi_agree(l->comm, l->rank, s, err);
+}
 
 /* plan.c: every rank's pieces, sorted by (owner, file, off); the union of their ranges split
  * into `size` contiguous byte-balanced shares (reader k reads shares[k]). */
