@@ -4,7 +4,6 @@
 #include "ckpt.h"
 
 #include "index/metadata_files.h"
-#include "index/metadata_stream.h"
 #include "pickle/pickle.h"
 #include "util/error.h"
 #include "util/strbuf.h"
@@ -19,19 +18,9 @@
 /* Reads and renders one metadata file.  CKPT_E_NOTFOUND when it does not exist. */
 static ckpt_status dump_file(const char *path, const ckpt_limits *l, char **out, ckpt_error *err) {
     *out = NULL;
-    ckpt_metadata_stream *ms = NULL;
-    CKPT_TRY(ckpt_metadata_stream_open(path, l->max_metadata_bytes, &ms, err));
-    const pk_input *in = ckpt_metadata_stream_input(ms);
-    pk_limits pl = ckpt_metadata_pk_limits(l, in->len);
     pk_doc *doc = NULL;
-    ckpt_status s = pk_decode_input(in, &pl, &doc, err);
-    ckpt_error read_err;
-    if (ckpt_metadata_stream_finish(ms, &read_err) != CKPT_OK) { /* the real cause */
-        s = read_err.code;
-        if (err) *err = read_err;
-    }
-    ckpt_metadata_stream_free(ms);
-    if (s == CKPT_OK) s = pk_to_json(pk_doc_root(doc), pl.max_depth, out, err);
+    CKPT_TRY(ckpt_metadata_decode_file(path, l, &doc, NULL, err));
+    ckpt_status s = pk_to_json(pk_doc_root(doc), l->max_depth, out, err);
     if (s != CKPT_OK) ckpt_error_prefix(err, "%s: ", path);
     pk_doc_free(doc);
     return s;

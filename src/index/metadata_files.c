@@ -1,7 +1,8 @@
-/* metadata_files.c — limits and rank-local discovery of metadata files
+/* metadata_files.c — limits, decoding and rank-local discovery of metadata files
  * (see metadata_files.h). */
 #include "index/metadata_files.h"
 
+#include "index/metadata_stream.h"
 #include "util/error.h"
 
 #include <dirent.h>
@@ -32,6 +33,28 @@ pk_limits ckpt_metadata_pk_limits(const ckpt_limits *l, size_t len) {
         /* one memo store per opcode at most; the memo's memory counts against max_bytes */
         .max_memo = (uint64_t)len + 16,
     };
+}
+
+ckpt_status ckpt_metadata_decode_file(const char *path, const ckpt_limits *l, pk_doc **doc,
+                                      size_t *len, ckpt_error *err) {
+    *doc = NULL;
+    ckpt_metadata_stream *ms = NULL;
+    CKPT_TRY(ckpt_metadata_stream_open(path, l->max_metadata_bytes, &ms, err));
+    const pk_input *in = ckpt_metadata_stream_input(ms);
+    if (len) *len = in->len;
+    pk_limits pl = ckpt_metadata_pk_limits(l, in->len);
+    ckpt_status s = pk_decode_input(in, &pl, doc, err);
+    if (s != CKPT_OK) ckpt_error_prefix(err, "%s: ", path);
+    /* a failed read looks like a truncated pickle to the decoder: the read error wins */
+    ckpt_error read_err;
+    if (ckpt_metadata_stream_finish(ms, &read_err) != CKPT_OK) {
+        s = read_err.code;
+        if (err) *err = read_err;
+        pk_doc_free(*doc);
+        *doc = NULL;
+    }
+    ckpt_metadata_stream_free(ms);
+    return s;
 }
 
 static int cmp_rank(const void *a, const void *b) {

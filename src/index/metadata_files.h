@@ -1,6 +1,6 @@
 /* metadata_files.h — finding and reading a checkpoint's metadata files, shared by the index
- * (ckpt_reader_open) and the JSON dump (ckpt_metadata_dump_json): one set of limits and one
- * way to list rank-local `__<r>.metadata` files (both read them through metadata_stream.h). */
+ * (ckpt_reader_open) and the JSON dump (ckpt_metadata_dump_json): one set of limits, one way
+ * to read and decode a metadata file, one way to list rank-local `__<r>.metadata` files. */
 #ifndef CKPT_INDEX_METADATA_FILES_H
 #define CKPT_INDEX_METADATA_FILES_H
 
@@ -14,6 +14,13 @@
 void ckpt_limits_resolve(ckpt_limits *out, const ckpt_limits *given);
 /* Pickle-decoder limits for a metadata pickle of `len` bytes under resolved limits `l`. */
 pk_limits ckpt_metadata_pk_limits(const ckpt_limits *l, size_t len);
+/* Decodes the metadata pickle in `path` (a regular file of at most l->max_metadata_bytes, read
+ * through a window sliding over it: metadata_stream.h) under the resolved limits `l`; *len
+ * (may be NULL) gets the file's size.  Errors name the file; a failed read is reported as
+ * such, not as the truncated pickle the decoder saw.  CKPT_E_NOTFOUND when it does not
+ * exist. */
+ckpt_status ckpt_metadata_decode_file(const char *path, const ckpt_limits *l, pk_doc **doc,
+                                      size_t *len, ckpt_error *err);
 /* Ranks r of the `__<r>.metadata` files in dir, sorted ascending (malloc'ed; may be empty). */
 ckpt_status ckpt_metadata_list_ranks(const char *dir, long long **ranks, size_t *count,
                                      ckpt_error *err);

@@ -308,6 +308,17 @@ static ckpt_status walk_tensors_parallel(walk *w, const pk_value *sdm, const siz
     return st;
 }
 
+/* What a state_dict_metadata value describes (its class name in *cls, NULL if none). */
+typedef enum sdm_kind { SDM_TENSOR, SDM_BYTES, SDM_UNKNOWN } sdm_kind;
+
+static sdm_kind sdm_kind_of(const pk_value *v, const char **cls) {
+    *cls = pk_class_name(v);
+    if ((*cls && strcmp(*cls, "TensorStorageMetadata") == 0) || (!*cls && pk_get(v, "chunks")))
+        return SDM_TENSOR;
+    if (*cls && strcmp(*cls, "BytesStorageMetadata") == 0) return SDM_BYTES;
+    return SDM_UNKNOWN;
+}
+
 static ckpt_status walk_state_dict_metadata(walk *w, const pk_value *sdm, ckpt_error *err) {
     ckpt_reader *r = w->r;
     if (!sdm || sdm->type != PK_DICT)
@@ -342,13 +353,12 @@ static ckpt_status walk_state_dict_metadata(walk *w, const pk_value *sdm, ckpt_e
             st = nomem(err);
             goto done;
         }
-        const char *cls = pk_class_name(v);
-        bool tensor =
-            (cls && strcmp(cls, "TensorStorageMetadata") == 0) || (!cls && pk_get(v, "chunks"));
-        if (tensor) {
+        const char *cls;
+        sdm_kind kind = sdm_kind_of(v, &cls);
+        if (kind == SDM_TENSOR) {
             item[ntensors] = i;
             entry[ntensors++] = e->index;
-        } else if (cls && strcmp(cls, "BytesStorageMetadata") == 0) {
+        } else if (kind == SDM_BYTES) {
             e->kind = CKPT_ENTRY_OBJECT;
             e->loc.problem = "no storage_data entry for this object";
         } else {
@@ -372,12 +382,11 @@ static ckpt_status walk_state_dict_metadata(walk *w, const pk_value *sdm, ckpt_e
         if (!deferred[i]) continue;
         const pk_value *v = sdm->u.dict.vals[i];
         ckpt_entry *e = find_key(r, pk_as_str(sdm->u.dict.keys[i]));
-        const char *cls = pk_class_name(v);
-        bool tensor =
-            (cls && strcmp(cls, "TensorStorageMetadata") == 0) || (!cls && pk_get(v, "chunks"));
-        if (tensor) {
+        const char *cls;
+        sdm_kind kind = sdm_kind_of(v, &cls);
+        if (kind == SDM_TENSOR) {
             if (e->kind == CKPT_ENTRY_TENSOR) st = walk_tensor(w, e, true, v, err);
-        } else if (cls && strcmp(cls, "BytesStorageMetadata") == 0) {
+        } else if (kind == SDM_BYTES) {
             e->kind = CKPT_ENTRY_OBJECT;
         }
     }
@@ -635,15 +644,9 @@ static void note_root(ckpt_reader *r, const pk_value *root, const pk_value *sdm)
     }
 }
 
-ckpt_status ckpt_index_add_metadata(ckpt_reader *r, const char *file, const pk_input *in,
+ckpt_status ckpt_index_add_metadata(ckpt_reader *r, const char *file, const pk_doc *doc,
                                     ckpt_error *err) {
-    pk_limits lim = ckpt_metadata_pk_limits(&r->limits, in->len);
-    pk_doc *doc = NULL;
-    ckpt_status st = pk_decode_input(in, &lim, &doc, err);
-    if (st != CKPT_OK) {
-        ckpt_error_prefix(err, "%s: ", file);
-        return st;
-    }
+    ckpt_status st = CKPT_OK;
     walk w = {.r = r, .file = file, .arena = r->arena};
     const pk_value *root = pk_doc_root(doc);
     const pk_value *sdm = pk_get(root, "state_dict_metadata");
@@ -660,7 +663,6 @@ ckpt_status ckpt_index_add_metadata(ckpt_reader *r, const char *file, const pk_i
     CKPT_TRY_GOTO(st, walk_storage_data(&w, pk_get(root, "storage_data"), err), done);
 done:
     if (w.chunk_index_built) ckpt_htab_release(&w.chunk_index);
-    pk_doc_free(doc);
     return st;
 }
 

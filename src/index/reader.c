@@ -3,7 +3,6 @@
 #include "index/reader_i.h"
 
 #include "index/metadata_files.h"
-#include "index/metadata_stream.h"
 
 #include "util/error.h"
 
@@ -18,20 +17,13 @@
 static ckpt_status add_file(ckpt_reader *r, const char *name, ckpt_error *err) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", r->dir, name);
-    ckpt_metadata_stream *st = NULL;
-    CKPT_TRY(ckpt_metadata_stream_open(path, r->limits.max_metadata_bytes, &st, err));
-    const pk_input *in = ckpt_metadata_stream_input(st);
-    r->info.metadata_bytes += in->len;
+    pk_doc *doc = NULL;
+    size_t len = 0;
+    CKPT_TRY(ckpt_metadata_decode_file(path, &r->limits, &doc, &len, err));
+    r->info.metadata_bytes += len;
     r->info.num_metadata_files++;
-    ckpt_status s = ckpt_index_add_metadata(r, path, in, err);
-    /* a failed read looks like a truncated pickle to the decoder: its own error wins */
-    ckpt_error read_err;
-    ckpt_status rs = ckpt_metadata_stream_finish(st, &read_err);
-    if (rs != CKPT_OK) {
-        if (err) *err = read_err;
-        s = rs;
-    }
-    ckpt_metadata_stream_free(st);
+    ckpt_status s = ckpt_index_add_metadata(r, path, doc, err);
+    pk_doc_free(doc);
     return s;
 }
 
@@ -77,8 +69,12 @@ ckpt_status ckpt_reader_open_buffer(const char *dir, const uint8_t *buf, size_t 
     if (s == CKPT_OK) {
         r->info.metadata_bytes = len;
         r->info.num_metadata_files = 1;
-        pk_input in = {.buf = buf, .len = len};
-        s = ckpt_index_add_metadata(r, "(metadata buffer)", &in, err);
+        pk_limits lim = ckpt_metadata_pk_limits(&r->limits, len);
+        pk_doc *doc = NULL;
+        s = pk_decode(buf, len, &lim, &doc, err);
+        if (s != CKPT_OK) ckpt_error_prefix(err, "(metadata buffer): ");
+        if (s == CKPT_OK) s = ckpt_index_add_metadata(r, "(metadata buffer)", doc, err);
+        pk_doc_free(doc);
     }
     if (s == CKPT_OK) s = ckpt_index_finish(r, err);
     if (s != CKPT_OK) {

@@ -100,8 +100,8 @@ ckpt_status ckpt_reader_open_buffer(const char *dir, const uint8_t *buf, size_t 
                                     const ckpt_limits *limits, ckpt_reader **out, ckpt_error *err);
 
 /* index building (metadata_walk.c) */
-/* Decodes one metadata pickle (possibly still being read: see pk_input) into the index. */
-ckpt_status ckpt_index_add_metadata(ckpt_reader *r, const char *file, const pk_input *in,
+/* Adds one decoded metadata pickle (of `file`, for messages) to the index. */
+ckpt_status ckpt_index_add_metadata(ckpt_reader *r, const char *file, const pk_doc *doc,
                                     ckpt_error *err);
 ckpt_status ckpt_index_finish(ckpt_reader *r, ckpt_error *err);
 
