@@ -20,15 +20,9 @@
 #define DESC_MAGIC "CKSD"
 #define DESC_VERSION 1u
 
-static void le(ckpt_strbuf *b, uint64_t v, int n) {
-    unsigned char t[8];
-    for (int i = 0; i < n; i++)
-        t[i] = (unsigned char)(v >> (8 * i));
-    ckpt_strbuf_add(b, t, (size_t)n);
-}
 static void str(ckpt_strbuf *b, const char *s) {
     size_t n = strlen(s);
-    le(b, n, 4);
+    ckpt_strbuf_add_le(b, n, 4);
     ckpt_strbuf_add(b, s, n);
 }
 
@@ -36,31 +30,31 @@ ckpt_status ckpt_save_desc_encode(const ckpt_save_desc *d, void **buf, size_t *l
                                   ckpt_error *err) {
     ckpt_strbuf b = CKPT_STRBUF_INIT;
     ckpt_strbuf_add(&b, DESC_MAGIC, 4);
-    le(&b, DESC_VERSION, 4);
-    le(&b, d->rank, 4);
+    ckpt_strbuf_add_le(&b, DESC_VERSION, 4);
+    ckpt_strbuf_add_le(&b, d->rank, 4);
     str(&b, d->file);
-    le(&b, d->n, 8);
+    ckpt_strbuf_add_le(&b, d->n, 8);
     for (size_t i = 0; i < d->n; i++) {
         const save_item *it = &d->items[i];
-        le(&b, it->kind, 1);
-        le(&b, it->stored, 1);
+        ckpt_strbuf_add_le(&b, it->kind, 1);
+        ckpt_strbuf_add_le(&b, it->stored, 1);
         str(&b, it->key);
-        le(&b, it->npath, 4);
+        ckpt_strbuf_add_le(&b, it->npath, 4);
         for (size_t k = 0; k < it->npath; k++) {
-            le(&b, it->path[k].name ? 0 : 1, 1);
+            ckpt_strbuf_add_le(&b, it->path[k].name ? 0 : 1, 1);
             if (it->path[k].name)
                 str(&b, it->path[k].name);
             else
-                le(&b, (uint64_t)it->path[k].index, 8);
+                ckpt_strbuf_add_le(&b, (uint64_t)it->path[k].index, 8);
         }
         if (it->kind == SAVE_ITEM_TENSOR) {
             str(&b, ckpt_dtype_name(it->dtype));
-            le(&b, (uint64_t)it->ndim, 4);
+            ckpt_strbuf_add_le(&b, (uint64_t)it->ndim, 4);
             for (int k = 0; k < 3 * it->ndim; k++)
-                le(&b, (uint64_t)it->dims[k], 8);
+                ckpt_strbuf_add_le(&b, (uint64_t)it->dims[k], 8);
         }
-        le(&b, it->offset, 8);
-        le(&b, it->length, 8);
+        ckpt_strbuf_add_le(&b, it->offset, 8);
+        ckpt_strbuf_add_le(&b, it->length, 8);
     }
     ckpt_status s = ckpt_strbuf_status(&b, "description", err);
     if (s != CKPT_OK) {

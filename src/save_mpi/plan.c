@@ -13,20 +13,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void le(ckpt_strbuf *b, uint64_t v, int n) {
-    unsigned char t[8];
-    for (int i = 0; i < n; i++)
-        t[i] = (unsigned char)(v >> (8 * i));
-    ckpt_strbuf_add(b, t, (size_t)n);
-}
-
 /* identity bytes: u8 kind, key bytes, NUL, u32 ndim, i64 offsets[ndim], i64 sizes[ndim] */
 static void identity(ckpt_strbuf *b, const save_item *it) {
-    le(b, it->kind, 1);
+    ckpt_strbuf_add_le(b, it->kind, 1);
     ckpt_strbuf_add(b, it->key, strlen(it->key) + 1);
-    le(b, (uint64_t)it->ndim, 4);
+    ckpt_strbuf_add_le(b, (uint64_t)it->ndim, 4);
     for (int k = it->ndim; k < 3 * it->ndim; k++)
-        le(b, (uint64_t)it->dims[k], 8);
+        ckpt_strbuf_add_le(b, (uint64_t)it->dims[k], 8);
 }
 
 typedef struct rec {
@@ -51,7 +44,7 @@ ckpt_status smpi_plan_writers(ckpt_save_mpi *s, bool *writer, ckpt_error *err) {
     for (size_t i = 0; i < s->npending; i++) {
         ckpt_strbuf_reset(&one);
         identity(&one, &s->pending[i].id);
-        le(&b, one.len, 4);
+        ckpt_strbuf_add_le(&b, one.len, 4);
         ckpt_strbuf_add(&b, one.buf, one.len);
     }
     ckpt_status st = ckpt_strbuf_status(&one, "replica plan", err);

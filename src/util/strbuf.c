@@ -59,6 +59,13 @@ bool ckpt_strbuf_adds(ckpt_strbuf *sb, const char *s) { return ckpt_strbuf_add(s
 
 bool ckpt_strbuf_addc(ckpt_strbuf *sb, char c) { return ckpt_strbuf_add(sb, &c, 1); }
 
+bool ckpt_strbuf_add_le(ckpt_strbuf *sb, uint64_t v, int n) {
+    unsigned char t[8];
+    for (int i = 0; i < n; i++)
+        t[i] = (unsigned char)(v >> (8 * i));
+    return ckpt_strbuf_add(sb, t, (size_t)n);
+}
+
 bool ckpt_strbuf_vaddf(ckpt_strbuf *sb, const char *fmt, va_list ap) {
     if (sb->status != CKPT_OK) return false;
     va_list cp;

@@ -41,6 +41,8 @@ bool ckpt_strbuf_grow(ckpt_strbuf *sb, size_t extra);
 bool ckpt_strbuf_add(ckpt_strbuf *sb, const void *data, size_t len);
 bool ckpt_strbuf_adds(ckpt_strbuf *sb, const char *s);
 bool ckpt_strbuf_addc(ckpt_strbuf *sb, char c);
+/* The low `n` (<= 8) bytes of v, little-endian. */
+bool ckpt_strbuf_add_le(ckpt_strbuf *sb, uint64_t v, int n);
 bool ckpt_strbuf_addf(ckpt_strbuf *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 bool ckpt_strbuf_vaddf(ckpt_strbuf *sb, const char *fmt, va_list ap);
 
