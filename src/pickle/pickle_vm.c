@@ -6,6 +6,7 @@
  * Semantics chosen where Python would run code:
  *   GLOBAL/STACK_GLOBAL -> PK_GLOBAL (module and name as written: no copyreg/__builtin__
  *   mapping); REDUCE, INST, OBJ -> PK_OBJECT how=REDUCE; NEWOBJ(_EX) -> how=NEWOBJ(_EX);
+ *   except that REDUCE of torch.Size on a tuple of ints gives that tuple;
  *   BUILD on an object stores its state, and a second BUILD replaces the first state (as a
  *   __setstate__ that assigns would); APPEND(S)/SETITEM(S) on an object go to its
  *   listitems/dictitems (OrderedDict, defaultdict); PERSID/BINPERSID -> PK_PERSID.
@@ -815,13 +816,34 @@ static ckpt_status op_stack_global(pk_vm *vm) {
     return CKPT_OK;
 }
 
+/* The tuple of ints that REDUCE of torch.Size on `args` gives, or NULL when it is not that
+ * call: `torch.Size((i, ...))` is a tuple of ints (pickled by `Size.__reduce__` as exactly
+ * this), so the tuple stands for it and no object node is made (a 1 M-chunk `.metadata`
+ * holds ~3 M of them). */
+static pk_value *torch_size_dims(const pk_value *cls, const pk_value *args) {
+    if (cls->type != PK_GLOBAL || args->u.seq.len != 1) return NULL;
+    pk_value *dims = args->u.seq.items[0];
+    if (dims->type != PK_TUPLE || strcmp(cls->u.global.name, "Size") != 0 ||
+        strcmp(cls->u.global.module, "torch") != 0)
+        return NULL;
+    for (size_t i = 0; i < dims->u.seq.len; i++)
+        if (dims->u.seq.items[i]->type != PK_INT) return NULL;
+    return dims;
+}
+
 /* REDUCE, NEWOBJ: cls args -> object. */
 static ckpt_status op_call(pk_vm *vm, pk_obj_how how) {
     NEED_STACK(vm, 2);
     pk_value *cls = vm->stack[vm->sp - 2], *args = vm->stack[vm->sp - 1];
     if (args->type != PK_TUPLE)
         return fail(vm, CKPT_E_FORMAT, "arguments are %s, not tuple", pk_type_name(args->type));
-    pk_value *o = mk_object(vm, cls, args, NULL, how);
+    pk_value *o = how == PK_HOW_REDUCE ? torch_size_dims(cls, args) : NULL;
+    if (o) {
+        vm->sp -= 2;
+        vm->stack[vm->sp++] = o;
+        return CKPT_OK;
+    }
+    o = mk_object(vm, cls, args, NULL, how);
     if (!o) return fail_build(vm);
     vm->sp -= 2;
     vm->stack[vm->sp++] = o;
@@ -860,7 +882,7 @@ static ckpt_status op_inst(pk_vm *vm, bool obj) {
         CKPT_TRY(global_part(vm, &module));
         CKPT_TRY(global_part(vm, &name));
     }
-    size_t start;
+    size_t start = 0; /* set by pop_mark; initialised for -O3 -Wmaybe-uninitialized */
     CKPT_TRY(pop_mark(vm, &start));
     pk_value *cls;
     if (obj) {
@@ -878,7 +900,7 @@ static ckpt_status op_inst(pk_vm *vm, bool obj) {
 
 /* TUPLE, LIST, DICT, FROZENSET: the marked items become a new container. */
 static ckpt_status op_collect(pk_vm *vm, pk_type t) {
-    size_t start;
+    size_t start = 0; /* set by pop_mark; initialised for -O3 -Wmaybe-uninitialized */
     CKPT_TRY(pop_mark(vm, &start));
     size_t n = vm->sp - start;
     pk_value *v;
@@ -898,7 +920,7 @@ static ckpt_status op_collect(pk_vm *vm, pk_type t) {
 
 /* APPENDS, SETITEMS, ADDITEMS. */
 static ckpt_status op_extend(pk_vm *vm, unsigned op) {
-    size_t start;
+    size_t start = 0; /* set by pop_mark; initialised for -O3 -Wmaybe-uninitialized */
     pk_value *target = NULL;
     CKPT_TRY(mark_target(vm, &start, &target));
     pk_value *const *items = vm->stack + start;
@@ -919,7 +941,7 @@ static ckpt_status op_extend(pk_vm *vm, unsigned op) {
 
 static ckpt_status op_pop(pk_vm *vm) {
     if (vm->nmarks && vm->marks[vm->nmarks - 1] == vm->sp) {
-        size_t start;
+        size_t start = 0; /* set by pop_mark; initialised for -O3 -Wmaybe-uninitialized */
         return pop_mark(vm, &start);
     }
     NEED_STACK(vm, 1);
@@ -952,7 +974,7 @@ static ckpt_status step(pk_vm *vm) {
     case PK_OP_MARK: return push_mark(vm);
     case PK_OP_POP: return op_pop(vm);
     case PK_OP_POP_MARK: {
-        size_t start;
+        size_t start = 0; /* set by pop_mark; initialised for -O3 -Wmaybe-uninitialized */
         CKPT_TRY(pop_mark(vm, &start));
         vm->sp = start;
         return CKPT_OK;

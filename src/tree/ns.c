@@ -83,10 +83,12 @@ static tree_ckpt *get_ckpt(ckpt_tree *t, uint32_t slot, ckpt_error *err) {
 static bool is_checkpoint_dir(const char *dir, struct timespec *mtime) {
     char path[4096];
     struct stat st;
-    snprintf(path, sizeof path, "%s/.metadata", dir);
-    if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) goto yes;
-    snprintf(path, sizeof path, "%s/__0.metadata", dir);
-    if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) goto yes;
+    static const char *const names[] = {".metadata", "__0.metadata"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        int n = snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        if (n < 0 || (size_t)n >= sizeof path) return false; /* too long to be one */
+        if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) goto yes;
+    }
     return false;
 yes:
     if (mtime) *mtime = st.st_mtim;

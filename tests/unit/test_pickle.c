@@ -460,7 +460,7 @@ Test(pickle, dcp_metadata_shape) {
         const pk_value *w = get(sdm, "model.w");
         cr_assert_str_eq(pk_class_name(w), "TensorStorageMetadata");
         const pk_value *size = get(w, "size");
-        cr_assert(pk_is_global(size->u.obj.cls, "torch", "Size"));
+        expect_type(size, PK_TUPLE); /* torch.Size((4, 3)) decodes as its tuple */
         check_size(size, (const int64_t[]){4, 3}, 2);
         int64_t small[1];
         size_t cnt;
@@ -631,6 +631,77 @@ Test(pickle, build_twice_replaces_state) {
     const pk_value *r = pk_doc_root(doc);
     expect_int(r->u.obj.state, 2);
     pk_doc_free(doc);
+}
+
+/* REDUCE of torch.Size on one tuple of ints gives that tuple; anything else stays an object. */
+Test(pickle, torch_size_is_its_tuple) {
+    static const struct {
+        const char *what;
+        const uint8_t *p;
+        size_t n;
+        bool collapsed;
+    } cases[] = {
+        {"Size((2, 3))",
+         MEM("\x80\x02"
+             "ctorch\nSize\nK\x02K\x03\x86\x85R."),
+         true},
+        {"Size(())",
+         MEM("\x80\x02"
+             "ctorch\nSize\n)\x85R."),
+         true},
+        {"Size([2, 3]) (a list)",
+         MEM("\x80\x02"
+             "ctorch\nSize\n]K\x02K\x03\x86\x85R."),
+         false},
+        {"Size((2, 'a'))",
+         MEM("\x80\x02"
+             "ctorch\nSize\nK\x02X\x01\x00\x00\x00"
+             "a\x86\x85R."),
+         false},
+        {"Size((2,), (3,)) (two args)",
+         MEM("\x80\x02"
+             "ctorch\nSize\nK\x02\x85K\x03\x85\x86R."),
+         false},
+        {"other.Size((2,))",
+         MEM("\x80\x02"
+             "cother\nSize\nK\x02\x85\x85R."),
+         false},
+        {"torch.Sizes((2,))",
+         MEM("\x80\x02"
+             "ctorch\nSizes\nK\x02\x85\x85R."),
+         false},
+        {"NEWOBJ torch.Size",
+         MEM("\x80\x02"
+             "ctorch\nSize\nK\x02\x85\x85\x81."),
+         false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pk_doc *doc = NULL;
+        ckpt_error err = {0};
+        cr_assert_eq(decode_mem(cases[i].p, cases[i].n, NULL, &doc, &err), CKPT_OK, "%s: %s",
+                     cases[i].what, err.message);
+        const pk_value *r = pk_doc_root(doc);
+        cr_assert_eq(r->type, cases[i].collapsed ? PK_TUPLE : PK_OBJECT, "%s: %s", cases[i].what,
+                     pk_type_name(r->type));
+        pk_doc_free(doc);
+    }
+    /* The tuple is the value: a memo reference to the Size is that tuple too. */
+    pk_doc *doc = NULL;
+    ckpt_error err = {0};
+    cr_assert_eq(decode_mem(MEM("\x80\x02"
+                                "ctorch\nSize\nK\x02K\x03\x86\x85Rq\x00h\x00\x86."),
+                            NULL, &doc, &err),
+                 CKPT_OK, "%s", err.message);
+    const pk_value *r = pk_doc_root(doc);
+    expect_seq(r, PK_TUPLE, 2);
+    cr_assert_eq(item(r, 0), item(r, 1));
+    check_size(item(r, 0), (const int64_t[]){2, 3}, 2);
+    pk_doc_free(doc);
+    /* BUILD of a state on it fails as in Python (a torch.Size has no __dict__ to update). */
+    expect_fail(MEM("\x80\x02"
+                    "ctorch\nSize\nK\x02\x85\x85R}X\x01\x00\x00\x00"
+                    "aK\x01sb."),
+                NULL, CKPT_E_FORMAT, "BUILD on tuple");
 }
 
 Test(pickle, append_onto_object_goes_to_listitems) {
