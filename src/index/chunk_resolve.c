@@ -152,25 +152,26 @@ static ckpt_status resolve_item(ckpt_reader *r, const ckpt_entry *e, const ckpt_
  * unpinned ones beyond it are freed and decoded again on their next use.  All under r->lock. */
 
 static uint64_t item_bytes(const ckpt_chunk *c) {
-    return c->item ? ts_item_source(c->item)->len : 0;
+    return c->res->item ? ts_item_source(c->res->item)->len : 0;
 }
 
 static void lru_unlink(ckpt_reader *r, ckpt_chunk *c) {
-    if (c->lru_prev)
-        c->lru_prev->lru_next = c->lru_next;
+    ckpt_chunk_res *x = c->res;
+    if (x->lru_prev)
+        x->lru_prev->res->lru_next = x->lru_next;
     else if (r->lru_head == c)
-        r->lru_head = c->lru_next;
-    if (c->lru_next)
-        c->lru_next->lru_prev = c->lru_prev;
+        r->lru_head = x->lru_next;
+    if (x->lru_next)
+        x->lru_next->res->lru_prev = x->lru_prev;
     else if (r->lru_tail == c)
-        r->lru_tail = c->lru_prev;
-    c->lru_prev = c->lru_next = NULL;
+        r->lru_tail = x->lru_prev;
+    x->lru_prev = x->lru_next = NULL;
 }
 
 static void lru_insert(ckpt_reader *r, ckpt_chunk *c) {
-    c->lru_prev = NULL;
-    c->lru_next = r->lru_head;
-    if (r->lru_head) r->lru_head->lru_prev = c;
+    c->res->lru_prev = NULL;
+    c->res->lru_next = r->lru_head;
+    if (r->lru_head) r->lru_head->res->lru_prev = c;
     r->lru_head = c;
     if (!r->lru_tail) r->lru_tail = c;
     r->decoded_bytes += item_bytes(c);
@@ -180,12 +181,12 @@ static void lru_insert(ckpt_reader *r, ckpt_chunk *c) {
 static void lru_evict(ckpt_reader *r, const ckpt_chunk *keep) {
     ckpt_chunk *c = r->lru_tail;
     while (c && r->decoded_bytes > r->limits.max_decoded_cache) {
-        ckpt_chunk *prev = c->lru_prev;
-        if (c != keep && c->pins == 0) {
+        ckpt_chunk *prev = c->res->lru_prev;
+        if (c != keep && c->res->pins == 0) {
             r->decoded_bytes -= item_bytes(c);
             lru_unlink(r, c);
-            ts_item_free(c->item);
-            c->item = NULL;
+            ts_item_free(c->res->item);
+            c->res->item = NULL;
         }
         c = prev;
     }
@@ -194,15 +195,16 @@ static void lru_evict(ckpt_reader *r, const ckpt_chunk *keep) {
 ckpt_status ckpt_chunk_pin(ckpt_reader *r, const ckpt_entry *e, ckpt_chunk *c,
                            const ckpt_source **decoded, ckpt_error *err) {
     CKPT_TRY(ckpt_chunk_resolve(r, e, c, err));
-    if (c->kind != CHUNK_IN_MEMORY)
+    ckpt_chunk_res *x = c->res;
+    if (x->kind != CHUNK_IN_MEMORY)
         return ckpt_fail(err, CKPT_E_INVAL, "'%s': chunk is not decoded in memory", e->key);
     pthread_mutex_lock(&r->lock);
-    if (c->item) {
-        c->pins++;
+    if (x->item) {
+        x->pins++;
         lru_unlink(r, c);
         r->decoded_bytes -= item_bytes(c);
         lru_insert(r, c);
-        *decoded = ts_item_source(c->item);
+        *decoded = ts_item_source(x->item);
         pthread_mutex_unlock(&r->lock);
         return CKPT_OK;
     }
@@ -220,14 +222,14 @@ ckpt_status ckpt_chunk_pin(ckpt_reader *r, const ckpt_entry *e, ckpt_chunk *c,
         return s;
     }
     pthread_mutex_lock(&r->lock);
-    if (!c->item) {
-        c->item = res.item;
+    if (!x->item) {
+        x->item = res.item;
         res.item = NULL;
         lru_insert(r, c);
     }
-    c->pins++;
+    x->pins++;
     lru_evict(r, c);
-    *decoded = ts_item_source(c->item);
+    *decoded = ts_item_source(x->item);
     pthread_mutex_unlock(&r->lock);
     ts_item_free(res.item);
     return CKPT_OK;
@@ -235,7 +237,7 @@ ckpt_status ckpt_chunk_pin(ckpt_reader *r, const ckpt_entry *e, ckpt_chunk *c,
 
 void ckpt_chunk_unpin(ckpt_reader *r, ckpt_chunk *c) {
     pthread_mutex_lock(&r->lock);
-    if (c->pins) c->pins--;
+    if (c->res->pins) c->res->pins--;
     lru_evict(r, NULL);
     pthread_mutex_unlock(&r->lock);
 }
@@ -244,7 +246,7 @@ ckpt_status ckpt_chunk_resolve(ckpt_reader *r, const ckpt_entry *e, ckpt_chunk *
                                ckpt_error *err) {
     int state = atomic_load_explicit(&c->state, memory_order_acquire);
     if (state == CHUNK_RESOLVED) return CKPT_OK;
-    if (state == CHUNK_FAILED) return ckpt_fail(err, c->fail_code, "%s", c->fail_msg);
+    if (state == CHUNK_FAILED) return ckpt_fail(err, c->res->fail_code, "%s", c->res->fail_msg);
     if (e->problem) return ckpt_fail(err, CKPT_E_FORMAT, "'%s': %s", e->key, e->problem);
 
     resolved res;
@@ -262,17 +264,17 @@ ckpt_status ckpt_chunk_resolve(ckpt_reader *r, const ckpt_entry *e, ckpt_chunk *
     state = atomic_load_explicit(&c->state, memory_order_relaxed);
     if (state == CHUNK_UNRESOLVED) {
         if (s == CKPT_OK) {
-            int64_t *stride = ckpt_arena_alloc(r->arena, ((size_t)e->ndim + 1) * sizeof *stride);
-            if (stride) {
-                memcpy(stride, res.stride, (size_t)e->ndim * sizeof *stride);
-                c->stride = stride;
-                c->kind = res.kind;
-                c->big_endian = res.big_endian;
-                c->contiguous = res.contiguous;
-                c->elem0 = res.elem0;
-                c->owner = e;
+            ckpt_chunk_res *x =
+                ckpt_arena_alloc(r->arena, sizeof *x + (size_t)e->ndim * sizeof x->stride[0]);
+            if (x) {
+                memcpy(x->stride, res.stride, (size_t)e->ndim * sizeof x->stride[0]);
+                x->kind = res.kind;
+                x->big_endian = res.big_endian;
+                x->contiguous = res.contiguous;
+                x->elem0 = res.elem0;
+                c->res = x;
                 if (res.item) {
-                    c->item = res.item;
+                    x->item = res.item;
                     res.item = NULL;
                     lru_insert(r, c);
                     lru_evict(r, c);
@@ -282,12 +284,18 @@ ckpt_status ckpt_chunk_resolve(ckpt_reader *r, const ckpt_entry *e, ckpt_chunk *
                 s = ckpt_fail(er, CKPT_E_NOMEM, "out of memory");
             }
         } else if (s != CKPT_E_NOMEM && s != CKPT_E_IO) { /* remember permanent defects */
-            c->fail_code = s;
-            c->fail_msg = ckpt_arena_strndup(r->arena, er->message, strlen(er->message));
-            if (c->fail_msg) atomic_store_explicit(&c->state, CHUNK_FAILED, memory_order_release);
+            ckpt_chunk_res *x = ckpt_arena_alloc(r->arena, sizeof *x);
+            if (x) {
+                x->fail_code = s;
+                x->fail_msg = ckpt_arena_strndup(r->arena, er->message, strlen(er->message));
+            }
+            if (x && x->fail_msg) {
+                c->res = x;
+                atomic_store_explicit(&c->state, CHUNK_FAILED, memory_order_release);
+            }
         }
     } else if (state == CHUNK_FAILED) {
-        s = ckpt_fail(er, c->fail_code, "%s", c->fail_msg);
+        s = ckpt_fail(er, c->res->fail_code, "%s", c->res->fail_msg);
     } else {
         s = CKPT_OK; /* another thread won the race */
     }

@@ -110,11 +110,8 @@ fail:
 
 void ckpt_reader_free(ckpt_reader *r) {
     if (!r) return;
-    for (size_t i = 0; i < r->nentries; i++) {
-        ckpt_entry *e = &r->entries[i];
-        for (size_t k = 0; k < e->nchunks; k++)
-            ts_item_free(e->chunks[k].item);
-    }
+    for (ckpt_chunk *c = r->lru_head; c; c = c->res->lru_next) /* every decoded item */
+        ts_item_free(c->res->item);
     ckpt_files_close_all(r);
     ckpt_htab_release(&r->by_key);
     ckpt_htab_release(&r->by_path);

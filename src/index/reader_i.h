@@ -27,26 +27,31 @@ typedef enum chunk_storage_kind {
     CHUNK_IN_MEMORY,   /* transforms undone: bytes live in `item`'s decoded buffer */
 } chunk_storage_kind;
 
+/* What the first access to a chunk found (chunk_resolve.c): allocated from the reader's arena
+ * then, under reader->lock, and published by the chunk's `state` (release), so the index of a
+ * million chunks holds nothing for the ones never read. */
+typedef struct ckpt_chunk_res {
+    chunk_storage_kind kind;
+    bool big_endian;
+    bool contiguous; /* C-order strides over `sizes` */
+    uint64_t elem0;  /* byte offset of storage element `storage_offset` (file or memory) */
+    ts_item *item;   /* CHUNK_IN_MEMORY: the decoded item, or NULL when evicted;
+                        read it only while pinned (ckpt_chunk_pin) */
+    /* decoded-chunk cache (reader->lock): LRU links, pins */
+    struct ckpt_chunk *lru_prev, *lru_next;
+    uint32_t pins;
+    ckpt_status fail_code; /* CHUNK_FAILED: the error to report again */
+    const char *fail_msg;
+    int64_t stride[]; /* element strides (ndim values) */
+} ckpt_chunk_res;
+
 typedef struct ckpt_chunk {
     const int64_t *offsets;
     const int64_t *sizes;
     uint64_t numel;
     ckpt_loc loc;
-    /* lazily resolved (protected by reader->lock; `state` read with acquire) */
-    atomic_int state;
-    chunk_storage_kind kind;
-    bool big_endian;
-    bool contiguous;       /* C-order strides over `sizes` */
-    uint64_t elem0;        /* byte offset of storage element `storage_offset` (file or memory) */
-    const int64_t *stride; /* element strides (ndim values) */
-    ts_item *item;         /* CHUNK_IN_MEMORY: the decoded item, or NULL when evicted;
-                              read it only while pinned (ckpt_chunk_pin) */
-    /* decoded-chunk cache (reader->lock): LRU links, pins, owner for re-decoding */
-    struct ckpt_chunk *lru_prev, *lru_next;
-    uint32_t pins;
-    const struct ckpt_entry *owner;
-    ckpt_status fail_code; /* CHUNK_FAILED: the error to report again */
-    const char *fail_msg;
+    atomic_int state;    /* CHUNK_*: set under reader->lock, read with acquire */
+    ckpt_chunk_res *res; /* CHUNK_RESOLVED and CHUNK_FAILED, else NULL */
 } ckpt_chunk;
 
 struct ckpt_entry {

@@ -51,10 +51,10 @@ static ckpt_status plan_box(void *ctx, const slice_box *b, ckpt_error *err) {
     int n = ckpt_merge_dims(ds, ss, cnt, b->ndim, b->itemsize, &run);
     bool cplx = x->dtype == CKPT_DTYPE_COMPLEX64 || x->dtype == CKPT_DTYPE_COMPLEX128;
     ckpt_piece pc = {
-        .file_id = b->c->kind == CHUNK_IN_MEMORY ? CKPT_PIECE_DECODED : b->c->loc.file_id,
-        .swap_unit =
-            (uint16_t)(b->c->big_endian && b->itemsize > 1 ? (cplx ? b->itemsize / 2 : b->itemsize)
-                                                           : 0),
+        .file_id = b->c->res->kind == CHUNK_IN_MEMORY ? CKPT_PIECE_DECODED : b->c->loc.file_id,
+        .swap_unit = (uint16_t)(b->c->res->big_endian && b->itemsize > 1
+                                    ? (cplx ? b->itemsize / 2 : b->itemsize)
+                                    : 0),
         .chunk = b->chunk,
         .length = (uint64_t)run,
     };
@@ -123,7 +123,7 @@ ckpt_status ckpt_plan_execute(ckpt_reader *r, const ckpt_entry *e, const ckpt_pl
         ckpt_chunk *c = &e->chunks[pc->chunk];
         CKPT_TRY(ckpt_chunk_resolve(r, e, c, err));
         if (pc->file_id == CKPT_PIECE_DECODED) {
-            if (c->kind != CHUNK_IN_MEMORY)
+            if (c->res->kind != CHUNK_IN_MEMORY)
                 return ckpt_fail(err, CKPT_E_INVAL, "plan piece %zu is out of range", i);
             const ckpt_source *src;
             CKPT_TRY(ckpt_chunk_pin(r, e, c, &src, err));

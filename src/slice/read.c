@@ -25,7 +25,7 @@ static ckpt_status file_source(ckpt_reader *r, const ckpt_chunk *c, ckpt_source 
 }
 
 static size_t swap_unit_of(const slice_box *b, ckpt_dtype dt) {
-    if (!b->c->big_endian || b->itemsize == 1) return 0;
+    if (!b->c->res->big_endian || b->itemsize == 1) return 0;
     return (dt == CKPT_DTYPE_COMPLEX64 || dt == CKPT_DTYPE_COMPLEX128) ? b->itemsize / 2
                                                                        : b->itemsize;
 }
@@ -87,7 +87,7 @@ static ckpt_status read_slabs(slice_reader *x, const slice_box *b, const ckpt_so
 ckpt_status slice_read_box(void *ctx, const slice_box *b, ckpt_error *err) {
     slice_reader *x = ctx;
     const ckpt_chunk *c = b->c;
-    if (c->kind == CHUNK_IN_MEMORY) { /* decoded bytes: pinned while copied */
+    if (c->res->kind == CHUNK_IN_MEMORY) { /* decoded bytes: pinned while copied */
         const ckpt_source *dec;
         CKPT_TRY(ckpt_chunk_pin(x->r, x->e, (ckpt_chunk *)c, &dec, err));
         ckpt_strided_copy(x->dst + b->dst0, b->dst_stride, dec->mem + b->src0, b->src_stride,

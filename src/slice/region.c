@@ -55,11 +55,11 @@ ckpt_status slice_for_each_box(ckpt_reader *r, const ckpt_entry *e, const int64_
         }
         if (!n) continue;
         CKPT_TRY(ckpt_chunk_resolve(r, e, c, err));
-        uint64_t src0 = c->elem0, dst0 = 0;
+        uint64_t src0 = c->res->elem0, dst0 = 0;
         for (int d = 0; d < nd; d++) {
-            src0 += (uint64_t)(b.src_stride[d] * c->stride[d]) * isz;
+            src0 += (uint64_t)(b.src_stride[d] * c->res->stride[d]) * isz;
             dst0 += (uint64_t)(b.dst_stride[d] * rstride[d]);
-            b.src_stride[d] = c->stride[d] * (int64_t)isz;
+            b.src_stride[d] = c->res->stride[d] * (int64_t)isz;
             b.dst_stride[d] = rstride[d];
         }
         b.chunk = (uint32_t)k;

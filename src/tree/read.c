@@ -126,7 +126,8 @@ static ckpt_status one_box(void *ctx, const slice_box *b, ckpt_error *err) {
     tree_read *x = bx->x;
     const ckpt_chunk *c = b->c;
     CKPT_TRY(tree_verify_item(x->c, &c->loc, err));
-    if (!x->mem_only && c->kind == CHUNK_IN_FILE && (!c->big_endian || b->itemsize == 1)) {
+    if (!x->mem_only && c->res->kind == CHUNK_IN_FILE &&
+        (!c->res->big_endian || b->itemsize == 1)) {
         int64_t ds[CKPT_MAX_NDIM], ss[CKPT_MAX_NDIM], cnt[CKPT_MAX_NDIM], run;
         memcpy(ds, b->dst_stride, sizeof(int64_t) * (size_t)b->ndim);
         memcpy(ss, b->src_stride, sizeof(int64_t) * (size_t)b->ndim);
