@@ -2,7 +2,9 @@
  *
  * It never executes anything: GLOBAL/STACK_GLOBAL become symbolic class references,
  * REDUCE/NEWOBJ/NEWOBJ_EX become object nodes (class + args), BUILD attaches state, and
- * persistent ids become PK_PERSID nodes.  Everything lives in one arena with a byte budget;
+ * persistent ids become PK_PERSID nodes.  One call is decoded as its value: REDUCE of
+ * `torch.Size` on one tuple of ints gives that tuple (a torch.Size is a tuple of ints; a
+ * million-chunk `.metadata` holds millions of them), so a BUILD on it fails as in Python.  Everything lives in one arena with a byte budget;
  * the number of values, the stack, the memo and the mark depth are bounded.  Values can be
  * shared (memo) and even cyclic (a list appended into itself), so every consumer that
  * recurses must bound its depth.  (max_depth is checked when items are added to a container;
@@ -165,8 +167,8 @@ typedef struct pk_key_cache {
     size_t pos; /* index of the key's last occurrence, or SIZE_MAX if absent */
 } pk_key_cache;
 const pk_value *pk_get_cached(const pk_value *v, const char *key, pk_key_cache *cache);
-/* Sequence (tuple/list/set) length and item; an object `torch.Size((…))` or any object whose
- * single argument is a sequence is NOT unwrapped here (see pk_as_int_seq). */
+/* Sequence (tuple/list/set) length and item; an object whose single argument is a sequence
+ * (`torch.Size([…])` of a list) is NOT unwrapped here (see pk_as_int_seq). */
 size_t pk_len(const pk_value *v); /* dicts: number of pairs (use u.dict to read them) */
 const pk_value *pk_item(const pk_value *v, size_t i);
 bool pk_as_int(const pk_value *v, int64_t *out); /* PK_INT or PK_BOOL */
