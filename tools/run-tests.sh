@@ -3,7 +3,8 @@
 # installs dependencies (apt + the Python packages of the interop tests), builds twice
 # (optimised, and ASan+UBSan), runs the unit, CLI and fuzz-replay suites in both builds,
 # the unit suite under valgrind, and — with torch installed — regenerates every fixture
-# with real torch and checks the reader against those fresh files too.
+# with real torch and checks the reader against those fresh files too; last, compiles the
+# tree with clang at -O3 (release), so neither compiler nor optimisation level breaks -Werror.
 # Ends with a line "N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -71,6 +72,14 @@ if python3 -c "import torch" 2>/dev/null; then
   rm -rf "$fresh" "$fresh.log"
 else
   echo "run-tests: torch not importable; skipped the cross-check against fresh fixtures"
+fi
+
+step "build (clang, release -O3): compiles warning-free with the other compiler too"
+if command -v clang >/dev/null; then
+  [ -d build-clang ] || CC=clang meson setup build-clang -Dbuildtype=release >/dev/null || exit 1
+  if ninja -C build-clang; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+else
+  echo "run-tests: clang not installed; skipped"
 fi
 
 echo

@@ -46,12 +46,35 @@ static bool is_castable(ckpt_dtype dt) {
 
 /* ------------------------------------------------------------------ casting */
 
+/* IEEE binary16 bits of f, rounded to nearest even, overflow to infinity, NaN as the quiet
+ * 0x7E00 with f's sign (c10::Half); integer arithmetic only, so no compiler needs _Float16. */
+static uint16_t f32_to_f16_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    uint32_t a = u & 0x7FFFFFFFu;
+    if (a > 0x7F800000u) return sign | 0x7E00u;
+    if (a >= 0x477FF000u) return sign | 0x7C00u; /* >= 65520: rounds past 65504 */
+    if (a >= 0x38800000u) {                      /* normal: exponent >= -14 */
+        uint32_t r = a - 0x38000000u;            /* rebias 127 -> 15 */
+        r += 0xFFFu + ((r >> 13) & 1u);
+        return sign | (uint16_t)(r >> 13);
+    }
+    if (a <= 0x33000000u) return sign; /* <= 2^-25: a tie or less rounds to (even) zero */
+    uint32_t shift = 126u - (a >> 23); /* subnormal: units of 2^-24 = m >> shift, 14..24 */
+    uint32_t m = (a & 0x7FFFFFu) | 0x800000u;
+    uint32_t q = m >> shift, rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (q & 1u))) q++;
+    return sign | (uint16_t)q;
+}
+
 static void store(ckpt_dtype to, float f, uint8_t *p) {
     if (to == CKPT_DTYPE_FLOAT32) {
         memcpy(p, &f, 4);
     } else if (to == CKPT_DTYPE_FLOAT16) {
-        _Float16 h = (_Float16)f;
-        memcpy(p, &h, 2);
+        uint16_t h = f32_to_f16_bits(f);
+        p[0] = (uint8_t)h;
+        p[1] = (uint8_t)(h >> 8);
     } else { /* bfloat16, round to nearest even; NaN becomes 0x7FC0 as in c10 */
         uint32_t u;
         memcpy(&u, &f, 4);
