@@ -8,11 +8,15 @@
  *   step = 12345678901 (i = flat C-order index of the global tensor).
  *
  * Usage: mpirun -np N save_mpi_driver PARENT STEP [--latest] [--keep N] [--flush-each]
- *        [--kill-rank K] [--bad-shape-rank K] [--bad-data-rank K] [--no-fsync]
+ *        [--kill-rank K] [--bad-shape-rank K] [--bad-data-rank K] [--bad-add-rank K]
+ *        [--bad-key-rank K] [--no-fsync]
  * --kill-rank: rank K SIGKILLs itself mid-file, after storing its 1 MiB piece of model/big
  *   (written past the 1 MiB sink buffer, so it is in the file) and before model/b;
  * --bad-shape-rank: rank K gives model/w another global shape (rank 0's commit refuses);
- * --bad-data-rank: rank K passes model/w with a wrong byte count (its write refuses).
+ * --bad-data-rank: rank K passes model/w with a wrong byte count (its write refuses);
+ * --bad-add-rank: rank K adds model/w with an invalid dtype (its add refuses at once);
+ * --bad-key-rank: rank K adds a value under an empty key (its add refuses at once);
+ *   with --flush-each a flush follows, so the failure is agreed there, else at the commit.
  * Each rank prints "rank K: ok" or "rank K: error: MESSAGE"; exit 1 on error. */
 #include "ckpt_save_mpi.h"
 
@@ -95,7 +99,7 @@ static ckpt_status run(int rank, int world, int argc, char **argv, ckpt_error *e
     ckpt_save_options o = {0};
     ckpt_save_mpi_options mo = {0};
     kill_ctx kc = {0};
-    int kill_rank = -1, bad_shape = -1, bad_data = -1, flush_each = 0;
+    int kill_rank = -1, bad_shape = -1, bad_data = -1, bad_add = -1, bad_key = -1, flush_each = 0;
     for (int i = 3; i < argc; i++) {
         if (!strcmp(argv[i], "--latest"))
             mo.set_latest = true;
@@ -111,6 +115,10 @@ static ckpt_status run(int rank, int world, int argc, char **argv, ckpt_error *e
             bad_shape = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--bad-data-rank") && i + 1 < argc)
             bad_data = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--bad-add-rank") && i + 1 < argc)
+            bad_add = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--bad-key-rank") && i + 1 < argc)
+            bad_key = atoi(argv[++i]);
         else {
             fprintf(stderr, "unknown option %s\n", argv[i]);
             exit(2);
@@ -153,6 +161,10 @@ static ckpt_status run(int rank, int world, int argc, char **argv, ckpt_error *e
     }
     for (size_t i = 0; i < sizeof vals / sizeof *vals; i++)
         ckpt_save_value_free(vals[i].v);
+    if (st == CKPT_OK && bad_key >= 0) {
+        ckpt_save_key k = {.path = rank == bad_key ? "" : "misc/ok"};
+        st = ckpt_save_mpi_add_value(s, &k, ckpt_save_value_bool(true), err);
+    }
 
     int64_t gw[2] = {7, 5}, gbig[2] = {256 * (int64_t)world, 1024}, gb[2] = {4, 6}, gn[2] = {3, 3};
     piece w = {0}, big = {0}, b = {0}, norm = {0};
@@ -167,7 +179,8 @@ static ckpt_status run(int rank, int world, int argc, char **argv, ckpt_error *e
     if (rank == bad_data) w.bytes += 4;
     int64_t gw_bad[2] = {8, 5};
     if (st == CKPT_OK)
-        st = add2d(s, "model/w", CKPT_DTYPE_FLOAT32, rank == bad_shape ? gw_bad : gw, &w, err);
+        st = add2d(s, "model/w", rank == bad_add ? (ckpt_dtype)999 : CKPT_DTYPE_FLOAT32,
+                   rank == bad_shape ? gw_bad : gw, &w, err);
     if (st == CKPT_OK && flush_each) st = ckpt_save_mpi_flush(s, err);
     if (st == CKPT_OK) st = add2d(s, "model/big", CKPT_DTYPE_FLOAT32, gbig, &big, err);
     if (st == CKPT_OK) st = add2d(s, "model/b", CKPT_DTYPE_BFLOAT16, gb, &b, err);

@@ -8,8 +8,9 @@ every rank adds, values every rank adds and one per rank.  Checked here:
   * replicated pieces and shared values are stored once, by rank 0 (storage_data);
   * `latest` and keep-N retention through the MPI options;
   * a rank SIGKILLed mid-write leaves no visible step and `latest` unchanged;
-  * a failing rank (bad shape seen at rank 0's commit, bad byte count at its own write) makes
-    every rank return the same error, promptly, and leaves nothing behind.
+  * a failing rank (bad shape seen at rank 0's commit, bad byte count at its own write, an
+    add refused locally: bad dtype, empty key) makes every rank return the same error,
+    promptly, and leaves nothing behind.
 """
 import os
 import pickle
@@ -239,6 +240,28 @@ def test_failing_rank_every_rank_same_error(tmp_path, flag, first, needle):
     assert len(msgs) == 1, out  # the same message on every rank
     msg = msgs.pop()
     assert msg.startswith(f"rank {first}: ") and needle in msg, msg
+    assert os.listdir(tmp_path) == []  # no step, no staging, no latest
+
+
+
+@pytest.mark.parametrize("flag,needle", [
+    ("--bad-add-rank", "invalid dtype 999"),  # ckpt_save_mpi_add_tensor refuses at once
+    ("--bad-key-rank", "empty key"),          # ckpt_save_mpi_add_value refuses at once
+])
+@pytest.mark.parametrize("flush_each", [False, True])
+def test_failed_add_every_rank_same_error(tmp_path, flag, needle, flush_each):
+    """One rank's add fails locally (the others' adds succeed): the next collective call —
+    an explicit flush, or the commit — returns that rank's error on every rank, without a
+    hang, and nothing becomes visible."""
+    extra = ("--flush-each",) if flush_each else ()
+    p = run(3, tmp_path, "step-1", "--latest", flag, "2", *extra, timeout=60)
+    assert p.returncode == 1, p.stdout + p.stderr
+    out = lines(p)
+    assert len(out) == 3, p.stdout + p.stderr
+    msgs = {line.split(": error: ", 1)[1] for line in out}
+    assert len(msgs) == 1, out  # the same message on every rank
+    msg = msgs.pop()
+    assert msg.startswith("rank 2: ") and needle in msg, msg
     assert os.listdir(tmp_path) == []  # no step, no staging, no latest
 
 
