@@ -17,7 +17,9 @@
  * no-op, failures return a ckpt_status and fill an optional caller-owned ckpt_error.  No
  * global state: handles may be used from different threads, one thread per handle.
  *
- * Ownership: every string and buffer passed in is copied or only read during the call;
+ * Ownership: every string and buffer passed in is copied or only read during the call
+ * (tensor data may be CUDA device memory in builds with the cuda feature, see
+ * ckpt_save_tensor);
  * descriptions returned by _finish / _decode belong to the caller (ckpt_save_desc_free) and
  * are only read by _write_metadata / _commit; the value adders take their item.
  * Files are created 0644 and directories 0755 (before the umask).
@@ -51,7 +53,14 @@ typedef struct ckpt_save_options {
     int metadata_protocol;
     /* StorageMeta.checkpoint_id (a pathlib.PosixPath); NULL: the final directory path. */
     const char *checkpoint_id;
+    /* Pinned host memory a data file uses to bring CUDA device pieces to the host (two
+     * halves: the GPU copies into one while the other is CRC'ed and written); allocated at
+     * the first device piece.  0: 16 MiB; at least 512 bytes. */
+    uint64_t device_staging_bytes;
 } ckpt_save_options;
+
+/* Whether this build can save from CUDA device memory (the cuda meson feature). */
+bool ckpt_save_has_cuda(void);
 
 /* ---------------------------------------------------------------- values */
 
@@ -107,9 +116,21 @@ typedef struct ckpt_save_file ckpt_save_file;
 /* What one rank wrote: entries, chunk boxes, byte ranges.  Compact and serialisable. */
 typedef struct ckpt_save_desc ckpt_save_desc;
 
+/* Where a piece's bytes live. */
+typedef enum ckpt_save_memory {
+    CKPT_SAVE_MEM_AUTO = 0, /* CUDA builds ask the CUDA runtime (cudaPointerGetAttributes);
+                               builds without CUDA cannot tell and read it as host memory */
+    CKPT_SAVE_MEM_HOST = 1, /* host memory (no CUDA call is made) */
+    CKPT_SAVE_MEM_CUDA = 2, /* CUDA device memory; CKPT_E_UNSUPPORTED without the cuda feature */
+} ckpt_save_memory;
+
 /* One rank's piece of a tensor: the box [offsets, offsets + sizes) of the global tensor.
- * `data` holds the box in C order, little-endian, prod(sizes) * itemsize bytes (host
- * memory; read during the call only).  A 0-d tensor has ndim 0 (shape/offsets/sizes NULL).
+ * `data` holds the box in C order, little-endian, prod(sizes) * itemsize bytes, in host
+ * memory or (CUDA builds) device memory, read during the call only.  Device bytes are
+ * copied to the host through pinned staging on the saver's own stream, which waits for work
+ * on the legacy default stream only: work on other streams that writes the buffer must be
+ * complete (synchronized) before the call.  A 0-d tensor has ndim 0 (shape/offsets/sizes
+ * NULL).
  * Replicated pieces: every holder passes the same box; only the holder with replica_id 0
  * stores bytes, the others are recorded as replicas (nothing written).  When several
  * holders store the same box anyway (all replica_id 0), .metadata keeps the lowest rank's
@@ -123,6 +144,7 @@ typedef struct ckpt_save_tensor {
     const void *data;
     size_t data_size; /* must equal prod(sizes) * itemsize */
     uint32_t replica_id;
+    ckpt_save_memory memory; /* where `data` lives (AUTO: asks the CUDA runtime) */
 } ckpt_save_tensor;
 
 /* Creates `<dir>/__<rank>_0.distcp` (it must not exist).  `opts` may be NULL. */

@@ -52,6 +52,7 @@ typedef struct ckpt_save_mpi_stats {
     uint64_t bytes_added;  /* tensor bytes this rank added */
     uint64_t bytes_stored; /* tensor bytes this rank wrote (replicas held elsewhere excluded) */
     uint64_t file_bytes;   /* size of this rank's data file */
+    uint64_t bytes_device; /* tensor bytes stored from CUDA device memory (pinned staging) */
     double seconds_write, seconds_commit, seconds_total;
 } ckpt_save_mpi_stats;
 
@@ -64,7 +65,10 @@ ckpt_status ckpt_save_mpi_begin(MPI_Comm comm, const char *dir, const ckpt_save_
                                 ckpt_error *err);
 
 /* A piece of a tensor (see ckpt_save_tensor; replica_id is ignored).  The key and shape
- * arrays are copied; `data` is read at the next flush / commit. */
+ * arrays are copied; `data` (host or, in CUDA builds, device memory: `memory`) is only
+ * pointed to and read at the next flush / commit, so it must stay valid and unchanged until
+ * then.  An invalid dtype, shape, key or `memory` fails here (CKPT_E_UNSUPPORTED for
+ * CKPT_SAVE_MEM_CUDA in a build without CUDA). */
 ckpt_status ckpt_save_mpi_add_tensor(ckpt_save_mpi *s, const ckpt_save_key *key,
                                      const ckpt_save_tensor *t, ckpt_error *err);
 /* A non-tensor value; takes ownership of `v` in every case (NULL: CKPT_E_NOMEM). */

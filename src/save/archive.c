@@ -1,4 +1,5 @@
-/* archive.c — torch.save archives for one tensor chunk or one value (archive.h). */
+/* archive.c — torch.save archives for one tensor chunk (from host or device memory) or one
+ * value (archive.h). */
 #include "save/archive.h"
 
 #include "save/zip_writer.h"
@@ -53,9 +54,22 @@ static ckpt_status finish_archive(zip_writer *z, const char *pkl, size_t pkl_len
     return st;
 }
 
+static ckpt_status emit_record_data(void *ctx, const void *block, size_t n, ckpt_error *err) {
+    return zw_record_data(ctx, block, n, err);
+}
+
+/* Record data/0: host bytes directly, device bytes block by block through the pipeline. */
+static ckpt_status tensor_record(zip_writer *z, const void *data, uint64_t nbytes, save_dev *dev,
+                                 ckpt_error *err) {
+    if (!dev) return zw_add(z, "data/0", data, nbytes, err);
+    CKPT_TRY(zw_record_begin(z, "data/0", nbytes, err));
+    CKPT_TRY(save_dev_stream(dev, data, nbytes, emit_record_data, z, err));
+    return zw_record_end(z, err);
+}
+
 ckpt_status save_archive_tensor(save_sink *s, ckpt_dtype dt, int ndim, const int64_t *sizes,
-                                const void *data, uint64_t nbytes, uint64_t serial, uint64_t *len,
-                                ckpt_error *err) {
+                                const void *data, uint64_t nbytes, save_dev *dev, uint64_t serial,
+                                uint64_t *len, ckpt_error *err) {
     size_t isz = ckpt_dtype_itemsize(dt);
     const char *sc = storage_class(dt);
     uint64_t numel = 1;
@@ -113,7 +127,7 @@ ckpt_status save_archive_tensor(save_sink *s, ckpt_dtype dt, int ndim, const int
     zw_begin(&z, s, "archive");
     ckpt_status st = zw_add(&z, "data.pkl", pkl, pkl_len, err);
     if (st == CKPT_OK) st = common_records(&z, err);
-    if (st == CKPT_OK) st = zw_add(&z, "data/0", data, nbytes, err);
+    if (st == CKPT_OK) st = tensor_record(&z, data, nbytes, dev, err);
     if (st == CKPT_OK) st = tail_records(&z, serial, err);
     st = finish_archive(&z, pkl, pkl_len, st, len, err);
     free(pkl);

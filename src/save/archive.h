@@ -5,14 +5,16 @@
 #ifndef CKPT_SAVE_ARCHIVE_H
 #define CKPT_SAVE_ARCHIVE_H
 
+#include "save/device.h"
 #include "save/save_i.h"
 #include "save/sink.h"
 
 /* Writes one archive for a C-contiguous tensor of `ndim` dims `sizes` at the sink position;
- * *len = archive bytes.  `serial` seeds the serialization id. */
+ * *len = archive bytes.  `serial` seeds the serialization id.  `dev` NULL: `data` is host
+ * memory; else device memory, streamed to the sink through that pipeline. */
 ckpt_status save_archive_tensor(save_sink *s, ckpt_dtype dt, int ndim, const int64_t *sizes,
-                                const void *data, uint64_t nbytes, uint64_t serial, uint64_t *len,
-                                ckpt_error *err);
+                                const void *data, uint64_t nbytes, save_dev *dev, uint64_t serial,
+                                uint64_t *len, ckpt_error *err);
 ckpt_status save_archive_value(save_sink *s, const ckpt_save_value *v, uint64_t serial,
                                uint64_t *len, ckpt_error *err);
 

@@ -1,6 +1,8 @@
 /* data_file.c — one rank's data file `__<rank>_0.distcp` (ckpt_save_file_*): validates each
- * piece, appends its torch.save archive and records it in the rank's description. */
+ * piece, appends its torch.save archive (device pieces through the file's staging pipeline,
+ * made at the first one) and records it in the rank's description. */
 #include "save/archive.h"
+#include "save/device.h"
 #include "save/save_i.h"
 #include "save/sink.h"
 #include "util/error.h"
@@ -22,7 +24,23 @@ struct ckpt_save_file {
     save_sink sink;
     ckpt_save_desc *desc;
     uint64_t serial;
+    uint64_t staging_bytes; /* of the device pipeline */
+    save_dev *dev;          /* NULL until the first device piece */
+    uint64_t bytes_device;
 };
+
+bool ckpt_save_has_cuda(void) { return save_dev_supported(); }
+
+uint64_t save_file_bytes_device(const ckpt_save_file *f) { return f ? f->bytes_device : 0; }
+
+ckpt_status save_memory_check(ckpt_save_memory m, ckpt_error *err) {
+    if (m != CKPT_SAVE_MEM_AUTO && m != CKPT_SAVE_MEM_HOST && m != CKPT_SAVE_MEM_CUDA)
+        return ckpt_fail(err, CKPT_E_INVAL, "invalid memory kind %d", (int)m);
+    if (m == CKPT_SAVE_MEM_CUDA && !save_dev_supported())
+        return ckpt_fail(err, CKPT_E_UNSUPPORTED,
+                         "a CUDA device buffer, but this build has no CUDA support");
+    return CKPT_OK;
+}
 
 void ckpt_save_desc_free(ckpt_save_desc *d) {
     if (!d) return;
@@ -43,6 +61,8 @@ ckpt_status ckpt_save_file_open(const char *dir, uint32_t rank, const ckpt_save_
     if (!f) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
     f->fd = -1;
     f->no_fsync = opts && opts->no_fsync;
+    f->staging_bytes =
+        opts && opts->device_staging_bytes ? opts->device_staging_bytes : SAVE_DEV_STAGING;
     f->desc = calloc(1, sizeof *f->desc);
     char name[32];
     snprintf(name, sizeof name, "__%u_0.distcp", rank);
@@ -73,6 +93,7 @@ ckpt_status ckpt_save_file_open(const char *dir, uint32_t rank, const ckpt_save_
 void ckpt_save_file_free(ckpt_save_file *f) {
     if (!f) return;
     if (f->fd >= 0) close(f->fd);
+    save_dev_free(f->dev);
     save_sink_release(&f->sink);
     ckpt_save_desc_free(f->desc);
     free(f->path);
@@ -92,6 +113,7 @@ ckpt_status ckpt_save_file_add_tensor(ckpt_save_file *f, const ckpt_save_key *ke
                                       const ckpt_save_tensor *t, ckpt_error *err) {
     CKPT_TRY(usable(f, err));
     if (!t) return ckpt_fail(err, CKPT_E_INVAL, "no tensor");
+    CKPT_TRY(save_memory_check(t->memory, err));
     size_t isz = ckpt_dtype_itemsize(t->dtype);
     if (!isz) return ckpt_fail(err, CKPT_E_INVAL, "invalid dtype %d", (int)t->dtype);
     if (t->ndim < 0 || t->ndim > CKPT_MAX_NDIM || (t->ndim && !t->global_shape))
@@ -135,9 +157,19 @@ ckpt_status ckpt_save_file_add_tensor(ckpt_save_file *f, const ckpt_save_key *ke
     it->ndim = nd;
     it->stored = t->replica_id == 0;
     if (!it->stored) return CKPT_OK;
+    bool dev = nbytes && (t->memory == CKPT_SAVE_MEM_CUDA ||
+                          (t->memory == CKPT_SAVE_MEM_AUTO && save_dev_is_device(t->data)));
+    if (dev && !f->dev && (s = save_dev_create(f->staging_bytes, &f->dev, err)) != CKPT_OK) {
+        /* nothing written: the file stays usable */
+        ckpt_error_suffix(err, " (key '%s')", it->key);
+        save_item_release(it);
+        f->desc->n--;
+        return s;
+    }
     it->offset = f->sink.pos;
     s = save_archive_tensor(&f->sink, t->dtype, nd, nd ? it->dims + 2 * nd : NULL, t->data, nbytes,
-                            f->serial++, &it->length, err);
+                            dev ? f->dev : NULL, f->serial++, &it->length, err);
+    if (s == CKPT_OK && dev) f->bytes_device += nbytes;
     if (s != CKPT_OK) {
         f->failed = true;
         ckpt_error_suffix(err, " (key '%s')", it->key);

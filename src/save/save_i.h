@@ -45,6 +45,12 @@ ckpt_status save_key_resolve(const ckpt_save_key *k, save_item *it, ckpt_error *
 /* true if s is valid UTF-8 (no surrogates, shortest forms). */
 bool save_utf8_valid(const char *s, size_t len);
 
+/* CKPT_E_INVAL for an unknown ckpt_save_memory, CKPT_E_UNSUPPORTED for CUDA memory in a
+ * build without CUDA (data_file.c). */
+ckpt_status save_memory_check(ckpt_save_memory m, ckpt_error *err);
+/* Tensor bytes a data file stored from device memory. */
+uint64_t save_file_bytes_device(const ckpt_save_file *f);
+
 /* Pickles `v` (protocol 2, Python's choices of opcodes). */
 void save_value_pickle(pkw *w, const ckpt_save_value *v);
 

@@ -39,10 +39,12 @@ void zw_release(zip_writer *z) {
     free(z->ents);
     z->ents = NULL;
     z->n = z->cap = 0;
+    free(z->open.name);
+    z->open.name = NULL;
 }
 
-ckpt_status zw_add(zip_writer *z, const char *name, const void *data, uint64_t len,
-                   ckpt_error *err) {
+ckpt_status zw_record_begin(zip_writer *z, const char *name, uint64_t len, ckpt_error *err) {
+    if (z->open.name) return ckpt_fail(err, CKPT_E_INVAL, "zip record %s still open", z->open.name);
     char full[256];
     int fl = snprintf(full, sizeof full, "%s/%s", z->root, name);
     if (fl < 0 || (size_t)fl >= sizeof full)
@@ -64,7 +66,6 @@ ckpt_status zw_add(zip_writer *z, const char *name, const void *data, uint64_t l
         start += 4 + (big_size ? 16 : 0) + (big_off ? 8 : 0);
     }
     size_t pad = (size_t)((ALIGN - start % ALIGN) % ALIGN);
-    uint32_t crc = 0;
 
     hdr h = {.n = 0};
     h_le(&h, 0x04034b50u, 4);
@@ -92,26 +93,60 @@ ckpt_status zw_add(zip_writer *z, const char *name, const void *data, uint64_t l
     h_le(&h, pad, 2);
     memset(h.b + h.n, 'Z', pad);
     h.n += pad;
-    CKPT_TRY(save_sink_write(z->sink, h.b, h.n, err));
+    char *nm = strdup(full);
+    if (!nm) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    ckpt_status s = save_sink_write(z->sink, h.b, h.n, err);
+    if (s != CKPT_OK) {
+        free(nm);
+        return s;
+    }
+    z->open = (zw_entry){nm, cursor, len, 0};
+    z->open_done = 0;
+    return CKPT_OK;
+}
+
+ckpt_status zw_record_data(zip_writer *z, const void *data, size_t n, ckpt_error *err) {
+    if (!z->open.name || n > z->open.size - z->open_done)
+        return ckpt_fail(err, CKPT_E_INVAL, "zip record: more data than announced");
     /* CRC and write block by block, so each block is written while still in cache (one pass
      * over memory instead of two); the CRC goes in the data descriptor after the data. */
     const unsigned char *p = data;
-    for (uint64_t done = 0; done < len;) {
-        size_t n = len - done < ZW_BLOCK ? (size_t)(len - done) : ZW_BLOCK;
-        crc = save_crc32(crc, p + done, n);
-        CKPT_TRY(save_sink_write(z->sink, p + done, n, err));
-        done += n;
+    for (size_t done = 0; done < n;) {
+        size_t k = n - done < ZW_BLOCK ? n - done : ZW_BLOCK;
+        z->open.crc = save_crc32(z->open.crc, p + done, k);
+        CKPT_TRY(save_sink_write(z->sink, p + done, k, err));
+        done += k;
     }
+    z->open_done += n;
+    return CKPT_OK;
+}
+
+ckpt_status zw_record_end(zip_writer *z, ckpt_error *err) {
+    if (!z->open.name || z->open_done != z->open.size)
+        return ckpt_fail(err, CKPT_E_INVAL, "zip record: %llu of %llu bytes written",
+                         (unsigned long long)z->open_done, (unsigned long long)z->open.size);
+    bool big_size = z->open.size >= U32MAX;
     hdr d = {.n = 0};
     h_le(&d, 0x08074b50u, 4);
-    h_le(&d, crc, 4);
-    h_le(&d, len, big_size ? 8 : 4);
-    h_le(&d, len, big_size ? 8 : 4);
+    h_le(&d, z->open.crc, 4);
+    h_le(&d, z->open.size, big_size ? 8 : 4);
+    h_le(&d, z->open.size, big_size ? 8 : 4);
     CKPT_TRY(save_sink_write(z->sink, d.b, d.n, err));
-    char *nm = strdup(full);
-    if (!nm) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
-    z->ents[z->n++] = (zw_entry){nm, cursor, len, crc};
+    z->ents[z->n++] = z->open;
+    z->open.name = NULL;
     return CKPT_OK;
+}
+
+ckpt_status zw_add(zip_writer *z, const char *name, const void *data, uint64_t len,
+                   ckpt_error *err) {
+    CKPT_TRY(zw_record_begin(z, name, len, err));
+    const unsigned char *p = data;
+    for (uint64_t done = 0; done < len;) { /* size_t pieces of a uint64_t length */
+        size_t n = len - done < ((size_t)1 << 30) ? (size_t)(len - done) : (size_t)1 << 30;
+        CKPT_TRY(zw_record_data(z, p + done, n, err));
+        done += n;
+    }
+    return zw_record_end(z, err);
 }
 
 ckpt_status zw_finish(zip_writer *z, uint64_t *archive_len, ckpt_error *err) {

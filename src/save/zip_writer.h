@@ -25,12 +25,20 @@ typedef struct zip_writer {
     const char *root;
     zw_entry *ents;
     size_t n, cap;
+    zw_entry open;      /* the record being written (open.name != NULL) */
+    uint64_t open_done; /* bytes of it written so far */
 } zip_writer;
 
 void zw_begin(zip_writer *z, save_sink *sink, const char *root);
 /* Adds record `<root>/<name>`. */
 ckpt_status zw_add(zip_writer *z, const char *name, const void *data, uint64_t len,
                    ckpt_error *err);
+/* The same in pieces, for data that arrives block by block (device sources): _record_begin
+ * writes the local header of a record of `len` bytes, _record_data CRCs and writes the next
+ * `n` bytes, _record_end (after exactly `len` bytes) writes the data descriptor. */
+ckpt_status zw_record_begin(zip_writer *z, const char *name, uint64_t len, ckpt_error *err);
+ckpt_status zw_record_data(zip_writer *z, const void *data, size_t n, ckpt_error *err);
+ckpt_status zw_record_end(zip_writer *z, ckpt_error *err);
 /* Writes the central directory and end records; *archive_len = bytes of the whole archive.
  * Frees the entry list. */
 ckpt_status zw_finish(zip_writer *z, uint64_t *archive_len, ckpt_error *err);

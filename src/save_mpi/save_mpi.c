@@ -106,6 +106,8 @@ ckpt_status ckpt_save_mpi_add_tensor(ckpt_save_mpi *s, const ckpt_save_key *key,
         st = ckpt_fail(&e, CKPT_E_INVAL, "invalid dtype %d", (int)t->dtype);
     else if (t->ndim < 0 || t->ndim > CKPT_MAX_NDIM || (t->ndim && !t->global_shape))
         st = ckpt_fail(&e, CKPT_E_INVAL, "invalid ndim %d or missing shape", t->ndim);
+    else
+        st = save_memory_check(t->memory, &e);
     smpi_piece *p = st == CKPT_OK ? push(s) : NULL;
     if (st == CKPT_OK && !p) st = ckpt_fail(&e, CKPT_E_NOMEM, "out of memory");
     if (st == CKPT_OK) st = save_key_resolve(key, &p->id, &e);
@@ -129,6 +131,7 @@ ckpt_status ckpt_save_mpi_add_tensor(ckpt_save_mpi *s, const ckpt_save_key *key,
     }
     p->data = t->data;
     p->data_size = t->data_size;
+    p->memory = t->memory;
     s->stats.bytes_added += t->data_size;
     return CKPT_OK;
 }
@@ -199,7 +202,8 @@ static ckpt_status write_pending(ckpt_save_mpi *s, const bool *writer, ckpt_erro
                               .sizes = nd ? p->id.dims + 2 * nd : NULL,
                               .data = p->data,
                               .data_size = p->data_size,
-                              .replica_id = replica};
+                              .replica_id = replica,
+                              .memory = p->memory};
         st = ckpt_save_file_add_tensor(s->file, &key, &t, err);
         if (st == CKPT_OK && writer[i]) {
             done += p->data_size;
@@ -227,6 +231,7 @@ ckpt_status ckpt_save_mpi_flush(ckpt_save_mpi *s, ckpt_error *err) {
     if (st == CKPT_OK) st = write_pending(s, writer, &e);
     free(writer);
     drop_pending(s);
+    s->stats.bytes_device = save_file_bytes_device(s->file);
     s->stats.seconds_write += smpi_now() - t;
     st = smpi_agree(s, st, &e);
     if (err && st != CKPT_OK) *err = e;

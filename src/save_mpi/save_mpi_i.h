@@ -10,8 +10,9 @@
  * dtype, ndim, dims = global shape, offsets, sizes), the caller's buffer or the value. */
 typedef struct smpi_piece {
     save_item id;
-    const void *data;
+    const void *data; /* the caller's buffer (host or device), read at the flush */
     size_t data_size;
+    ckpt_save_memory memory;
     ckpt_save_value *value; /* owned */
 } smpi_piece;
 

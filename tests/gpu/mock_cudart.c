@@ -10,6 +10,11 @@
  *     (up to the event) or cudaStreamSynchronize, reading the pinned source *then*, so a
  *     staging buffer reused before its copies completed delivers wrong bytes; cudaMemcpy on
  *     the legacy stream does not wait for non-blocking streams (as on a GPU).
+ *   - device-to-host cudaMemcpyAsync (the saver's device sources) must go from inside one
+ *     device allocation into pinned memory; with CKPT_MOCK_CUDA_RUNAHEAD=1 a synchronization
+ *     runs the whole stream (the GPU ran ahead), so a pinned half refilled before the host
+ *     was done with it delivers wrong bytes, while by default a half read before its event
+ *     completed does.
  * A process-wide runtime is the thing being imitated, so its state is global (one lock).
  * CKPT_MOCK_CUDA_DEVICES sets the device count (default 2; 0: no device). */
 #include <cuda_runtime_api.h>
@@ -226,6 +231,12 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
         if (!in_dev_span(dst) || !find(dev_blocks, ndev_blocks, dst, n))
             die("host-to-device cudaMemcpyAsync to outside any device allocation", dst, n);
     }
+    if (kind == cudaMemcpyDeviceToHost) {
+        if (!find(host_blocks, nhost_blocks, dst, n))
+            die("device-to-host cudaMemcpyAsync into memory that is not pinned", dst, n);
+        if (!in_dev_span(src) || !find(dev_blocks, ndev_blocks, src, n))
+            die("device-to-host cudaMemcpyAsync from outside any device allocation", src, n);
+    }
     push(s, (op){0, dst, src, n, NULL});
     pthread_mutex_unlock(&mu);
     return cudaSuccess;
@@ -271,10 +282,15 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     return cudaSuccess;
 }
 
+static int run_ahead(void) {
+    const char *e = getenv("CKPT_MOCK_CUDA_RUNAHEAD");
+    return e && atoi(e) > 0;
+}
+
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     struct mock_event *m = (struct mock_event *)e;
     pthread_mutex_lock(&mu);
-    if (m->pending) drain(m->stream, m);
+    if (m->pending) drain(m->stream, run_ahead() ? NULL : m);
     pthread_mutex_unlock(&mu);
     return cudaSuccess;
 }

@@ -182,6 +182,15 @@ Test(save, bad_pieces_are_refused, .init = mk_tmp, .fini = rm_tmp) {
     cr_assert_eq(ckpt_save_file_add_tensor(f, &empty, &t, &err), CKPT_E_INVAL);
     ckpt_save_key badutf = {.path = "a/\xff"};
     cr_assert_eq(ckpt_save_file_add_tensor(f, &badutf, &t, &err), CKPT_E_INVAL);
+    t.memory = (ckpt_save_memory)7;
+    cr_assert_eq(ckpt_save_file_add_tensor(f, &k, &t, &err), CKPT_E_INVAL);
+    cr_assert(strstr(err.message, "memory kind"), "%s", err.message);
+    if (!ckpt_save_has_cuda()) { /* a build without CUDA refuses device buffers */
+        t.memory = CKPT_SAVE_MEM_CUDA;
+        cr_assert_eq(ckpt_save_file_add_tensor(f, &k, &t, &err), CKPT_E_UNSUPPORTED);
+        cr_assert(strstr(err.message, "no CUDA support"), "%s", err.message);
+    }
+    t.memory = CKPT_SAVE_MEM_HOST;
     cr_assert_eq(ckpt_save_file_add_tensor(f, &k, &t, &err), CKPT_OK, "%s", err.message);
     ckpt_save_desc *d;
     cr_assert_eq(ckpt_save_file_finish(f, &d, &err), CKPT_OK);

@@ -83,7 +83,8 @@ static ckpt_status write_rank(ckpt_reader *r, const reshard_args *a, const char 
                                   .offsets = start,
                                   .sizes = count,
                                   .data = buf,
-                                  .data_size = (size_t)nb};
+                                  .data_size = (size_t)nb,
+                                  .memory = CKPT_SAVE_MEM_HOST};
             if (s == CKPT_OK) s = ckpt_save_file_add_tensor(f, &key, &t, err);
             if (s == CKPT_OK) *bytes += nb;
             free(buf);

@@ -93,7 +93,8 @@ static ckpt_status round_trip(ckpt_load *l, ckpt_save_mpi *s, const reshard_args
                               .offsets = h[i].start,
                               .sizes = h[i].count,
                               .data = h[i].buf,
-                              .data_size = h[i].bytes};
+                              .data_size = h[i].bytes,
+                              .memory = CKPT_SAVE_MEM_HOST};
         if (st == CKPT_OK) st = ckpt_save_mpi_add_tensor(s, &key, &t, err);
         if (st == CKPT_OK) *bytes += h[i].bytes;
         free(elems);
