@@ -64,8 +64,9 @@ bool ckpt_save_has_cuda(void);
 
 /* ---------------------------------------------------------------- values */
 
-/* A non-tensor value (what Python would store in a state_dict: None, bool, int, float, str,
- * list, tuple, dict with str keys), pickled into the data file as torch.save(obj) would. */
+/* A non-tensor value (what Python would store in a state_dict: None, bool, int of any size,
+ * float, str, bytes, list, tuple, set, frozenset, dict with keys of any hashable kind),
+ * pickled into the data file as torch.save(obj) would (CPython's protocol-2 opcodes). */
 typedef struct ckpt_save_value ckpt_save_value;
 
 /* Constructors return NULL when memory runs out; the adders below accept that NULL and fail
@@ -74,15 +75,29 @@ ckpt_save_value *ckpt_save_value_none(void);
 ckpt_save_value *ckpt_save_value_bool(bool v);
 ckpt_save_value *ckpt_save_value_int(int64_t v);
 ckpt_save_value *ckpt_save_value_float(double v);
-ckpt_save_value *ckpt_save_value_string(const char *utf8); /* copied */
+ckpt_save_value *ckpt_save_value_string(const char *utf8); /* copied; NULL if not UTF-8 */
+ckpt_save_value *ckpt_save_value_bytes(const void *data, size_t len); /* copied */
+/* An int of any size from decimal text ("-123", "340282366920938463463374607431768211456");
+ * NULL when malformed.  One that fits int64 is an ordinary int. */
+ckpt_save_value *ckpt_save_value_bigint(const char *decimal);
+/* A set (frozen: a frozenset); items are added with ckpt_save_value_append (hashable ones:
+ * no list, dict or set inside) and pickled in that order. */
+ckpt_save_value *ckpt_save_value_pyset(bool frozen);
 ckpt_save_value *ckpt_save_value_list(void);
 ckpt_save_value *ckpt_save_value_tuple(void);
 ckpt_save_value *ckpt_save_value_dict(void);
-/* Appends to a list or tuple.  Takes ownership of `item` in every case (freed on failure). */
+/* Appends to a list, tuple, set or frozenset.  Takes ownership of `item` in every case (freed
+ * on failure). */
 ckpt_status ckpt_save_value_append(ckpt_save_value *seq, ckpt_save_value *item);
-/* Sets dict[key] = item (insertion order kept; a repeated key fails with CKPT_E_INVAL).
- * Takes ownership of `item` in every case. */
+/* Sets dict[key] = item for a str key (insertion order kept; a repeated key fails with
+ * CKPT_E_INVAL).  Takes ownership of `item` in every case. */
 ckpt_status ckpt_save_value_set(ckpt_save_value *dict, const char *key, ckpt_save_value *item);
+/* Sets dict[key] = item for a key of any hashable kind (int, float, bool, None, str, bytes,
+ * tuple, frozenset ...; a list, dict or set anywhere in it is CKPT_E_INVAL, as is a key equal
+ * by Python's == to one already there: 1, 1.0 and True are the same key).  Takes ownership
+ * of `key` and `item` in every case. */
+ckpt_status ckpt_save_value_set_item(ckpt_save_value *dict, ckpt_save_value *key,
+                                     ckpt_save_value *item);
 /* Frees a value and everything it owns. */
 void ckpt_save_value_free(ckpt_save_value *v);
 
@@ -157,6 +172,14 @@ ckpt_status ckpt_save_file_add_tensor(ckpt_save_file *f, const ckpt_save_key *ke
 ckpt_status ckpt_save_file_add_value(ckpt_save_file *f, const ckpt_save_key *key,
                                      const ckpt_save_value *v, uint32_t replica_id,
                                      ckpt_error *err);
+/* A non-tensor entry whose torch.save archive already exists — the stored bytes of a value
+ * item of another checkpoint (`ckpt reshard` copies them) — written unchanged, so whatever
+ * it holds (objects of any class, embedded tensors) is kept exactly.  `archive` (read during
+ * the call) must be a whole zip archive (a local header first, the end record last, no
+ * comment), else CKPT_E_FORMAT; its content is not interpreted. */
+ckpt_status ckpt_save_file_add_value_archive(ckpt_save_file *f, const ckpt_save_key *key,
+                                             const void *archive, size_t len, uint32_t replica_id,
+                                             ckpt_error *err);
 /* Flushes, fsyncs (unless no_fsync) and closes the file; *out receives the description
  * (caller frees it).  The file handle must still be freed. */
 ckpt_status ckpt_save_file_finish(ckpt_save_file *f, ckpt_save_desc **out, ckpt_error *err);

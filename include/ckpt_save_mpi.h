@@ -75,6 +75,11 @@ ckpt_status ckpt_save_mpi_add_tensor(ckpt_save_mpi *s, const ckpt_save_key *key,
 ckpt_status ckpt_save_mpi_add_value(ckpt_save_mpi *s, const ckpt_save_key *key, ckpt_save_value *v,
                                     ckpt_error *err);
 
+/* A non-tensor value given as its torch.save archive (see ckpt_save_file_add_value_archive),
+ * written unchanged; the bytes are copied. */
+ckpt_status ckpt_save_mpi_add_value_archive(ckpt_save_mpi *s, const ckpt_save_key *key,
+                                            const void *archive, size_t len, ckpt_error *err);
+
 /* Collective: decides who stores each piece added since the last flush and writes them; the
  * buffers may be reused afterwards. */
 ckpt_status ckpt_save_mpi_flush(ckpt_save_mpi *s, ckpt_error *err);

@@ -202,6 +202,36 @@ ckpt_status ckpt_save_file_add_value(ckpt_save_file *f, const ckpt_save_key *key
     return s;
 }
 
+ckpt_status ckpt_save_file_add_value_archive(ckpt_save_file *f, const ckpt_save_key *key,
+                                             const void *archive, size_t len, uint32_t replica_id,
+                                             ckpt_error *err) {
+    CKPT_TRY(usable(f, err));
+    const unsigned char *a = archive;
+    save_item *it = save_desc_push(f->desc);
+    if (!it) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    ckpt_status s = save_key_resolve(key, it, err);
+    if (s == CKPT_OK && (!a || len < 52 || memcmp(a, "PK\x03\x04", 4) != 0 ||
+                         memcmp(a + len - 22, "PK\x05\x06", 4) != 0 || a[len - 2] || a[len - 1]))
+        s = ckpt_fail(err, CKPT_E_FORMAT, "key '%s': %zu bytes that are not a zip archive", it->key,
+                      len);
+    if (s != CKPT_OK) {
+        save_item_release(it);
+        f->desc->n--;
+        return s;
+    }
+    it->kind = SAVE_ITEM_VALUE;
+    it->stored = replica_id == 0;
+    if (!it->stored) return CKPT_OK;
+    it->offset = f->sink.pos;
+    it->length = len;
+    s = save_sink_write(&f->sink, a, len, err);
+    if (s != CKPT_OK) {
+        f->failed = true;
+        ckpt_error_suffix(err, " (key '%s')", it->key);
+    }
+    return s;
+}
+
 ckpt_status ckpt_save_file_finish(ckpt_save_file *f, ckpt_save_desc **out, ckpt_error *err) {
     *out = NULL;
     CKPT_TRY(usable(f, err));

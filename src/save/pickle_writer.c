@@ -109,6 +109,17 @@ void pkw_int(pkw *w, int64_t v) {
     }
 }
 
+void pkw_long_bytes(pkw *w, const unsigned char *le, size_t n) {
+    if (n < 256) {
+        put1(w, 0x8a); /* LONG1 */
+        put1(w, (unsigned char)n);
+    } else {
+        put1(w, 0x8b); /* LONG4 */
+        put_le(w, (uint64_t)n, 4);
+    }
+    put(w, le, n);
+}
+
 void pkw_float(pkw *w, double v) {
     uint64_t u;
     memcpy(&u, &v, 8);
@@ -271,19 +282,25 @@ void pkw_tuple_end(pkw *w, size_t n) {
     put1(w, n <= 3 ? small[n] : PKO_TUPLE);
 }
 
+/* As CPython's C pickler (batch_list_exact / batch_dict_exact), which pickle.dump and
+ * torch.save use: a container of one item gets APPEND / SETITEM; otherwise every batch of up
+ * to 1000 items is MARK ... APPENDS / SETITEMS, a trailing batch of one item included, and a
+ * dict whose size is a multiple of 1000 ends with an empty MARK SETITEMS. */
 void pkw_batch_item_begin(pkw *w, size_t i, size_t n) {
-    if (i % BATCH == 0 && n - i > 1) put1(w, PKO_MARK);
+    if (i % BATCH == 0 && n > 1) put1(w, PKO_MARK);
 }
 
 void pkw_batch_item_end(pkw *w, size_t i, size_t n, bool dict) {
     bool last_in_batch = (i + 1) % BATCH == 0 || i + 1 == n;
     if (!last_in_batch) return;
-    size_t batch_start = i - i % BATCH;
-    bool single = n - batch_start == 1;
     if (dict)
-        put1(w, single ? PKO_SETITEM : PKO_SETITEMS);
+        put1(w, n == 1 ? PKO_SETITEM : PKO_SETITEMS);
     else
-        put1(w, single ? PKO_APPEND : PKO_APPENDS);
+        put1(w, n == 1 ? PKO_APPEND : PKO_APPENDS);
+    if (dict && i + 1 == n && n % BATCH == 0) {
+        put1(w, PKO_MARK);
+        put1(w, PKO_SETITEMS);
+    }
 }
 
 static char *tag_key(pkw *w, const char *tag, size_t *len) {

@@ -49,6 +49,9 @@ void pkw_op(pkw *w, unsigned char op);
 void pkw_none(pkw *w);
 void pkw_bool(pkw *w, bool v);
 void pkw_int(pkw *w, int64_t v);
+/* An int given as its minimal little-endian two's complement bytes (n >= 1): LONG1, or LONG4
+ * from 256 bytes on, as pickle.encode_long. */
+void pkw_long_bytes(pkw *w, const unsigned char *le, size_t n);
 void pkw_float(pkw *w, double v);
 /* A str (UTF-8 bytes); memo: store once and re-use by content. */
 void pkw_str(pkw *w, const char *s, size_t len, bool memo);

@@ -160,10 +160,37 @@ ckpt_status ckpt_save_mpi_add_value(ckpt_save_mpi *s, const ckpt_save_key *key, 
     return CKPT_OK;
 }
 
+ckpt_status ckpt_save_mpi_add_value_archive(ckpt_save_mpi *s, const ckpt_save_key *key,
+                                            const void *archive, size_t len, ckpt_error *err) {
+    if (s->failed) return sticky(s, err);
+    if (s->committed) return ckpt_fail(err, CKPT_E_INVAL, "already committed");
+    ckpt_error e = {0};
+    ckpt_status st = CKPT_OK;
+    void *copy = malloc(len ? len : 1);
+    if (!copy) st = ckpt_fail(&e, CKPT_E_NOMEM, "out of memory");
+    smpi_piece *p = st == CKPT_OK ? push(s) : NULL;
+    if (st == CKPT_OK && !p) st = ckpt_fail(&e, CKPT_E_NOMEM, "out of memory");
+    if (st == CKPT_OK) st = save_key_resolve(key, &p->id, &e);
+    if (st != CKPT_OK) {
+        if (p) {
+            save_item_release(&p->id);
+            s->npending--;
+        }
+        free(copy);
+        return local_fail(s, st, &e, err);
+    }
+    if (len) memcpy(copy, archive, len);
+    p->id.kind = SAVE_ITEM_VALUE;
+    p->archive = copy;
+    p->archive_len = len;
+    return CKPT_OK;
+}
+
 static void drop_pending(ckpt_save_mpi *s) {
     for (size_t i = 0; i < s->npending; i++) {
         save_item_release(&s->pending[i].id);
         ckpt_save_value_free(s->pending[i].value);
+        free(s->pending[i].archive);
     }
     s->npending = 0;
 }
@@ -191,7 +218,9 @@ static ckpt_status write_pending(ckpt_save_mpi *s, const bool *writer, ckpt_erro
         ckpt_save_key key = {.flat = p->id.key, .elems = el, .nelems = p->id.npath};
         uint32_t replica = writer[i] ? 0 : 1;
         if (p->id.kind == SAVE_ITEM_VALUE) {
-            st = ckpt_save_file_add_value(s->file, &key, p->value, replica, err);
+            st = p->archive ? ckpt_save_file_add_value_archive(s->file, &key, p->archive,
+                                                               p->archive_len, replica, err)
+                            : ckpt_save_file_add_value(s->file, &key, p->value, replica, err);
             continue;
         }
         int nd = p->id.ndim;

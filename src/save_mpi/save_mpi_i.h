@@ -14,6 +14,8 @@ typedef struct smpi_piece {
     size_t data_size;
     ckpt_save_memory memory;
     ckpt_save_value *value; /* owned */
+    void *archive;          /* owned: a value's ready torch.save archive (else NULL) */
+    size_t archive_len;
 } smpi_piece;
 
 struct ckpt_save_mpi {

@@ -217,6 +217,70 @@ Test(save, values) {
     ckpt_save_value_free(NULL);
 }
 
+/* Saves `v` as the only entry "v" of a checkpoint in tmp and renders what the reader decodes
+ * (Python-like text); the caller frees it. */
+static char *round_trip_text(ckpt_save_value *v) {
+    ckpt_error err;
+    ckpt_save_file *f;
+    cr_assert_eq(ckpt_save_file_open(tmp, 0, &nosync, &f, &err), CKPT_OK, "%s", err.message);
+    ckpt_save_key k = {.path = "v"};
+    cr_assert_eq(ckpt_save_file_add_value(f, &k, v, 0, &err), CKPT_OK, "%s", err.message);
+    ckpt_save_value_free(v);
+    ckpt_save_desc *d;
+    cr_assert_eq(ckpt_save_file_finish(f, &d, &err), CKPT_OK);
+    ckpt_save_file_free(f);
+    const ckpt_save_desc *ds[1] = {d};
+    cr_assert_eq(ckpt_save_write_metadata(tmp, ds, 1, &nosync, &err), CKPT_OK, "%s", err.message);
+    ckpt_save_desc_free(d);
+    ckpt_reader *r;
+    cr_assert_eq(ckpt_reader_open(tmp, NULL, &r, &err), CKPT_OK, "%s", err.message);
+    ckpt_object *o;
+    cr_assert_eq(ckpt_object_load(r, ckpt_reader_find(r, "v"), &o, &err), CKPT_OK, "%s",
+                 err.message);
+    char *text;
+    cr_assert_eq(ckpt_value_to_text(ckpt_object_root(o), &text, &err), CKPT_OK);
+    ckpt_object_free(o);
+    ckpt_reader_free(r);
+    return text;
+}
+
+Test(save, values_of_every_kind, .init = mk_tmp, .fini = rm_tmp) {
+    ckpt_save_value *d = ckpt_save_value_dict();
+    cr_assert_eq(ckpt_save_value_set_item(d, ckpt_save_value_int(1), ckpt_save_value_none()),
+                 CKPT_OK);
+    /* 1 == True == 1.0 in Python: the same key */
+    cr_assert_eq(ckpt_save_value_set_item(d, ckpt_save_value_bool(true), ckpt_save_value_none()),
+                 CKPT_E_INVAL);
+    cr_assert_eq(ckpt_save_value_set_item(d, ckpt_save_value_float(1.0), ckpt_save_value_none()),
+                 CKPT_E_INVAL);
+    cr_assert_eq(ckpt_save_value_set(d, "1", ckpt_save_value_float(2.5)), CKPT_OK);
+    ckpt_save_value *t = ckpt_save_value_tuple();
+    ckpt_save_value_append(t, ckpt_save_value_int(2));
+    ckpt_save_value_append(t, ckpt_save_value_bytes("\x00\xff", 2));
+    cr_assert_eq(ckpt_save_value_set_item(d, t, ckpt_save_value_bigint("-18446744073709551616")),
+                 CKPT_OK);
+    ckpt_save_value *bad = ckpt_save_value_tuple(); /* a tuple holding a list: unhashable */
+    ckpt_save_value_append(bad, ckpt_save_value_list());
+    cr_assert_eq(ckpt_save_value_set_item(d, bad, ckpt_save_value_none()), CKPT_E_INVAL);
+    ckpt_save_value *fs = ckpt_save_value_pyset(true);
+    cr_assert_eq(ckpt_save_value_append(fs, ckpt_save_value_list()), CKPT_E_INVAL);
+    cr_assert_eq(ckpt_save_value_append(fs, ckpt_save_value_string("a")), CKPT_OK);
+    ckpt_save_value *s = ckpt_save_value_pyset(false);
+    ckpt_save_value_append(s, ckpt_save_value_bigint("9223372036854775808"));
+    ckpt_save_value_append(s, ckpt_save_value_bigint("-9223372036854775808")); /* an int64 */
+    cr_assert_eq(ckpt_save_value_set_item(d, fs, s), CKPT_OK);
+    cr_assert_eq(ckpt_save_value_set_item(d, ckpt_save_value_none(), ckpt_save_value_bytes("", 0)),
+                 CKPT_OK);
+    cr_assert_null(ckpt_save_value_bigint("12a"));
+    cr_assert_null(ckpt_save_value_bigint("-"));
+    char *text = round_trip_text(d);
+    cr_assert_str_eq(text,
+                     "{1: None, '1': 2.5, (2, b'\\x00\\xff'): -18446744073709551616, "
+                     "{'a'}: {9223372036854775808, -9223372036854775808}, None: b''}",
+                     "%s", text);
+    free(text);
+}
+
 static ckpt_save_desc *piece_desc(const char *dir, uint32_t rank, ckpt_dtype dt, int64_t row0,
                                   int64_t rows, uint32_t replica) {
     ckpt_error err;
