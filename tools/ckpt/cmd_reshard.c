@@ -23,6 +23,9 @@ void cmd_reshard_help(FILE *out) {
           "The result is committed atomically (hidden staging directory, .metadata last,\n"
           "rename).  Alone, one process writes the M files; under mpirun each rank loads its\n"
           "share with the collective loader (each stored byte read once) and saves it.\n"
+          "Non-tensor values are copied byte for byte from their stored items; items\n"
+          "stored through a stream transform (zstd) are decoded and pickled again, and\n"
+          "an object of another class or an embedded tensor inside one is an error.\n"
           "\n"
           "Options:\n"
           "      --ranks M       target ranks (default: the MPI world size, or 1)\n"
@@ -69,10 +72,12 @@ static ckpt_status write_rank(ckpt_reader *r, const reshard_args *a, const char 
         ckpt_save_elem *elems = NULL;
         s = reshard_key(e, &key, &elems, err);
         if (s == CKPT_OK && !tensor) {
-            ckpt_save_value *v = NULL;
+            reshard_val v;
             s = reshard_value(r, e, &v, err);
-            if (s == CKPT_OK) s = ckpt_save_file_add_value(f, &key, v, 0, err);
-            ckpt_save_value_free(v);
+            if (s == CKPT_OK)
+                s = v.archive ? ckpt_save_file_add_value_archive(f, &key, v.archive, v.len, 0, err)
+                              : ckpt_save_file_add_value(f, &key, v.v, 0, err);
+            reshard_val_release(&v);
         } else if (s == CKPT_OK) {
             void *buf = nb <= SIZE_MAX ? malloc(nb ? (size_t)nb : 1) : NULL;
             if (!buf) s = ckpt_fail(err, CKPT_E_NOMEM, "key '%s': out of memory", key.flat);

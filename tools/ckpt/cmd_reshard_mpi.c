@@ -26,10 +26,16 @@ static ckpt_status add_value(ckpt_reader *r, const ckpt_entry *e, ckpt_save_mpi 
                              ckpt_error *err) {
     ckpt_save_key key;
     ckpt_save_elem *elems = NULL;
-    ckpt_save_value *v = NULL;
+    reshard_val v = {0};
     ckpt_status st = reshard_key(e, &key, &elems, err);
     if (st == CKPT_OK) st = reshard_value(r, e, &v, err);
-    if (st == CKPT_OK) st = ckpt_save_mpi_add_value(s, &key, v, err);
+    if (st == CKPT_OK && v.archive) {
+        st = ckpt_save_mpi_add_value_archive(s, &key, v.archive, v.len, err);
+    } else if (st == CKPT_OK) {
+        st = ckpt_save_mpi_add_value(s, &key, v.v, err); /* takes the value */
+        v.v = NULL;
+    }
+    reshard_val_release(&v);
     free(elems);
     return st;
 }

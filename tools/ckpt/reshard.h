@@ -19,10 +19,21 @@ typedef struct reshard_args {
  * free()). */
 ckpt_status reshard_key(const ckpt_entry *e, ckpt_save_key *key, ckpt_save_elem **elems,
                         ckpt_error *err);
-/* Loads object entry `e` and converts it (None, bool, int, float, str, list, tuple, dict with
- * str keys); other contents fail with CKPT_E_UNSUPPORTED naming the key. */
-ckpt_status reshard_value(ckpt_reader *r, const ckpt_entry *e, ckpt_save_value **out,
-                          ckpt_error *err);
+/* A stored value to write again: the source item's archive bytes (`archive`, `len`) or a
+ * saver value (`v`). */
+typedef struct reshard_val {
+    void *archive;
+    size_t len;
+    ckpt_save_value *v;
+} reshard_val;
+/* Loads object entry `e` (it must decode).  A plain stored item is copied byte for byte (any
+ * content: objects, embedded tensors, sets and frozensets, OrderedDicts stay what they are);
+ * a transformed one (zstd) is converted into a saver value (None, bool, ints of any size,
+ * float, str, bytes, list, tuple, set, dicts with any keys), and what cannot be rebuilt as
+ * data (objects of other classes, embedded tensors) fails with CKPT_E_UNSUPPORTED naming the
+ * key. */
+ckpt_status reshard_value(ckpt_reader *r, const ckpt_entry *e, reshard_val *out, ckpt_error *err);
+void reshard_val_release(reshard_val *v);
 /* Rank `rank`'s Shard(dim) box of `e` (start/count filled) and its bytes; 0-d and dim >= ndim:
  * the whole tensor.  Fails (naming the key) on an entry with a problem (a damaged or hostile
  * `.metadata`) or a share whose size overflows. */

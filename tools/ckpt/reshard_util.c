@@ -1,12 +1,15 @@
 /* reshard_util.c — what `ckpt reshard` needs from a source entry in either path: the saver key
- * (flat key + planner_data path), the Shard(dim) box of a rank, and stored non-tensor values
- * converted back into saver values. */
+ * (flat key + planner_data path), the Shard(dim) box of a rank, and stored non-tensor values:
+ * the item's archive bytes copied unchanged, or (transformed items) the decoded value
+ * converted back into a saver value. */
 #include "reshard.h"
 
 #include "util/error.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 ckpt_status reshard_key(const ckpt_entry *e, ckpt_save_key *key, ckpt_save_elem **elems,
                         ckpt_error *err) {
@@ -50,17 +53,29 @@ ckpt_status reshard_box(const ckpt_entry *e, int dim, uint32_t nranks, uint32_t 
     return CKPT_OK;
 }
 
+/* A decoded value as a saver value; NULL with *why set for what the saver cannot rebuild as
+ * data (embedded tensors, objects of other classes), NULL alone when out of memory. */
 static ckpt_save_value *convert(const ckpt_value *v, const char **why) {
+    size_t len = 0;
     switch (ckpt_value_type_of(v)) {
     case CKPT_VALUE_NONE: return ckpt_save_value_none();
     case CKPT_VALUE_BOOL: return ckpt_save_value_bool(ckpt_value_bool(v));
     case CKPT_VALUE_INT: return ckpt_save_value_int(ckpt_value_int(v));
+    case CKPT_VALUE_BIGINT: return ckpt_save_value_bigint(ckpt_value_str(v, NULL));
     case CKPT_VALUE_FLOAT: return ckpt_save_value_float(ckpt_value_float(v));
     case CKPT_VALUE_STRING: return ckpt_save_value_string(ckpt_value_str(v, NULL));
+    case CKPT_VALUE_BYTES: {
+        const char *b = ckpt_value_str(v, &len);
+        return ckpt_save_value_bytes(b, len);
+    }
     case CKPT_VALUE_LIST:
-    case CKPT_VALUE_TUPLE: {
-        ckpt_save_value *seq = ckpt_value_type_of(v) == CKPT_VALUE_LIST ? ckpt_save_value_list()
-                                                                        : ckpt_save_value_tuple();
+    case CKPT_VALUE_TUPLE:
+    case CKPT_VALUE_SET: {
+        ckpt_value_type t = ckpt_value_type_of(v);
+        /* the reader does not tell frozenset from set: a set it is */
+        ckpt_save_value *seq = t == CKPT_VALUE_LIST    ? ckpt_save_value_list()
+                               : t == CKPT_VALUE_TUPLE ? ckpt_save_value_tuple()
+                                                       : ckpt_save_value_pyset(false);
         for (size_t i = 0; seq && i < ckpt_value_len(v); i++) {
             ckpt_save_value *item = convert(ckpt_value_item(v, i), why);
             if (!item || ckpt_save_value_append(seq, item) != CKPT_OK) {
@@ -73,23 +88,16 @@ static ckpt_save_value *convert(const ckpt_value *v, const char **why) {
     case CKPT_VALUE_DICT: {
         ckpt_save_value *d = ckpt_save_value_dict();
         for (size_t i = 0; d && i < ckpt_value_len(v); i++) {
-            const ckpt_value *k = ckpt_value_dict_key(v, i);
-            if (ckpt_value_type_of(k) != CKPT_VALUE_STRING) {
-                *why = "a dict key that is not a string";
-                ckpt_save_value_free(d);
-                return NULL;
-            }
-            ckpt_save_value *item = convert(ckpt_value_dict_val(v, i), why);
-            if (!item || ckpt_save_value_set(d, ckpt_value_str(k, NULL), item) != CKPT_OK) {
+            ckpt_save_value *k = convert(ckpt_value_dict_key(v, i), why);
+            ckpt_save_value *item = k ? convert(ckpt_value_dict_val(v, i), why) : NULL;
+            if (!k || !item || ckpt_save_value_set_item(d, k, item) != CKPT_OK) {
+                if (!item) ckpt_save_value_free(k);
                 ckpt_save_value_free(d);
                 return NULL;
             }
         }
         return d;
     }
-    case CKPT_VALUE_BIGINT: *why = "an int beyond 64 bits"; return NULL;
-    case CKPT_VALUE_BYTES: *why = "bytes"; return NULL;
-    case CKPT_VALUE_SET: *why = "a set"; return NULL;
     case CKPT_VALUE_TENSOR: *why = "an embedded tensor"; return NULL;
     case CKPT_VALUE_OBJECT: *why = "an object of another class"; return NULL;
     }
@@ -97,20 +105,63 @@ static ckpt_save_value *convert(const ckpt_value *v, const char **why) {
     return NULL;
 }
 
-ckpt_status reshard_value(ckpt_reader *r, const ckpt_entry *e, ckpt_save_value **out,
-                          ckpt_error *err) {
+/* The stored bytes of object entry `e` (one torch.save archive), read from its file. */
+static ckpt_status read_item(ckpt_reader *r, const ckpt_entry *e, const ckpt_chunk_info *ci,
+                             void **out, size_t *len, ckpt_error *err) {
     *out = NULL;
+    *len = 0;
+    int fd = ckpt_reader_file_fd(r, (uint32_t)ci->file_id, err);
+    if (fd < 0) return err && err->code ? err->code : CKPT_E_IO;
+    if (ci->length > SIZE_MAX / 2)
+        return ckpt_fail(err, CKPT_E_LIMIT, "key '%s': item too large", ckpt_entry_key(e));
+    unsigned char *b = malloc(ci->length ? (size_t)ci->length : 1);
+    if (!b) return ckpt_fail(err, CKPT_E_NOMEM, "key '%s': out of memory", ckpt_entry_key(e));
+    for (uint64_t done = 0; done < ci->length;) {
+        ssize_t k =
+            pread(fd, b + done, (size_t)(ci->length - done), (off_t)(ci->file_offset + done));
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) {
+            free(b);
+            return ckpt_fail(err, CKPT_E_IO, "key '%s': reading %s at %llu: %s", ckpt_entry_key(e),
+                             ckpt_reader_file_name(r, (uint32_t)ci->file_id),
+                             (unsigned long long)(ci->file_offset + done),
+                             k < 0 ? strerror(errno) : "unexpected end of file");
+        }
+        done += (uint64_t)k;
+    }
+    *out = b;
+    *len = (size_t)ci->length;
+    return CKPT_OK;
+}
+
+ckpt_status reshard_value(ckpt_reader *r, const ckpt_entry *e, reshard_val *out, ckpt_error *err) {
+    memset(out, 0, sizeof *out);
     ckpt_object *o;
-    CKPT_TRY(ckpt_object_load(r, e, &o, err));
+    CKPT_TRY(ckpt_object_load(r, e, &o, err)); /* it decodes: a sound item */
+    ckpt_chunk_info ci;
+    ckpt_status s = ckpt_entry_chunk(e, 0, &ci);
+    if (s == CKPT_OK && ci.file_id >= 0 && !ci.transforms) {
+        /* a plain stored archive: copied unchanged, whatever it holds */
+        ckpt_object_free(o);
+        return read_item(r, e, &ci, &out->archive, &out->len, err);
+    }
+    /* a transformed item (zstd ...): its bytes cannot be referenced without the transform
+     * descriptors, so the decoded value is pickled again */
     const char *why = NULL;
-    *out = convert(ckpt_object_root(o), &why);
+    out->v = convert(ckpt_object_root(o), &why);
     ckpt_object_free(o);
-    if (*out) return CKPT_OK;
+    if (out->v) return CKPT_OK;
     if (why)
         return ckpt_fail(err, CKPT_E_UNSUPPORTED,
-                         "key '%s': the value holds %s, which the saver "
-                         "cannot write",
-                         ckpt_entry_key(e), why);
+                         "key '%s': the value holds %s, which the saver cannot write again "
+                         "from a transformed (%s) item",
+                         ckpt_entry_key(e), why, ci.transforms ? ci.transforms : "unstored");
     return ckpt_fail(err, CKPT_E_NOMEM, "key '%s': out of memory (or a repeated dict key)",
                      ckpt_entry_key(e));
+}
+
+void reshard_val_release(reshard_val *v) {
+    ckpt_save_value_free(v->v);
+    free(v->archive);
+    memset(v, 0, sizeof *v);
 }
