@@ -4,7 +4,8 @@
  * tensor, a Shard(d)-of-N slice with torch.chunk semantics, or the whole tensor) and where it
  * goes; one collective call plans who reads what (the union of all requests split into
  * contiguous, byte-balanced ranges of the shard files), reads it with large preads, and moves
- * every piece to the ranks that need it over MPI, in rounds bounded by a staging budget.
+ * every piece to the ranks that need it over MPI (or, between device buffers in builds with
+ * NCCL, over NCCL), in rounds bounded by a staging budget.
  *
  * Conventions as in ckpt.h.  Every call taking the handle after ckpt_load_open is made by
  * one thread per rank; ckpt_load_open and ckpt_load_execute are collective and return the
@@ -28,6 +29,18 @@ typedef enum ckpt_load_mode {
     CKPT_LOAD_INDEPENDENT = 1, /* every rank reads its own overlaps (the baseline) */
 } ckpt_load_mode;
 
+/* How exchanged bytes travel between ranks. */
+typedef enum ckpt_load_transport {
+    CKPT_LOAD_TRANSPORT_AUTO = 0, /* NCCL when the build has it and every rank has device
+                                     destinations only (at least one); MPI otherwise, and
+                                     when the NCCL communicator cannot be made */
+    CKPT_LOAD_TRANSPORT_MPI = 1,  /* MPI_Alltoallv through host memory */
+    CKPT_LOAD_TRANSPORT_NCCL = 2, /* ncclSend/ncclRecv device to device: every destination
+                                     of every rank must be device memory (a rank with no
+                                     requests uses its current device); CKPT_E_UNSUPPORTED
+                                     without the nccl feature */
+} ckpt_load_transport;
+
 typedef struct ckpt_load_options {
     ckpt_load_mode mode;
     /* memory a rank may use for staging (default 256 MiB); when any rank has device
@@ -43,6 +56,10 @@ typedef struct ckpt_load_options {
     /* Ranges longer than two pieces are read in pieces of this many bytes spread over the
      * threads (default 4 MiB; smaller values are for tests). */
     uint64_t io_piece_bytes;
+    /* Between ranks: MPI or NCCL (default auto).  The NCCL communicator is made from the
+     * handle's communicator by the first execute that uses it (collective) and kept until
+     * ckpt_load_free; it belongs to the device current then. */
+    ckpt_load_transport transport;
 } ckpt_load_options;
 
 typedef struct ckpt_load_stats {
@@ -54,7 +71,12 @@ typedef struct ckpt_load_stats {
     uint64_t union_bytes;     /* the job's needed stored bytes, counted once (same everywhere) */
     uint32_t rounds;
     double seconds_plan, seconds_read, seconds_exchange, seconds_total;
-    uint64_t bytes_device; /* copied host-to-device into CUDA destinations (pinned staging) */
+    uint64_t bytes_device;         /* placed in CUDA destinations: host-to-device through the pinned
+                                      staging, or device-to-device from the NCCL transport */
+    ckpt_load_transport transport; /* what the exchange used: MPI or NCCL */
+    uint64_t bytes_sent_nccl;      /* of bytes_sent, sent with ncclSend */
+    uint64_t bytes_received_nccl;  /* of bytes_received, received with ncclRecv */
+    double seconds_nccl_init;      /* making the NCCL communicator (0 when cached) */
 } ckpt_load_stats;
 
 /* Where a destination buffer lives. */
@@ -67,10 +89,14 @@ typedef enum ckpt_load_memory {
 
 /* Whether this build can load into CUDA device memory. */
 bool ckpt_load_has_cuda(void);
+/* Whether this build can move exchanged bytes over NCCL (CKPT_LOAD_TRANSPORT_NCCL). */
+bool ckpt_load_has_nccl(void);
 
 /* Collective over `comm` (duplicated internally): every rank opens and indexes `dir`. */
 ckpt_status ckpt_load_open(MPI_Comm comm, const char *dir, const ckpt_open_options *opts,
                            ckpt_load **out, ckpt_error *err);
+/* Frees the handle (and its NCCL communicator, if an execute made one: then every rank should
+ * call it, as destroying an NCCL communicator may wait for its peers). */
 void ckpt_load_free(ckpt_load *l);
 /* The rank's reader (for listing entries, shapes, non-tensor values). */
 ckpt_reader *ckpt_load_reader(ckpt_load *l);

@@ -3,8 +3,11 @@
  * from the shared plan, which parts of every reader's window each rank needs, so counts need
  * no extra messages: senders pack the overlaps of each requester's pieces in (file, offset)
  * order, one MPI_Alltoallv moves them, and receivers unpack in the same order straight into
- * the destination buffers.  Failures (a missing file, a short read) are agreed on before the
- * exchange, so every rank stops together. */
+ * the destination buffers.  Over NCCL (l->use_nccl: every destination is device memory) the
+ * same round uploads the window to the device, packs and places with device-to-device copies
+ * and moves the packs with one ncclSend/ncclRecv group (the calls are nccl.c's).  Failures
+ * (a missing file, a short read) are agreed on before the exchange, so every rank stops
+ * together. */
 #include "load/load_i.h"
 #include "util/error.h"
 
@@ -106,6 +109,48 @@ static void unpack(void *ctx, const gpiece *q, const wpart *w, uint64_t lo, uint
     c->in += n;
 }
 
+/* NCCL: the overlaps of one requester's pieces with this rank's window, copied device to
+ * device from the device window into the send buffer (from `to` on), or straight into this
+ * rank's own destinations. */
+typedef struct dpack_ctx {
+    ckpt_load *l;
+    uint64_t to;
+    bool self;
+    ckpt_status s;
+    ckpt_error *err;
+} dpack_ctx;
+static void dpack(void *ctx, const gpiece *q, const wpart *w, uint64_t lo, uint64_t n) {
+    dpack_ctx *c = ctx;
+    uint64_t from = w->stage + (lo - w->r.off);
+    if (c->s != CKPT_OK) return;
+    if (c->self) {
+        const lreq *r = &c->l->reqs[q->req];
+        c->s = nccl_link_place(c->l->nccl, r->dst + q->dst + (lo - q->off), from, n, c->err);
+        c->l->stats.bytes_device += n;
+    } else {
+        c->s = nccl_link_pack(c->l->nccl, c->to, from, n, c->err);
+        c->to += n;
+    }
+}
+
+/* NCCL: what arrived from one reader (from `from` in the receive buffer), device to device
+ * into the destinations, in the order it was packed. */
+typedef struct ddeliver_ctx {
+    ckpt_load *l;
+    uint64_t from;
+    ckpt_status s;
+    ckpt_error *err;
+} ddeliver_ctx;
+static void ddeliver(void *ctx, const gpiece *q, const wpart *w, uint64_t lo, uint64_t n) {
+    (void)w;
+    ddeliver_ctx *c = ctx;
+    const lreq *r = &c->l->reqs[q->req];
+    if (c->s == CKPT_OK)
+        c->s = nccl_link_deliver(c->l->nccl, r->dst + q->dst + (lo - q->off), c->from, n, c->err);
+    c->l->stats.bytes_device += n;
+    c->from += n;
+}
+
 static ckpt_status read_window(ckpt_load *l, const wpart *w, size_t nw, uint8_t *stage,
                                ckpt_error *err) {
     io_job *jobs = malloc((nw ? nw : 1) * sizeof *jobs);
@@ -142,6 +187,121 @@ static ckpt_status read_direct(ckpt_load *l, const load_plan *p, ckpt_error *err
     return s;
 }
 
+/* The state of the rounds. */
+typedef struct rounds {
+    ckpt_load *l;
+    const load_plan *p;
+    uint64_t B;
+    size_t wcap;
+    wpart *mine, *theirs;
+    size_t nmine;
+    uint8_t *stage; /* the window as read: host memory, pinned for NCCL */
+    int *sc, *sd, *rc, *rd;
+    uint64_t stot, rtot;
+} rounds;
+
+/* Counts of round r, both ways, from the plan alone; CKPT_E_LIMIT over MPI's int counts. */
+static ckpt_status count(rounds *x, uint64_t r, ckpt_error *err) {
+    const load_plan *p = x->p;
+    int me = x->l->rank;
+    ckpt_status s = CKPT_OK;
+    x->stot = x->rtot = 0;
+    for (int j = 0; j < x->l->size; j++) {
+        uint64_t n = overlaps(p, j, x->mine, x->nmine, NULL, NULL);
+        size_t nt = window(p, j, r * x->B, x->B, x->theirs, x->wcap);
+        uint64_t m = overlaps(p, me, x->theirs, nt, NULL, NULL);
+        if (n > INT_MAX || m > INT_MAX || x->stot + n > INT_MAX || x->rtot + m > INT_MAX) {
+            if (s == CKPT_OK) s = ckpt_fail(err, CKPT_E_LIMIT, "a round exchanges more than 2 GiB");
+            n = m = 0;
+        }
+        x->sc[j] = (int)n;
+        x->sd[j] = (int)x->stot;
+        x->rc[j] = (int)m;
+        x->rd[j] = (int)x->rtot;
+        x->stot += n;
+        x->rtot += m;
+    }
+    return s;
+}
+
+/* One round's movement over MPI; `rs` is this rank's status so far (agreed here).  A failed
+ * device copy is left in *us. */
+static ckpt_status move_mpi(rounds *x, uint64_t r, ckpt_status rs, ckpt_status *us,
+                            ckpt_error *err) {
+    ckpt_load *l = x->l;
+    const load_plan *p = x->p;
+    ckpt_status s = load_agree(l, rs, err);
+    if (s != CKPT_OK) return s;
+    uint8_t *sbuf = malloc(x->stot + 1), *rbuf = malloc(x->rtot + 1);
+    s = load_agree(l, sbuf && rbuf ? CKPT_OK : ckpt_fail(err, CKPT_E_NOMEM, "out of memory"), err);
+    if (s == CKPT_OK) {
+        for (int j = 0; j < l->size; j++) {
+            pack_ctx pc = {x->stage, sbuf + x->sd[j]};
+            overlaps(p, j, x->mine, x->nmine, pack, &pc);
+        }
+        MPI_Alltoallv(sbuf, x->sc, x->sd, MPI_BYTE, rbuf, x->rc, x->rd, MPI_BYTE, l->comm);
+        for (int k = 0; k < l->size; k++) {
+            size_t nt = window(p, k, r * x->B, x->B, x->theirs, x->wcap);
+            unpack_ctx uc = {l, rbuf + x->rd[k], CKPT_OK, err};
+            overlaps(p, l->rank, x->theirs, nt, unpack, &uc);
+            if (uc.s != CKPT_OK && *us == CKPT_OK) *us = uc.s;
+        }
+        l->stats.bytes_sent += x->stot - (uint64_t)x->sc[l->rank];
+        l->stats.bytes_received += x->rtot - (uint64_t)x->rc[l->rank];
+    }
+    free(sbuf);
+    free(rbuf);
+    return s;
+}
+
+/* One round's movement over NCCL: the window up to the device, packs and this rank's own
+ * bytes by device-to-device copies, one send/receive group, deliveries, then a wait for the
+ * stream (the host window is reread next round).  Agreed before the group (no rank enters it
+ * alone) and after it (a failed group aborts the communicator everywhere). */
+static ckpt_status move_nccl(rounds *x, uint64_t r, ckpt_status rs, ckpt_status *us,
+                             ckpt_error *err) {
+    ckpt_load *l = x->l;
+    const load_plan *p = x->p;
+    int me = l->rank;
+    if (rs == CKPT_OK) {
+        uint64_t n = 0;
+        for (size_t i = 0; i < x->nmine; i++)
+            n += x->mine[i].r.len;
+        rs = nccl_link_upload(l->nccl, n, err);
+    }
+    if (rs == CKPT_OK) rs = nccl_link_reserve(l->nccl, x->stot, x->rtot, err);
+    for (int j = 0; rs == CKPT_OK && j < l->size; j++) {
+        dpack_ctx pc = {l, (uint64_t)x->sd[j], j == me, CKPT_OK, err};
+        overlaps(p, j, x->mine, x->nmine, dpack, &pc);
+        rs = pc.s;
+    }
+    ckpt_status s = load_agree(l, rs, err);
+    if (s != CKPT_OK) return s;
+    s = load_agree(l, nccl_link_exchange(l->nccl, x->sc, x->sd, x->rc, x->rd, err), err);
+    if (s != CKPT_OK) {
+        nccl_link_abort(l->nccl);
+        l->nccl = NULL;
+        return s;
+    }
+    ckpt_status ds = CKPT_OK;
+    for (int k = 0; k < l->size; k++) {
+        if (k == me) continue;
+        size_t nt = window(p, k, r * x->B, x->B, x->theirs, x->wcap);
+        ddeliver_ctx dc = {l, (uint64_t)x->rd[k], CKPT_OK, err};
+        overlaps(p, me, x->theirs, nt, ddeliver, &dc);
+        if (dc.s != CKPT_OK && ds == CKPT_OK) ds = dc.s;
+    }
+    ckpt_status ws = nccl_link_sync(l->nccl, ds == CKPT_OK ? err : NULL);
+    if (ds == CKPT_OK) ds = ws;
+    if (ds != CKPT_OK && *us == CKPT_OK) *us = ds;
+    uint64_t sent = x->stot - (uint64_t)x->sc[me], received = x->rtot - (uint64_t)x->rc[me];
+    l->stats.bytes_sent += sent;
+    l->stats.bytes_received += received;
+    l->stats.bytes_sent_nccl += sent;
+    l->stats.bytes_received_nccl += received;
+    return CKPT_OK;
+}
+
 ckpt_status load_exchange(ckpt_load *l, const load_plan *p, uint64_t staging_bytes,
                           ckpt_error *err) {
     int P = l->size, me = l->rank;
@@ -149,84 +309,55 @@ ckpt_status load_exchange(ckpt_load *l, const load_plan *p, uint64_t staging_byt
     ckpt_status ds = load_agree(l, read_direct(l, p, err), err);
     l->stats.seconds_read += now() - td;
     if (ds != CKPT_OK) return ds;
-    /* staging B + what is sent (up to P copies) + what is received: B*(1+2P) <= budget */
-    uint64_t B = staging_bytes / (1 + 2 * (uint64_t)P);
+    /* MPI: staging B + what is sent (up to P copies) + what is received: B*(1+2P) <= budget;
+     * NCCL: the pinned window and its device twin, then the device send and receive
+     * buffers: B*(2+2P) */
+    uint64_t B = staging_bytes / ((l->use_nccl ? 2 : 1) + 2 * (uint64_t)P);
     if (B > (uint64_t)INT_MAX / (uint64_t)P) B = (uint64_t)INT_MAX / (uint64_t)P;
     if (B < 256) B = 256; /* tiny budgets: many rounds (tests) */
     uint64_t most = 0;
     for (int k = 0; k < P; k++)
         if (p->share_bytes[k] > most) most = p->share_bytes[k];
-    uint64_t rounds = (most + B - 1) / B;
-    l->stats.rounds = (uint32_t)rounds;
-    size_t wcap = 0;
+    uint64_t nrounds = (most + B - 1) / B;
+    l->stats.rounds = (uint32_t)nrounds;
+    rounds x = {.l = l, .p = p, .B = B};
     for (int k = 0; k < P; k++)
-        if (p->nshares[k] > wcap) wcap = p->nshares[k];
-    wcap += 1;
-    wpart *mine = malloc(wcap * sizeof *mine), *theirs = malloc(wcap * sizeof *theirs);
-    uint8_t *stage = malloc(B);
-    int *sc = calloc((size_t)P, sizeof *sc), *sd = calloc((size_t)P, sizeof *sd);
-    int *rc = calloc((size_t)P, sizeof *rc), *rd = calloc((size_t)P, sizeof *rd);
-    ckpt_status s = mine && theirs && stage && sc && sd && rc && rd
+        if (p->nshares[k] > x.wcap) x.wcap = p->nshares[k];
+    x.wcap += 1;
+    x.mine = malloc(x.wcap * sizeof *x.mine);
+    x.theirs = malloc(x.wcap * sizeof *x.theirs);
+    x.sc = calloc((size_t)P, sizeof *x.sc);
+    x.sd = calloc((size_t)P, sizeof *x.sd);
+    x.rc = calloc((size_t)P, sizeof *x.rc);
+    x.rd = calloc((size_t)P, sizeof *x.rd);
+    ckpt_status s = x.mine && x.theirs && x.sc && x.sd && x.rc && x.rd
                         ? CKPT_OK
                         : ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (s == CKPT_OK && l->use_nccl)
+        s = nccl_link_stage(l->nccl, B, &x.stage, err);
+    else if (s == CKPT_OK && !(x.stage = malloc(B)))
+        s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
     s = load_agree(l, s, err);
-    ckpt_status us = CKPT_OK; /* unpacking into device memory */
-    for (uint64_t r = 0; s == CKPT_OK && r < rounds; r++) {
+    ckpt_status us = CKPT_OK; /* placing into device memory */
+    for (uint64_t r = 0; s == CKPT_OK && r < nrounds; r++) {
         double t0 = now();
-        size_t nmine = window(p, me, r * B, B, mine, wcap);
+        x.nmine = window(p, me, r * B, B, x.mine, x.wcap);
         /* a device copy that failed in the last round fails this one, on every rank */
-        ckpt_status rs = us != CKPT_OK ? us : read_window(l, mine, nmine, stage, err);
+        ckpt_status rs = us != CKPT_OK ? us : read_window(l, x.mine, x.nmine, x.stage, err);
         double t1 = now();
         l->stats.seconds_read += t1 - t0;
-        /* counts, both ways, from the plan alone */
-        uint64_t stot = 0, rtot = 0;
-        for (int j = 0; j < P; j++) {
-            uint64_t n = overlaps(p, j, mine, nmine, NULL, NULL);
-            size_t nt = window(p, j, r * B, B, theirs, wcap);
-            uint64_t m = overlaps(p, me, theirs, nt, NULL, NULL);
-            if (n > INT_MAX || m > INT_MAX || stot + n > INT_MAX || rtot + m > INT_MAX) {
-                if (rs == CKPT_OK)
-                    rs = ckpt_fail(err, CKPT_E_LIMIT, "a round exchanges more than 2 GiB");
-                n = m = 0;
-            }
-            sc[j] = (int)n;
-            sd[j] = (int)stot;
-            rc[j] = (int)m;
-            rd[j] = (int)rtot;
-            stot += n;
-            rtot += m;
-        }
-        s = load_agree(l, rs, err);
-        if (s != CKPT_OK) break;
-        uint8_t *sbuf = malloc(stot + 1), *rbuf = malloc(rtot + 1);
-        s = load_agree(l, sbuf && rbuf ? CKPT_OK : ckpt_fail(err, CKPT_E_NOMEM, "out of memory"),
-                       err);
-        if (s == CKPT_OK) {
-            for (int j = 0; j < P; j++) {
-                pack_ctx pc = {stage, sbuf + sd[j]};
-                overlaps(p, j, mine, nmine, pack, &pc);
-            }
-            MPI_Alltoallv(sbuf, sc, sd, MPI_BYTE, rbuf, rc, rd, MPI_BYTE, l->comm);
-            for (int k = 0; k < P; k++) {
-                size_t nt = window(p, k, r * B, B, theirs, wcap);
-                unpack_ctx uc = {l, rbuf + rd[k], CKPT_OK, err};
-                overlaps(p, me, theirs, nt, unpack, &uc);
-                if (uc.s != CKPT_OK && us == CKPT_OK) us = uc.s;
-            }
-            l->stats.bytes_sent += stot - (uint64_t)sc[me];
-            l->stats.bytes_received += rtot - (uint64_t)rc[me];
-        }
-        free(sbuf);
-        free(rbuf);
+        ckpt_status cs = count(&x, r, rs == CKPT_OK ? err : NULL);
+        if (rs == CKPT_OK) rs = cs;
+        s = l->use_nccl ? move_nccl(&x, r, rs, &us, err) : move_mpi(&x, r, rs, &us, err);
         l->stats.seconds_exchange += now() - t1;
     }
     if (s == CKPT_OK) s = load_agree(l, us, err);
-    free(mine);
-    free(theirs);
-    free(stage);
-    free(sc);
-    free(sd);
-    free(rc);
-    free(rd);
+    free(x.mine);
+    free(x.theirs);
+    if (!l->use_nccl) free(x.stage); /* the link's window is freed with its staging */
+    free(x.sc);
+    free(x.sd);
+    free(x.rc);
+    free(x.rd);
     return s;
 }

@@ -1,6 +1,7 @@
 /* load.c — the collective loader's public calls: opening over a communicator, recording
- * requests, and executing them (planning locally, the job-wide plan, the exchange rounds,
- * then the requests only this rank can serve), with counters and CKPT_DEBUG logging. */
+ * requests, and executing them (choosing the transport, planning locally, the job-wide plan,
+ * the exchange rounds, then the requests only this rank can serve), with counters and
+ * CKPT_DEBUG logging. */
 #include "load/load_i.h"
 #include "util/error.h"
 
@@ -48,6 +49,7 @@ ckpt_status ckpt_load_open(MPI_Comm comm, const char *dir, const ckpt_open_optio
 void ckpt_load_free(ckpt_load *l) {
     if (!l) return;
     io_pool_free(l->io);
+    nccl_link_free(l->nccl);
     dev_sink_free(l->dev);
     ckpt_reader_free(l->r);
     free(l->reqs);
@@ -60,6 +62,8 @@ ckpt_reader *ckpt_load_reader(ckpt_load *l) { return l->r; }
 void ckpt_load_get_stats(const ckpt_load *l, ckpt_load_stats *out) { *out = l->stats; }
 
 bool ckpt_load_has_cuda(void) { return dev_supported(); }
+
+bool ckpt_load_has_nccl(void) { return dev_supported() && nccl_supported(); }
 
 ckpt_status ckpt_load_request(ckpt_load *l, const char *key, const int64_t *start,
                               const int64_t *count, void *dst, size_t dst_size, ckpt_error *err) {
@@ -165,13 +169,17 @@ static void log_stats(const ckpt_load *l) {
     const ckpt_load_stats *s = &l->stats;
     fprintf(stderr,
             "ckpt_load rank %d/%d: requested %llu B, read %llu B, sent %llu B, received %llu B, "
-            "local %llu B, to device %llu B, union %llu B, %u rounds; plan %.3f s, read %.3f s, "
-            "exchange %.3f s, total %.3f s\n",
+            "local %llu B, to device %llu B, union %llu B, %u rounds, over %s (NCCL sent %llu B, "
+            "received %llu B); plan %.3f s, NCCL init %.3f s, read %.3f s, exchange %.3f s, "
+            "total %.3f s\n",
             l->rank, l->size, (unsigned long long)s->bytes_requested,
             (unsigned long long)s->bytes_read, (unsigned long long)s->bytes_sent,
             (unsigned long long)s->bytes_received, (unsigned long long)s->bytes_local,
             (unsigned long long)s->bytes_device, (unsigned long long)s->union_bytes, s->rounds,
-            s->seconds_plan, s->seconds_read, s->seconds_exchange, s->seconds_total);
+            s->transport == CKPT_LOAD_TRANSPORT_NCCL ? "NCCL" : "MPI",
+            (unsigned long long)s->bytes_sent_nccl, (unsigned long long)s->bytes_received_nccl,
+            s->seconds_plan, s->seconds_nccl_init, s->seconds_read, s->seconds_exchange,
+            s->seconds_total);
 }
 
 /* The pinned device staging of an execute: a quarter of the budget, at most 64 MiB (tiny
@@ -210,23 +218,58 @@ ckpt_status ckpt_load_execute(ckpt_load *l, const ckpt_load_options *opts, ckpt_
     l->io_piece = o.io_piece_bytes ? o.io_piece_bytes : LOAD_IO_PIECE;
     memset(&l->stats, 0, sizeof l->stats);
     double t0 = now();
-    int dev_here = 0, dev_job = 0;
+    int dev_here = 0, host_here = 0;
     for (size_t i = 0; i < l->nreqs; i++) {
         l->stats.bytes_requested += l->reqs[i].size;
         dev_here |= l->reqs[i].device;
+        host_here |= !l->reqs[i].device;
     }
-    /* the staging split must be the same on every rank (the rounds' windows depend on it) */
-    MPI_Allreduce(&dev_here, &dev_job, 1, MPI_INT, MPI_LOR, l->comm);
+    /* the staging split and the transport must be the same on every rank (the rounds'
+     * windows depend on them): any rank with device destinations, with host ones, without
+     * device ones; the transport asked for (largest and smallest) */
+    int want[5] = {dev_here, host_here, !dev_here, (int)o.transport, -(int)o.transport}, job[5];
+    MPI_Allreduce(want, job, 5, MPI_INT, MPI_MAX, l->comm);
+    int dev_job = job[0];
     uint64_t dev_bytes = dev_job ? device_staging(o.staging_bytes) : 0;
     uint64_t exch_bytes = o.staging_bytes - dev_bytes; /* device_staging <= budget / 4 */
     if (o.staging_bytes < dev_bytes) exch_bytes = 0;
-    ckpt_status s = prepare_device(l, dev_here, dev_bytes, err);
+    ckpt_status s =
+        job[3] != -job[4] ? ckpt_fail(err, CKPT_E_INVAL, "ranks asked for different transports")
+        : (unsigned)o.transport > CKPT_LOAD_TRANSPORT_NCCL
+            ? ckpt_fail(err, CKPT_E_INVAL, "unknown transport %d", (int)o.transport)
+        : o.transport == CKPT_LOAD_TRANSPORT_NCCL && !ckpt_load_has_nccl()
+            ? ckpt_fail(err, CKPT_E_UNSUPPORTED, "transport nccl: this build has no NCCL support")
+        : o.transport == CKPT_LOAD_TRANSPORT_NCCL && job[1]
+            ? ckpt_fail(err, CKPT_E_UNSUPPORTED,
+                        "transport nccl: every destination must be device memory, "
+                        "and a rank has host destinations")
+            : CKPT_OK;
+    l->use_nccl =
+        o.mode == CKPT_LOAD_COLLECTIVE &&
+        (o.transport == CKPT_LOAD_TRANSPORT_NCCL ||
+         (o.transport == CKPT_LOAD_TRANSPORT_AUTO && ckpt_load_has_nccl() && !job[1] && !job[2]));
+    if (s == CKPT_OK) s = prepare_device(l, dev_here, dev_bytes, err);
     if (s == CKPT_OK && (!l->io || io_pool_threads(l->io) != o.io_threads)) {
         io_pool_free(l->io);
         l->io = NULL;
         s = io_pool_create(o.io_threads, &l->io, err);
     }
     s = load_agree(l, s, err);
+    if (s == CKPT_OK && l->use_nccl) {
+        double ti = now();
+        bool made = !l->nccl;
+        s = nccl_link_open(l, err); /* agreed */
+        if (made && l->nccl) l->stats.seconds_nccl_init = now() - ti;
+        if (s != CKPT_OK && o.transport == CKPT_LOAD_TRANSPORT_AUTO) {
+            if (l->rank == 0 && getenv("CKPT_DEBUG") && *getenv("CKPT_DEBUG") != '0')
+                fprintf(stderr, "ckpt_load: NCCL transport unavailable, using MPI: %s\n",
+                        err->message);
+            ckpt_error_clear(err);
+            l->use_nccl = false;
+            s = CKPT_OK;
+        }
+    }
+    l->stats.transport = l->use_nccl ? CKPT_LOAD_TRANSPORT_NCCL : CKPT_LOAD_TRANSPORT_MPI;
     if (s != CKPT_OK) {
         l->nreqs = 0;
         return s;
@@ -252,6 +295,7 @@ ckpt_status ckpt_load_execute(ckpt_load *l, const ckpt_load_options *opts, ckpt_
             s = load_exchange(l, &p, exch_bytes, err);
             load_plan_release(&p, l->size);
         }
+        if (l->use_nccl) nccl_link_release(l->nccl); /* waits for its stream */
         ckpt_status ls = CKPT_OK;
         for (size_t i = 0; s == CKPT_OK && ls == CKPT_OK && i < l->nreqs; i++) {
             lreq *q = &l->reqs[i];

@@ -74,6 +74,41 @@ ckpt_status dev_sink_put(dev_sink *s, uint8_t *dst, const uint8_t *src, uint64_t
 /* Waits for every copy issued. */
 ckpt_status dev_sink_finish(dev_sink *s, ckpt_error *err);
 
+/* nccl.c (cuda + nccl builds) or nonccl.c: the NCCL transport of the exchange.  A link holds
+ * the NCCL communicator (made from the handle's MPI communicator), one non-blocking stream,
+ * and the staging of an execute: a pinned host window (what a reader preads), its device
+ * copy, and device send and receive buffers.  Copies and transfers are queued on the stream
+ * in order; nccl_link_sync waits for all of them. */
+typedef struct nccl_link nccl_link;
+bool nccl_supported(void);
+/* Collective: makes l->nccl when there is none (rank 0's ncclGetUniqueId, MPI_Bcast,
+ * ncclCommInitRank); the agreed status.  A kept link whose device is not the current one
+ * fails. */
+ckpt_status nccl_link_open(ckpt_load *l, ckpt_error *err);
+void nccl_link_free(nccl_link *x);
+/* The pinned host window of at least `bytes` (and its device twin); waits for the stream. */
+ckpt_status nccl_link_stage(nccl_link *x, uint64_t bytes, uint8_t **host, ckpt_error *err);
+/* Device send and receive buffers of at least these sizes (call between rounds). */
+ckpt_status nccl_link_reserve(nccl_link *x, uint64_t send, uint64_t recv, ckpt_error *err);
+/* Queued: the first n bytes of the host window to its device twin. */
+ckpt_status nccl_link_upload(nccl_link *x, uint64_t n, ckpt_error *err);
+/* Queued device-to-device copies of n bytes: window[from] to send[to]; window[from] to dst;
+ * recv[from] to dst. */
+ckpt_status nccl_link_pack(nccl_link *x, uint64_t to, uint64_t from, uint64_t n, ckpt_error *err);
+ckpt_status nccl_link_place(nccl_link *x, uint8_t *dst, uint64_t from, uint64_t n, ckpt_error *err);
+ckpt_status nccl_link_deliver(nccl_link *x, uint8_t *dst, uint64_t from, uint64_t n,
+                              ckpt_error *err);
+/* One ncclGroupStart/End: to every other rank j, sc[j] bytes of send from sd[j]; from it,
+ * rc[j] bytes into recv at rd[j]. */
+ckpt_status nccl_link_exchange(nccl_link *x, const int *sc, const int *sd, const int *rc,
+                               const int *rd, ckpt_error *err);
+/* Waits for everything queued. */
+ckpt_status nccl_link_sync(nccl_link *x, ckpt_error *err);
+/* After an execute: frees the staging and buffers (waiting first), keeps the communicator. */
+void nccl_link_release(nccl_link *x);
+/* After a failed group (agreed on every rank): ncclCommAbort, then frees the link. */
+void nccl_link_abort(nccl_link *x);
+
 struct ckpt_load {
     MPI_Comm comm;
     int rank, size;
@@ -81,6 +116,8 @@ struct ckpt_load {
     io_pool *io;       /* created by the first execute, kept while io_threads stays */
     uint64_t io_piece; /* of the current execute */
     dev_sink *dev;     /* made by an execute with device destinations, kept while it fits */
+    nccl_link *nccl;   /* made by the first execute over NCCL, kept until ckpt_load_free */
+    bool use_nccl;     /* the current execute's exchange goes over NCCL (same on every rank) */
     lreq *reqs;
     size_t nreqs, reqs_cap;
     ckpt_load_stats stats;

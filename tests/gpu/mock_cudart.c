@@ -16,7 +16,11 @@
  *     was done with it delivers wrong bytes, while by default a half read before its event
  *     completed does.
  * A process-wide runtime is the thing being imitated, so its state is global (one lock).
- * CKPT_MOCK_CUDA_DEVICES sets the device count (default 2; 0: no device). */
+ * CKPT_MOCK_CUDA_DEVICES sets the device count (default 2; 0: no device).
+ * mock_cudart.h: what other stand-ins (mock_nccl.c) need — device memory's bytes, and host
+ * work queued on a stream (run in order with its copies). */
+#include "mock_cudart.h"
+
 #include <cuda_runtime_api.h>
 
 #include <pthread.h>
@@ -36,11 +40,12 @@ typedef struct block {
 } block;
 
 typedef struct op {
-    int kind; /* 0 copy, 1 event */
+    int kind; /* 0 copy, 1 event, 2 deferred host work */
     void *dst;
     const void *src;
     size_t n;
     struct mock_event *ev;
+    void (*fn)(void *); /* kind 2: fn(dst) */
 } op;
 
 struct mock_event {
@@ -109,6 +114,8 @@ static void drain(cudaStream_t s, struct mock_event *until) {
         op *o = &s->ops[s->head++];
         if (o->kind == 0) {
             run_copy(o);
+        } else if (o->kind == 2) {
+            o->fn(o->dst);
         } else {
             o->ev->pending = 0;
             if (o->ev == until) break;
@@ -129,6 +136,12 @@ static void push(cudaStream_t s, op o) {
 cudaError_t cudaGetDeviceCount(int *count) {
     *count = devices();
     return *count > 0 ? cudaSuccess : fail(cudaErrorNoDevice);
+}
+
+cudaError_t cudaGetDevice(int *device) {
+    if (devices() <= 0) return fail(cudaErrorNoDevice);
+    *device = current_device;
+    return cudaSuccess;
 }
 
 cudaError_t cudaSetDevice(int device) {
@@ -215,7 +228,7 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind) {
     (void)kind;
     pthread_mutex_lock(&mu);
-    op o = {0, dst, src, n, NULL};
+    op o = {0, dst, src, n, NULL, NULL};
     run_copy(&o);
     pthread_mutex_unlock(&mu);
     return cudaSuccess;
@@ -237,7 +250,13 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
         if (!in_dev_span(src) || !find(dev_blocks, ndev_blocks, src, n))
             die("device-to-host cudaMemcpyAsync from outside any device allocation", src, n);
     }
-    push(s, (op){0, dst, src, n, NULL});
+    if (kind == cudaMemcpyDeviceToDevice) {
+        if (!in_dev_span(src) || !find(dev_blocks, ndev_blocks, src, n))
+            die("device-to-device cudaMemcpyAsync from outside any device allocation", src, n);
+        if (!in_dev_span(dst) || !find(dev_blocks, ndev_blocks, dst, n))
+            die("device-to-device cudaMemcpyAsync to outside any device allocation", dst, n);
+    }
+    push(s, (op){0, dst, src, n, NULL, NULL});
     pthread_mutex_unlock(&mu);
     return cudaSuccess;
 }
@@ -277,7 +296,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     if (!s) die("cudaEventRecord on the legacy stream", NULL, 0);
     m->pending = 1;
     m->stream = s;
-    push(s, (op){1, NULL, NULL, 0, m});
+    push(s, (op){1, NULL, NULL, 0, m, NULL});
     pthread_mutex_unlock(&mu);
     return cudaSuccess;
 }
@@ -313,4 +332,20 @@ const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorMemoryAllocation: return "out of memory (mock)";
     default: return "error (mock)";
     }
+}
+
+void *mock_cuda_device_bytes(const void *p, size_t n) {
+    pthread_mutex_lock(&mu);
+    void *h = in_dev_span(p) && find(dev_blocks, ndev_blocks, p, n)
+                  ? dev_back + ((const uint8_t *)p - dev_base)
+                  : NULL;
+    pthread_mutex_unlock(&mu);
+    return h;
+}
+
+void mock_cuda_stream_defer(cudaStream_t s, void (*fn)(void *), void *arg) {
+    pthread_mutex_lock(&mu);
+    if (!s) die("work queued on the legacy stream", NULL, 0);
+    push(s, (op){2, arg, NULL, 0, NULL, fn});
+    pthread_mutex_unlock(&mu);
 }

@@ -7,7 +7,12 @@ slices), and the counters show every requested byte went host-to-device through 
 staging, each stored byte read once.
 
 Exits 77 (meson: skipped) when the CUDA runtime finds no device, so CI without a GPU stays
-green.  Environment: CKPT_BIN (a CUDA build of ckpt), CKPT_FIXTURES / CKPT_FIXTURES_DEFAULT."""
+green.  Environment: CKPT_BIN (a CUDA build of ckpt), CKPT_FIXTURES / CKPT_FIXTURES_DEFAULT.
+
+--nccl (meson test `gpu-nccl`): the NCCL transport on real devices and real NCCL, one rank
+per GPU (M = 1..min(4, devices)): `--transport nccl` shards equal the host path's and
+torch's, and the counters show every shared byte went over NCCL.  Exits 77 with fewer than
+two devices or a ckpt built without NCCL."""
 
 from __future__ import annotations
 
@@ -31,7 +36,69 @@ def probe() -> bool:
     return True
 
 
+def device_count() -> int:
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        r = subprocess.run([smi, "-L"], capture_output=True, text=True)
+        if r.returncode == 0:
+            return sum(1 for line in r.stdout.splitlines() if line.startswith("GPU "))
+    try:
+        import torch
+        return torch.cuda.device_count()
+    except ImportError:
+        return 0
+
+
+def main_nccl() -> int:
+    if not probe():
+        return 77
+    ndev = device_count()
+    if ndev < 2:
+        print(f"SKIP: the NCCL transport needs two devices or more (found {ndev})")
+        return 77
+    r = tl.mpirun(1, tl.FIXTURES / "fsdp2_ws2" / "ckpt", "--device", "cuda", "--transport",
+                  "nccl", "-q")
+    if r.returncode != 0 and "no NCCL support" in r.stderr:
+        print("SKIP: this ckpt is built without NCCL")
+        return 77
+    failures = runs = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        t = Path(tmp)
+        for name in tl.NAMES:
+            fx = tl.FIXTURES / name
+            for m in range(1, min(4, ndev) + 1):
+                for dim in (0, 1):
+                    for direct, budget in (("1", "256M"), ("never", "2K")):
+                        extra = ("--budget", budget)
+                        try:
+                            dev, _ = tl.check(fx, m, dim, t / "dev", direct=direct,
+                                              extra=("--device", "cuda", "--transport", "nccl",
+                                                     *extra))
+                            host, _ = tl.check(fx, m, dim, t / "host", direct=direct, extra=extra)
+                            per = dev["per_rank"]
+                            assert all(p["transport"] == "nccl" for p in per), per
+                            assert [p["sent_nccl"] for p in per] == [p["sent"] for p in per]
+                            assert [p["received_nccl"] for p in per] == [p["received"] for p in per]
+                            assert [p["device"] for p in per] == [p["requested"] for p in per]
+                            assert sum(p["read"] for p in per) == dev["union_bytes"]
+                            for f in (t / "host").rglob("*"):
+                                if f.is_file():
+                                    g = t / "dev" / f.relative_to(t / "host")
+                                    assert g.read_bytes() == f.read_bytes(), g
+                        except AssertionError as e:
+                            failures += 1
+                            print(f"FAIL nccl {name} M={m} dim{dim} direct={direct} "
+                                  f"budget={budget}: {str(e)[:400]}")
+                        runs += 1
+                        shutil.rmtree(t / "dev", ignore_errors=True)
+                        shutil.rmtree(t / "host", ignore_errors=True)
+    print(f"{runs - failures} of {runs} NCCL loads equal the host path and torch")
+    return 1 if failures else 0
+
+
 def main() -> int:
+    if "--nccl" in sys.argv[1:]:
+        return main_nccl()
     if not probe():
         return 77
     smi = shutil.which("nvidia-smi")

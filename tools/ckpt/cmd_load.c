@@ -2,7 +2,8 @@
  * slice of every tensor (or of --keys) with the collective loader (each stored byte read once
  * across the job), prints the job's counters, and with --dump writes each rank's local shards
  * as raw files OUTDIR/rank<k>/<path> for validation; with --device cuda the buffers are
- * device memory (CUDA builds).  Built when MPI is found. */
+ * device memory (CUDA builds), and --transport picks MPI or NCCL between ranks.  Built when
+ * MPI is found. */
 #include "ckpt_load.h"
 #include "cli.h"
 
@@ -37,6 +38,10 @@ void cmd_load_help(FILE *out) {
           "      --json          counters of every rank as JSON (rank 0 prints)\n"
           "      --device cuda   load into GPU memory (CUDA builds): rank k uses device\n"
           "                      k % (number of devices); --dump copies back to the host\n"
+          "      --transport T   auto (default), mpi or nccl: how shared bytes travel between\n"
+          "                      ranks; nccl (builds with NCCL, --device cuda) moves them\n"
+          "                      device to device; auto picks it when every rank loads into\n"
+          "                      device memory and NCCL can start, MPI otherwise\n"
           "  -q, --quiet         print nothing on success\n"
           "      --help          show this help\n",
           out);
@@ -53,7 +58,8 @@ enum {
     OPT_QUIET,
     OPT_DIRECT_MIN,
     OPT_IO_THREADS,
-    OPT_IO_PIECE
+    OPT_IO_PIECE,
+    OPT_TRANSPORT
 };
 static const cli_opt load_opts[] = {
     {"layout", 0, true, OPT_LAYOUT},
@@ -67,6 +73,7 @@ static const cli_opt load_opts[] = {
     {"direct-min", 0, true, OPT_DIRECT_MIN},
     {"io-threads", 0, true, OPT_IO_THREADS},
     {"io-piece", 0, true, OPT_IO_PIECE},
+    {"transport", 0, true, OPT_TRANSPORT},
 };
 
 static bool selected(const ckpt_entry *e, const char *keys) {
@@ -217,6 +224,17 @@ static int run(int argc, char **argv, int rank, int size) {
             if (!cli_parse_size(arg, &o.io_piece_bytes) || !o.io_piece_bytes)
                 return cli_usage_error("load", "bad --io-piece '%s'", arg);
             break;
+        case OPT_TRANSPORT:
+            if (strcmp(arg, "auto") == 0)
+                o.transport = CKPT_LOAD_TRANSPORT_AUTO;
+            else if (strcmp(arg, "mpi") == 0)
+                o.transport = CKPT_LOAD_TRANSPORT_MPI;
+            else if (strcmp(arg, "nccl") == 0)
+                o.transport = CKPT_LOAD_TRANSPORT_NCCL;
+            else
+                return cli_usage_error("load", "--transport wants auto, mpi or nccl, not '%s'",
+                                       arg);
+            break;
         case OPT_JSON: json = true; break;
         case OPT_DEVICE:
             if (strcmp(arg, "cuda") == 0 && ckpt_load_has_cuda()) {
@@ -308,23 +326,28 @@ static int run(int argc, char **argv, int rank, int size) {
                 printf("%s{\"requested\": %llu, \"read\": %llu, \"sent\": %llu, \"received\": "
                        "%llu, \"local\": %llu, \"device\": %llu, \"rounds\": %u, \"plan_s\": %.6f, "
                        "\"read_s\": "
-                       "%.6f, \"exchange_s\": %.6f, \"total_s\": %.6f}",
+                       "%.6f, \"exchange_s\": %.6f, \"total_s\": %.6f, \"transport\": \"%s\", "
+                       "\"sent_nccl\": %llu, \"received_nccl\": %llu, \"nccl_init_s\": %.6f}",
                        k ? ", " : "", (unsigned long long)all[k].bytes_requested,
                        (unsigned long long)all[k].bytes_read, (unsigned long long)all[k].bytes_sent,
                        (unsigned long long)all[k].bytes_received,
                        (unsigned long long)all[k].bytes_local,
                        (unsigned long long)all[k].bytes_device, all[k].rounds, all[k].seconds_plan,
-                       all[k].seconds_read, all[k].seconds_exchange, all[k].seconds_total);
+                       all[k].seconds_read, all[k].seconds_exchange, all[k].seconds_total,
+                       all[k].transport == CKPT_LOAD_TRANSPORT_NCCL ? "nccl" : "mpi",
+                       (unsigned long long)all[k].bytes_sent_nccl,
+                       (unsigned long long)all[k].bytes_received_nccl, all[k].seconds_nccl_init);
             printf("]}\n");
         } else {
             char a[32], b[32], c[32], d[32];
             printf("loaded %s into %d ranks (layout dim%d, %s) in %.3f s: read %s from storage "
-                   "(needed %s once), sent %s between ranks\n",
+                   "(needed %s once), sent %s between ranks%s\n",
                    cli_human_size(sum.bytes_requested, a, sizeof a), size, dim,
                    o.mode == CKPT_LOAD_INDEPENDENT ? "independent" : "collective", wall,
                    cli_human_size(sum.bytes_read + sum.bytes_local, b, sizeof b),
                    cli_human_size(all[0].union_bytes, c, sizeof c),
-                   cli_human_size(sum.bytes_sent, d, sizeof d));
+                   cli_human_size(sum.bytes_sent, d, sizeof d),
+                   all[0].transport == CKPT_LOAD_TRANSPORT_NCCL ? " over NCCL" : "");
         }
         fflush(stdout);
     }

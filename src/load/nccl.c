@@ -1,0 +1,232 @@
+/* nccl.c — the NCCL transport of the collective loader's exchange (compiled with the cuda and
+ * nccl features; nonccl.c otherwise): the link (an NCCL communicator made from the handle's
+ * MPI communicator, one non-blocking stream, the staging of an execute) and the operations a
+ * round queues on its stream — the reader's window uploaded from pinned host memory to a
+ * device window, device-to-device packing of what each rank needs, one ncclSend/ncclRecv
+ * group, device-to-device placement of what arrived.  The round logic is exchange.c's; this
+ * file owns every CUDA and NCCL call of the transport. */
+#include "load/load_i.h"
+#include "util/error.h"
+
+#include <cuda_runtime_api.h>
+/* nccl.h declares some functions without prototypes (f() for f(void)) */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstrict-prototypes"
+#include <nccl.h>
+#pragma GCC diagnostic pop
+
+#include <stdlib.h>
+#include <string.h>
+
+struct nccl_link {
+    ncclComm_t comm;
+    int rank, size; /* in comm: the handle's */
+    int device;     /* current when the communicator was made */
+    cudaStream_t stream;
+    uint8_t *host, *win; /* pinned window and its device twin, win_bytes each */
+    uint64_t win_bytes;
+    uint8_t *send, *recv; /* device */
+    uint64_t send_bytes, recv_bytes;
+};
+
+static ckpt_status cuda_fail(ckpt_error *err, cudaError_t e, const char *what) {
+    cudaGetLastError(); /* clear a sticky non-fatal error */
+    return ckpt_fail(err, CKPT_E_IO, "CUDA %s: %s", what, cudaGetErrorString(e));
+}
+
+static ckpt_status nccl_fail(ckpt_error *err, ncclResult_t e, const char *what) {
+    return ckpt_fail(err, CKPT_E_IO, "NCCL %s: %s", what, ncclGetErrorString(e));
+}
+
+bool nccl_supported(void) { return true; }
+
+/* The stream and the device, before any rank enters ncclCommInitRank. */
+static ckpt_status link_create(nccl_link **out, ckpt_error *err) {
+    nccl_link *x = calloc(1, sizeof *x);
+    if (!x) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    cudaError_t e = cudaGetDevice(&x->device);
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&x->stream, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        free(x);
+        return cuda_fail(err, e, "NCCL transport stream");
+    }
+    *out = x;
+    return CKPT_OK;
+}
+
+ckpt_status nccl_link_open(ckpt_load *l, ckpt_error *err) {
+    if (l->nccl) {
+        int dev = -1;
+        cudaError_t e = cudaGetDevice(&dev);
+        ckpt_status s = e != cudaSuccess ? cuda_fail(err, e, "current device")
+                        : dev != l->nccl->device
+                            ? ckpt_fail(err, CKPT_E_INVAL,
+                                        "NCCL transport: the communicator was made on device %d, "
+                                        "the current device is %d",
+                                        l->nccl->device, dev)
+                            : CKPT_OK;
+        return load_agree(l, s, err);
+    }
+    nccl_link *x = NULL;
+    ckpt_status s = load_agree(l, link_create(&x, err), err);
+    if (s != CKPT_OK) {
+        nccl_link_free(x);
+        return s;
+    }
+    x->rank = l->rank;
+    x->size = l->size;
+    /* rank 0 makes the unique id; every rank learns it, or that rank 0 failed */
+    struct {
+        int ok;
+        ncclUniqueId id;
+    } msg;
+    memset(&msg, 0, sizeof msg);
+    if (l->rank == 0) {
+        ncclResult_t r = ncclGetUniqueId(&msg.id);
+        msg.ok = r == ncclSuccess;
+        if (!msg.ok) s = nccl_fail(err, r, "unique id");
+    }
+    MPI_Bcast(&msg, (int)sizeof msg, MPI_BYTE, 0, l->comm);
+    if (msg.ok) {
+        ncclResult_t r = ncclCommInitRank(&x->comm, l->size, msg.id, l->rank);
+        if (r != ncclSuccess) {
+            x->comm = NULL;
+            s = nccl_fail(err, r, "communicator");
+        }
+    }
+    s = load_agree(l, s, err);
+    if (s != CKPT_OK) { /* the ranks whose init succeeded abort (destroying may wait for all) */
+        nccl_link_abort(x);
+        return s;
+    }
+    l->nccl = x;
+    return CKPT_OK;
+}
+
+void nccl_link_release(nccl_link *x) {
+    if (!x) return;
+    cudaStreamSynchronize(x->stream);
+    if (x->host) cudaFreeHost(x->host);
+    cudaFree(x->win);
+    cudaFree(x->send);
+    cudaFree(x->recv);
+    x->host = x->win = x->send = x->recv = NULL;
+    x->win_bytes = x->send_bytes = x->recv_bytes = 0;
+}
+
+void nccl_link_free(nccl_link *x) {
+    if (!x) return;
+    nccl_link_release(x);
+    if (x->comm) ncclCommDestroy(x->comm);
+    cudaStreamDestroy(x->stream);
+    free(x);
+}
+
+void nccl_link_abort(nccl_link *x) {
+    if (!x) return;
+    if (x->comm) ncclCommAbort(x->comm); /* what the stream still waits for is dropped */
+    x->comm = NULL;
+    nccl_link_free(x);
+}
+
+/* A device buffer of at least `want` bytes in *p (of *have); the stream is idle. */
+static ckpt_status grow(uint8_t **p, uint64_t *have, uint64_t want, const char *what,
+                        ckpt_error *err) {
+    if (*have >= want) return CKPT_OK;
+    cudaFree(*p);
+    *p = NULL;
+    *have = 0;
+    cudaError_t e = cudaMalloc((void **)p, (size_t)want);
+    if (e != cudaSuccess) {
+        *p = NULL;
+        return cuda_fail(err, e, what);
+    }
+    *have = want;
+    return CKPT_OK;
+}
+
+ckpt_status nccl_link_stage(nccl_link *x, uint64_t bytes, uint8_t **host, ckpt_error *err) {
+    *host = NULL;
+    cudaError_t e = cudaStreamSynchronize(x->stream);
+    if (e != cudaSuccess) return cuda_fail(err, e, "NCCL transport stream");
+    if (x->win_bytes < bytes) {
+        if (x->host) cudaFreeHost(x->host);
+        x->host = NULL;
+        cudaFree(x->win);
+        x->win = NULL;
+        x->win_bytes = 0;
+        e = cudaHostAlloc((void **)&x->host, (size_t)bytes, cudaHostAllocDefault);
+        if (e != cudaSuccess) {
+            x->host = NULL;
+            return cuda_fail(err, e, "pinned window");
+        }
+        uint64_t have = 0;
+        CKPT_TRY(grow(&x->win, &have, bytes, "device window", err));
+        x->win_bytes = bytes;
+    }
+    *host = x->host;
+    return CKPT_OK;
+}
+
+ckpt_status nccl_link_reserve(nccl_link *x, uint64_t send, uint64_t recv, ckpt_error *err) {
+    if (x->send_bytes < send || x->recv_bytes < recv) {
+        cudaError_t e = cudaStreamSynchronize(x->stream);
+        if (e != cudaSuccess) return cuda_fail(err, e, "NCCL transport stream");
+    }
+    CKPT_TRY(grow(&x->send, &x->send_bytes, send, "device send buffer", err));
+    return grow(&x->recv, &x->recv_bytes, recv, "device receive buffer", err);
+}
+
+static ckpt_status copy(nccl_link *x, void *dst, const void *src, uint64_t n,
+                        enum cudaMemcpyKind kind, ckpt_error *err) {
+    if (!n) return CKPT_OK;
+    cudaError_t e = cudaMemcpyAsync(dst, src, (size_t)n, kind, x->stream);
+    return e == cudaSuccess ? CKPT_OK
+                            : cuda_fail(err, e,
+                                        kind == cudaMemcpyHostToDevice ? "window upload"
+                                                                       : "device-to-device copy");
+}
+
+ckpt_status nccl_link_upload(nccl_link *x, uint64_t n, ckpt_error *err) {
+    return copy(x, x->win, x->host, n, cudaMemcpyHostToDevice, err);
+}
+
+ckpt_status nccl_link_pack(nccl_link *x, uint64_t to, uint64_t from, uint64_t n, ckpt_error *err) {
+    return copy(x, x->send + to, x->win + from, n, cudaMemcpyDeviceToDevice, err);
+}
+
+ckpt_status nccl_link_place(nccl_link *x, uint8_t *dst, uint64_t from, uint64_t n,
+                            ckpt_error *err) {
+    return copy(x, dst, x->win + from, n, cudaMemcpyDeviceToDevice, err);
+}
+
+ckpt_status nccl_link_deliver(nccl_link *x, uint8_t *dst, uint64_t from, uint64_t n,
+                              ckpt_error *err) {
+    return copy(x, dst, x->recv + from, n, cudaMemcpyDeviceToDevice, err);
+}
+
+ckpt_status nccl_link_exchange(nccl_link *x, const int *sc, const int *sd, const int *rc,
+                               const int *rd, ckpt_error *err) {
+    ncclResult_t r = ncclGroupStart();
+    if (r != ncclSuccess) return nccl_fail(err, r, "group start");
+    ncclResult_t first = ncclSuccess;
+    for (int j = 0; first == ncclSuccess && j < x->size; j++) {
+        if (j == x->rank) continue;
+        if (sc[j])
+            first = ncclSend(x->send + sd[j], (size_t)sc[j], ncclUint8, j, x->comm, x->stream);
+        if (first == ncclSuccess && rc[j])
+            first = ncclRecv(x->recv + rd[j], (size_t)rc[j], ncclUint8, j, x->comm, x->stream);
+    }
+    r = ncclGroupEnd(); /* always: a started group must end */
+    if (first != ncclSuccess) return nccl_fail(err, first, "send/receive");
+    return r == ncclSuccess ? CKPT_OK : nccl_fail(err, r, "group");
+}
+
+ckpt_status nccl_link_sync(nccl_link *x, ckpt_error *err) {
+    cudaError_t e = cudaStreamSynchronize(x->stream);
+    if (e != cudaSuccess) return cuda_fail(err, e, "NCCL transport stream");
+    ncclResult_t async = ncclSuccess;
+    ncclResult_t r = ncclCommGetAsyncError(x->comm, &async);
+    if (r == ncclSuccess) r = async;
+    return r == ncclSuccess ? CKPT_OK : nccl_fail(err, r, "transfer");
+}
