@@ -3,6 +3,7 @@
 
   python3 tools/bench/bench_load.py [--build build] [--work /tmp/ckptfs-load-bench]
                                     [--gib 2.5] [--saved 4] [--ranks 3] [--runs 3] [--gpu]
+                                    [--transport auto|mpi|nccl]
 
 A checkpoint of GIB GiB is written by real torch with SAVED gloo ranks (make_big_ckpt.py:
 float32 tensors of 1021 rows, Shard(0), uneven). RANKS processes then load it as Shard(0) and
@@ -18,7 +19,10 @@ the bytes actually needed. Best of --runs. The source is hot in the page cache.
 --gpu (a CUDA build on a machine with GPUs): instead, the host-to-device placement rate of
 `ckpt load --device cuda` (bytes placed on the devices / wall time of the load, rank k on
 device k % ndev) against the pinned cudaMemcpy bandwidth of the same devices (torch: a
-pinned host tensor copied to each device, synchronised, best of --runs), as a ratio."""
+pinned host tensor copied to each device, synchronised, best of --runs), as a ratio.
+--transport (with --gpu) is passed to `ckpt load`: how shared bytes travel between ranks
+(mpi: through host memory; nccl: device to device; auto: nccl when available); the table
+says which one the loader used."""
 from __future__ import annotations
 
 import argparse
@@ -88,7 +92,7 @@ def ckpt_load(ckpt_bin, ckpt, ranks, dim, mode, extra=()):
     s = json.loads(r.stdout.strip().splitlines()[-1])
     per = s["per_rank"]
     return (max(p["total_s"] for p in per), sum(p["read"] for p in per),
-            sum(p["requested"] for p in per))
+            sum(p["requested"] for p in per), per[0].get("transport", "mpi"))
 
 
 def torch_load(ckpt, ranks, dim, work):
@@ -132,17 +136,19 @@ def gpu_bench(a, ckpt_bin, ckpt):
     ndev = len(bw)
     print(f"pinned cudaMemcpy host-to-device, 1 GiB, per device: "
           + ", ".join(f"{b / 2**30:.2f} GiB/s" for b in bw))
-    print("\n| layout | ranks | devices used | wall s | placed GiB | placement GiB/s | "
+    print("\n| layout | ranks | devices used | transport | wall s | placed GiB | placement GiB/s | "
           "pinned bound GiB/s | ratio |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for dim in (0, 1):
-        runs = [ckpt_load(ckpt_bin, ckpt, a.ranks, dim, "collective", ("--device", "cuda"))
+        runs = [ckpt_load(ckpt_bin, ckpt, a.ranks, dim, "collective",
+                          ("--device", "cuda", "--transport", a.transport))
                 for _ in range(a.runs)]
-        sec, _, placed = min(runs)
+        sec, _, placed, transport = min(runs)
         used = min(a.ranks, ndev)
         bound = sum(sorted(bw)[:used])  # devices work in parallel, one stream each
         rate = placed / sec
-        print(f"| dim{dim}-of-{a.ranks} | {a.ranks} | {used} | {sec:.3f} | {placed / 2**30:.2f} | "
+        print(f"| dim{dim}-of-{a.ranks} | {a.ranks} | {used} | {transport} | {sec:.3f} | "
+              f"{placed / 2**30:.2f} | "
               f"{rate / 2**30:.2f} | {bound / 2**30:.2f} | {rate / bound:.2f} |")
 
 
@@ -156,6 +162,8 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--gpu", action="store_true",
                     help="placement rate into GPU memory vs pinned cudaMemcpy bandwidth")
+    ap.add_argument("--transport", choices=("auto", "mpi", "nccl"), default="auto",
+                    help="with --gpu: how shared bytes travel between ranks")
     a = ap.parse_args()
     Path(a.work).mkdir(parents=True, exist_ok=True)
     ckpt_bin = Path(a.build).resolve() / "tools/ckpt/ckpt"
