@@ -27,10 +27,13 @@ NAMES = tl.NAMES
 
 
 def device_check(fx, m, dim, out, direct="4K", extra=(), leak=True):
-    stats, data = tl.check(fx, m, dim, out, direct=direct, extra=("--device", "cuda", *extra),
-                           leak=leak)
+    # --transport mpi: exchanged bytes through host memory and the pinned sink (auto would
+    # take the NCCL transport where this executable has the stand-in NCCL: test_nccl_mock.py)
+    stats, data = tl.check(fx, m, dim, out, direct=direct,
+                           extra=("--device", "cuda", "--transport", "mpi", *extra), leak=leak)
     per = stats["per_rank"]
     assert [p["device"] for p in per] == [p["requested"] for p in per], stats
+    assert all(p["transport"] == "mpi" for p in per), stats
     return stats, data
 
 
@@ -60,7 +63,7 @@ def test_device_tiny_staging(name, tmp_path):
 
 def test_device_independent_mode(tmp_path):
     stats, _ = tl.check(FIXTURES / "fsdp2_ws4", 3, 1, tmp_path, mode="independent",
-                        extra=("--device", "cuda", "--budget", "2K"))
+                        extra=("--device", "cuda", "--transport", "mpi", "--budget", "2K"))
     per = stats["per_rank"]
     assert [p["device"] for p in per] == [p["requested"] for p in per]
 

@@ -116,7 +116,8 @@ def main() -> int:
                         extra = ("--budget", budget)
                         try:
                             dev, _ = tl.check(fx, m, dim, t / "dev", direct=direct,
-                                              extra=("--device", "cuda", *extra))
+                                              extra=("--device", "cuda", "--transport", "mpi",
+                                                     *extra))
                             host, _ = tl.check(fx, m, dim, t / "host", direct=direct, extra=extra)
                             per = dev["per_rank"]
                             assert [p["device"] for p in per] == [p["requested"] for p in per]
