@@ -4,11 +4,12 @@
  * REDUCE/NEWOBJ/NEWOBJ_EX become object nodes (class + args), BUILD attaches state, and
  * persistent ids become PK_PERSID nodes.  One call is decoded as its value: REDUCE of
  * `torch.Size` on one tuple of ints gives that tuple (a torch.Size is a tuple of ints; a
- * million-chunk `.metadata` holds millions of them), so a BUILD on it fails as in Python.  Everything lives in one arena with a byte budget;
- * the number of values, the stack, the memo and the mark depth are bounded.  Values can be
- * shared (memo) and even cyclic (a list appended into itself), so every consumer that
- * recurses must bound its depth.  (max_depth is checked when items are added to a container;
- * a hostile stream can still deepen an already-nested container later through the memo.)
+ * million-chunk `.metadata` holds millions of them), so a BUILD on it fails as in Python.
+ * Everything lives in one arena with a byte budget; the number of values, the stack, the memo and
+ * the mark depth are bounded.  Values can be shared (memo) and even cyclic (a list appended into
+ * itself), so every consumer that recurses must bound its depth.  (max_depth is checked when items
+ * are added to a container; a hostile stream can still deepen an already-nested container later
+ * through the memo.)
  *
  * Decoding choices (details in pickle_vm.c): module/name strings are kept as written
  * (`copy_reg`, `__builtin__` are not mapped); INST/OBJ give objects built like REDUCE; a
