@@ -5,6 +5,7 @@
  * (double buffering); a half is reused only after the event recorded behind its copies has
  * completed.  Only the CUDA runtime API is used (no kernels). */
 #include "load/load_i.h"
+#include "util/cuda_util.h"
 #include "util/error.h"
 
 #include <cuda_runtime_api.h>
@@ -21,22 +22,9 @@ struct dev_sink {
     cudaEvent_t done[2];
 };
 
-static ckpt_status cuda_fail(ckpt_error *err, cudaError_t e, const char *what) {
-    cudaGetLastError(); /* clear a sticky non-fatal error */
-    return ckpt_fail(err, CKPT_E_IO, "CUDA %s: %s", what, cudaGetErrorString(e));
-}
-
 bool dev_supported(void) { return true; }
 
-bool dev_pointer_is_device(const void *p) {
-    struct cudaPointerAttributes a;
-    memset(&a, 0, sizeof a);
-    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-        cudaGetLastError(); /* no driver, no device, or an unknown pointer: host memory */
-        return false;
-    }
-    return a.type == cudaMemoryTypeDevice;
-}
+bool dev_pointer_is_device(const void *p) { return ckpt_cuda_is_device_ptr(p); }
 
 ckpt_status dev_sink_create(uint64_t bytes, dev_sink **out, ckpt_error *err) {
     *out = NULL;
@@ -46,7 +34,7 @@ ckpt_status dev_sink_create(uint64_t bytes, dev_sink **out, ckpt_error *err) {
     cudaError_t e = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
         free(s);
-        return cuda_fail(err, e, "stream");
+        return ckpt_cuda_fail(err, e, "stream");
     }
     for (int i = 0; i < 2; i++) {
         e = cudaEventCreateWithFlags(&s->done[i], cudaEventDisableTiming);
@@ -54,7 +42,7 @@ ckpt_status dev_sink_create(uint64_t bytes, dev_sink **out, ckpt_error *err) {
             e = cudaHostAlloc((void **)&s->half[i], (size_t)s->half_bytes, cudaHostAllocDefault);
         if (e != cudaSuccess) {
             dev_sink_free(s);
-            return cuda_fail(err, e, "pinned staging buffer");
+            return ckpt_cuda_fail(err, e, "pinned staging buffer");
         }
     }
     *out = s;
@@ -79,12 +67,12 @@ uint64_t dev_sink_bytes(const dev_sink *s) { return 2 * s->half_bytes; }
 static ckpt_status flip(dev_sink *s, ckpt_error *err) {
     cudaError_t e = cudaSuccess;
     if (s->pending[s->cur]) e = cudaEventRecord(s->done[s->cur], s->stream);
-    if (e != cudaSuccess) return cuda_fail(err, e, "event record");
+    if (e != cudaSuccess) return ckpt_cuda_fail(err, e, "event record");
     s->cur ^= 1;
     s->used = 0;
     if (s->pending[s->cur]) {
         e = cudaEventSynchronize(s->done[s->cur]);
-        if (e != cudaSuccess) return cuda_fail(err, e, "host-to-device copy");
+        if (e != cudaSuccess) return ckpt_cuda_fail(err, e, "host-to-device copy");
         s->pending[s->cur] = false;
     }
     return CKPT_OK;
@@ -100,7 +88,7 @@ ckpt_status dev_sink_fill(dev_sink *s, uint8_t *dst, uint64_t n, ckpt_error *err
     if (!n) return CKPT_OK;
     cudaError_t e = cudaMemcpyAsync(dst, s->half[s->cur] + s->used, (size_t)n,
                                     cudaMemcpyHostToDevice, s->stream);
-    if (e != cudaSuccess) return cuda_fail(err, e, "host-to-device copy");
+    if (e != cudaSuccess) return ckpt_cuda_fail(err, e, "host-to-device copy");
     s->pending[s->cur] = true;
     s->used += n;
     return CKPT_OK;
@@ -126,6 +114,6 @@ ckpt_status dev_sink_finish(dev_sink *s, ckpt_error *err) {
     cudaError_t e = cudaStreamSynchronize(s->stream);
     s->pending[0] = s->pending[1] = false;
     s->used = 0;
-    if (e != cudaSuccess) return cuda_fail(err, e, "host-to-device copy");
+    if (e != cudaSuccess) return ckpt_cuda_fail(err, e, "host-to-device copy");
     return CKPT_OK;
 }

@@ -6,6 +6,7 @@
  * group, device-to-device placement of what arrived.  The round logic is exchange.c's; this
  * file owns every CUDA and NCCL call of the transport. */
 #include "load/load_i.h"
+#include "util/cuda_util.h"
 #include "util/error.h"
 
 #include <cuda_runtime_api.h>
@@ -29,11 +30,6 @@ struct nccl_link {
     uint64_t send_bytes, recv_bytes;
 };
 
-static ckpt_status cuda_fail(ckpt_error *err, cudaError_t e, const char *what) {
-    cudaGetLastError(); /* clear a sticky non-fatal error */
-    return ckpt_fail(err, CKPT_E_IO, "CUDA %s: %s", what, cudaGetErrorString(e));
-}
-
 static ckpt_status nccl_fail(ckpt_error *err, ncclResult_t e, const char *what) {
     return ckpt_fail(err, CKPT_E_IO, "NCCL %s: %s", what, ncclGetErrorString(e));
 }
@@ -48,7 +44,7 @@ static ckpt_status link_create(nccl_link **out, ckpt_error *err) {
     if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&x->stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
         free(x);
-        return cuda_fail(err, e, "NCCL transport stream");
+        return ckpt_cuda_fail(err, e, "NCCL transport stream");
     }
     *out = x;
     return CKPT_OK;
@@ -58,7 +54,7 @@ ckpt_status nccl_link_open(ckpt_load *l, ckpt_error *err) {
     if (l->nccl) {
         int dev = -1;
         cudaError_t e = cudaGetDevice(&dev);
-        ckpt_status s = e != cudaSuccess ? cuda_fail(err, e, "current device")
+        ckpt_status s = e != cudaSuccess ? ckpt_cuda_fail(err, e, "current device")
                         : dev != l->nccl->device
                             ? ckpt_fail(err, CKPT_E_INVAL,
                                         "NCCL transport: the communicator was made on device %d, "
@@ -139,7 +135,7 @@ static ckpt_status grow(uint8_t **p, uint64_t *have, uint64_t want, const char *
     cudaError_t e = cudaMalloc((void **)p, (size_t)want);
     if (e != cudaSuccess) {
         *p = NULL;
-        return cuda_fail(err, e, what);
+        return ckpt_cuda_fail(err, e, what);
     }
     *have = want;
     return CKPT_OK;
@@ -148,7 +144,7 @@ static ckpt_status grow(uint8_t **p, uint64_t *have, uint64_t want, const char *
 ckpt_status nccl_link_stage(nccl_link *x, uint64_t bytes, uint8_t **host, ckpt_error *err) {
     *host = NULL;
     cudaError_t e = cudaStreamSynchronize(x->stream);
-    if (e != cudaSuccess) return cuda_fail(err, e, "NCCL transport stream");
+    if (e != cudaSuccess) return ckpt_cuda_fail(err, e, "NCCL transport stream");
     if (x->win_bytes < bytes) {
         if (x->host) cudaFreeHost(x->host);
         x->host = NULL;
@@ -158,7 +154,7 @@ ckpt_status nccl_link_stage(nccl_link *x, uint64_t bytes, uint8_t **host, ckpt_e
         e = cudaHostAlloc((void **)&x->host, (size_t)bytes, cudaHostAllocDefault);
         if (e != cudaSuccess) {
             x->host = NULL;
-            return cuda_fail(err, e, "pinned window");
+            return ckpt_cuda_fail(err, e, "pinned window");
         }
         uint64_t have = 0;
         CKPT_TRY(grow(&x->win, &have, bytes, "device window", err));
@@ -171,7 +167,7 @@ ckpt_status nccl_link_stage(nccl_link *x, uint64_t bytes, uint8_t **host, ckpt_e
 ckpt_status nccl_link_reserve(nccl_link *x, uint64_t send, uint64_t recv, ckpt_error *err) {
     if (x->send_bytes < send || x->recv_bytes < recv) {
         cudaError_t e = cudaStreamSynchronize(x->stream);
-        if (e != cudaSuccess) return cuda_fail(err, e, "NCCL transport stream");
+        if (e != cudaSuccess) return ckpt_cuda_fail(err, e, "NCCL transport stream");
     }
     CKPT_TRY(grow(&x->send, &x->send_bytes, send, "device send buffer", err));
     return grow(&x->recv, &x->recv_bytes, recv, "device receive buffer", err);
@@ -181,10 +177,11 @@ static ckpt_status copy(nccl_link *x, void *dst, const void *src, uint64_t n,
                         enum cudaMemcpyKind kind, ckpt_error *err) {
     if (!n) return CKPT_OK;
     cudaError_t e = cudaMemcpyAsync(dst, src, (size_t)n, kind, x->stream);
-    return e == cudaSuccess ? CKPT_OK
-                            : cuda_fail(err, e,
-                                        kind == cudaMemcpyHostToDevice ? "window upload"
-                                                                       : "device-to-device copy");
+    return e == cudaSuccess
+               ? CKPT_OK
+               : ckpt_cuda_fail(err, e,
+                                kind == cudaMemcpyHostToDevice ? "window upload"
+                                                               : "device-to-device copy");
 }
 
 ckpt_status nccl_link_upload(nccl_link *x, uint64_t n, ckpt_error *err) {
@@ -224,7 +221,7 @@ ckpt_status nccl_link_exchange(nccl_link *x, const int *sc, const int *sd, const
 
 ckpt_status nccl_link_sync(nccl_link *x, ckpt_error *err) {
     cudaError_t e = cudaStreamSynchronize(x->stream);
-    if (e != cudaSuccess) return cuda_fail(err, e, "NCCL transport stream");
+    if (e != cudaSuccess) return ckpt_cuda_fail(err, e, "NCCL transport stream");
     ncclResult_t async = ncclSuccess;
     ncclResult_t r = ncclCommGetAsyncError(x->comm, &async);
     if (r == ncclSuccess) r = async;

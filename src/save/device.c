@@ -7,6 +7,7 @@
  * the host is done with it.  Only the CUDA runtime API is used (no kernels). */
 #include "save/device.h"
 
+#include "util/cuda_util.h"
 #include "util/error.h"
 
 #include <cuda_runtime_api.h>
@@ -20,22 +21,9 @@ struct save_dev {
     cudaEvent_t done[2];
 };
 
-static ckpt_status cuda_fail(ckpt_error *err, cudaError_t e, const char *what) {
-    cudaGetLastError(); /* clear a sticky non-fatal error */
-    return ckpt_fail(err, CKPT_E_IO, "CUDA %s: %s", what, cudaGetErrorString(e));
-}
-
 bool save_dev_supported(void) { return true; }
 
-bool save_dev_is_device(const void *p) {
-    struct cudaPointerAttributes a;
-    memset(&a, 0, sizeof a);
-    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-        cudaGetLastError(); /* no driver, no device, or an unknown pointer: host memory */
-        return false;
-    }
-    return a.type == cudaMemoryTypeDevice;
-}
+bool save_dev_is_device(const void *p) { return ckpt_cuda_is_device_ptr(p); }
 
 ckpt_status save_dev_create(uint64_t staging_bytes, save_dev **out, ckpt_error *err) {
     *out = NULL;
@@ -49,7 +37,7 @@ ckpt_status save_dev_create(uint64_t staging_bytes, save_dev **out, ckpt_error *
     if (e != cudaSuccess) {
         d->stream = NULL;
         save_dev_free(d);
-        return cuda_fail(err, e, "stream");
+        return ckpt_cuda_fail(err, e, "stream");
     }
     for (int i = 0; i < 2; i++) {
         e = cudaEventCreateWithFlags(&d->done[i], cudaEventDisableTiming);
@@ -57,7 +45,7 @@ ckpt_status save_dev_create(uint64_t staging_bytes, save_dev **out, ckpt_error *
             e = cudaHostAlloc((void **)&d->half[i], d->half_bytes, cudaHostAllocDefault);
         if (e != cudaSuccess) {
             save_dev_free(d);
-            return cuda_fail(err, e, "pinned staging buffer");
+            return ckpt_cuda_fail(err, e, "pinned staging buffer");
         }
     }
     *out = d;
@@ -81,7 +69,7 @@ static ckpt_status issue(save_dev *d, const uint8_t *src, uint64_t n, uint64_t i
     size_t k = n - at < d->half_bytes ? (size_t)(n - at) : d->half_bytes;
     cudaError_t e = cudaMemcpyAsync(d->half[i & 1], src + at, k, cudaMemcpyDeviceToHost, d->stream);
     if (e == cudaSuccess) e = cudaEventRecord(d->done[i & 1], d->stream);
-    return e == cudaSuccess ? CKPT_OK : cuda_fail(err, e, "device-to-host copy");
+    return e == cudaSuccess ? CKPT_OK : ckpt_cuda_fail(err, e, "device-to-host copy");
 }
 
 ckpt_status save_dev_stream(save_dev *d, const void *src, uint64_t n, save_dev_emit emit, void *ctx,
@@ -96,7 +84,7 @@ ckpt_status save_dev_stream(save_dev *d, const void *src, uint64_t n, save_dev_e
         if (s != CKPT_OK) break;
         cudaError_t e = cudaEventSynchronize(d->done[i & 1]);
         if (e != cudaSuccess) {
-            s = cuda_fail(err, e, "device-to-host copy");
+            s = ckpt_cuda_fail(err, e, "device-to-host copy");
             break;
         }
         uint64_t at = i * d->half_bytes;
@@ -104,6 +92,6 @@ ckpt_status save_dev_stream(save_dev *d, const void *src, uint64_t n, save_dev_e
         s = emit(ctx, d->half[i & 1], k, err);
     }
     cudaError_t e = cudaStreamSynchronize(d->stream); /* nothing left in flight */
-    if (s == CKPT_OK && e != cudaSuccess) s = cuda_fail(err, e, "device-to-host copy");
+    if (s == CKPT_OK && e != cudaSuccess) s = ckpt_cuda_fail(err, e, "device-to-host copy");
     return s;
 }
