@@ -109,6 +109,23 @@ static ckpt_status usable(ckpt_save_file *f, ckpt_error *err) {
 
 static bool mul_ok(uint64_t a, uint64_t b, uint64_t *r) { return !__builtin_mul_overflow(a, b, r); }
 
+/* Takes back the item just pushed (its key and dims freed) and returns s. */
+static ckpt_status drop_item(ckpt_save_file *f, save_item *it, ckpt_status s) {
+    save_item_release(it);
+    f->desc->n--;
+    return s;
+}
+
+/* The end of writing item `it`: a failed write leaves the file unusable, and the error names
+ * the key. */
+static ckpt_status written(ckpt_save_file *f, const save_item *it, ckpt_status s, ckpt_error *err) {
+    if (s != CKPT_OK) {
+        f->failed = true;
+        ckpt_error_suffix(err, " (key '%s')", it->key);
+    }
+    return s;
+}
+
 ckpt_status ckpt_save_file_add_tensor(ckpt_save_file *f, const ckpt_save_key *key,
                                       const ckpt_save_tensor *t, ckpt_error *err) {
     CKPT_TRY(usable(f, err));
@@ -147,11 +164,7 @@ ckpt_status ckpt_save_file_add_tensor(ckpt_save_file *f, const ckpt_save_key *ke
     if (s == CKPT_OK && (t->data_size != nbytes || (nbytes && !t->data)))
         s = ckpt_fail(err, CKPT_E_INVAL, "key '%s': %zu bytes of data for a box of %llu bytes",
                       it->key, t->data_size, (unsigned long long)nbytes);
-    if (s != CKPT_OK) {
-        save_item_release(it);
-        f->desc->n--;
-        return s;
-    }
+    if (s != CKPT_OK) return drop_item(f, it, s);
     it->kind = SAVE_ITEM_TENSOR;
     it->dtype = t->dtype;
     it->ndim = nd;
@@ -162,19 +175,13 @@ ckpt_status ckpt_save_file_add_tensor(ckpt_save_file *f, const ckpt_save_key *ke
     if (dev && !f->dev && (s = save_dev_create(f->staging_bytes, &f->dev, err)) != CKPT_OK) {
         /* nothing written: the file stays usable */
         ckpt_error_suffix(err, " (key '%s')", it->key);
-        save_item_release(it);
-        f->desc->n--;
-        return s;
+        return drop_item(f, it, s);
     }
     it->offset = f->sink.pos;
     s = save_archive_tensor(&f->sink, t->dtype, nd, nd ? it->dims + 2 * nd : NULL, t->data, nbytes,
                             dev ? f->dev : NULL, f->serial++, &it->length, err);
     if (s == CKPT_OK && dev) f->bytes_device += nbytes;
-    if (s != CKPT_OK) {
-        f->failed = true;
-        ckpt_error_suffix(err, " (key '%s')", it->key);
-    }
-    return s;
+    return written(f, it, s, err);
 }
 
 ckpt_status ckpt_save_file_add_value(ckpt_save_file *f, const ckpt_save_key *key,
@@ -185,21 +192,13 @@ ckpt_status ckpt_save_file_add_value(ckpt_save_file *f, const ckpt_save_key *key
     save_item *it = save_desc_push(f->desc);
     if (!it) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
     ckpt_status s = save_key_resolve(key, it, err);
-    if (s != CKPT_OK) {
-        save_item_release(it);
-        f->desc->n--;
-        return s;
-    }
+    if (s != CKPT_OK) return drop_item(f, it, s);
     it->kind = SAVE_ITEM_VALUE;
     it->stored = replica_id == 0;
     if (!it->stored) return CKPT_OK;
     it->offset = f->sink.pos;
     s = save_archive_value(&f->sink, v, f->serial++, &it->length, err);
-    if (s != CKPT_OK) {
-        f->failed = true;
-        ckpt_error_suffix(err, " (key '%s')", it->key);
-    }
-    return s;
+    return written(f, it, s, err);
 }
 
 ckpt_status ckpt_save_file_add_value_archive(ckpt_save_file *f, const ckpt_save_key *key,
@@ -214,22 +213,14 @@ ckpt_status ckpt_save_file_add_value_archive(ckpt_save_file *f, const ckpt_save_
                          memcmp(a + len - 22, "PK\x05\x06", 4) != 0 || a[len - 2] || a[len - 1]))
         s = ckpt_fail(err, CKPT_E_FORMAT, "key '%s': %zu bytes that are not a zip archive", it->key,
                       len);
-    if (s != CKPT_OK) {
-        save_item_release(it);
-        f->desc->n--;
-        return s;
-    }
+    if (s != CKPT_OK) return drop_item(f, it, s);
     it->kind = SAVE_ITEM_VALUE;
     it->stored = replica_id == 0;
     if (!it->stored) return CKPT_OK;
     it->offset = f->sink.pos;
     it->length = len;
     s = save_sink_write(&f->sink, a, len, err);
-    if (s != CKPT_OK) {
-        f->failed = true;
-        ckpt_error_suffix(err, " (key '%s')", it->key);
-    }
-    return s;
+    return written(f, it, s, err);
 }
 
 ckpt_status ckpt_save_file_finish(ckpt_save_file *f, ckpt_save_desc **out, ckpt_error *err) {

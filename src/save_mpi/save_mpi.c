@@ -84,6 +84,30 @@ static smpi_piece *push(ckpt_save_mpi *s) {
     return p;
 }
 
+/* Takes back the piece just pushed (its key and dims freed). */
+static void drop_last(ckpt_save_mpi *s, smpi_piece *p) {
+    save_item_release(&p->id);
+    s->npending--;
+}
+
+/* While *st is CKPT_OK: a new pending piece with `key` resolved into it; NULL with the failure
+ * in *st / *e (nothing left pending) otherwise. */
+static smpi_piece *push_keyed(ckpt_save_mpi *s, const ckpt_save_key *key, ckpt_status *st,
+                              ckpt_error *e) {
+    if (*st != CKPT_OK) return NULL;
+    smpi_piece *p = push(s);
+    if (!p) {
+        *st = ckpt_fail(e, CKPT_E_NOMEM, "out of memory");
+        return NULL;
+    }
+    *st = save_key_resolve(key, &p->id, e);
+    if (*st != CKPT_OK) {
+        drop_last(s, p);
+        return NULL;
+    }
+    return p;
+}
+
 static ckpt_status local_fail(ckpt_save_mpi *s, ckpt_status st, const ckpt_error *e,
                               ckpt_error *err) {
     if (s->failed == CKPT_OK) {
@@ -108,19 +132,13 @@ ckpt_status ckpt_save_mpi_add_tensor(ckpt_save_mpi *s, const ckpt_save_key *key,
         st = ckpt_fail(&e, CKPT_E_INVAL, "invalid ndim %d or missing shape", t->ndim);
     else
         st = save_memory_check(t->memory, &e);
-    smpi_piece *p = st == CKPT_OK ? push(s) : NULL;
-    if (st == CKPT_OK && !p) st = ckpt_fail(&e, CKPT_E_NOMEM, "out of memory");
-    if (st == CKPT_OK) st = save_key_resolve(key, &p->id, &e);
+    smpi_piece *p = push_keyed(s, key, &st, &e);
     int nd = t ? t->ndim : 0;
-    if (st == CKPT_OK && nd && !(p->id.dims = malloc(3 * (size_t)nd * sizeof *p->id.dims)))
+    if (st == CKPT_OK && nd && !(p->id.dims = malloc(3 * (size_t)nd * sizeof *p->id.dims))) {
+        drop_last(s, p);
         st = ckpt_fail(&e, CKPT_E_NOMEM, "out of memory");
-    if (st != CKPT_OK) {
-        if (p) {
-            save_item_release(&p->id);
-            s->npending--;
-        }
-        return local_fail(s, st, &e, err);
     }
+    if (st != CKPT_OK) return local_fail(s, st, &e, err);
     p->id.kind = SAVE_ITEM_TENSOR;
     p->id.dtype = t->dtype;
     p->id.ndim = nd;
@@ -144,14 +162,8 @@ ckpt_status ckpt_save_mpi_add_value(ckpt_save_mpi *s, const ckpt_save_key *key, 
     }
     ckpt_error e = {0};
     ckpt_status st = v ? CKPT_OK : ckpt_fail(&e, CKPT_E_NOMEM, "out of memory");
-    smpi_piece *p = st == CKPT_OK ? push(s) : NULL;
-    if (st == CKPT_OK && !p) st = ckpt_fail(&e, CKPT_E_NOMEM, "out of memory");
-    if (st == CKPT_OK) st = save_key_resolve(key, &p->id, &e);
+    smpi_piece *p = push_keyed(s, key, &st, &e);
     if (st != CKPT_OK) {
-        if (p) {
-            save_item_release(&p->id);
-            s->npending--;
-        }
         ckpt_save_value_free(v);
         return local_fail(s, st, &e, err);
     }
@@ -168,14 +180,8 @@ ckpt_status ckpt_save_mpi_add_value_archive(ckpt_save_mpi *s, const ckpt_save_ke
     ckpt_status st = CKPT_OK;
     void *copy = malloc(len ? len : 1);
     if (!copy) st = ckpt_fail(&e, CKPT_E_NOMEM, "out of memory");
-    smpi_piece *p = st == CKPT_OK ? push(s) : NULL;
-    if (st == CKPT_OK && !p) st = ckpt_fail(&e, CKPT_E_NOMEM, "out of memory");
-    if (st == CKPT_OK) st = save_key_resolve(key, &p->id, &e);
+    smpi_piece *p = push_keyed(s, key, &st, &e);
     if (st != CKPT_OK) {
-        if (p) {
-            save_item_release(&p->id);
-            s->npending--;
-        }
         free(copy);
         return local_fail(s, st, &e, err);
     }
