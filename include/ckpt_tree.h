@@ -134,10 +134,12 @@ void ckpt_tree_scratch_release(ckpt_tree_scratch *s);
 
 /* Reads [off, off+len) of file `ino` (clamped at its size).  Pieces that lie contiguously in
  * a shard file, are at least `min_fd_run` bytes long and need no byte swapping come back as fd
- * segments, at most `max_fd_segs` of them (more would be gathered into memory instead: pass 0
- * to always get one memory segment).  Everything else is assembled in s->buf.  *segs points
- * into `s`; *nsegs may be 0 at end of file. */
-ckpt_status ckpt_tree_read(ckpt_tree *t, ckpt_ino ino, uint64_t off, size_t len, size_t max_fd_segs,
+ * segments; everything else is assembled in s->buf and comes back as memory segments between
+ * them.  The reply has at most `max_segs` segments in all (fd and memory: libfuse sizes its
+ * splice pipe by the number of buffers); one that would need more is gathered into a single
+ * memory segment instead.  Pass 0 to always get one memory segment.  *segs points into `s`;
+ * *nsegs may be 0 at end of file. */
+ckpt_status ckpt_tree_read(ckpt_tree *t, ckpt_ino ino, uint64_t off, size_t len, size_t max_segs,
                            size_t min_fd_run, ckpt_tree_scratch *s, const ckpt_tree_seg **segs,
                            size_t *nsegs, ckpt_error *err);
 

@@ -878,7 +878,7 @@ static ckpt_status read_st(tree_read *x, tree_ckpt *c, st_file *f, uint64_t off,
     return CKPT_OK;
 }
 
-ckpt_status ckpt_tree_read(ckpt_tree *t, ckpt_ino ino, uint64_t off, size_t len, size_t max_fd_segs,
+ckpt_status ckpt_tree_read(ckpt_tree *t, ckpt_ino ino, uint64_t off, size_t len, size_t max_segs,
                            size_t min_fd_run, ckpt_tree_scratch *s, const ckpt_tree_seg **segs,
                            size_t *nsegs, ckpt_error *err) {
     *segs = NULL;
@@ -906,9 +906,9 @@ ckpt_status ckpt_tree_read(ckpt_tree *t, ckpt_ino ino, uint64_t off, size_t len,
                    .r = o.c->r,
                    .s = s,
                    .len = len,
-                   .max_fd = max_fd_segs,
+                   .max_segs = max_segs,
                    .min_run = min_fd_run ? min_fd_run : 1,
-                   .mem_only = max_fd_segs == 0};
+                   .mem_only = max_segs == 0};
     ckpt_status rs = CKPT_OK;
     switch (o.kind) {
     case O_ENTRY:

@@ -96,7 +96,7 @@ static ckpt_status add_piece(tree_read *x, uint64_t dst, int fd, const char *nam
 ckpt_status tree_read_fd(tree_read *x, uint64_t dst, int fd, const char *name, uint64_t pos,
                          uint64_t len, ckpt_error *err) {
     if (dst + len > x->len) return ckpt_fail(err, CKPT_E_INVAL, "read outside the reply");
-    if (x->mem_only || len < x->min_run || x->npieces >= x->max_fd) {
+    if (x->mem_only || len < x->min_run || x->npieces >= x->max_segs) {
         ckpt_status s = pread_all(fd, pos, x->s->buf + dst, len, err);
         if (s != CKPT_OK && err) ckpt_error_prefix(err, "%s/%s: ", x->c->dir, name);
         return s;
@@ -134,7 +134,7 @@ static ckpt_status one_box(void *ctx, const slice_box *b, ckpt_error *err) {
         memcpy(cnt, b->count, sizeof(int64_t) * (size_t)b->ndim);
         int n = ckpt_merge_dims(ds, ss, cnt, b->ndim, b->itemsize, &run);
         size_t runs = runs_of(cnt, n);
-        if ((uint64_t)run >= x->min_run && x->npieces + runs > x->max_fd)
+        if ((uint64_t)run >= x->min_run && x->npieces + runs > x->max_segs)
             CKPT_TRY(go_mem_only(x, err));
         else if ((uint64_t)run >= x->min_run) {
             /* opens the file and checks the item against its current size, as the copying
@@ -337,12 +337,25 @@ static ckpt_status check_sizes(tree_read *x, ckpt_error *err) {
     return CKPT_OK;
 }
 
-/* The reply: fd pieces in order, the gaps between them from the buffer. */
+/* Segments of the reply: the fd pieces (sorted) and the gaps around them. */
+static size_t count_segs(const tree_read *x) {
+    size_t n = 0;
+    uint64_t at = 0;
+    for (size_t i = 0; i < x->npieces; i++) {
+        n += 1 + (x->s->pieces[i].dst > at);
+        at = x->s->pieces[i].dst + x->s->pieces[i].len;
+    }
+    return n + (at < x->len);
+}
+
+/* The reply: fd pieces in order, the gaps between them from the buffer; all from the buffer
+ * when that would be more segments than allowed. */
 ckpt_status tree_read_finish(tree_read *x, size_t *nsegs, ckpt_error *err) {
     *nsegs = 0;
     ckpt_tree_scratch *s = x->s;
     CKPT_TRY(check_sizes(x, err));
     if (x->npieces > 1) qsort(s->pieces, x->npieces, sizeof *s->pieces, by_dst);
+    if (x->npieces && count_segs(x) > x->max_segs) CKPT_TRY(go_mem_only(x, err));
     uint64_t at = 0;
     for (size_t i = 0; i < x->npieces; i++) {
         const struct ckpt_tree_piece *p = &s->pieces[i];

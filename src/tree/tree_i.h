@@ -194,11 +194,11 @@ typedef struct tree_read {
     tree_ckpt *c;
     ckpt_reader *r;
     ckpt_tree_scratch *s;
-    uint64_t len;   /* bytes of the reply */
-    size_t max_fd;  /* fd segments allowed */
-    size_t min_run; /* shortest fd segment */
-    bool mem_only;  /* budget exceeded: everything is gathered */
-    size_t npieces; /* fd pieces so far (in s->pieces) */
+    uint64_t len;    /* bytes of the reply */
+    size_t max_segs; /* segments (fd and memory) allowed in the reply */
+    size_t min_run;  /* shortest fd segment */
+    bool mem_only;   /* budget exceeded: everything is gathered */
+    size_t npieces;  /* fd pieces so far (in s->pieces) */
 } tree_read;
 
 /* Copies `len` bytes from `src` to reply offset `dst`. */

@@ -9,7 +9,9 @@ files equal torch.chunk slices; `.raw/` files equal the originals; 16 threads of
 preads are bit-exact; a damaged chunk gives EIO on its tensor only (logged) while the rest
 reads; an incomplete checkpoint is refused with a reason; writes get EROFS; SIGTERM and
 `fusermount3 -u` end the daemon cleanly; a directory of checkpoints shows each complete one
-and `latest`; `mount -t fuse.ckptfs` works; with CKPT_VALGRIND=1 a mount/read/unmount cycle
+and `latest`; `mount -t fuse.ckptfs` works; max_read is 1 MiB only when the daemon may make
+the 2 MiB splice pipes its replies need (READ sizes and splicing read from the debug trace);
+with CKPT_VALGRIND=1 a mount/read/unmount cycle
 runs under valgrind without leaks.
 
 Environment: CKPTFS_BIN (the built daemon); CKPT_FIXTURES / CKPT_FIXTURES_DEFAULT.
@@ -783,3 +785,82 @@ def test_listing_round_trips():
         assert os.getxattr(f, "user.ckpt.dtype") == ref.tensors[next(iter(ref.tensors))][0].encode()
     finally:
         m.close()
+
+
+def big_pipes_allowed() -> bool:
+    """Whether this process may make a 2 MiB pipe: what libfuse asks for a 1 MiB reply."""
+    import fcntl
+    r, w = os.pipe()
+    try:
+        fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 2 << 20)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def read_replies(log: str) -> list[tuple[int, bool]]:
+    """(outsize, spliced) of every READ reply in a -o debug trace, paired by unique id."""
+    reads, out = set(), []
+    for line in log.splitlines():
+        line = line.strip()
+        if "opcode: READ " in line:
+            reads.add(line.split(",")[0])
+        elif ", success, outsize: " in line and line.split(",")[0] in reads:
+            size = line.split("outsize: ")[1].split()[0]
+            out.append((int(size), line.endswith("(splice)")))
+    return out
+
+
+@pytest.mark.skipif(torch is None, reason="torch not installed")
+def test_max_read_follows_the_pipe_probe(tmp_path):
+    """max_read is 1 MiB when the daemon may make the 2 MiB splice pipes a 1 MiB reply needs
+    (else libfuse would copy every such reply through a fresh buffer), 768 KiB otherwise and
+    with -o no_pipe_probe; -o max_read= wins.  A 1 MiB read(2) of a direct-I/O file is then one
+    READ (or 768 + 256 KiB), every reply is spliced, and the bytes equal torch's, for a plain
+    tensor, .raw and a strided .layout/dim1 file (one row run of 5464 bytes per row)."""
+    import mmap
+    import warnings
+    import torch.distributed.checkpoint as dcp
+
+    g = torch.Generator().manual_seed(5)
+    w = torch.randn(256, 4096, generator=g)  # 4 MiB
+    ck = tmp_path / "ck"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # single process
+        dcp.save({"model": {"w": w}}, checkpoint_id=str(ck))
+    shard = next(ck.glob("*.distcp"))
+    big = 1 << 20 if big_pipes_allowed() else 786432
+    cases = [((), big), (("no_pipe_probe",), 786432), (("max_read=524288",), 524288)]
+    buf = mmap.mmap(-1, 1 << 20)  # page-aligned: a 1 MiB read(2) is 256 whole pages
+    for opts, want in cases:
+        m = Mount(ck, "direct_io", "debug", *opts)
+        try:
+            info = [ln.split()[-1] for ln in Path("/proc/self/mountinfo").read_text().splitlines()
+                    if ln.split()[4] == str(m.dir)]
+            assert f"max_read={want}" in info[0].split(","), (opts, info)
+            for path, ref in (("model/w", tbytes(w)), (".raw/" + shard.name, shard.read_bytes()),
+                              (".layout/dim1-of-3/1/model/w", tbytes(w[:, 1366:2732]))):
+                before = len(read_replies(m.log()))
+                fd = os.open(m.dir / path, os.O_RDONLY)
+                got = bytearray()
+                try:
+                    while n := os.readv(fd, [buf]):
+                        got += buf[:n]
+                finally:
+                    os.close(fd)
+                assert got == ref, (opts, path)
+                replies = read_replies(m.log())[before:]
+                sizes = [s - 16 for s, _ in replies]  # minus the reply header
+                assert max(sizes) == min(want, len(ref)), (opts, path, sizes)
+                assert all(spliced for s, spliced in replies if s > 16 + 8192), (opts, path,
+                                                                                 replies)
+                full = len(ref) // (1 << 20)  # whole 1 MiB read(2) calls
+                assert len(replies) >= full * ((1 << 20) // want + ((1 << 20) % want > 0))
+                if want == 1 << 20:
+                    assert len(replies) <= -(-len(ref) // want) + 1, (path, sizes)
+        finally:
+            m.close()
+        assert f"ckptfs: max_read {want}," in m.log()

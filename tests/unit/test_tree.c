@@ -1,8 +1,8 @@
 /* test_tree.c — the mount's namespace without a mount: for every tensor of every fixture,
  * ckpt_tree_read of random windows (whole file, unaligned, chunk-crossing) must give torch's
  * reference bytes once its segments are materialised, under every reply policy (all in
- * memory; few fd segments; many; short runs allowed), never more fd segments than allowed,
- * and the fd segments must be runs of the checkpoint's shard files. */
+ * memory; few segments; many; short runs allowed), never more segments (fd and memory)
+ * than allowed, and the fd segments must be runs of the checkpoint's shard files. */
 #include <criterion/criterion.h>
 
 #include "ckpt_tree.h"
@@ -28,19 +28,19 @@ static ckpt_ino lookup_path(ckpt_tree *t, const char *path) {
 }
 
 /* Reads [off, off+len) through the tree and returns the materialised bytes. */
-static uint8_t *read_window(ckpt_tree *t, ckpt_ino ino, uint64_t off, size_t len, size_t max_fd,
+static uint8_t *read_window(ckpt_tree *t, ckpt_ino ino, uint64_t off, size_t len, size_t max_segs,
                             size_t min_run, ckpt_tree_scratch *s, size_t *got) {
     const ckpt_tree_seg *segs;
     size_t n;
     ckpt_error err = {0};
-    cr_assert_eq(ckpt_tree_read(t, ino, off, len, max_fd, min_run, s, &segs, &n, &err), CKPT_OK,
+    cr_assert_eq(ckpt_tree_read(t, ino, off, len, max_segs, min_run, s, &segs, &n, &err), CKPT_OK,
                  "%s", err.message);
     uint8_t *out = malloc(len + 1);
-    size_t at = 0, nfd = 0;
+    size_t at = 0;
     for (size_t i = 0; i < n; i++) {
         cr_assert(at + segs[i].len <= len);
         if (segs[i].fd >= 0) {
-            nfd++;
+            cr_assert_gt(max_segs, 0);
             cr_assert_geq(segs[i].len, min_run ? min_run : 1);
             cr_assert_eq(pread(segs[i].fd, out + at, segs[i].len, (off_t)segs[i].pos),
                          (ssize_t)segs[i].len);
@@ -49,7 +49,7 @@ static uint8_t *read_window(ckpt_tree *t, ckpt_ino ino, uint64_t off, size_t len
         }
         at += segs[i].len;
     }
-    cr_assert_leq(nfd, max_fd);
+    cr_assert_leq(n, max_segs ? max_segs : 1, "%zu segments, %zu allowed", n, max_segs);
     *got = at;
     return out;
 }
@@ -58,7 +58,7 @@ Test(tree, reads_match_torch_under_every_policy) {
     char **names;
     size_t nf = ref_list(&names);
     cr_assert_gt(nf, 0);
-    const size_t policies[][2] = {{0, 4096}, {1, 4096}, {5, 4096}, {100000, 1}};
+    const size_t policies[][2] = {{0, 4096}, {1, 4096}, {5, 4096}, {100000, 1}, {2, 1}, {7, 1}};
     uint64_t rng = 12345;
     size_t checked = 0;
     for (size_t f = 0; f < nf; f++) {

@@ -19,6 +19,12 @@ what: stream (default all):
            ceiling, with the daemon's default max_read (1015808) and max_read=1032192, each read
            with 1 MiB and with 992 KiB read(2) calls (a 1 MiB read over a 992 KiB max_read is
            two READs: 992 KiB + 32 KiB); all combinations interleaved, best of --runs.
+  pipes    (not in the default set) the daemon's default (max_read 1 MiB when it may make
+           2 MiB splice pipes, else 768 KiB) vs -o no_pipe_probe (768 KiB: a 1 MiB read(2) is
+           two READs), interleaved in every round, best of --runs: direct_io (.raw ceiling,
+           tensor files with 1 and 2 readers, .layout dim0/dim1-of-3 rank 1), page_cache (the
+           same, first read after a fresh mount and re-read), and cp of @all.safetensors in
+           both modes.  The max_read each mount got is read back from /proc/self/mountinfo.
   readahead (not in the default set) page-cache mode, one reader, every tensor file: first read
            after a fresh mount, then the re-read, with -o readahead_kb=128, 1024 (default), 4096;
            interleaved, best of --runs, beside the direct read of the shards.
@@ -134,6 +140,91 @@ def bench_maxread(a, daemon, tool, ckpt, out):
         mm, rr = max(res[(mr, b)]["mount"]), max(res[(mr, b)]["raw"])
         out.append(f"| max_read={mr or '1015808 (default)'} | {b} | {mm:.2f} | {rr:.2f} | "
                    f"{mm / rr:.2f} |")
+
+
+def mount_max_read(mnt: Path) -> str:
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        f = line.split()
+        if f[4] == str(mnt):
+            for o in f[-1].split(","):
+                if o.startswith("max_read="):
+                    return o[9:]
+    return "?"
+
+
+def bench_pipes(a, daemon, tool, ckpt, out):
+    shards = sorted(ckpt.glob("*.distcp"))
+    read_files(tool, shards)
+    outdir = Path(a.export_dir) if a.export_dir else Path(a.work) / "export"
+    outdir.mkdir(parents=True, exist_ok=True)
+    cfgs = {"no_pipe_probe": ["no_pipe_probe"], "default": []}
+    res: dict[tuple[str, str], list[float]] = {}
+    got: dict[str, set[str]] = {c: set() for c in cfgs}
+
+    def add(cfg, case, v):
+        res.setdefault((cfg, case), []).append(v)
+
+    def layout(m, d):
+        return tensor_files(m.dir / ".layout" / f"dim{d}-of-3" / "1")
+
+    def mounted(cfg, mode):
+        m = Mount(daemon, ckpt, mode, *cfgs[cfg], *a.opt)
+        got[cfg].add(mount_max_read(m.dir))
+        return m
+
+    for _ in range(a.runs):
+        for cfg in cfgs:
+            m = mounted(cfg, "direct_io")
+            try:
+                add(cfg, "direct_io .raw ceiling, 1 reader",
+                    read_files(tool, [m.dir / ".raw" / s.name for s in shards]))
+                for j in (1, 2):
+                    add(cfg, f"direct_io tensors, {j} reader{'s' * (j > 1)}",
+                        read_files(tool, tensor_files(m.dir), j))
+                for d in (0, 1):
+                    add(cfg, f"direct_io layout dim{d}-of-3 rank 1", read_files(tool, layout(m, d)))
+            finally:
+                m.close()
+            m = mounted(cfg, "page_cache")
+            try:
+                add(cfg, "page_cache .raw ceiling, 1 reader, first read",
+                    read_files(tool, [m.dir / ".raw" / s.name for s in shards]))
+                for d in (0, 1):
+                    add(cfg, f"page_cache layout dim{d}-of-3 rank 1, first read",
+                        read_files(tool, layout(m, d)))
+            finally:
+                m.close()
+            for j in (1, 2):
+                m = mounted(cfg, "page_cache")
+                try:
+                    r = f"{j} reader{'s' * (j > 1)}"
+                    add(cfg, f"page_cache tensors, {r}, first read",
+                        read_files(tool, tensor_files(m.dir), j))
+                    add(cfg, f"page_cache tensors, {r}, re-read",
+                        read_files(tool, tensor_files(m.dir), j))
+                finally:
+                    m.close()
+            for mode in ("page_cache", "direct_io"):
+                m = mounted(cfg, mode)
+                try:
+                    t = time.perf_counter()
+                    subprocess.run(["cp", str(m.dir / ".safetensors" / "@all.safetensors"),
+                                    str(outdir / "all.safetensors")], check=True)
+                    # as GiB/s so that "best" is the max like the other cells
+                    add(cfg, f"export cp @all.safetensors, {mode} (GiB/s of output)",
+                        (outdir / "all.safetensors").stat().st_size / 2**30
+                        / (time.perf_counter() - t))
+                finally:
+                    m.close()
+                (outdir / "all.safetensors").unlink()
+    names = list(cfgs)
+    out.append(f"\nmax_read per configuration (from mountinfo): "
+               + "; ".join(f"{c}: {', '.join(sorted(got[c]))}" for c in names))
+    out.append(f"\n| case | {names[0]} GiB/s | {names[1]} GiB/s | {names[1]} / {names[0]} |")
+    out.append("|---|---|---|---|")
+    for case in dict.fromkeys(k for _, k in res):
+        o, n = max(res[(names[0], case)]), max(res[(names[1], case)])
+        out.append(f"| {case} | {o:.2f} | {n:.2f} | {n / o:.2f} |")
 
 
 def bench_readahead(a, daemon, tool, ckpt, out):
@@ -387,6 +478,8 @@ def main():
         bench_export(a, daemon, ckpt, extra)
     if "readahead" in a.what:
         bench_readahead(a, daemon, tool, ckpt, extra)
+    if "pipes" in a.what:
+        bench_pipes(a, daemon, tool, ckpt, extra)
     if "maxread" in a.what:
         bench_maxread(a, daemon, tool, ckpt, extra)
     if "strace" in a.what:

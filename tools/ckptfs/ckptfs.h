@@ -33,7 +33,8 @@ typedef struct ckptfs_config {
     char *mountpoint;
     char *cache_size;      /* -o cache_size=BYTES[KMG] */
     int direct_io;         /* -o direct_io / -o page_cache */
-    unsigned max_read;     /* -o max_read= (also passed to the kernel) */
+    unsigned max_read;     /* -o max_read= (also passed to the kernel); 0: chosen at start */
+    int no_pipe_probe;     /* -o no_pipe_probe: count on 1 MiB splice pipes at most */
     unsigned readahead_kb; /* -o readahead_kb= for the mount's bdi (page-cache mode) */
     double timeout;        /* -o timeout= entry/attr cache seconds */
     int verify;            /* -o verify: check items against the manifest on first read */
@@ -43,8 +44,8 @@ typedef struct ckptfs_config {
 typedef struct ckptfs {
     ckptfs_config cfg;
     ckpt_tree *tree;
-    bool multi;         /* a directory of checkpoints: the root changes */
-    size_t max_fd_segs; /* fd buffers per reply that libfuse can splice */
+    bool multi;      /* a directory of checkpoints: the root changes */
+    size_t max_segs; /* buffers per reply that libfuse can splice (fd and memory) */
     size_t min_fd_run;
     scratch_pool pool;
     bool use_syslog;

@@ -5,6 +5,7 @@
 #include "ckptfs.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -13,7 +14,9 @@
 #include <syslog.h>
 #include <unistd.h>
 
-#define DEFAULT_MAX_READ 786432u /* 768 KiB: room in a 1 MiB splice pipe for 61 segments */
+#define MAX_READ_BIG (1u << 20) /* one READ per 1 MiB read(2): needs 2 MiB splice pipes */
+#define MAX_READ_SMALL 786432u  /* 768 KiB: fits a 1 MiB pipe with room for 61 segments */
+#define BIG_PIPE (2ul << 20)    /* the pipe libfuse asks for a 1 MiB reply (rounded up) */
 #define DEFAULT_CACHE_SIZE (64ull << 20)
 #define STAGING_PER_BUFFER (8ull << 20)
 
@@ -30,7 +33,10 @@ static void usage(const char *prog) {
            "                           are fast and mmap works)\n"
            "    -o cache_size=BYTES    memory for assembling strided replies (default 64M;\n"
            "                           suffixes K, M, G)\n"
-           "    -o max_read=BYTES      largest read request (default %u)\n"
+           "    -o max_read=BYTES      largest read request (default 1048576 when this\n"
+           "                           process may make 2 MiB pipes, else 786432)\n"
+           "    -o no_pipe_probe       do not count on splice pipes over 1 MiB (max_read\n"
+           "                           then defaults to 786432)\n"
            "    -o readahead_kb=N      read-ahead of the mount in page-cache mode (default 1024;\n"
            "                           0 leaves the kernel default)\n"
            "    -o timeout=SECONDS     attribute and entry cache time (default 86400)\n"
@@ -38,7 +44,7 @@ static void usage(const char *prog) {
            "                           manifest (ckpt seal) the first time it is read;\n"
            "                           mismatches read as EIO\n"
            "    -V, --version          print the version\n\n",
-           prog, DEFAULT_MAX_READ);
+           prog);
     fuse_cmdline_help();
     fuse_lowlevel_help();
 }
@@ -51,6 +57,7 @@ static const struct fuse_opt option_spec[] = {CKPTFS_OPT("direct_io", direct_io,
                                               CKPTFS_OPT("readahead_kb=%u", readahead_kb, 0),
                                               CKPTFS_OPT("timeout=%lf", timeout, 0),
                                               CKPTFS_OPT("verify", verify, 1),
+                                              CKPTFS_OPT("no_pipe_probe", no_pipe_probe, 1),
                                               CKPTFS_OPT("-h", show_help, 1),
                                               CKPTFS_OPT("--help", show_help, 1),
                                               CKPTFS_OPT("-V", show_version, 1),
@@ -110,20 +117,35 @@ static int parse_size(const char *s, unsigned long long *out) {
     return 0;
 }
 
-/* libfuse splices a reply only when its pipe can hold the reply plus one page per buffer and
- * two more; otherwise it silently copies through a fresh allocation (4-5x slower).  The
- * largest pipe an unprivileged-resource process gets is /proc/sys/fs/pipe-max-size. */
-static size_t fd_segments_for(unsigned max_read) {
+/* The largest splice pipe the loop's threads will get.  libfuse 3.14 (fuse_send_data_iov)
+ * grows a thread's pipe with F_SETPIPE_SZ to page·(buffers + 2) + 16 + reply bytes, which the
+ * kernel rounds up to a power-of-two number of pages: 2 MiB for a 1 MiB reply.  Above
+ * /proc/sys/fs/pipe-max-size (1 MiB by default) that needs CAP_SYS_RESOURCE; if it fails,
+ * libfuse copies that and every later large reply through a fresh buffer (4-5x slower), so
+ * the daemon asks once, here, with the same credentials the threads will have. */
+static unsigned long pipe_limit(bool probe) {
     unsigned long pipe_max = 1ul << 20;
     FILE *f = fopen("/proc/sys/fs/pipe-max-size", "r");
     if (f) {
         if (fscanf(f, "%lu", &pipe_max) != 1) pipe_max = 1ul << 20;
         fclose(f);
     }
-    long page = sysconf(_SC_PAGESIZE);
-    unsigned long need = (unsigned long)max_read + 16 + 2 * (unsigned long)page;
-    if (pipe_max <= need) return 0;
-    return (pipe_max - need) / (unsigned long)page;
+    if (!probe) return pipe_max < (1ul << 20) ? pipe_max : 1ul << 20;
+    if (pipe_max >= BIG_PIPE) return pipe_max;
+    int p[2];
+    if (pipe(p) != 0) return pipe_max;
+    int got = fcntl(p[0], F_SETPIPE_SZ, (int)BIG_PIPE);
+    close(p[0]);
+    close(p[1]);
+    return got >= (int)BIG_PIPE ? (unsigned long)got : pipe_max;
+}
+
+/* Buffers (fd and memory) a reply of max_read bytes may have and still pass libfuse's test
+ * page·(buffers + 2) + 16 + bytes ≤ pipe size; 0 when even one would not. */
+static size_t segments_for(unsigned max_read, unsigned long pipe) {
+    unsigned long page = (unsigned long)sysconf(_SC_PAGESIZE);
+    unsigned long need = (unsigned long)max_read + 16 + 2 * page;
+    return pipe > need ? (pipe - need) / page : 0;
 }
 
 typedef struct report_ctx {
@@ -142,7 +164,6 @@ int main(int argc, char **argv) {
     struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
     ckptfs fs;
     memset(&fs, 0, sizeof fs);
-    fs.cfg.max_read = DEFAULT_MAX_READ;
     fs.cfg.readahead_kb = 1024;
     fs.cfg.timeout = 86400.0;
     int ret = 1;
@@ -175,6 +196,23 @@ int main(int argc, char **argv) {
     free(fs.cfg.source);
     fs.cfg.source = abs;
 
+    /* 1 MiB reads in one request each when the splice pipes can hold them; -o max_read wins.
+     * (The kernel's requests are at most max_pages = 256 pages whatever max_read says.) */
+    unsigned long pipe_bytes = pipe_limit(!fs.cfg.no_pipe_probe);
+    if (!fs.cfg.max_read) fs.cfg.max_read = pipe_bytes >= BIG_PIPE ? MAX_READ_BIG : MAX_READ_SMALL;
+    unsigned eff_read = fs.cfg.max_read < MAX_READ_BIG ? fs.cfg.max_read : MAX_READ_BIG;
+    fs.max_segs = segments_for(eff_read, pipe_bytes);
+    fs.min_fd_run = 4096;
+    if (!fs.max_segs)
+        fprintf(stderr,
+                "ckptfs: warning: max_read=%u replies do not fit the %lu-byte splice pipes this "
+                "process may make; libfuse will copy them (slower)\n",
+                fs.cfg.max_read, pipe_bytes);
+    if (opts.debug)
+        fprintf(stderr,
+                "ckptfs: max_read %u, splice pipes up to %lu bytes, %zu buffers per reply\n",
+                fs.cfg.max_read, pipe_bytes, fs.max_segs);
+
     unsigned long long cache = DEFAULT_CACHE_SIZE;
     if (fs.cfg.cache_size && parse_size(fs.cfg.cache_size, &cache) != 0) {
         fprintf(stderr, "ckptfs: invalid cache_size=%s\n", fs.cfg.cache_size);
@@ -186,8 +224,6 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ckptfs: out of memory\n");
         goto out;
     }
-    fs.max_fd_segs = fd_segments_for(fs.cfg.max_read);
-    fs.min_fd_run = 4096;
 
     /* open and check the checkpoint before mounting, so errors reach the terminal */
     ckpt_tree_options topts = {.log = log_to_stderr, .log_ctx = &fs, .verify = fs.cfg.verify};

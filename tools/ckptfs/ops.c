@@ -305,8 +305,8 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     const ckpt_tree_seg *segs;
     size_t nsegs = 0;
     ckpt_error err = {0};
-    if (ckpt_tree_read(fs->tree, ino, (uint64_t)off, size, fs->max_fd_segs, fs->min_fd_run, s,
-                       &segs, &nsegs, &err) != CKPT_OK) {
+    if (ckpt_tree_read(fs->tree, ino, (uint64_t)off, size, fs->max_segs, fs->min_fd_run, s, &segs,
+                       &nsegs, &err) != CKPT_OK) {
         pool_put(&fs->pool, s);
         ckptfs_log(fs, "read of inode %llu at offset %lld (%zu bytes): %s", (unsigned long long)ino,
                    (long long)off, size, err.message);
