@@ -33,7 +33,8 @@ what: stream (default all):
            saver) vs the same commands on a local-filesystem tree of empty files with the same
            names (and the same user.* xattrs, for getfattr), built under --work; the mount
            first right after mounting (nothing in the kernel's caches), then again (cached);
-           the local tree warm. Interleaved, best of --runs.
+           the local tree warm. Interleaved, best of --runs. --loop FLAGS (repeatable)
+           compares daemon configurations (e.g. --loop '' --loop -s) in the same rounds.
 --opt O (repeatable) adds -o O to every mount (e.g. --opt max_read=1032192).
 All reads use tools/bench/bench_read (C, 1 MiB read(2) calls into a reused buffer). Best of
 --runs for every cell. The checkpoint is written once by make_big_ckpt.py (real torch).
@@ -43,6 +44,7 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -53,9 +55,9 @@ HERE = Path(__file__).resolve().parent
 
 
 class Mount:
-    def __init__(self, daemon: Path, src: Path, *opts: str):
+    def __init__(self, daemon: Path, src: Path, *opts: str, flags: tuple[str, ...] = ()):
         self.dir = Path(tempfile.mkdtemp(prefix="ckptfs-bench-"))
-        args = [str(daemon), "-f", str(src), str(self.dir)]
+        args = [str(daemon), "-f", *flags, str(src), str(self.dir)]
         for o in opts:
             args += ["-o", o]
         self.proc = subprocess.Popen(args, stderr=subprocess.PIPE)
@@ -412,41 +414,51 @@ def bench_listing(a, build, out):
     entries = sum(len(d) + len(f) for _, d, f in os.walk(local))
     ls = ["ls", "-lR"]
     gf = ["getfattr", "-R", "-d"]
-    res: dict[str, list[float]] = {}
+    loops = a.loop or [""]
+    res: dict[tuple[str, str], list[float]] = {}
 
-    def add(k, v):
-        res.setdefault(k, []).append(v)
+    def add(c, k, v):
+        res.setdefault((c, k), []).append(v)
+
+    def mount(c):
+        return Mount(daemon, ckpt, *a.opt, flags=tuple(shlex.split(c)))
 
     timed(ls + [str(local)])  # warm the local tree's dentries and inodes
     for _ in range(a.runs):
-        t = time.perf_counter()
-        m = Mount(daemon, ckpt, *a.opt)
-        add("mount", time.perf_counter() - t)
-        try:
-            add("ls cold", timed(ls + [str(m.dir)]))
-            add("ls warm", timed(ls + [str(m.dir)]))
-            add("gf after ls", timed(gf + visible_tops(m.dir)))
-        finally:
-            m.close()
-        m = Mount(daemon, ckpt, *a.opt)
-        try:
-            add("gf cold", timed(gf + visible_tops(m.dir)))
-        finally:
-            m.close()
-        add("ls local", timed(ls + [str(local)]))
-        add("gf local", timed(gf + visible_tops(local)))
+        for c in loops:
+            t = time.perf_counter()
+            m = mount(c)
+            add(c, "mount", time.perf_counter() - t)
+            try:
+                add(c, "ls cold", timed(ls + [str(m.dir)]))
+                add(c, "ls warm", timed(ls + [str(m.dir)]))
+                add(c, "gf after ls", timed(gf + visible_tops(m.dir)))
+            finally:
+                m.close()
+            m = mount(c)
+            try:
+                add(c, "gf cold", timed(gf + visible_tops(m.dir)))
+            finally:
+                m.close()
+        add("", "ls local", timed(ls + [str(local)]))
+        add("", "gf local", timed(gf + visible_tops(local)))
     b = {k: min(v) for k, v in res.items()}
+    med = {k: sorted(v)[len(v) // 2] for k, v in res.items()}
     out.append(f"\nlisting: {entries} entries ({a.params} parameters), local tree on {fstype} "
-               f"(warm); mount options: {' '.join(a.opt) or 'defaults'}; best of {a.runs}; "
-               f"mounting (indexing) took {b['mount']:.2f} s\n")
-    out.append("| command | mount s | local s | mount / local | mount / local `ls -lR` |")
-    out.append("|---|---|---|---|---|")
+               f"(warm); mount options: {' '.join(a.opt) or 'defaults'}; best of {a.runs} "
+               f"(median in brackets); mounting (indexing) took "
+               f"{min(b[(c, 'mount')] for c in loops):.2f} s\n")
+    out.append("| command | daemon flags | mount s | local s | mount / local | "
+               "mount / local `ls -lR` |")
+    out.append("|---|---|---|---|---|---|")
     for name, mk, lk in (("ls -lR, first after mounting", "ls cold", "ls local"),
                          ("ls -lR, again", "ls warm", "ls local"),
                          ("getfattr -R -d, first after mounting", "gf cold", "gf local"),
                          ("getfattr -R -d, after ls -lR", "gf after ls", "gf local")):
-        out.append(f"| {name} | {b[mk]:.2f} | {b[lk]:.2f} | {b[mk] / b[lk]:.2f} | "
-                   f"{b[mk] / b['ls local']:.2f} |")
+        for c in loops:
+            v, lv, ll = b[(c, mk)], b[("", lk)], b[("", "ls local")]
+            out.append(f"| {name} | {c or 'default'} | {v:.2f} ({med[(c, mk)]:.2f}) | "
+                       f"{lv:.2f} ({med[('', lk)]:.2f}) | {v / lv:.2f} | {v / ll:.2f} |")
 
 
 def main():
@@ -461,6 +473,9 @@ def main():
     ap.add_argument("--export-dir", default="/dev/shm/ckptfs-export" if os.path.isdir("/dev/shm")
                     else None, help="where both exports write (default: tmpfs)")
     ap.add_argument("--opt", action="append", default=[], help="extra -o option for every mount")
+    ap.add_argument("--loop", action="append", default=[],
+                    help="listing: daemon flags of one configuration, e.g. '-s' or "
+                    "'-o max_idle_threads=1' (repeatable: interleaved in every round)")
     a = ap.parse_args()
     build = Path(a.build).resolve()
     daemon, tool = build / "tools/ckptfs/ckptfs", build / "tools/bench/bench_read"
