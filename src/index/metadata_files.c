@@ -37,19 +37,26 @@ pk_limits ckpt_metadata_pk_limits(const ckpt_limits *l, size_t len) {
 
 ckpt_status ckpt_metadata_decode_file(const char *path, const ckpt_limits *l, pk_doc **doc,
                                       size_t *len, ckpt_error *err) {
+    return ckpt_metadata_decode_file_watched(path, l, NULL, doc, len, err);
+}
+
+ckpt_status ckpt_metadata_decode_file_watched(const char *path, const ckpt_limits *l,
+                                              const pk_watch *watch, pk_doc **doc, size_t *len,
+                                              ckpt_error *err) {
     *doc = NULL;
     ckpt_metadata_stream *ms = NULL;
     CKPT_TRY(ckpt_metadata_stream_open(path, l->max_metadata_bytes, &ms, err));
     const pk_input *in = ckpt_metadata_stream_input(ms);
     if (len) *len = in->len;
     pk_limits pl = ckpt_metadata_pk_limits(l, in->len);
-    ckpt_status s = pk_decode_input(in, &pl, doc, err);
+    ckpt_status s = pk_decode_watched(in, &pl, watch, doc, err);
     if (s != CKPT_OK) ckpt_error_prefix(err, "%s: ", path);
     /* a failed read looks like a truncated pickle to the decoder: the read error wins */
     ckpt_error read_err;
     if (ckpt_metadata_stream_finish(ms, &read_err) != CKPT_OK) {
         s = read_err.code;
         if (err) *err = read_err;
+        if (watch && *doc) watch->revoke(watch->ctx); /* the consumer stops reading it first */
         pk_doc_free(*doc);
         *doc = NULL;
     }

@@ -21,6 +21,12 @@ pk_limits ckpt_metadata_pk_limits(const ckpt_limits *l, size_t len);
  * exist. */
 ckpt_status ckpt_metadata_decode_file(const char *path, const ckpt_limits *l, pk_doc **doc,
                                       size_t *len, ckpt_error *err);
+/* The same, decoding under `watch` (see pk_decode_watched; may be NULL).  When the file
+ * fails to read after the pickle decoded, watch->revoke is called before the document is
+ * freed. */
+ckpt_status ckpt_metadata_decode_file_watched(const char *path, const ckpt_limits *l,
+                                              const pk_watch *watch, pk_doc **doc, size_t *len,
+                                              ckpt_error *err);
 /* Ranks r of the `__<r>.metadata` files in dir, sorted ascending (malloc'ed; may be empty). */
 ckpt_status ckpt_metadata_list_ranks(const char *dir, long long **ranks, size_t *count,
                                      ckpt_error *err);

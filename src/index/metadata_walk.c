@@ -5,6 +5,7 @@
 #include "index/reader_i.h"
 
 #include "index/metadata_files.h"
+#include "index/metadata_walk.h"
 
 #include "pickle/pickle.h"
 #include "util/error.h"
@@ -18,7 +19,7 @@
 
 #define FILE_CACHE_BITS 6
 
-typedef struct walk {
+struct ckpt_walk {
     ckpt_reader *r;
     const char *file;
     ckpt_arena *arena;     /* where walk_tensor allocates: r->arena, or a worker's own */
@@ -37,7 +38,19 @@ typedef struct walk {
         pk_key_cache fqn, offset, index;                            /* MetadataIndex */
         pk_key_cache relative_path, item_offset, length, transform; /* _StorageInfo */
     } keys;
-} walk;
+    /* state_dict_metadata items of entries made before them, for ckpt_walk_sdm_end */
+    struct deferred_item {
+        const char *key;
+        const pk_value *val;
+    } * deferred;
+    size_t ndeferred, deferred_cap;
+    size_t pd_guess; /* planner_data: the entry after the last one found */
+    /* storage_data: the last fqn string node, its entry, the entry after it */
+    const char *sd_last_fqn;
+    ckpt_entry *sd_last_e;
+    size_t sd_next;
+};
+typedef struct ckpt_walk walk;
 
 static char *astr(ckpt_reader *r, const char *s) {
     return ckpt_arena_strndup(r->arena, s, strlen(s));
@@ -232,9 +245,8 @@ static ckpt_status walk_tensor(walk *w, ckpt_entry *e, bool merging, const pk_va
 
 typedef struct sdm_job {
     const walk *base;
-    const pk_value *sdm;
-    const size_t *item;  /* sdm pair index of each new tensor... */
-    const size_t *entry; /* ...and its entry */
+    const pk_value *const *val; /* the TensorStorageMetadata of each new tensor... */
+    const size_t *entry;        /* ...and its entry */
     size_t n;
     _Atomic size_t next; /* first item of the next block to take */
     atomic_bool failed;  /* a worker failed: the others stop */
@@ -260,8 +272,8 @@ static void *sdm_worker_main(void *arg) {
         if (b >= job->n || atomic_load_explicit(&job->failed, memory_order_relaxed)) break;
         size_t end = job->n - b < PARALLEL_BLOCK ? job->n : b + PARALLEL_BLOCK;
         for (size_t i = b; i < end; i++) {
-            ckpt_status st = walk_tensor(&lw, &r->entries[job->entry[i]], false,
-                                         job->sdm->u.dict.vals[job->item[i]], &wk->err);
+            ckpt_status st =
+                walk_tensor(&lw, &r->entries[job->entry[i]], false, job->val[i], &wk->err);
             if (st != CKPT_OK) {
                 wk->status = st;
                 wk->failed_at = i;
@@ -273,11 +285,10 @@ static void *sdm_worker_main(void *arg) {
     return NULL;
 }
 
-/* Walks the new tensors item[i] -> entry[i] on `threads` threads (this one included). */
-static ckpt_status walk_tensors_parallel(walk *w, const pk_value *sdm, const size_t *item,
-                                         const size_t *entry, size_t n, unsigned threads,
-                                         ckpt_error *err) {
-    sdm_job job = {.base = w, .sdm = sdm, .item = item, .entry = entry, .n = n};
+/* Walks the new tensors val[i] -> entry[i] on `threads` threads (this one included). */
+static ckpt_status walk_tensors_parallel(walk *w, const pk_value *const *val, const size_t *entry,
+                                         size_t n, unsigned threads, ckpt_error *err) {
+    sdm_job job = {.base = w, .val = val, .entry = entry, .n = n};
     sdm_worker wk[PARALLEL_MAX];
     memset(wk, 0, sizeof wk);
     if (threads > PARALLEL_MAX) threads = PARALLEL_MAX;
@@ -319,34 +330,42 @@ static sdm_kind sdm_kind_of(const pk_value *v, const char **cls) {
     return SDM_UNKNOWN;
 }
 
-static ckpt_status walk_state_dict_metadata(walk *w, const pk_value *sdm, ckpt_error *err) {
+static ckpt_status defer(walk *w, const char *key, const pk_value *v, ckpt_error *err) {
+    if (w->ndeferred == w->deferred_cap) {
+        size_t cap = w->deferred_cap ? 2 * w->deferred_cap : 64;
+        struct deferred_item *d = realloc(w->deferred, cap * sizeof *d);
+        if (!d) return nomem(err);
+        w->deferred = d;
+        w->deferred_cap = cap;
+    }
+    w->deferred[w->ndeferred++] = (struct deferred_item){key, v};
+    return CKPT_OK;
+}
+
+ckpt_status ckpt_walk_sdm(walk *w, ckpt_pairs p, size_t base, unsigned threads, ckpt_error *err) {
     ckpt_reader *r = w->r;
-    if (!sdm || sdm->type != PK_DICT)
-        return ckpt_fail(err, CKPT_E_FORMAT, "%s: state_dict_metadata is missing or not a dict",
-                         w->file);
-    size_t n = sdm->u.dict.len;
-    /* pass 1: entries, in order; new tensors are listed (item, entry), the rest deferred */
-    size_t *item = malloc((n ? n : 1) * sizeof *item);
+    size_t n = p.n;
+    /* pass 1: entries, in order; new tensors are listed (value, entry), the rest deferred */
+    const pk_value **val = malloc((n ? n : 1) * sizeof *val);
     size_t *entry = malloc((n ? n : 1) * sizeof *entry);
-    bool *deferred = calloc(n ? n : 1, sizeof *deferred);
     ckpt_status st = CKPT_OK;
     size_t ntensors = 0;
-    if (!item || !entry || !deferred) {
+    if (!val || !entry) {
         st = nomem(err);
         goto done;
     }
     for (size_t i = 0; i < n; i++) {
-        const char *key = pk_as_str(sdm->u.dict.keys[i]);
-        const pk_value *v = sdm->u.dict.vals[i];
+        const char *key = pk_as_str(p.k[i * p.stride]);
+        const pk_value *v = p.v[i * p.stride];
         if (!key) {
             st = ckpt_fail(err, CKPT_E_FORMAT, "%s: state_dict_metadata key #%zu is not a string",
-                           w->file, i);
+                           w->file, base + i);
             goto done;
         }
         uint64_t h = key_hash(key);
         ckpt_entry *e = find_key_hashed(r, key, h);
         if (e) { /* made earlier: walked after the new ones, in order */
-            deferred[i] = true;
+            CKPT_TRY_GOTO(st, defer(w, key, v, err), done);
             continue;
         }
         if (!(e = new_entry(r, key, h))) {
@@ -356,7 +375,7 @@ static ckpt_status walk_state_dict_metadata(walk *w, const pk_value *sdm, ckpt_e
         const char *cls;
         sdm_kind kind = sdm_kind_of(v, &cls);
         if (kind == SDM_TENSOR) {
-            item[ntensors] = i;
+            val[ntensors] = v;
             entry[ntensors++] = e->index;
         } else if (kind == SDM_BYTES) {
             e->kind = CKPT_ENTRY_OBJECT;
@@ -367,21 +386,27 @@ static ckpt_status walk_state_dict_metadata(walk *w, const pk_value *sdm, ckpt_e
         }
     }
     /* pass 2: the new tensors (the lazily built chunk index is not thread-safe) */
-    unsigned threads = r->limits.index_threads;
     if (ntensors >= PARALLEL_MIN && threads > 1 && !w->chunk_index_built) {
-        st = walk_tensors_parallel(w, sdm, item, entry, ntensors, threads, err);
+        st = walk_tensors_parallel(w, val, entry, ntensors, threads, err);
     } else {
         /* a big walk on this thread fills the reader's arena: map it ahead (the workers'
          * arenas above fill in parallel instead); settled by ckpt_index_finish */
         if (ntensors >= PARALLEL_MIN) ckpt_arena_map_ahead(r->arena);
         for (size_t k = 0; k < ntensors && st == CKPT_OK; k++)
-            st = walk_tensor(w, &r->entries[entry[k]], false, sdm->u.dict.vals[item[k]], err);
+            st = walk_tensor(w, &r->entries[entry[k]], false, val[k], err);
     }
+done:
+    free(val);
+    free(entry);
+    return st;
+}
+
+ckpt_status ckpt_walk_sdm_end(walk *w, ckpt_error *err) {
     /* pass 3: items of entries made before them */
-    for (size_t i = 0; i < n && st == CKPT_OK; i++) {
-        if (!deferred[i]) continue;
-        const pk_value *v = sdm->u.dict.vals[i];
-        ckpt_entry *e = find_key(r, pk_as_str(sdm->u.dict.keys[i]));
+    ckpt_status st = CKPT_OK;
+    for (size_t i = 0; i < w->ndeferred && st == CKPT_OK; i++) {
+        const pk_value *v = w->deferred[i].val;
+        ckpt_entry *e = find_key(w->r, w->deferred[i].key);
         const char *cls;
         sdm_kind kind = sdm_kind_of(v, &cls);
         if (kind == SDM_TENSOR) {
@@ -390,11 +415,20 @@ static ckpt_status walk_state_dict_metadata(walk *w, const pk_value *sdm, ckpt_e
             e->kind = CKPT_ENTRY_OBJECT;
         }
     }
-done:
-    free(item);
-    free(entry);
-    free(deferred);
+    w->ndeferred = 0;
     return st;
+}
+
+static ckpt_pairs dict_pairs(const pk_value *d) {
+    return (ckpt_pairs){.k = d->u.dict.keys, .v = d->u.dict.vals, .stride = 1, .n = d->u.dict.len};
+}
+
+static ckpt_status walk_state_dict_metadata(walk *w, const pk_value *sdm, ckpt_error *err) {
+    if (!sdm || sdm->type != PK_DICT)
+        return ckpt_fail(err, CKPT_E_FORMAT, "%s: state_dict_metadata is missing or not a dict",
+                         w->file);
+    CKPT_TRY(ckpt_walk_sdm(w, dict_pairs(sdm), 0, w->r->limits.index_threads, err));
+    return ckpt_walk_sdm_end(w, err);
 }
 
 static ckpt_status set_path(ckpt_reader *r, ckpt_entry *e, const pk_value *path, ckpt_error *err) {
@@ -454,19 +488,22 @@ static ckpt_status set_path(ckpt_reader *r, ckpt_entry *e, const pk_value *path,
     return CKPT_OK;
 }
 
-static ckpt_status walk_planner_data(walk *w, const pk_value *pd, ckpt_error *err) {
+ckpt_status ckpt_walk_planner(walk *w, ckpt_pairs p, ckpt_error *err) {
     ckpt_reader *r = w->r;
-    if (!pd || pd->type != PK_DICT) return CKPT_OK;
-    if (pd->u.dict.len) r->info.has_planner_data = true;
-    size_t guess = 0;
-    for (size_t i = 0; i < pd->u.dict.len; i++) {
-        const char *key = pk_as_str(pd->u.dict.keys[i]);
-        ckpt_entry *e = key ? find_key_near(r, key, guess) : NULL;
+    if (p.n) r->info.has_planner_data = true;
+    for (size_t i = 0; i < p.n; i++) {
+        const char *key = pk_as_str(p.k[i * p.stride]);
+        ckpt_entry *e = key ? find_key_near(r, key, w->pd_guess) : NULL;
         if (!e) continue;
-        guess = e->index + 1;
-        if (!e->path) CKPT_TRY(set_path(r, e, pd->u.dict.vals[i], err));
+        w->pd_guess = e->index + 1;
+        if (!e->path) CKPT_TRY(set_path(r, e, p.v[i * p.stride], err));
     }
     return CKPT_OK;
+}
+
+static ckpt_status walk_planner_data(walk *w, const pk_value *pd, ckpt_error *err) {
+    if (!pd || pd->type != PK_DICT) return CKPT_OK;
+    return ckpt_walk_planner(w, dict_pairs(pd), err);
 }
 
 static bool chunk_eq(const void *ctx, uint64_t v) {
@@ -543,27 +580,21 @@ static ckpt_status fill_loc(walk *w, ckpt_loc *loc, const pk_value *info, ckpt_e
     return CKPT_OK;
 }
 
-static ckpt_status walk_storage_data(walk *w, const pk_value *sd, ckpt_error *err) {
+ckpt_status ckpt_walk_storage(walk *w, ckpt_pairs p, ckpt_error *err) {
     ckpt_reader *r = w->r;
-    if (!sd || sd->type == PK_NONE) return CKPT_OK;
-    if (sd->type != PK_DICT)
-        return ckpt_fail(err, CKPT_E_FORMAT, "%s: storage_data is not a dict", w->file);
     /* A tensor's chunks come in a row, usually naming it with one (shared) string node. */
-    const char *last_fqn = NULL;
-    ckpt_entry *last_e = NULL;
-    size_t next = 0;
-    for (size_t i = 0; i < sd->u.dict.len; i++) {
-        const pk_value *mi = sd->u.dict.keys[i];
-        const pk_value *info = sd->u.dict.vals[i];
+    for (size_t i = 0; i < p.n; i++) {
+        const pk_value *mi = p.k[i * p.stride];
+        const pk_value *info = p.v[i * p.stride];
         const char *fqn = pk_as_str(pk_get_cached(mi, "fqn", &w->keys.fqn));
         ckpt_entry *e = NULL;
-        if (fqn && fqn == last_fqn)
-            e = last_e;
+        if (fqn && fqn == w->sd_last_fqn)
+            e = w->sd_last_e;
         else if (fqn)
-            e = find_key_near(r, fqn, next);
-        last_fqn = fqn;
-        last_e = e;
-        if (e) next = e->index + 1;
+            e = find_key_near(r, fqn, w->sd_next);
+        w->sd_last_fqn = fqn;
+        w->sd_last_e = e;
+        if (e) w->sd_next = e->index + 1;
         if (!e) {
             r->unmatched_storage++;
             continue;
@@ -607,7 +638,14 @@ static ckpt_status walk_storage_data(walk *w, const pk_value *sd, ckpt_error *er
     return CKPT_OK;
 }
 
-static void note_root(ckpt_reader *r, const pk_value *root, const pk_value *sdm) {
+static ckpt_status walk_storage_data(walk *w, const pk_value *sd, ckpt_error *err) {
+    if (!sd || sd->type == PK_NONE) return CKPT_OK;
+    if (sd->type != PK_DICT)
+        return ckpt_fail(err, CKPT_E_FORMAT, "%s: storage_data is not a dict", w->file);
+    return ckpt_walk_storage(w, dict_pairs(sd), err);
+}
+
+void ckpt_walk_note_root(ckpt_reader *r, const pk_value *root, const pk_value *sdm) {
     ckpt_reader_info *in = &r->info;
     const char *mod = pk_class_module(root), *cls = pk_class_name(root);
     if (!in->root_class && mod && cls) {
@@ -644,25 +682,38 @@ static void note_root(ckpt_reader *r, const pk_value *root, const pk_value *sdm)
     }
 }
 
+ckpt_walk *ckpt_walk_new(ckpt_reader *r, const char *file) {
+    walk *w = calloc(1, sizeof *w);
+    if (w) *w = (walk){.r = r, .file = file, .arena = r->arena};
+    return w;
+}
+
+void ckpt_walk_free(walk *w) {
+    if (!w) return;
+    if (w->chunk_index_built) ckpt_htab_release(&w->chunk_index);
+    free(w->deferred);
+    free(w);
+}
+
 ckpt_status ckpt_index_add_metadata(ckpt_reader *r, const char *file, const pk_doc *doc,
                                     ckpt_error *err) {
     ckpt_status st = CKPT_OK;
-    walk w = {.r = r, .file = file, .arena = r->arena};
     const pk_value *root = pk_doc_root(doc);
     const pk_value *sdm = pk_get(root, "state_dict_metadata");
     if (!root || root->type != PK_OBJECT || !sdm) {
         const char *cls = pk_class_name(root);
-        st = ckpt_fail(err, CKPT_E_FORMAT,
-                       "%s: not a DCP Metadata pickle (root is %s, no state_dict_metadata)", file,
-                       cls ? cls : "not an object");
-        goto done;
+        return ckpt_fail(err, CKPT_E_FORMAT,
+                         "%s: not a DCP Metadata pickle (root is %s, no state_dict_metadata)", file,
+                         cls ? cls : "not an object");
     }
-    note_root(r, root, sdm);
-    CKPT_TRY_GOTO(st, walk_state_dict_metadata(&w, sdm, err), done);
-    CKPT_TRY_GOTO(st, walk_planner_data(&w, pk_get(root, "planner_data"), err), done);
-    CKPT_TRY_GOTO(st, walk_storage_data(&w, pk_get(root, "storage_data"), err), done);
+    walk *w = ckpt_walk_new(r, file);
+    if (!w) return nomem(err);
+    ckpt_walk_note_root(r, root, sdm);
+    CKPT_TRY_GOTO(st, walk_state_dict_metadata(w, sdm, err), done);
+    CKPT_TRY_GOTO(st, walk_planner_data(w, pk_get(root, "planner_data"), err), done);
+    CKPT_TRY_GOTO(st, walk_storage_data(w, pk_get(root, "storage_data"), err), done);
 done:
-    if (w.chunk_index_built) ckpt_htab_release(&w.chunk_index);
+    ckpt_walk_free(w);
     return st;
 }
 

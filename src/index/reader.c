@@ -3,6 +3,7 @@
 #include "index/reader_i.h"
 
 #include "index/metadata_files.h"
+#include "index/metadata_overlap.h"
 
 #include "util/error.h"
 
@@ -14,17 +15,53 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* Whether the index of the next metadata file may be walked while it is decoded: with a
+ * second thread allowed, into an index still empty (what the walk finds then does not
+ * depend on earlier files). */
+static bool may_overlap(const ckpt_reader *r) {
+    return r->limits.index_threads > 1 && r->nentries == 0 && r->nfiles == 0;
+}
+
+/* Decodes a metadata pickle (from the file `path`, or buf[0, len) when buf is set) and adds
+ * it to the index, walking it while it is decoded when may_overlap. */
+static ckpt_status add_metadata(ckpt_reader *r, const char *path, const uint8_t *buf, size_t len,
+                                bool lockstep, ckpt_error *err) {
+    ckpt_overlap *ov = may_overlap(r) ? ckpt_overlap_new(r, path, lockstep) : NULL;
+    const pk_watch *watch = ov ? ckpt_overlap_watch(ov) : NULL;
+    pk_doc *doc = NULL;
+    ckpt_status s;
+    if (buf) {
+        pk_limits lim = ckpt_metadata_pk_limits(&r->limits, len);
+        pk_input in = {.buf = buf, .len = len};
+        s = pk_decode_watched(&in, &lim, watch, &doc, err);
+        if (s != CKPT_OK) ckpt_error_prefix(err, "%s: ", path);
+    } else {
+        s = ckpt_metadata_decode_file_watched(path, &r->limits, watch, &doc, &len, err);
+    }
+    bool complete = false;
+    r->index_overlapped = false;
+    if (ov) {
+        ckpt_error ov_err;
+        ckpt_status os = ckpt_overlap_finish(ov, doc, &complete, &ov_err);
+        if (s == CKPT_OK && os != CKPT_OK) {
+            s = os;
+            if (err) *err = ov_err;
+        }
+    }
+    if (s == CKPT_OK) {
+        r->info.metadata_bytes += len;
+        r->info.num_metadata_files++;
+        if (!complete) s = ckpt_index_add_metadata(r, path, doc, err);
+        r->index_overlapped = complete;
+    }
+    pk_doc_free(doc);
+    return s;
+}
+
 static ckpt_status add_file(ckpt_reader *r, const char *name, ckpt_error *err) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", r->dir, name);
-    pk_doc *doc = NULL;
-    size_t len = 0;
-    CKPT_TRY(ckpt_metadata_decode_file(path, &r->limits, &doc, &len, err));
-    r->info.metadata_bytes += len;
-    r->info.num_metadata_files++;
-    ckpt_status s = ckpt_index_add_metadata(r, path, doc, err);
-    pk_doc_free(doc);
-    return s;
+    return add_metadata(r, path, NULL, 0, false, err);
 }
 
 /* Rank-local metadata: `__<rank>.metadata` files, merged in rank order. */
@@ -61,21 +98,27 @@ static ckpt_status reader_new(const char *dir, const ckpt_limits *limits, ckpt_r
     return CKPT_OK;
 }
 
+ckpt_status ckpt_reader_reset_index(ckpt_reader *r, ckpt_error *err) {
+    r->nentries = 0;
+    r->nfiles = 0;
+    ckpt_htab_release(&r->by_key);
+    ckpt_htab_release(&r->file_by_name);
+    r->info.stored_bytes = 0;
+    r->info.has_planner_data = false;
+    r->unmatched_storage = 0;
+    if (!ckpt_htab_init(&r->by_key, 1024) || !ckpt_htab_init(&r->file_by_name, 64))
+        return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    return CKPT_OK;
+}
+
 ckpt_status ckpt_reader_open_buffer(const char *dir, const uint8_t *buf, size_t len,
-                                    const ckpt_limits *limits, ckpt_reader **out, ckpt_error *err) {
+                                    const ckpt_limits *limits, unsigned flags, ckpt_reader **out,
+                                    ckpt_error *err) {
     ckpt_reader *r = NULL;
     *out = NULL;
     ckpt_status s = reader_new(dir, limits, &r, err);
-    if (s == CKPT_OK) {
-        r->info.metadata_bytes = len;
-        r->info.num_metadata_files = 1;
-        pk_limits lim = ckpt_metadata_pk_limits(&r->limits, len);
-        pk_doc *doc = NULL;
-        s = pk_decode(buf, len, &lim, &doc, err);
-        if (s != CKPT_OK) ckpt_error_prefix(err, "(metadata buffer): ");
-        if (s == CKPT_OK) s = ckpt_index_add_metadata(r, "(metadata buffer)", doc, err);
-        pk_doc_free(doc);
-    }
+    if (s == CKPT_OK)
+        s = add_metadata(r, "(metadata buffer)", buf, len, flags & CKPT_OPEN_LOCKSTEP, err);
     if (s == CKPT_OK) s = ckpt_index_finish(r, err);
     if (s != CKPT_OK) {
         ckpt_reader_free(r);

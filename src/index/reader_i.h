@@ -94,21 +94,32 @@ struct ckpt_reader {
     pthread_mutex_t lock;
     ckpt_reader_info info;
     uint64_t unmatched_storage; /* storage_data entries that match no chunk/entry */
+    bool index_overlapped;      /* the last metadata file was indexed while it was decoded */
     /* decoded chunks held in memory, most recently used first (under `lock`) */
     ckpt_chunk *lru_head, *lru_tail;
     uint64_t decoded_bytes;
 };
 
 /* A reader over an in-memory `.metadata` (fuzzing and tests); data files are looked up in
- * `dir`. */
+ * `dir`.  flags: CKPT_OPEN_LOCKSTEP or 0. */
+enum {
+    /* tests: each batch handed to the overlapped walk is walked before decoding goes on, so
+     * that what a pickle does after a hand-over always comes after the walk read it */
+    CKPT_OPEN_LOCKSTEP = 1
+};
 ckpt_status ckpt_reader_open_buffer(const char *dir, const uint8_t *buf, size_t len,
-                                    const ckpt_limits *limits, ckpt_reader **out, ckpt_error *err);
+                                    const ckpt_limits *limits, unsigned flags, ckpt_reader **out,
+                                    ckpt_error *err);
 
 /* index building (metadata_walk.c) */
 /* Adds one decoded metadata pickle (of `file`, for messages) to the index. */
 ckpt_status ckpt_index_add_metadata(ckpt_reader *r, const char *file, const pk_doc *doc,
                                     ckpt_error *err);
 ckpt_status ckpt_index_finish(ckpt_reader *r, ckpt_error *err);
+/* Empties the index (entries, data files, what the walk counted) of a reader whose index was
+ * empty before the walk of its first metadata file (metadata_overlap.c); what the walk
+ * allocated from the arena stays there until the reader is freed. */
+ckpt_status ckpt_reader_reset_index(ckpt_reader *r, ckpt_error *err);
 
 /* files.c */
 int32_t ckpt_files_intern(ckpt_reader *r, const char *name, const char **problem);

@@ -50,6 +50,11 @@ typedef enum pk_type {
 
 typedef struct pk_value pk_value;
 
+/* pk_value.flags: set by the decoder only. */
+enum {
+    PK_FLAG_ALIASED = 1 /* pushed again (memo GET, DUP) while a pk_watch was set */
+};
+
 typedef enum pk_obj_how { PK_HOW_REDUCE = 0, PK_HOW_NEWOBJ = 1, PK_HOW_NEWOBJ_EX = 2 } pk_obj_how;
 
 /* Values are allocated at the size of their variant (a PK_INT takes 16 bytes, not
@@ -63,8 +68,9 @@ typedef struct pk_obj_extra {
 } pk_obj_extra;
 
 struct pk_value {
-    uint8_t type; /* a pk_type */
-    uint8_t how;  /* PK_OBJECT: a pk_obj_how */
+    uint8_t type;  /* a pk_type */
+    uint8_t how;   /* PK_OBJECT: a pk_obj_how */
+    uint8_t flags; /* PK_FLAG_*: the decoder's own bookkeeping */
     /* Containers: nesting depth when last added to (1 + deepest item), a lower bound of the
      * real depth; 0 for scalars. */
     uint32_t depth;
@@ -144,6 +150,33 @@ typedef struct pk_input {
 } pk_input;
 ckpt_status pk_decode_input(const pk_input *in, const pk_limits *limits, pk_doc **out,
                             ckpt_error *err);
+
+/* Lets a consumer read the pairs of big dicts on another thread while the rest of the pickle
+ * is still being decoded (the index walks `state_dict_metadata` while `storage_data` is
+ * decoded).  Both calls run on the decoding thread.
+ *
+ * take(ctx, label, dict, len, kv, npairs) comes before SETITEMS/SETITEM adds npairs pairs
+ * (kv[2i] key, kv[2i+1] value) to `dict`, a PK_DICT that holds `len` pairs so far.  `label`
+ * is the PK_STR value right below `dict` on the stack in the same MARK region (the key that
+ * dict will be stored under, in a pickled dict being built) or NULL.  Returning true takes
+ * the pairs: until revoke, the nodes reachable from them do not change and may be read from
+ * any thread (after a hand-off that orders the reads after the call).  kv itself is only
+ * valid during the call: copy the pointers.
+ *
+ * revoke(ctx) comes once, before the decoder changes a node that may be reachable from taken
+ * pairs (only a hand-made pickle does that, or one of a recursive object: Python's pickler
+ * fills every container before it is an item of another), and before the document is freed
+ * when decoding fails.  When it returns, the consumer must no longer be reading any node, and
+ * must drop what it made of them.  No take follows a revoke. */
+typedef struct pk_watch {
+    bool (*take)(void *ctx, const char *label, const pk_value *dict, size_t len,
+                 pk_value *const *kv, size_t npairs);
+    void (*revoke)(void *ctx);
+    void *ctx;
+} pk_watch;
+/* pk_decode_input with a watch (NULL: none). */
+ckpt_status pk_decode_watched(const pk_input *in, const pk_limits *limits, const pk_watch *watch,
+                              pk_doc **out, ckpt_error *err);
 const pk_value *pk_doc_root(const pk_doc *doc);
 uint64_t pk_doc_bytes_used(const pk_doc *doc);
 void pk_doc_free(pk_doc *doc);

@@ -110,6 +110,10 @@ typedef struct pk_vm {
     unsigned intern_bits;
     pk_value *memo_first[MEMO_CHUNK]; /* so that small pickles need no memo_arena */
     pk_value *result;
+
+    /* pk_watch: NULL when none, or once revoked; `taken`: pairs were taken and not revoked */
+    const pk_watch *watch;
+    bool taken;
 } pk_vm;
 
 /* ---------------------------------------------------------------- errors */
@@ -424,6 +428,9 @@ static ckpt_status memo_put(pk_vm *vm, uint64_t idx, pk_value *v) {
 static ckpt_status memo_push(pk_vm *vm, uint64_t idx) {
     pk_value *v = memo_get(vm, idx);
     if (!v) return fail(vm, CKPT_E_FORMAT, "memo key %llu not found", (unsigned long long)idx);
+    /* see mutating(); written once, so that nodes read by the watch's thread too (class
+     * references, keys) are not written again at every GET */
+    if (vm->watch && !(v->flags & PK_FLAG_ALIASED)) v->flags |= PK_FLAG_ALIASED;
     return push(vm, v);
 }
 
@@ -583,8 +590,35 @@ static pk_obj_extra *obj_extra(pk_vm *vm, pk_value *o) {
     return o->u.obj.extra;
 }
 
+/* ---------------------------------------------------------------- watch (pk_watch) */
+
+static void revoke(pk_vm *vm) {
+    const pk_watch *w = vm->watch;
+    bool taken = vm->taken;
+    vm->watch = NULL;
+    vm->taken = false;
+    if (w && taken) w->revoke(w->ctx);
+}
+
+/* Called before `target` is changed.  Pairs once taken left the stack: the decoder can only
+ * reach them again through a node pushed a second time (memo GET, DUP), which carries
+ * PK_FLAG_ALIASED; changing such a node after a take revokes (also when it was not taken:
+ * Python's pickler changes a node it fetched again only for a few recursive objects). */
+static inline void mutating(pk_vm *vm, const pk_value *target) {
+    if (vm->taken && (target->flags & PK_FLAG_ALIASED)) revoke(vm);
+}
+
+/* The pairs kv[0, n) (n values) are about to be added to dict, which sits at stack index
+ * `at`: offers them to the watch, labelled with the string below dict in its MARK region. */
+static void offer(pk_vm *vm, const pk_value *dict, size_t at, pk_value *const *kv, size_t n) {
+    const pk_value *lab = at >= 1 && at - 1 >= vm->fence ? vm->stack[at - 1] : NULL;
+    const char *label = lab && lab->type == PK_STR ? lab->u.str.ptr : NULL;
+    if (vm->watch->take(vm->watch->ctx, label, dict, dict->u.dict.len, kv, n / 2)) vm->taken = true;
+}
+
 static ckpt_status append_items(pk_vm *vm, pk_value *target, pk_value *const *items, size_t n) {
     pk_builder *b = &vm->b;
+    mutating(vm, target);
     if (target->type == PK_LIST)
         return pkb_seq_extend(b, target, items, n) ? CKPT_OK : fail_build(vm);
     if (target->type != PK_OBJECT)
@@ -598,11 +632,16 @@ static ckpt_status append_items(pk_vm *vm, pk_value *target, pk_value *const *it
     return CKPT_OK;
 }
 
-static ckpt_status set_items(pk_vm *vm, pk_value *target, pk_value *const *kv, size_t n) {
+/* SETITEM(S): kv[0, n) into target, which sits at stack index `at`. */
+static ckpt_status set_items(pk_vm *vm, pk_value *target, size_t at, pk_value *const *kv,
+                             size_t n) {
     pk_builder *b = &vm->b;
     if (n % 2) return fail(vm, CKPT_E_FORMAT, "odd number of items for a dict");
-    if (target->type == PK_DICT)
+    mutating(vm, target);
+    if (target->type == PK_DICT) {
+        if (vm->watch && n) offer(vm, target, at, kv, n);
         return pkb_dict_extend(b, target, kv, n / 2) ? CKPT_OK : fail_build(vm);
+    }
     if (target->type != PK_OBJECT)
         return fail(vm, CKPT_E_FORMAT, "cannot set items on %s", pk_type_name(target->type));
     if (!n) return CKPT_OK;
@@ -869,6 +908,7 @@ static ckpt_status op_build(pk_vm *vm) {
     pk_value *inst = vm->stack[vm->sp - 2], *state = vm->stack[vm->sp - 1];
     if (inst->type != PK_OBJECT)
         return fail(vm, CKPT_E_FORMAT, "BUILD on %s", pk_type_name(inst->type));
+    mutating(vm, inst);
     inst->u.obj.state = state; /* a second BUILD replaces the state */
     if (!pkb_nest(&vm->b, inst, pkb_depth(state))) return fail_build(vm);
     vm->sp--;
@@ -929,10 +969,11 @@ static ckpt_status op_extend(pk_vm *vm, unsigned op) {
     if (op == PK_OP_APPENDS) {
         st = append_items(vm, target, items, n);
     } else if (op == PK_OP_SETITEMS) {
-        st = set_items(vm, target, items, n);
+        st = set_items(vm, target, start - 1, items, n);
     } else if (target->type != PK_SET) {
         st = fail(vm, CKPT_E_FORMAT, "cannot add items to %s", pk_type_name(target->type));
     } else {
+        mutating(vm, target);
         st = pkb_seq_extend(&vm->b, target, items, n) ? CKPT_OK : fail_build(vm);
     }
     vm->sp = start;
@@ -979,7 +1020,11 @@ static ckpt_status step(pk_vm *vm) {
         vm->sp = start;
         return CKPT_OK;
     }
-    case PK_OP_DUP: NEED_STACK(vm, 1); return push(vm, vm->stack[vm->sp - 1]);
+    case PK_OP_DUP:
+        NEED_STACK(vm, 1);
+        if (vm->watch && !(vm->stack[vm->sp - 1]->flags & PK_FLAG_ALIASED))
+            vm->stack[vm->sp - 1]->flags |= PK_FLAG_ALIASED;
+        return push(vm, vm->stack[vm->sp - 1]);
 
     case PK_OP_NONE: return push_new(vm, mk_singleton(vm, &vm->none, PK_NONE, false));
     case PK_OP_NEWTRUE: return push_new(vm, mk_singleton(vm, &vm->yes, PK_BOOL, true));
@@ -1033,7 +1078,8 @@ static ckpt_status step(pk_vm *vm) {
     }
     case PK_OP_SETITEM: {
         NEED_STACK(vm, 3);
-        ckpt_status st = set_items(vm, vm->stack[vm->sp - 3], vm->stack + vm->sp - 2, 2);
+        ckpt_status st =
+            set_items(vm, vm->stack[vm->sp - 3], vm->sp - 3, vm->stack + vm->sp - 2, 2);
         vm->sp -= 2;
         return st;
     }
@@ -1110,6 +1156,11 @@ ckpt_status pk_decode(const uint8_t *buf, size_t len, const pk_limits *limits, p
 
 ckpt_status pk_decode_input(const pk_input *in, const pk_limits *limits, pk_doc **out,
                             ckpt_error *err) {
+    return pk_decode_watched(in, limits, NULL, out, err);
+}
+
+ckpt_status pk_decode_watched(const pk_input *in, const pk_limits *limits, const pk_watch *watch,
+                              pk_doc **out, ckpt_error *err) {
     if (out) *out = NULL;
     if (!out || !in || (!in->buf && !in->read && in->len))
         return ckpt_fail(err, CKPT_E_INVAL, "pk_decode: bad argument");
@@ -1141,6 +1192,7 @@ ckpt_status pk_decode_input(const pk_input *in, const pk_limits *limits, pk_doc 
         vm->len = len;
     }
     vm->err = err;
+    vm->watch = watch && watch->take && watch->revoke ? watch : NULL;
     vm->b.arena = doc->arena;
     ckpt_arena_map_ahead(doc->arena); /* a big pickle fills a lot of it */
     vm->b.max_items = lim.max_items;
@@ -1165,6 +1217,7 @@ ckpt_status pk_decode_input(const pk_input *in, const pk_limits *limits, pk_doc 
     vm->tuples = vm->strs + ((size_t)1 << vm->intern_bits);
 
     ckpt_status st = run(vm);
+    if (st != CKPT_OK) revoke(vm); /* the consumer stops before the document goes */
     ckpt_arena_settle(doc->arena);
     doc->root = vm->result;
     free(vm->stack);

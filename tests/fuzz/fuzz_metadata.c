@@ -13,7 +13,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ckpt_limits lim = {.max_pickle_memory = 64u << 20, .max_items = 1u << 20, .max_depth = 64};
     ckpt_reader *r = NULL;
     ckpt_error err;
-    if (ckpt_reader_open_buffer("/nonexistent-fuzz-dir", data, size, &lim, &r, &err) != CKPT_OK)
+    if (ckpt_reader_open_buffer("/nonexistent-fuzz-dir", data, size, &lim, 0, &r, &err) != CKPT_OK)
         return 0;
     for (size_t i = 0; i < ckpt_reader_num_entries(r); i++) {
         const ckpt_entry *e = ckpt_reader_entry(r, i);

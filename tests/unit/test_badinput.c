@@ -9,6 +9,7 @@
  * step = 7 (an object).  Per-entry cases damage `a` (usually its chunk 1, rows [2, 4)). */
 #include "ckpt.h"
 #include "fixture_ref.h"
+#include "index/reader_i.h" /* index_overlapped */
 #include "test_util.h"
 
 #include <criterion/criterion.h>
@@ -346,6 +347,59 @@ Test(badinput, base_is_intact) {
     expect_ranges(r, 0, &log);
     ckpt_reader_free(r);
 }
+
+/* =============================================================== the overlapped walk */
+
+/* Opens a committed case with `threads` index threads (2: the walk overlaps decoding, in
+ * lockstep: each batch handed over is walked before the decoder goes on). */
+static ckpt_reader *open_case_threads(const char *name, uint32_t threads) {
+    char *dir = case_path(name, "ckpt"), *md = case_path(name, "ckpt/.metadata");
+    FILE *f = fopen(md, "rb");
+    cr_assert(f, "%s", md);
+    static uint8_t buf[1 << 16];
+    size_t len = fread(buf, 1, sizeof buf, f);
+    cr_assert(len > 0 && feof(f), "%s", md);
+    fclose(f);
+    ckpt_limits lim = {.index_threads = threads};
+    ckpt_reader *r = NULL;
+    ckpt_error err = {0};
+    cr_assert_eq(ckpt_reader_open_buffer(dir, buf, len, &lim, CKPT_OPEN_LOCKSTEP, &r, &err),
+                 CKPT_OK, "%s: %s", dir, err.message);
+    free(dir);
+    free(md);
+    return r;
+}
+
+Test(badinput, overlapped_walk_indexes_the_base) {
+    ckpt_reader *r = open_case_threads("base", 2);
+    cr_expect(r->index_overlapped, "base: the walk should have overlapped decoding");
+    expect_intact_entries(r, "base");
+    ckpt_reader_free(r);
+    r = open_case_threads("base", 1);
+    cr_expect(!r->index_overlapped);
+    expect_intact_entries(r, "base");
+    ckpt_reader_free(r);
+}
+
+/* A pickle the overlapped walk must not trust: it is dropped, and the whole walk gives every
+ * entry as torch reads it. */
+static void expect_overlap_dropped(const char *name) {
+    for (uint32_t threads = 1; threads <= 2; threads++) {
+        ckpt_reader *r = open_case_threads(name, threads);
+        cr_expect(!r->index_overlapped, "%s: the overlapped walk should have been dropped", name);
+        cr_expect_eq(ckpt_reader_num_entries(r), 3, "%s", name);
+        expect_intact_entries(r, name);
+        ckpt_reader_free(r);
+    }
+}
+
+/* a's chunk list gets its second chunk (APPEND to a memo GET of the list) after the whole
+ * state_dict_metadata was handed over: the decoder revokes */
+Test(badinput, overlap_late_append) { expect_overlap_dropped("overlap_late_append"); }
+/* storage_data pickled before state_dict_metadata: not the walk's order */
+Test(badinput, overlap_storage_first) { expect_overlap_dropped("overlap_storage_first"); }
+/* a dict stored under "state_dict_metadata" deeper in the pickle, before the real one */
+Test(badinput, overlap_decoy_label) { expect_overlap_dropped("overlap_decoy_label"); }
 
 /* =============================================================== chunk layout */
 

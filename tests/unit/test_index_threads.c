@@ -153,8 +153,24 @@ Test(index_threads, same_index_for_any_thread_count, .init = mk_tmp, .fini = rm_
     write_checkpoint(dir);
     ckpt_reader *one = open_with_threads(dir, 1);
     cr_assert_eq(ckpt_reader_num_entries(one), NTENSORS + 1u);
+    cr_assert(!one->index_overlapped);
+    /* the overlapped walk (metadata_overlap.c), also in lockstep with the decoder */
+    char md[160];
+    snprintf(md, sizeof md, "%s/.metadata", dir);
+    size_t len;
+    uint8_t *buf = tu_read_file(md, &len);
+    ckpt_limits lim2 = {.index_threads = 2};
+    ckpt_reader *lock;
+    ckpt_error err0;
+    cr_assert_eq(ckpt_reader_open_buffer(dir, buf, len, &lim2, CKPT_OPEN_LOCKSTEP, &lock, &err0),
+                 CKPT_OK, "%s", err0.message);
+    cr_assert(lock->index_overlapped, "lockstep: the walk should have overlapped decoding");
+    assert_same_index(one, lock, 2);
+    ckpt_reader_free(lock);
+    free(buf);
     for (uint32_t threads = 2; threads <= 4; threads += 2) {
         ckpt_reader *many = open_with_threads(dir, threads);
+        cr_assert(many->index_overlapped, "%u threads: the walk should overlap decoding", threads);
         assert_same_index(one, many, threads);
         if (threads < 4) {
             ckpt_reader_free(many);
@@ -310,7 +326,7 @@ Test(index_threads, big_metadata_through_a_window, .init = mk_tmp, .fini = rm_tm
     fclose(f);
     ckpt_reader *streamed = open_with_threads(dir, 1), *mem;
     ckpt_error err;
-    cr_assert_eq(ckpt_reader_open_buffer(dir, buf, big, NULL, &mem, &err), CKPT_OK, "%s",
+    cr_assert_eq(ckpt_reader_open_buffer(dir, buf, big, NULL, 0, &mem, &err), CKPT_OK, "%s",
                  err.message);
     assert_same_index(mem, streamed, 1);
     ckpt_reader_free(mem);

@@ -1,0 +1,229 @@
+/* metadata_overlap.c — the overlapped walk (see metadata_overlap.h).  The decoder calls
+ * take() on its thread before every SETITEMS into a dict; the batches of the dicts stored
+ * under "state_dict_metadata", "planner_data" and "storage_data" are copied to a queue that
+ * one walker thread feeds to the steps of metadata_walk.h, in the order the sequential walk
+ * takes them.  Anything unexpected (another order, a dict not filled from empty, a changed
+ * handed-over value: the decoder's revoke) drops the result, and the caller walks the
+ * decoded document as usual, so the index never depends on which path made it. */
+#include "index/metadata_overlap.h"
+
+#include "index/metadata_walk.h"
+#include "util/error.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { PART_SDM = 0, PART_PLANNER, PART_STORAGE, NPARTS };
+static const char *const part_key[NPARTS] = {"state_dict_metadata", "planner_data", "storage_data"};
+
+typedef struct batch {
+    struct batch *next;
+    int part;
+    size_t base; /* index of its first pair in the dict */
+    size_t n;    /* pairs */
+    pk_value *kv[];
+} batch;
+
+struct ckpt_overlap {
+    ckpt_reader *r;
+    const char *file;
+    ckpt_walk *w;
+    pk_watch watch;
+
+    /* decoder thread only */
+    bool dropped;                 /* nothing more is taken: the result will be dropped */
+    int part;                     /* last part taken, -1 before the first */
+    const pk_value *dict[NPARTS]; /* the dict of each part, once taken from */
+    size_t taken[NPARTS];         /* pairs taken of it */
+    bool started, joined;
+    pthread_t thread;
+
+    /* shared, under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;      /* to the walker: a batch, done or abort */
+    pthread_cond_t cv_back; /* to the decoder (lockstep): a batch walked */
+    bool lockstep;
+    size_t queued, walked; /* batches */
+    batch *head, *tail;
+    bool done;  /* decoding ended: drain the queue, then exit */
+    bool abort; /* exit now */
+
+    /* walker thread, read after the join */
+    bool sdm_ended;
+    ckpt_status st;
+    ckpt_error err;
+};
+
+static void walk_batch(ckpt_overlap *o, const batch *b) {
+    ckpt_pairs p = {.k = b->kv, .v = b->kv + 1, .stride = 2, .n = b->n};
+    if (b->part == PART_SDM) {
+        o->st = ckpt_walk_sdm(o->w, p, b->base, 1, &o->err);
+        return;
+    }
+    if (!o->sdm_ended) {
+        o->sdm_ended = true;
+        if ((o->st = ckpt_walk_sdm_end(o->w, &o->err)) != CKPT_OK) return;
+    }
+    o->st = b->part == PART_PLANNER ? ckpt_walk_planner(o->w, p, &o->err)
+                                    : ckpt_walk_storage(o->w, p, &o->err);
+}
+
+static void *walker_main(void *arg) {
+    ckpt_overlap *o = arg;
+    pthread_mutex_lock(&o->mu);
+    for (;;) {
+        while (!o->head && !o->done && !o->abort)
+            pthread_cond_wait(&o->cv, &o->mu);
+        if (o->abort || !o->head) break;
+        batch *b = o->head;
+        o->head = b->next;
+        if (!o->head) o->tail = NULL;
+        pthread_mutex_unlock(&o->mu);
+        if (o->st == CKPT_OK) walk_batch(o, b);
+        free(b);
+        pthread_mutex_lock(&o->mu);
+        o->walked++;
+        if (o->lockstep) pthread_cond_signal(&o->cv_back);
+    }
+    bool finish = !o->abort;
+    pthread_mutex_unlock(&o->mu);
+    if (finish && o->st == CKPT_OK && !o->sdm_ended) {
+        o->sdm_ended = true;
+        o->st = ckpt_walk_sdm_end(o->w, &o->err);
+    }
+    return NULL;
+}
+
+/* Stops the walker (now, or after the queue when `drain`) and waits for it. */
+static void stop(ckpt_overlap *o, bool drain) {
+    if (!o->started || o->joined) return;
+    pthread_mutex_lock(&o->mu);
+    if (drain)
+        o->done = true;
+    else
+        o->abort = true;
+    pthread_cond_signal(&o->cv);
+    pthread_mutex_unlock(&o->mu);
+    pthread_join(o->thread, NULL);
+    o->joined = true;
+}
+
+static void drop(ckpt_overlap *o) {
+    o->dropped = true;
+    stop(o, false);
+}
+
+static bool take(void *ctx, const char *label, const pk_value *dict, size_t len,
+                 pk_value *const *kv, size_t npairs) {
+    ckpt_overlap *o = ctx;
+    if (o->dropped || !label) return false;
+    int part = 0;
+    while (part < NPARTS && strcmp(label, part_key[part]) != 0)
+        part++;
+    if (part == NPARTS) return false;
+    /* the parts in the sequential walk's order, each dict filled from empty in batches */
+    bool next_part = !o->dict[part] && part > o->part && len == 0;
+    bool same_part = o->dict[part] == dict && part == o->part && len == o->taken[part];
+    if (!next_part && !same_part) {
+        drop(o);
+        return false;
+    }
+    batch *b = malloc(sizeof *b + 2 * npairs * sizeof *b->kv);
+    if (!b) {
+        drop(o);
+        return false;
+    }
+    b->next = NULL;
+    b->part = part;
+    b->base = len;
+    b->n = npairs;
+    memcpy(b->kv, kv, 2 * npairs * sizeof *kv);
+    if (!o->started) {
+        /* (the reader's arena is not mapped ahead: the walker, not the decoder, takes its
+         * page faults; mapping ahead cost 64 MiB more peak memory and no time) */
+        if (pthread_create(&o->thread, NULL, walker_main, o) != 0) {
+            free(b);
+            o->dropped = true;
+            return false;
+        }
+        o->started = true;
+    }
+    o->dict[part] = dict;
+    o->part = part;
+    o->taken[part] += npairs;
+    pthread_mutex_lock(&o->mu);
+    if (o->tail)
+        o->tail->next = b;
+    else
+        o->head = b;
+    o->tail = b;
+    o->queued++;
+    pthread_cond_signal(&o->cv);
+    while (o->lockstep && o->walked < o->queued)
+        pthread_cond_wait(&o->cv_back, &o->mu);
+    pthread_mutex_unlock(&o->mu);
+    return true;
+}
+
+static void revoke(void *ctx) { drop(ctx); }
+
+ckpt_overlap *ckpt_overlap_new(ckpt_reader *r, const char *file, bool lockstep) {
+    ckpt_overlap *o = calloc(1, sizeof *o);
+    if (!o) return NULL;
+    o->w = ckpt_walk_new(r, file);
+    if (!o->w) {
+        free(o);
+        return NULL;
+    }
+    o->r = r;
+    o->file = file;
+    o->part = -1;
+    o->lockstep = lockstep;
+    o->watch = (pk_watch){.take = take, .revoke = revoke, .ctx = o};
+    pthread_mutex_init(&o->mu, NULL);
+    pthread_cond_init(&o->cv, NULL);
+    pthread_cond_init(&o->cv_back, NULL);
+    return o;
+}
+
+const pk_watch *ckpt_overlap_watch(ckpt_overlap *o) { return &o->watch; }
+
+/* Whether the walk took exactly the dict the sequential walk would read for `part` (or,
+ * when none was taken, one the sequential walk would find nothing in). */
+static bool part_matches(const ckpt_overlap *o, const pk_value *root, int part) {
+    const pk_value *v = pk_get(root, part_key[part]);
+    if (o->dict[part]) return v == o->dict[part] && v->u.dict.len == o->taken[part];
+    if (part == PART_SDM) return false;
+    return !v || v->type == PK_NONE || (v->type == PK_DICT && v->u.dict.len == 0) ||
+           (part == PART_PLANNER && v->type != PK_DICT);
+}
+
+ckpt_status ckpt_overlap_finish(ckpt_overlap *o, const pk_doc *doc, bool *complete,
+                                ckpt_error *err) {
+    *complete = false;
+    bool dropped = o->dropped || !doc;
+    stop(o, !dropped);
+    for (batch *b = o->head, *next; b; b = next) {
+        next = b->next;
+        free(b);
+    }
+    ckpt_reader *r = o->r;
+    const pk_value *root = doc ? pk_doc_root(doc) : NULL;
+    bool ok = root && root->type == PK_OBJECT && o->started && !dropped && o->st == CKPT_OK;
+    for (int part = 0; ok && part < NPARTS; part++)
+        ok = part_matches(o, root, part);
+    ckpt_status st = CKPT_OK;
+    if (ok) {
+        ckpt_walk_note_root(r, root, pk_get(root, part_key[PART_SDM]));
+        *complete = true;
+    } else if (o->started) {
+        st = ckpt_reader_reset_index(r, err);
+    }
+    ckpt_walk_free(o->w);
+    pthread_mutex_destroy(&o->mu);
+    pthread_cond_destroy(&o->cv);
+    pthread_cond_destroy(&o->cv_back);
+    free(o);
+    return st;
+}

@@ -1,0 +1,31 @@
+/* metadata_overlap.h — indexing a `.metadata` while it is still being decoded: the pairs of
+ * the state_dict_metadata, planner_data and storage_data dicts are walked on a thread of
+ * their own as the decoder finishes each SETITEMS batch, so that on two or more CPUs the walk
+ * costs (almost) no time after the last byte is decoded. */
+#ifndef CKPT_INDEX_METADATA_OVERLAP_H
+#define CKPT_INDEX_METADATA_OVERLAP_H
+
+#include "index/reader_i.h"
+#include "pickle/pickle.h"
+
+#include <stdbool.h>
+
+typedef struct ckpt_overlap ckpt_overlap;
+
+/* An overlapped walk into r, whose index must be empty (no entries, no files); messages name
+ * `file`, which must outlive it.  NULL when out of memory (then decode and walk in turn).
+ * No thread runs until the decoder hands over the first pairs.  `lockstep` (tests): the
+ * decoder waits at every hand-over until the walker has walked it. */
+ckpt_overlap *ckpt_overlap_new(ckpt_reader *r, const char *file, bool lockstep);
+/* The watch to decode the metadata pickle with (pk_decode_watched). */
+const pk_watch *ckpt_overlap_watch(ckpt_overlap *o);
+/* After decoding: waits for the walker and frees o.  *complete is true when r now holds the
+ * index of `doc` exactly as ckpt_index_add_metadata(r, file, doc) would have made it; false
+ * when the pickle did not allow it (a hand-made pickle that changed a handed-over value, keys
+ * out of order, the dicts not where the walk looks, a defect the walk reports) or decoding
+ * failed (doc NULL): r's index is then empty again and the caller walks doc itself.
+ * Fails only when out of memory. */
+ckpt_status ckpt_overlap_finish(ckpt_overlap *o, const pk_doc *doc, bool *complete,
+                                ckpt_error *err);
+
+#endif
