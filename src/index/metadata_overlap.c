@@ -31,6 +31,8 @@ struct ckpt_overlap {
     ckpt_walk *w;
     pk_watch watch;
 
+    bool only_file; /* no metadata file follows: paths may be settled before the end */
+
     /* decoder thread only */
     bool dropped;                 /* nothing more is taken: the result will be dropped */
     int part;                     /* last part taken, -1 before the first */
@@ -51,6 +53,7 @@ struct ckpt_overlap {
 
     /* walker thread, read after the join */
     bool sdm_ended;
+    bool paths_settled;
     ckpt_status st;
     ckpt_error err;
 };
@@ -65,8 +68,17 @@ static void walk_batch(ckpt_overlap *o, const batch *b) {
         o->sdm_ended = true;
         if ((o->st = ckpt_walk_sdm_end(o->w, &o->err)) != CKPT_OK) return;
     }
-    o->st = b->part == PART_PLANNER ? ckpt_walk_planner(o->w, p, &o->err)
-                                    : ckpt_walk_storage(o->w, p, &o->err);
+    if (b->part == PART_PLANNER) {
+        o->st = ckpt_walk_planner(o->w, p, &o->err);
+        return;
+    }
+    if (o->only_file && !o->paths_settled) {
+        /* planner_data is walked: what ckpt_index_finish would do first is done now, while
+         * the decoder is still busy with storage_data */
+        o->paths_settled = true;
+        if ((o->st = ckpt_index_paths(o->r, &o->err)) != CKPT_OK) return;
+    }
+    o->st = ckpt_walk_storage(o->w, p, &o->err);
 }
 
 static void *walker_main(void *arg) {
@@ -168,7 +180,7 @@ static bool take(void *ctx, const char *label, const pk_value *dict, size_t len,
 
 static void revoke(void *ctx) { drop(ctx); }
 
-ckpt_overlap *ckpt_overlap_new(ckpt_reader *r, const char *file, bool lockstep) {
+ckpt_overlap *ckpt_overlap_new(ckpt_reader *r, const char *file, bool only_file, bool lockstep) {
     ckpt_overlap *o = calloc(1, sizeof *o);
     if (!o) return NULL;
     o->w = ckpt_walk_new(r, file);
@@ -180,6 +192,7 @@ ckpt_overlap *ckpt_overlap_new(ckpt_reader *r, const char *file, bool lockstep) 
     o->file = file;
     o->part = -1;
     o->lockstep = lockstep;
+    o->only_file = only_file;
     o->watch = (pk_watch){.take = take, .revoke = revoke, .ctx = o};
     pthread_mutex_init(&o->mu, NULL);
     pthread_cond_init(&o->cv, NULL);

@@ -14,9 +14,11 @@ typedef struct ckpt_overlap ckpt_overlap;
 
 /* An overlapped walk into r, whose index must be empty (no entries, no files); messages name
  * `file`, which must outlive it.  NULL when out of memory (then decode and walk in turn).
- * No thread runs until the decoder hands over the first pairs.  `lockstep` (tests): the
- * decoder waits at every hand-over until the walker has walked it. */
-ckpt_overlap *ckpt_overlap_new(ckpt_reader *r, const char *file, bool lockstep);
+ * No thread runs until the decoder hands over the first pairs.  `only_file`: no other
+ * metadata file follows (then the entries' paths are settled while storage_data is still
+ * being decoded: ckpt_index_paths).  `lockstep` (tests): the decoder waits at every
+ * hand-over until the walker has walked it. */
+ckpt_overlap *ckpt_overlap_new(ckpt_reader *r, const char *file, bool only_file, bool lockstep);
 /* The watch to decode the metadata pickle with (pk_decode_watched). */
 const pk_watch *ckpt_overlap_watch(ckpt_overlap *o);
 /* After decoding: waits for the walker and frees o.  *complete is true when r now holds the

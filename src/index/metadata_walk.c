@@ -723,10 +723,9 @@ static bool path_eq(const void *ctx, uint64_t v) {
     return strcmp(r->entries[v].path, (const char *)c[1]) == 0;
 }
 
-ckpt_status ckpt_index_finish(ckpt_reader *r, ckpt_error *err) {
-    if (!ckpt_htab_init(&r->by_path, r->nentries)) return nomem(err);
-    ckpt_reader_info *in = &r->info;
-    for (size_t i = 0; i < r->nentries; i++) {
+ckpt_status ckpt_index_paths(ckpt_reader *r, ckpt_error *err) {
+    if (!r->by_path.cap && !ckpt_htab_init(&r->by_path, r->nentries)) return nomem(err);
+    for (size_t i = r->paths_done; i < r->nentries; i++) {
         ckpt_entry *e = &r->entries[i];
         if (!e->path) CKPT_TRY(set_path(r, e, NULL, err));
         const void *ctx[2] = {r, e->path};
@@ -735,6 +734,16 @@ ckpt_status ckpt_index_finish(ckpt_reader *r, ckpt_error *err) {
         if (!ckpt_htab_find(&r->by_path, h, path_eq, ctx, &dummy) &&
             !ckpt_htab_insert(&r->by_path, h, i))
             return nomem(err);
+        r->paths_done = i + 1;
+    }
+    return CKPT_OK;
+}
+
+ckpt_status ckpt_index_finish(ckpt_reader *r, ckpt_error *err) {
+    CKPT_TRY(ckpt_index_paths(r, err));
+    ckpt_reader_info *in = &r->info;
+    for (size_t i = 0; i < r->nentries; i++) {
+        ckpt_entry *e = &r->entries[i];
         in->num_entries++;
         if (e->kind == CKPT_ENTRY_TENSOR) {
             in->num_tensors++;

@@ -25,8 +25,8 @@ static bool may_overlap(const ckpt_reader *r) {
 /* Decodes a metadata pickle (from the file `path`, or buf[0, len) when buf is set) and adds
  * it to the index, walking it while it is decoded when may_overlap. */
 static ckpt_status add_metadata(ckpt_reader *r, const char *path, const uint8_t *buf, size_t len,
-                                bool lockstep, ckpt_error *err) {
-    ckpt_overlap *ov = may_overlap(r) ? ckpt_overlap_new(r, path, lockstep) : NULL;
+                                bool only_file, bool lockstep, ckpt_error *err) {
+    ckpt_overlap *ov = may_overlap(r) ? ckpt_overlap_new(r, path, only_file, lockstep) : NULL;
     const pk_watch *watch = ov ? ckpt_overlap_watch(ov) : NULL;
     pk_doc *doc = NULL;
     ckpt_status s;
@@ -58,10 +58,11 @@ static ckpt_status add_metadata(ckpt_reader *r, const char *path, const uint8_t 
     return s;
 }
 
-static ckpt_status add_file(ckpt_reader *r, const char *name, ckpt_error *err) {
+/* only_file: no other metadata file will be added. */
+static ckpt_status add_file(ckpt_reader *r, const char *name, bool only_file, ckpt_error *err) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", r->dir, name);
-    return add_metadata(r, path, NULL, 0, false, err);
+    return add_metadata(r, path, NULL, 0, only_file, false, err);
 }
 
 /* Rank-local metadata: `__<rank>.metadata` files, merged in rank order. */
@@ -76,7 +77,7 @@ static ckpt_status add_rank_local(ckpt_reader *r, ckpt_error *err) {
     for (size_t i = 0; i < n && s == CKPT_OK; i++) {
         char name[64];
         snprintf(name, sizeof name, "__%lld.metadata", ranks[i]);
-        s = add_file(r, name, err);
+        s = add_file(r, name, n == 1, err);
     }
     free(ranks);
     r->info.rank_local_metadata = n > 0;
@@ -101,6 +102,8 @@ static ckpt_status reader_new(const char *dir, const ckpt_limits *limits, ckpt_r
 ckpt_status ckpt_reader_reset_index(ckpt_reader *r, ckpt_error *err) {
     r->nentries = 0;
     r->nfiles = 0;
+    r->paths_done = 0;
+    ckpt_htab_release(&r->by_path);
     ckpt_htab_release(&r->by_key);
     ckpt_htab_release(&r->file_by_name);
     r->info.stored_bytes = 0;
@@ -118,7 +121,7 @@ ckpt_status ckpt_reader_open_buffer(const char *dir, const uint8_t *buf, size_t 
     *out = NULL;
     ckpt_status s = reader_new(dir, limits, &r, err);
     if (s == CKPT_OK)
-        s = add_metadata(r, "(metadata buffer)", buf, len, flags & CKPT_OPEN_LOCKSTEP, err);
+        s = add_metadata(r, "(metadata buffer)", buf, len, true, flags & CKPT_OPEN_LOCKSTEP, err);
     if (s == CKPT_OK) s = ckpt_index_finish(r, err);
     if (s != CKPT_OK) {
         ckpt_reader_free(r);
@@ -140,7 +143,7 @@ ckpt_status ckpt_reader_open(const char *dir, const ckpt_open_options *opts, ckp
     ckpt_reader *r = NULL;
     ckpt_status s = reader_new(dir, opts ? opts->limits : NULL, &r, err);
     if (s != CKPT_OK) goto fail;
-    s = add_file(r, ".metadata", err);
+    s = add_file(r, ".metadata", true, err);
     if (s == CKPT_E_NOTFOUND) s = add_rank_local(r, err);
     if (s != CKPT_OK) goto fail;
     CKPT_TRY_GOTO(s, ckpt_index_finish(r, err), fail);

@@ -95,6 +95,7 @@ struct ckpt_reader {
     ckpt_reader_info info;
     uint64_t unmatched_storage; /* storage_data entries that match no chunk/entry */
     bool index_overlapped;      /* the last metadata file was indexed while it was decoded */
+    size_t paths_done;          /* entries [0, paths_done) have their path and are in by_path */
     /* decoded chunks held in memory, most recently used first (under `lock`) */
     ckpt_chunk *lru_head, *lru_tail;
     uint64_t decoded_bytes;
@@ -116,6 +117,11 @@ ckpt_status ckpt_reader_open_buffer(const char *dir, const uint8_t *buf, size_t 
 ckpt_status ckpt_index_add_metadata(ckpt_reader *r, const char *file, const pk_doc *doc,
                                     ckpt_error *err);
 ckpt_status ckpt_index_finish(ckpt_reader *r, ckpt_error *err);
+/* Gives the entries made since the last call the flat-key path when planner_data gave them
+ * none, and adds them to by_path (the first entry of a path wins).  ckpt_index_finish calls
+ * it; the overlapped walk of a checkpoint's only metadata file calls it once planner_data is
+ * walked, while storage_data is still being decoded. */
+ckpt_status ckpt_index_paths(ckpt_reader *r, ckpt_error *err);
 /* Empties the index (entries, data files, what the walk counted) of a reader whose index was
  * empty before the walk of its first metadata file (metadata_overlap.c); what the walk
  * allocated from the arena stays there until the reader is freed. */

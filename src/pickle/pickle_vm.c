@@ -114,6 +114,8 @@ typedef struct pk_vm {
     /* pk_watch: NULL when none, or once revoked; `taken`: pairs were taken and not revoked */
     const pk_watch *watch;
     bool taken;
+
+    const pk_value *torch_size; /* the last class node found to be torch.Size */
 } pk_vm;
 
 /* ---------------------------------------------------------------- errors */
@@ -436,6 +438,16 @@ static ckpt_status memo_push(pk_vm *vm, uint64_t idx) {
 
 static ckpt_status memo_store(pk_vm *vm, uint64_t idx) {
     NEED_STACK(vm, 1);
+    /* the usual store (MEMOIZE): the next dense index, in a chunk already there */
+    if (idx == vm->memo_end && idx < vm->memo_cap && idx < vm->max_memo) {
+        pk_value **chunk = vm->memo_dir[idx >> MEMO_CHUNK_BITS];
+        if (chunk) {
+            chunk[idx & (MEMO_CHUNK - 1)] = vm->stack[vm->sp - 1];
+            vm->memo_end = idx + 1;
+            vm->memo_count++;
+            return CKPT_OK;
+        }
+    }
     return memo_put(vm, idx, vm->stack[vm->sp - 1]);
 }
 
@@ -859,12 +871,15 @@ static ckpt_status op_stack_global(pk_vm *vm) {
  * call: `torch.Size((i, ...))` is a tuple of ints (pickled by `Size.__reduce__` as exactly
  * this), so the tuple stands for it and no object node is made (a 1 M-chunk `.metadata`
  * holds ~3 M of them). */
-static pk_value *torch_size_dims(const pk_value *cls, const pk_value *args) {
+static pk_value *torch_size_dims(pk_vm *vm, const pk_value *cls, const pk_value *args) {
     if (cls->type != PK_GLOBAL || args->u.seq.len != 1) return NULL;
     pk_value *dims = args->u.seq.items[0];
-    if (dims->type != PK_TUPLE || strcmp(cls->u.global.name, "Size") != 0 ||
-        strcmp(cls->u.global.module, "torch") != 0)
-        return NULL;
+    if (dims->type != PK_TUPLE) return NULL;
+    if (cls != vm->torch_size) { /* the class is usually one memoized node */
+        if (strcmp(cls->u.global.name, "Size") != 0 || strcmp(cls->u.global.module, "torch") != 0)
+            return NULL;
+        vm->torch_size = cls;
+    }
     for (size_t i = 0; i < dims->u.seq.len; i++)
         if (dims->u.seq.items[i]->type != PK_INT) return NULL;
     return dims;
@@ -876,7 +891,7 @@ static ckpt_status op_call(pk_vm *vm, pk_obj_how how) {
     pk_value *cls = vm->stack[vm->sp - 2], *args = vm->stack[vm->sp - 1];
     if (args->type != PK_TUPLE)
         return fail(vm, CKPT_E_FORMAT, "arguments are %s, not tuple", pk_type_name(args->type));
-    pk_value *o = how == PK_HOW_REDUCE ? torch_size_dims(cls, args) : NULL;
+    pk_value *o = how == PK_HOW_REDUCE ? torch_size_dims(vm, cls, args) : NULL;
     if (o) {
         vm->sp -= 2;
         vm->stack[vm->sp++] = o;
