@@ -107,8 +107,13 @@ typedef struct ckpt_limits {
     uint64_t max_decoded_cache;  /* decoded (e.g. zstd) chunks kept in memory between reads;
                                     least recently used ones beyond this are dropped and
                                     decoded again when needed (default 512 MiB) */
-    uint32_t index_threads;      /* threads that build the index of a big `.metadata` (default:
-                                    the online CPUs, at most 4; 1: the calling thread only) */
+    uint32_t index_threads;      /* threads that build the index (default: the online CPUs, at
+                                    most 4).  Above 1, `.metadata` is indexed on a second thread
+                                    while it is decoded (faster; the peak memory of a big file
+                                    is then that of the decoder and the index together); a file
+                                    walked after decoding (further rank-local files) has its
+                                    tensors walked on up to this many threads; 1: the calling
+                                    thread only, after decoding */
 } ckpt_limits;
 
 typedef struct ckpt_open_options {
