@@ -27,11 +27,11 @@ typedef struct batch {
 
 struct ckpt_overlap {
     ckpt_reader *r;
-    const char *file;
     ckpt_walk *w;
     pk_watch watch;
 
     bool only_file; /* no metadata file follows: paths may be settled before the end */
+    bool lockstep;  /* the decoder waits for each batch to be walked */
 
     /* decoder thread only */
     bool dropped;                 /* nothing more is taken: the result will be dropped */
@@ -45,8 +45,7 @@ struct ckpt_overlap {
     pthread_mutex_t mu;
     pthread_cond_t cv;      /* to the walker: a batch, done or abort */
     pthread_cond_t cv_back; /* to the decoder (lockstep): a batch walked */
-    bool lockstep;
-    size_t queued, walked; /* batches */
+    size_t queued, walked;  /* batches */
     batch *head, *tail;
     bool done;  /* decoding ended: drain the queue, then exit */
     bool abort; /* exit now */
@@ -58,16 +57,20 @@ struct ckpt_overlap {
     ckpt_error err;
 };
 
+/* After the last state_dict_metadata batch (once): the walk's pass over repeated keys. */
+static ckpt_status end_sdm(ckpt_overlap *o) {
+    if (o->sdm_ended) return CKPT_OK;
+    o->sdm_ended = true;
+    return ckpt_walk_sdm_end(o->w, &o->err);
+}
+
 static void walk_batch(ckpt_overlap *o, const batch *b) {
     ckpt_pairs p = {.k = b->kv, .v = b->kv + 1, .stride = 2, .n = b->n};
     if (b->part == PART_SDM) {
         o->st = ckpt_walk_sdm(o->w, p, b->base, 1, &o->err);
         return;
     }
-    if (!o->sdm_ended) {
-        o->sdm_ended = true;
-        if ((o->st = ckpt_walk_sdm_end(o->w, &o->err)) != CKPT_OK) return;
-    }
+    if ((o->st = end_sdm(o)) != CKPT_OK) return;
     if (b->part == PART_PLANNER) {
         o->st = ckpt_walk_planner(o->w, p, &o->err);
         return;
@@ -100,10 +103,7 @@ static void *walker_main(void *arg) {
     }
     bool finish = !o->abort;
     pthread_mutex_unlock(&o->mu);
-    if (finish && o->st == CKPT_OK && !o->sdm_ended) {
-        o->sdm_ended = true;
-        o->st = ckpt_walk_sdm_end(o->w, &o->err);
-    }
+    if (finish && o->st == CKPT_OK) o->st = end_sdm(o);
     return NULL;
 }
 
@@ -189,7 +189,6 @@ ckpt_overlap *ckpt_overlap_new(ckpt_reader *r, const char *file, bool only_file,
         return NULL;
     }
     o->r = r;
-    o->file = file;
     o->part = -1;
     o->lockstep = lockstep;
     o->only_file = only_file;

@@ -389,6 +389,16 @@ static ckpt_status hash_rebuild(pk_vm *vm, size_t cap) {
 }
 
 static ckpt_status memo_put(pk_vm *vm, uint64_t idx, pk_value *v) {
+    /* the usual store (MEMOIZE): the next dense index, in a chunk already there */
+    if (idx == vm->memo_end && idx < vm->memo_cap && idx < vm->max_memo) {
+        pk_value **chunk = vm->memo_dir[idx >> MEMO_CHUNK_BITS];
+        if (chunk) {
+            chunk[idx & (MEMO_CHUNK - 1)] = v;
+            vm->memo_end = idx + 1;
+            vm->memo_count++;
+            return CKPT_OK;
+        }
+    }
     if (idx >= vm->max_memo)
         return fail(vm, CKPT_E_LIMIT, "memo index %llu too large (limit %llu)",
                     (unsigned long long)idx, (unsigned long long)vm->max_memo);
@@ -427,27 +437,22 @@ static ckpt_status memo_put(pk_vm *vm, uint64_t idx, pk_value *v) {
     return CKPT_OK;
 }
 
-static ckpt_status memo_push(pk_vm *vm, uint64_t idx) {
-    pk_value *v = memo_get(vm, idx);
-    if (!v) return fail(vm, CKPT_E_FORMAT, "memo key %llu not found", (unsigned long long)idx);
-    /* see mutating(); written once, so that nodes read by the watch's thread too (class
-     * references, keys) are not written again at every GET */
+/* Pushes a node that is already in the document (memo GET, DUP): under a watch it is marked
+ * PK_FLAG_ALIASED (see mutating()), written once, so that nodes the watch's thread reads too
+ * (class references, keys) are not written again at every GET. */
+static ckpt_status push_again(pk_vm *vm, pk_value *v) {
     if (vm->watch && !(v->flags & PK_FLAG_ALIASED)) v->flags |= PK_FLAG_ALIASED;
     return push(vm, v);
 }
 
+static ckpt_status memo_push(pk_vm *vm, uint64_t idx) {
+    pk_value *v = memo_get(vm, idx);
+    if (!v) return fail(vm, CKPT_E_FORMAT, "memo key %llu not found", (unsigned long long)idx);
+    return push_again(vm, v);
+}
+
 static ckpt_status memo_store(pk_vm *vm, uint64_t idx) {
     NEED_STACK(vm, 1);
-    /* the usual store (MEMOIZE): the next dense index, in a chunk already there */
-    if (idx == vm->memo_end && idx < vm->memo_cap && idx < vm->max_memo) {
-        pk_value **chunk = vm->memo_dir[idx >> MEMO_CHUNK_BITS];
-        if (chunk) {
-            chunk[idx & (MEMO_CHUNK - 1)] = vm->stack[vm->sp - 1];
-            vm->memo_end = idx + 1;
-            vm->memo_count++;
-            return CKPT_OK;
-        }
-    }
     return memo_put(vm, idx, vm->stack[vm->sp - 1]);
 }
 
@@ -1035,11 +1040,7 @@ static ckpt_status step(pk_vm *vm) {
         vm->sp = start;
         return CKPT_OK;
     }
-    case PK_OP_DUP:
-        NEED_STACK(vm, 1);
-        if (vm->watch && !(vm->stack[vm->sp - 1]->flags & PK_FLAG_ALIASED))
-            vm->stack[vm->sp - 1]->flags |= PK_FLAG_ALIASED;
-        return push(vm, vm->stack[vm->sp - 1]);
+    case PK_OP_DUP: NEED_STACK(vm, 1); return push_again(vm, vm->stack[vm->sp - 1]);
 
     case PK_OP_NONE: return push_new(vm, mk_singleton(vm, &vm->none, PK_NONE, false));
     case PK_OP_NEWTRUE: return push_new(vm, mk_singleton(vm, &vm->yes, PK_BOOL, true));
