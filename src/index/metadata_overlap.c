@@ -2,7 +2,11 @@
  * take() on its thread before every SETITEMS into a dict; the batches of the dicts stored
  * under "state_dict_metadata", "planner_data" and "storage_data" are copied to a queue that
  * one walker thread feeds to the steps of metadata_walk.h, in the order the sequential walk
- * takes them.  Anything unexpected (another order, a dict not filled from empty, a changed
+ * takes them.  The walker also decodes some of those batches itself: the decoder hands a
+ * batch over undecoded when split() says so (pk_watch.split: while the walker has fewer than
+ * SPLIT_AHEAD to decode), and from then on every batch of that dict comes through hand(),
+ * decoded or not, so the walker adds them to the dict in order (pk_batch_run) before walking
+ * them.  Anything unexpected (another order, a dict not filled from empty, a changed
  * handed-over value: the decoder's revoke) drops the result, and the caller walks the
  * decoded document as usual, so the index never depends on which path made it. */
 #include "index/metadata_overlap.h"
@@ -11,18 +15,26 @@
 #include "util/error.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 enum { PART_SDM = 0, PART_PLANNER, PART_STORAGE, NPARTS };
+/* Handed batches the walker may have queued and not yet decoded: past that, the
+ * decoder decodes the next batch itself (measured on 2 CPUs: 1 leaves the walker idle part of
+ * the time, more than 3 makes the decoder wait for it). */
+#define SPLIT_AHEAD 3u
 static const char *const part_key[NPARTS] = {"state_dict_metadata", "planner_data", "storage_data"};
 
 typedef struct batch {
     struct batch *next;
     int part;
-    size_t base; /* index of its first pair in the dict */
-    size_t n;    /* pairs */
-    pk_value *kv[];
+    size_t base;         /* index of its first pair in the dict */
+    size_t n;            /* pairs */
+    pk_batch *pb;        /* handed over (pk_watch.hand): run it first; else pairs in own */
+    bool undecoded;      /* pb came as bytes */
+    pk_value *const *kv; /* its pairs */
+    pk_value *own[];
 } batch;
 
 struct ckpt_overlap {
@@ -49,6 +61,12 @@ struct ckpt_overlap {
     batch *head, *tail;
     bool done;  /* decoding ended: drain the queue, then exit */
     bool abort; /* exit now */
+    /* handed batches queued and not yet run (the decoder hands one more only below a
+     * bound, so that both threads decode); lockstep alternates instead */
+    _Atomic unsigned split_pending;
+    bool split_toggle; /* decoder thread */
+    bool split_failed; /* walker: a handed batch failed (the decoder will start over) */
+    size_t split_run;  /* walker: handed batches it decoded */
 
     /* walker thread, read after the join */
     bool sdm_ended;
@@ -64,7 +82,7 @@ static ckpt_status end_sdm(ckpt_overlap *o) {
     return ckpt_walk_sdm_end(o->w, &o->err);
 }
 
-static void walk_batch(ckpt_overlap *o, const batch *b) {
+static void walk_batch(ckpt_overlap *o, batch *b) {
     ckpt_pairs p = {.k = b->kv, .v = b->kv + 1, .stride = 2, .n = b->n};
     if (b->part == PART_SDM) {
         o->st = ckpt_walk_sdm(o->w, p, b->base, 1, &o->err);
@@ -95,7 +113,16 @@ static void *walker_main(void *arg) {
         o->head = b->next;
         if (!o->head) o->tail = NULL;
         pthread_mutex_unlock(&o->mu);
-        if (o->st == CKPT_OK) walk_batch(o, b);
+        if (b->pb) {
+            /* run even after a failed walk: the document must be complete */
+            size_t n;
+            if (pk_batch_run(b->pb, &b->kv, &n) != CKPT_OK)
+                o->split_failed = true;
+            else if (b->undecoded)
+                o->split_run++;
+            if (b->undecoded) atomic_fetch_sub(&o->split_pending, 1);
+        }
+        if (o->st == CKPT_OK && !o->split_failed) walk_batch(o, b);
         free(b);
         pthread_mutex_lock(&o->mu);
         o->walked++;
@@ -119,6 +146,13 @@ static void stop(ckpt_overlap *o, bool drain) {
     pthread_mutex_unlock(&o->mu);
     pthread_join(o->thread, NULL);
     o->joined = true;
+    /* what the walker left: handed batches are cancelled (the decoder waits for each) */
+    for (batch *b = o->head, *next; b; b = next) {
+        next = b->next;
+        if (b->pb) pk_batch_cancel(b->pb);
+        free(b);
+    }
+    o->head = o->tail = NULL;
 }
 
 static void drop(ckpt_overlap *o) {
@@ -126,9 +160,11 @@ static void drop(ckpt_overlap *o) {
     stop(o, false);
 }
 
-static bool take(void *ctx, const char *label, const pk_value *dict, size_t len,
-                 pk_value *const *kv, size_t npairs) {
-    ckpt_overlap *o = ctx;
+/* Queues npairs pairs for `dict` labelled `label` (kv, or the handed batch pb); false, and
+ * nothing kept, when they are not what the sequential walk would read next (then the
+ * result is dropped) or not a part at all. */
+static bool enqueue(ckpt_overlap *o, const char *label, const pk_value *dict, size_t len,
+                    pk_value *const *kv, pk_batch *pb, size_t npairs) {
     if (o->dropped || !label) return false;
     int part = 0;
     while (part < NPARTS && strcmp(label, part_key[part]) != 0)
@@ -141,7 +177,8 @@ static bool take(void *ctx, const char *label, const pk_value *dict, size_t len,
         drop(o);
         return false;
     }
-    batch *b = malloc(sizeof *b + 2 * npairs * sizeof *b->kv);
+    size_t own = pb ? 0 : 2 * npairs;
+    batch *b = malloc(sizeof *b + own * sizeof *b->own);
     if (!b) {
         drop(o);
         return false;
@@ -150,7 +187,10 @@ static bool take(void *ctx, const char *label, const pk_value *dict, size_t len,
     b->part = part;
     b->base = len;
     b->n = npairs;
-    memcpy(b->kv, kv, 2 * npairs * sizeof *kv);
+    b->pb = pb;
+    b->undecoded = pb && pk_batch_bytes(pb) > 0;
+    b->kv = b->own;
+    if (own) memcpy(b->own, kv, own * sizeof *kv);
     if (!o->started) {
         /* (the reader's arena is not mapped ahead: the walker, not the decoder, takes its
          * page faults; mapping ahead cost 64 MiB more peak memory and no time) */
@@ -164,6 +204,7 @@ static bool take(void *ctx, const char *label, const pk_value *dict, size_t len,
     o->dict[part] = dict;
     o->part = part;
     o->taken[part] += npairs;
+    if (b->undecoded) atomic_fetch_add(&o->split_pending, 1);
     pthread_mutex_lock(&o->mu);
     if (o->tail)
         o->tail->next = b;
@@ -176,6 +217,32 @@ static bool take(void *ctx, const char *label, const pk_value *dict, size_t len,
         pthread_cond_wait(&o->cv_back, &o->mu);
     pthread_mutex_unlock(&o->mu);
     return true;
+}
+
+static bool take(void *ctx, const char *label, const pk_value *dict, size_t len,
+                 pk_value *const *kv, size_t npairs) {
+    return enqueue(ctx, label, dict, len, kv, NULL, npairs);
+}
+
+static bool hand(void *ctx, const char *label, const pk_value *dict, size_t len, pk_batch *pb,
+                 size_t npairs) {
+    return enqueue(ctx, label, dict, len, NULL, pb, npairs);
+}
+
+/* Whether the decoder should hand the next batch of `dict` over undecoded: batches of the
+ * three parts after the first one (which holds the first uses of the classes and keys),
+ * while the walker has fewer than SPLIT_AHEAD left to decode; every other one in lockstep
+ * (tests), so that both kinds always occur. */
+static bool split(void *ctx, const char *label, const pk_value *dict) {
+    ckpt_overlap *o = ctx;
+    (void)dict;
+    if (o->dropped || !o->started) return false;
+    int part = 0;
+    while (part < NPARTS && strcmp(label, part_key[part]) != 0)
+        part++;
+    if (part == NPARTS) return false;
+    if (o->lockstep) return (o->split_toggle = !o->split_toggle);
+    return atomic_load(&o->split_pending) < SPLIT_AHEAD;
 }
 
 static void revoke(void *ctx) { drop(ctx); }
@@ -192,7 +259,7 @@ ckpt_overlap *ckpt_overlap_new(ckpt_reader *r, const char *file, bool only_file,
     o->part = -1;
     o->lockstep = lockstep;
     o->only_file = only_file;
-    o->watch = (pk_watch){.take = take, .revoke = revoke, .ctx = o};
+    o->watch = (pk_watch){.take = take, .revoke = revoke, .ctx = o, .split = split, .hand = hand};
     pthread_mutex_init(&o->mu, NULL);
     pthread_cond_init(&o->cv, NULL);
     pthread_cond_init(&o->cv_back, NULL);
@@ -222,13 +289,15 @@ ckpt_status ckpt_overlap_finish(ckpt_overlap *o, const pk_doc *doc, bool *comple
     }
     ckpt_reader *r = o->r;
     const pk_value *root = doc ? pk_doc_root(doc) : NULL;
-    bool ok = root && root->type == PK_OBJECT && o->started && !dropped && o->st == CKPT_OK;
+    bool ok = root && root->type == PK_OBJECT && o->started && !dropped && o->st == CKPT_OK &&
+              !o->split_failed;
     for (int part = 0; ok && part < NPARTS; part++)
         ok = part_matches(o, root, part);
     ckpt_status st = CKPT_OK;
     if (ok) {
         ckpt_walk_note_root(r, root, pk_get(root, part_key[PART_SDM]));
         *complete = true;
+        r->index_split_batches = o->split_run;
     } else if (o->started) {
         st = ckpt_reader_reset_index(r, err);
     }

@@ -1,7 +1,8 @@
 /* metadata_overlap.h — indexing a `.metadata` while it is still being decoded: the pairs of
  * the state_dict_metadata, planner_data and storage_data dicts are walked on a thread of
  * their own as the decoder finishes each SETITEMS batch, so that on two or more CPUs the walk
- * costs (almost) no time after the last byte is decoded. */
+ * costs (almost) no time after the last byte is decoded; that thread also decodes part of the
+ * batches (pk_watch.split), sharing the decoding itself between two CPUs. */
 #ifndef CKPT_INDEX_METADATA_OVERLAP_H
 #define CKPT_INDEX_METADATA_OVERLAP_H
 

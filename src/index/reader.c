@@ -40,6 +40,7 @@ static ckpt_status add_metadata(ckpt_reader *r, const char *path, const uint8_t 
     }
     bool complete = false;
     r->index_overlapped = false;
+    r->index_split_batches = 0;
     if (ov) {
         ckpt_error ov_err;
         ckpt_status os = ckpt_overlap_finish(ov, doc, &complete, &ov_err);

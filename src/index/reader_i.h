@@ -95,6 +95,8 @@ struct ckpt_reader {
     ckpt_reader_info info;
     uint64_t unmatched_storage; /* storage_data entries that match no chunk/entry */
     bool index_overlapped;      /* the last metadata file was indexed while it was decoded */
+    size_t index_split_batches; /* ... and this many of the batches of its dicts were decoded
+                                 * by the walker (pk_watch.split) */
     size_t paths_done;          /* entries [0, paths_done) have their path and are in by_path */
     /* decoded chunks held in memory, most recently used first (under `lock`) */
     ckpt_chunk *lru_head, *lru_tail;

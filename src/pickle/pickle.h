@@ -168,12 +168,43 @@ ckpt_status pk_decode_input(const pk_input *in, const pk_limits *limits, pk_doc 
  * fills every container before it is an item of another), and before the document is freed
  * when decoding fails.  When it returns, the consumer must no longer be reading any node, and
  * must drop what it made of them.  No take follows a revoke. */
+typedef struct pk_batch pk_batch;
 typedef struct pk_watch {
     bool (*take)(void *ctx, const char *label, const pk_value *dict, size_t len,
                  pk_value *const *kv, size_t npairs);
     void (*revoke)(void *ctx);
     void *ctx;
+    /* Optional (both or neither): handing whole batches over, so that the consumer's thread
+     * also decodes some of them (the second CPU shares the decoding of `storage_data`).
+     *
+     * split(ctx, label, dict) is asked at the MARK that opens a SETITEMS batch into a dict
+     * (labelled as for take): true asks for this batch's bytes to be handed over undecoded.
+     * The decoder then (if it can: see pickle_vm.c) finds where the batch ends, reserves its
+     * memo indices and calls hand(ctx, label, dict, len, batch, npairs) instead of decoding
+     * it; once one batch of a dict was handed over, every later batch of that dict is handed
+     * over too (as decoded pairs when the decoder decoded it), until the dict is used for
+     * anything else.  hand() returns true when it took the batch, which the consumer must
+     * then pass, in the order handed and on one thread, to pk_batch_run, or to
+     * pk_batch_cancel if it stops early (revoke included: it cancels what it did not run
+     * before revoke returns).  `len` counts the pairs handed before, as in take. */
+    bool (*split)(void *ctx, const char *label, const pk_value *dict);
+    bool (*hand)(void *ctx, const char *label, const pk_value *dict, size_t len, pk_batch *batch,
+                 size_t npairs);
 } pk_watch;
+/* Runs a handed-over batch on the calling thread: decodes it (when handed as bytes), adds its
+ * pairs to its dict and lets the decoder go on past it.  *kv and *npairs: the pairs, valid as
+ * long as the document (read them like taken pairs).  A batch that cannot be decoded this way
+ * (an error in it, a limit, a reference the split decoder does not allow) fails here, and the
+ * decoder then decodes the whole pickle again without handing anything over; so does any
+ * error of the decoding thread once batches were handed.  The document is always the plain
+ * decoder's, and so is every error.  (The limits are shared out between the two threads, and
+ * equal values are shared within each thread only: a pickle within a hair of max_items or
+ * max_bytes may be decoded split where the plain decoder stops at the limit.)  After the call,
+ * `batch` is the decoder's. */
+ckpt_status pk_batch_run(pk_batch *batch, pk_value *const **kv, size_t *npairs);
+void pk_batch_cancel(pk_batch *batch);
+/* Bytes of pickle the batch was handed as (0: handed as decoded pairs). */
+size_t pk_batch_bytes(const pk_batch *batch);
 /* pk_decode_input with a watch (NULL: none). */
 ckpt_status pk_decode_watched(const pk_input *in, const pk_limits *limits, const pk_watch *watch,
                               pk_doc **out, ckpt_error *err);

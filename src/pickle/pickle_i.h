@@ -68,6 +68,19 @@ bool pkb_dict_extend(pk_builder *b, pk_value *dict, pk_value *const *kv, size_t 
 /* Strict UTF-8 (no overlongs, surrogates or code points above U+10FFFF). */
 bool pk_utf8_valid(const uint8_t *s, size_t n);
 
+/* ---- batch scan (pickle_scan.c) ---- */
+
+typedef struct pk_scan {
+    size_t end;     /* offset of the SETITEMS that closes the batch */
+    uint64_t memos; /* MEMOIZE opcodes before it */
+    size_t pairs;   /* pairs it adds */
+} pk_scan;
+/* Scans p[0, n), the bytes right after the MARK that opens a SETITEMS batch (total_left: bytes
+ * of the pickle from p on, to check FRAME lengths).  True when the batch ends within n, holds
+ * only the opcodes a batch of objects is made of (no PUT, no POP, ...) without a stack
+ * underflow, and is closed by SETITEMS on an even number of items. */
+bool pk_scan_batch(const uint8_t *p, size_t n, uint64_t total_left, pk_scan *out);
+
 /* ---- protocol-0 text (pickle_text.c) ---- */
 
 /* Python refuses int() of more digits than this (sys.int_info.default_max_str_digits). */

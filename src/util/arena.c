@@ -219,4 +219,5 @@ void ckpt_arena_adopt(ckpt_arena *dst, ckpt_arena *src) {
 }
 
 int ckpt_arena_over_budget(const ckpt_arena *a) { return a->over_budget; }
+void ckpt_arena_set_budget(ckpt_arena *a, uint64_t budget) { a->budget = budget; }
 uint64_t ckpt_arena_used(const ckpt_arena *a) { return a->used; }

@@ -35,6 +35,8 @@ void *ckpt_arena_grow(ckpt_arena *a, void *old, size_t old_size, size_t new_size
  * src handle; pointers into src stay valid.  Both must be settled (no helper running). */
 void ckpt_arena_adopt(ckpt_arena *dst, ckpt_arena *src);
 int ckpt_arena_over_budget(const ckpt_arena *a);
+/* Changes the budget (0 = unlimited); bytes handed out so far still count. */
+void ckpt_arena_set_budget(ckpt_arena *a, uint64_t budget);
 uint64_t ckpt_arena_used(const ckpt_arena *a);
 
 #endif

@@ -165,6 +165,14 @@ Test(index_threads, same_index_for_any_thread_count, .init = mk_tmp, .fini = rm_
     cr_assert_eq(ckpt_reader_open_buffer(dir, buf, len, &lim2, CKPT_OPEN_LOCKSTEP, &lock, &err0),
                  CKPT_OK, "%s", err0.message);
     cr_assert(lock->index_overlapped, "lockstep: the walk should have overlapped decoding");
+    /* its dicts are pickled in batches of 1000 items: in lockstep, every other batch after the
+     * first is decoded by the walker (pk_watch.split) */
+    size_t items = 0;
+    for (size_t i = 0; i < ckpt_reader_num_entries(lock); i++)
+        items += ckpt_entry_num_chunks(ckpt_reader_entry(lock, i));
+    size_t batches = (items + 999) / 1000;
+    cr_assert_geq(lock->index_split_batches, batches / 2, "lockstep: %zu batches split",
+                  lock->index_split_batches);
     assert_same_index(one, lock, 2);
     ckpt_reader_free(lock);
     free(buf);
