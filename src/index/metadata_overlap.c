@@ -190,7 +190,7 @@ static bool enqueue(ckpt_overlap *o, const char *label, const pk_value *dict, si
     b->pb = pb;
     b->undecoded = pb && pk_batch_bytes(pb) > 0;
     b->kv = b->own;
-    if (own) memcpy(b->own, kv, own * sizeof *kv);
+    if (kv && own) memcpy(b->own, kv, own * sizeof *kv);
     if (!o->started) {
         /* (the reader's arena is not mapped ahead: the walker, not the decoder, takes its
          * page faults; mapping ahead cost 64 MiB more peak memory and no time) */

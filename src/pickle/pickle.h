@@ -140,7 +140,8 @@ ckpt_status pk_decode(const uint8_t *buf, size_t len, const pk_limits *limits, p
  * big file needs no whole-file buffer.  read(ctx, dst, off, n) copies n > 0 bytes at `off`
  * (< len) into dst and returns how many it copied (fewer is fine, 0 means they never will
  * be: the decoder then fails as on a truncated input and the reader's owner reports the real
- * cause).  Bytes are asked for in order, each once. */
+ * cause).  Bytes are asked for in order, each once, except that a split decode that has to
+ * start over (pk_batch_run) asks for them again from the start. */
 typedef struct pk_input {
     const uint8_t *buf;
     size_t len;

@@ -62,6 +62,9 @@
  * holds more containers than SPLIT_MAX_PINNED. */
 #define SPLIT_MAX_BYTES ((size_t)1 << 20)
 #define SPLIT_MAX_PINNED 16
+/* Distinct containers from before its batch a handed batch may fetch (it may not change
+ * them). */
+#define SPLIT_MAX_FETCHED 64
 
 /* A cache slot: the int itself, or a hash of the content; v is NULL when empty.  Keeping the
  * key here spares loading v (usually a cache miss) on the frequent mismatches. */
@@ -140,18 +143,23 @@ typedef struct pk_vm {
     bool sub;
     uint64_t memo_lo;
     const pk_batch *batch; /* the batch it decodes */
+    /* containers it fetched from below memo_lo in this batch: the decoding thread's, or an
+     * earlier batch's, which that thread may read at any time, so they must not change */
+    const pk_value *fetched[SPLIT_MAX_FETCHED];
+    size_t nfetched;
+    bool can_split; /* the watch has split and hand */
 } pk_vm;
 
 /* Split decoding.  At the MARK of a SETITEMS batch into a dict the consumer names (its
  * split()), the decoder scans to the batch's end (pk_scan_batch), reserves the memo indices
  * the batch stores, hands the bytes over and goes on after the batch; the consumer's thread
  * decodes them with a VM of its own (pk_batch_run), which reads earlier memo entries but
- * refuses those the decoding thread may still change (split_may_share), then adds the pairs
- * to the dict.  From then on, batches the decoder decodes itself for that dict are
- * handed over as pairs, so that the consumer adds every batch in order.  The decoder waits
- * for the consumer before anything else reads or changes that dict (the next opcode after
- * a batch that is not MARK, a GET or DUP of it), before a GET of an index a pending batch
- * stores, before a PUT that is not the next index, and at the end.  When a handed batch
+ * refuses those the decoding thread may still change (split_may_share) and never changes one
+ * itself (mutating), then adds the pairs to the dict.  From then on, batches the decoder decodes
+ * itself for that dict are handed over as pairs, so that the consumer adds every batch in order.
+ * The decoder waits for the consumer before anything else reads or changes that dict (the next
+ * opcode after a batch that is not MARK, a GET or DUP of it), before a GET of an index a pending
+ * batch stores, before a PUT that is not the next index, and at the end.  When a handed batch
  * fails, or is cancelled, the whole pickle is decoded again without handing over, so the
  * document, its errors and its limits are those of the plain decoder. */
 typedef struct split_buf {
@@ -563,9 +571,19 @@ static ckpt_status memo_push(pk_vm *vm, uint64_t idx) {
     if (idx >= vm->memo_guard) CKPT_TRY(memo_wait(vm, idx));
     pk_value *v = vm->sub && idx >= vm->memo_count ? NULL : memo_get(vm, idx);
     if (!v) return fail(vm, CKPT_E_FORMAT, "memo key %llu not found", (unsigned long long)idx);
-    if (vm->sub && idx < vm->memo_lo && !split_may_share(vm, v))
-        return fail(vm, CKPT_E_UNSUPPORTED, "a handed-over batch refers to a %s outside it",
-                    pk_type_name(v->type));
+    if (vm->sub && idx < vm->memo_lo) {
+        if (!split_may_share(vm, v))
+            return fail(vm, CKPT_E_UNSUPPORTED, "a handed-over batch refers to a %s outside it",
+                        pk_type_name(v->type));
+        if (pkb_is_container(v->type) && v->type != PK_TUPLE && v->type != PK_FROZENSET) {
+            size_t i = 0; /* (torch's batches fetch a few shared objects, many times) */
+            while (i < vm->nfetched && vm->fetched[i] != v)
+                i++;
+            if (i == SPLIT_MAX_FETCHED)
+                return fail(vm, CKPT_E_UNSUPPORTED, "a handed-over batch fetches too much");
+            if (i == vm->nfetched) vm->fetched[vm->nfetched++] = v;
+        }
+    }
     return push_again(vm, v);
 }
 
@@ -739,8 +757,14 @@ static void revoke(pk_vm *vm) {
  * reach them again through a node pushed a second time (memo GET, DUP), which carries
  * PK_FLAG_ALIASED; changing such a node after a take revokes (also when it was not taken:
  * Python's pickler changes a node it fetched again only for a few recursive objects). */
-static inline void mutating(pk_vm *vm, const pk_value *target) {
+static inline ckpt_status mutating(pk_vm *vm, const pk_value *target) {
     if (vm->taken && (target->flags & PK_FLAG_ALIASED)) revoke(vm);
+    if (vm->sub) /* a handed batch changes only what it made itself */
+        for (size_t i = 0; i < vm->nfetched; i++)
+            if (vm->fetched[i] == target)
+                return fail(vm, CKPT_E_UNSUPPORTED, "a handed-over batch changes a %s outside it",
+                            pk_type_name(target->type));
+    return CKPT_OK;
 }
 
 /* The pairs kv[0, n) (n values) are about to be added to dict, which sits at stack index
@@ -755,7 +779,7 @@ static ckpt_status hand_pairs(pk_vm *vm, pk_value *dict, size_t at, pk_value *co
 
 static ckpt_status append_items(pk_vm *vm, pk_value *target, pk_value *const *items, size_t n) {
     pk_builder *b = &vm->b;
-    mutating(vm, target);
+    CKPT_TRY(mutating(vm, target));
     if (target->type == PK_LIST)
         return pkb_seq_extend(b, target, items, n) ? CKPT_OK : fail_build(vm);
     if (target->type != PK_OBJECT)
@@ -774,7 +798,7 @@ static ckpt_status set_items(pk_vm *vm, pk_value *target, size_t at, pk_value *c
                              size_t n) {
     pk_builder *b = &vm->b;
     if (n % 2) return fail(vm, CKPT_E_FORMAT, "odd number of items for a dict");
-    mutating(vm, target);
+    CKPT_TRY(mutating(vm, target));
     if (target->type == PK_DICT) {
         if (target == vm->split_dict) return n ? hand_pairs(vm, target, at, kv, n) : CKPT_OK;
         if (vm->watch && n) offer(vm, target, at, kv, n);
@@ -970,7 +994,7 @@ static ckpt_status op_long_bin(pk_vm *vm, int width) {
 }
 
 static ckpt_status op_global(pk_vm *vm) {
-    const char *module, *name;
+    const char *module = NULL, *name = NULL; /* (set by global_part; for -O3) */
     CKPT_TRY(global_part(vm, &module));
     CKPT_TRY(global_part(vm, &name));
     return push_new(vm, mk_global(vm, module, name));
@@ -1049,7 +1073,7 @@ static ckpt_status op_build(pk_vm *vm) {
     pk_value *inst = vm->stack[vm->sp - 2], *state = vm->stack[vm->sp - 1];
     if (inst->type != PK_OBJECT)
         return fail(vm, CKPT_E_FORMAT, "BUILD on %s", pk_type_name(inst->type));
-    mutating(vm, inst);
+    CKPT_TRY(mutating(vm, inst));
     inst->u.obj.state = state; /* a second BUILD replaces the state */
     if (!pkb_nest(&vm->b, inst, pkb_depth(state))) return fail_build(vm);
     vm->sp--;
@@ -1114,8 +1138,8 @@ static ckpt_status op_extend(pk_vm *vm, unsigned op) {
     } else if (target->type != PK_SET) {
         st = fail(vm, CKPT_E_FORMAT, "cannot add items to %s", pk_type_name(target->type));
     } else {
-        mutating(vm, target);
-        st = pkb_seq_extend(&vm->b, target, items, n) ? CKPT_OK : fail_build(vm);
+        st = mutating(vm, target);
+        if (st == CKPT_OK) st = pkb_seq_extend(&vm->b, target, items, n) ? CKPT_OK : fail_build(vm);
     }
     vm->sp = start;
     return st;
@@ -1158,7 +1182,7 @@ static inline __attribute__((always_inline)) ckpt_status step(pk_vm *vm) {
     case PK_OP_FRAME: return op_frame(vm);
     case PK_OP_MARK:
         CKPT_TRY(push_mark(vm));
-        return vm->watch && vm->watch->split ? maybe_split(vm) : CKPT_OK;
+        return vm->watch && vm->can_split ? maybe_split(vm) : CKPT_OK;
     case PK_OP_POP: return op_pop(vm);
     case PK_OP_POP_MARK: {
         size_t start = 0; /* set by pop_mark; initialised for -O3 -Wmaybe-uninitialized */
@@ -1576,6 +1600,7 @@ static ckpt_status sub_decode(pk_vm *vm, pk_batch *bt) {
     vm->fence = 0;
     vm->memo_lo = vm->memo_count = vm->memo_end = bt->memo_lo;
     vm->batch = bt;
+    vm->nfetched = 0;
     vm->max_memo = bt->memo_hi;
     while (vm->pos < vm->len) {
         vm->op_off = vm->base + vm->pos;
@@ -1635,7 +1660,8 @@ static ckpt_status run(pk_vm *vm) {
         vm->op = vm->buf[vm->pos++];
         /* the split dict is reachable unless a MARK above it fences it: only the MARK of its
          * next batch may come before its batches are all added */
-        if (vm->split_dict && vm->fence <= vm->split_at && vm->op != PK_OP_MARK)
+        if (vm->split_dict &&
+            ((vm->fence <= vm->split_at && vm->op != PK_OP_MARK) || vm->op == PK_OP_STOP))
             CKPT_TRY(split_sync(vm));
         if (vm->op == PK_OP_STOP) {
             NEED_STACK(vm, 1);
@@ -1698,6 +1724,7 @@ ckpt_status pk_decode_watched(const pk_input *in, const pk_limits *limits, const
     }
     vm->err = err;
     vm->watch = watch && watch->take && watch->revoke ? watch : NULL;
+    vm->can_split = vm->watch && watch->split && watch->hand;
     vm->b.arena = doc->arena;
     ckpt_arena_map_ahead(doc->arena); /* a big pickle fills a lot of it */
     vm->b.max_items = lim.max_items;
@@ -1729,7 +1756,10 @@ ckpt_status pk_decode_watched(const pk_input *in, const pk_limits *limits, const
     bool again = false;
     if (s) {
         split_wait(s, s->handed); /* every handed batch run or cancelled */
-        again = st != CKPT_OK;    /* (its budgets were shared out even if nothing was taken) */
+        /* (its budgets were shared out even if nothing was taken; and after a failed batch
+         * the document is not whole, whatever path led here) */
+        again = st != CKPT_OK || atomic_load_explicit(&s->failed, memory_order_relaxed);
+        if (again && st == CKPT_OK) revoke(vm);
     }
     ckpt_arena_settle(doc->arena);
     if (s && !again) {
@@ -1749,7 +1779,7 @@ ckpt_status pk_decode_watched(const pk_input *in, const pk_limits *limits, const
     free(vm->hvals);
     free(vm->win);
     free(vm);
-    if (st != CKPT_OK) {
+    if (st != CKPT_OK || again) {
         pk_doc_free(doc);
         /* handed batches made the result depend on the split: the plain decoder decides */
         if (again) return pk_decode_watched(in, limits, NULL, out, err);

@@ -1,10 +1,14 @@
 /* fuzz_pickle.c — libFuzzer target: the input is a pickle; it is decoded with small limits and
  * the resulting tree (shared and cyclic values included) is walked without recursion, touching
- * every field and calling the consumer helpers, so bad pointers or lengths show up under ASan. */
+ * every field and calling the consumer helpers, so bad pointers or lengths show up under ASan.
+ * Then it is decoded again with batches of every labelled dict handed to another thread
+ * (split decoding, tests/lib/split_check.c): the same document or the same error, or abort. */
 #include "pickle/pickle.h"
+#include "split_check.h"
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -97,10 +101,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (st != CKPT_OK) {
         if (doc) abort();
         if (strncmp(err.message, "pickle offset ", 14) != 0) abort();
-        return 0;
+    } else {
+        volatile size_t sum = walk(pk_doc_root(doc));
+        (void)sum;
+        pk_doc_free(doc);
     }
-    volatile size_t sum = walk(pk_doc_root(doc));
-    (void)sum;
-    pk_doc_free(doc);
+    split_consumer c;
+    if (!split_consumer_init(&c, size % 2 ? SPLIT_EVERY : SPLIT_ALTERNATE, NULL)) abort();
+    const char *why = split_check(data, size, &lim, &c);
+    split_consumer_fini(&c);
+    if (why) {
+        fprintf(stderr, "fuzz_pickle: %s: %s\n", why, c.detail);
+        abort();
+    }
     return 0;
 }

@@ -1,6 +1,7 @@
 /* test_pickle_split.c — split decoding (pk_watch.split/hand, pk_batch_run): a pickle decoded
  * with batches handed to another thread must give the very document (or the very error) the
- * plain decoder gives.  A test consumer hands batches over (every one, or every other one) and
+ * plain decoder gives.  A test consumer (tests/lib/split_check.c) hands batches over (every one,
+ * or every other one) and
  * runs them on its own thread; documents are compared value by value.  Inputs: every fixture's
  * `.metadata` (torch-written, hostile ones included), the pickle vectors, and hand-made
  * pickles aimed at each rule of the split (a batch referring to a container still on the
@@ -9,212 +10,18 @@
  * after handed batches). */
 #include "test_util.h"
 #include "pickle/pickle.h"
+#include "split_check.h"
 
 #include <criterion/criterion.h>
 #include <dirent.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* ---------------------------------------------------------------- test consumer */
-
-enum { EVERY, ALTERNATE };
-#define QCAP 65536
-
-typedef struct consumer {
-    pk_watch w;
-    int policy;
-    const char *only; /* label to split, or NULL for any */
-    bool toggle;
-    pthread_t th;
-    bool started;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    pk_batch **q;
-    size_t head, tail;
-    bool stop, abort;
-    /* counts (read after the join) */
-    size_t handed_bytes, handed_pairs, run_ok, run_failed, cancelled;
-} consumer;
-
-static void *consumer_main(void *arg) {
-    consumer *c = arg;
-    pthread_mutex_lock(&c->mu);
-    for (;;) {
-        while (c->head == c->tail && !c->stop && !c->abort)
-            pthread_cond_wait(&c->cv, &c->mu);
-        if (c->abort || c->head == c->tail) break;
-        pk_batch *b = c->q[c->head++ % QCAP];
-        pthread_mutex_unlock(&c->mu);
-        pk_value *const *kv;
-        size_t n;
-        if (pk_batch_run(b, &kv, &n) == CKPT_OK) {
-            c->run_ok++;
-            for (size_t i = 0; i < 2 * n; i++) /* the pairs are readable */
-                cr_assert_not_null(kv[i]);
-        } else {
-            c->run_failed++;
-        }
-        pthread_mutex_lock(&c->mu);
-    }
-    pthread_mutex_unlock(&c->mu);
-    return NULL;
-}
-
-static void consumer_join(consumer *c, bool drain) {
-    if (!c->started) return;
-    pthread_mutex_lock(&c->mu);
-    if (drain)
-        c->stop = true;
-    else
-        c->abort = true;
-    pthread_cond_signal(&c->cv);
-    pthread_mutex_unlock(&c->mu);
-    pthread_join(c->th, NULL);
-    c->started = false;
-    while (c->head != c->tail) { /* not run: cancelled, in order */
-        pk_batch_cancel(c->q[c->head++ % QCAP]);
-        c->cancelled++;
-    }
-}
-
-static bool c_take(void *ctx, const char *label, const pk_value *dict, size_t len,
-                   pk_value *const *kv, size_t npairs) {
-    (void)ctx, (void)label, (void)dict, (void)len, (void)kv, (void)npairs;
-    return false;
-}
-
-static void c_revoke(void *ctx) { consumer_join(ctx, false); }
-
-static bool c_split(void *ctx, const char *label, const pk_value *dict) {
-    consumer *c = ctx;
-    (void)dict;
-    if (c->only && strcmp(label, c->only) != 0) return false;
-    if (c->policy == ALTERNATE) return (c->toggle = !c->toggle);
-    return true;
-}
-
-static bool c_hand(void *ctx, const char *label, const pk_value *dict, size_t len, pk_batch *b,
-                   size_t npairs) {
-    consumer *c = ctx;
-    (void)label, (void)dict, (void)len, (void)npairs;
-    if (c->tail - c->head == QCAP) return false;
-    if (!c->started) {
-        c->stop = c->abort = false;
-        cr_assert_eq(pthread_create(&c->th, NULL, consumer_main, c), 0);
-        c->started = true;
-    }
-    if (pk_batch_bytes(b))
-        c->handed_bytes++;
-    else
-        c->handed_pairs++;
-    pthread_mutex_lock(&c->mu);
-    c->q[c->tail++ % QCAP] = b;
-    pthread_cond_signal(&c->cv);
-    pthread_mutex_unlock(&c->mu);
-    return true;
-}
-
-static void consumer_init(consumer *c, int policy, const char *only) {
-    memset(c, 0, sizeof *c);
-    c->policy = policy;
-    c->only = only;
-    c->q = calloc(QCAP, sizeof *c->q);
-    pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->cv, NULL);
-    c->w =
-        (pk_watch){.take = c_take, .revoke = c_revoke, .ctx = c, .split = c_split, .hand = c_hand};
-}
-
-static void consumer_fini(consumer *c) {
-    consumer_join(c, true);
-    free(c->q);
-    pthread_mutex_destroy(&c->mu);
-    pthread_cond_destroy(&c->cv);
-}
-
-/* ---------------------------------------------------------------- document equality */
-
-static bool same(const pk_value *a, const pk_value *b, int depth);
-
-static bool same_opt(const pk_value *a, const pk_value *b, int depth) {
-    return (!a && !b) || (a && b && same(a, b, depth));
-}
-
-/* the pairs being compared on the way down: meeting one again is a cycle, equal so far */
-static const pk_value *path_a[800], *path_b[800];
-
-static bool same_node(const pk_value *a, const pk_value *b, int depth);
-
-static bool same(const pk_value *a, const pk_value *b, int depth) {
-    if (a == b) return true;
-    if (depth >= 800 || a->type != b->type) return false;
-    for (int i = 0; i < depth; i++)
-        if (path_a[i] == a && path_b[i] == b) return true;
-    path_a[depth] = a;
-    path_b[depth] = b;
-    return same_node(a, b, depth);
-}
-
-static bool same_node(const pk_value *a, const pk_value *b, int depth) {
-    switch ((pk_type)a->type) {
-    case PK_NONE: return true;
-    case PK_BOOL: return a->u.b == b->u.b;
-    case PK_INT: return a->u.i == b->u.i;
-    case PK_FLOAT: return memcmp(&a->u.f, &b->u.f, sizeof a->u.f) == 0;
-    case PK_BIGINT:
-    case PK_STR:
-    case PK_BYTES:
-        return a->u.str.len == b->u.str.len &&
-               memcmp(a->u.str.ptr, b->u.str.ptr, a->u.str.len) == 0;
-    case PK_TUPLE:
-    case PK_LIST:
-    case PK_SET:
-    case PK_FROZENSET:
-        if (a->u.seq.len != b->u.seq.len) return false;
-        for (size_t i = 0; i < a->u.seq.len; i++)
-            if (!same(a->u.seq.items[i], b->u.seq.items[i], depth + 1)) return false;
-        return true;
-    case PK_DICT:
-        if (a->u.dict.len != b->u.dict.len) return false;
-        for (size_t i = 0; i < a->u.dict.len; i++)
-            if (!same(a->u.dict.keys[i], b->u.dict.keys[i], depth + 1) ||
-                !same(a->u.dict.vals[i], b->u.dict.vals[i], depth + 1))
-                return false;
-        return true;
-    case PK_GLOBAL:
-        return strcmp(a->u.global.module, b->u.global.module) == 0 &&
-               strcmp(a->u.global.name, b->u.global.name) == 0;
-    case PK_OBJECT:
-        return a->how == b->how && same(a->u.obj.cls, b->u.obj.cls, depth + 1) &&
-               same(a->u.obj.args, b->u.obj.args, depth + 1) &&
-               same_opt(a->u.obj.state, b->u.obj.state, depth + 1) &&
-               same_opt(pk_obj_kwargs(a), pk_obj_kwargs(b), depth + 1) &&
-               same_opt(pk_obj_listitems(a), pk_obj_listitems(b), depth + 1) &&
-               same_opt(pk_obj_dictitems(a), pk_obj_dictitems(b), depth + 1);
-    case PK_PERSID: return same(a->u.persid.pid, b->u.persid.pid, depth + 1);
-    }
-    return false;
-}
-
 /* Decodes buf plainly and with `c`; the documents (or the errors) must be the same. */
-static void check_same(const char *what, const uint8_t *buf, size_t len, consumer *c) {
-    pk_doc *plain = NULL, *split = NULL;
-    ckpt_error e1 = {0}, e2 = {0};
-    pk_input in = {.buf = buf, .len = len};
-    ckpt_status s1 = pk_decode_watched(&in, NULL, NULL, &plain, &e1);
-    ckpt_status s2 = pk_decode_watched(&in, NULL, &c->w, &split, &e2);
-    consumer_join(c, true);
-    cr_assert_eq(s1, s2, "%s: plain %d (%s), split %d (%s)", what, s1, e1.message, s2, e2.message);
-    if (s1 != CKPT_OK) {
-        cr_assert_str_eq(e1.message, e2.message, "%s", what);
-    } else {
-        cr_assert(same(pk_doc_root(plain), pk_doc_root(split), 0),
-                  "%s: the split decode made another document", what);
-    }
-    pk_doc_free(plain);
-    pk_doc_free(split);
+static void check_same(const char *what, const uint8_t *buf, size_t len, split_consumer *c) {
+    const char *why = split_check(buf, len, NULL, c);
+    cr_assert_null(why, "%s: %s (%s)", what, why, c->detail);
 }
 
 /* ---------------------------------------------------------------- fixtures */
@@ -239,11 +46,11 @@ static size_t check_dir(const char *dir, int policy, const char *only, size_t *h
         if (!pickle) continue;
         size_t len;
         uint8_t *buf = tu_read_file(path, &len);
-        consumer c;
-        consumer_init(&c, policy, only);
+        split_consumer c;
+        cr_assert(split_consumer_init(&c, policy, only));
         check_same(path, buf, len, &c);
         *handed += c.handed_bytes;
-        consumer_fini(&c);
+        split_consumer_fini(&c);
         free(buf);
         files++;
     }
@@ -252,8 +59,8 @@ static size_t check_dir(const char *dir, int policy, const char *only, size_t *h
 }
 
 Test(pickle_split, fixtures_decode_the_same_split_or_not) {
-    const char *dirs[] = {getenv("CKPT_FIXTURES"), getenv("CKPT_PICKLE_VECTORS")};
-    for (int policy = EVERY; policy <= ALTERNATE; policy++) {
+    const char *dirs[] = {getenv("CKPT_FIXTURES_ROOT"), getenv("CKPT_PICKLE_VECTORS")};
+    for (int policy = SPLIT_EVERY; policy <= SPLIT_ALTERNATE; policy++) {
         for (int only = 0; only < 2; only++) {
             size_t files = 0, handed = 0;
             for (size_t i = 0; i < 2; i++) {
@@ -303,14 +110,25 @@ static void start(pkl *p) {
 #define SETITEMS(p) op(p, 'u')
 #define STOP(p) op(p, '.')
 
+/* PROTO 4, the root dict, MARK, "storage_data" and its empty dict: batches follow. */
+static void begin_storage_data(pkl *p) {
+    start(p);
+    op(p, '}');
+    memoize(p);
+    MARK(p);
+    str(p, "storage_data");
+    op(p, '}');
+    memoize(p);
+}
+
 /* Runs a hand-made pickle with policy, checks it against the plain decode and returns the
  * consumer's counts. */
-static consumer run_case(const char *what, const pkl *p, int policy) {
-    consumer c;
-    consumer_init(&c, policy, "storage_data");
+static split_consumer run_case(const char *what, const pkl *p, int policy) {
+    split_consumer c;
+    cr_assert(split_consumer_init(&c, policy, "storage_data"));
     check_same(what, p->b, p->n, &c);
-    consumer out = c;
-    consumer_fini(&c);
+    split_consumer out = c;
+    split_consumer_fini(&c);
     return out;
 }
 
@@ -334,7 +152,7 @@ Test(pickle_split, a_batch_may_not_refer_to_a_container_on_the_stack) {
     SETITEMS(&p);
     SETITEMS(&p);
     STOP(&p);
-    consumer c = run_case("pinned", &p, EVERY);
+    split_consumer c = run_case("pinned", &p, SPLIT_EVERY);
     cr_assert_eq(c.handed_bytes, 1);
     cr_assert_eq(c.run_failed, 1, "the handed batch should have been refused");
 }
@@ -374,22 +192,16 @@ Test(pickle_split, a_container_changed_after_a_batch_referred_to_it) {
     op(&p, 'a'); /* APPEND */
     op(&p, '0'); /* POP */
     STOP(&p);
-    for (int policy = EVERY; policy <= ALTERNATE; policy++) {
-        consumer c = run_case("changed later", &p, policy);
+    for (int policy = SPLIT_EVERY; policy <= SPLIT_ALTERNATE; policy++) {
+        split_consumer c = run_case("changed later", &p, policy);
         cr_assert_geq(c.handed_bytes, 2);
     }
 }
 
 Test(pickle_split, a_get_into_a_batch_being_decoded_waits_for_it) {
     pkl p;
-    start(&p);
-    op(&p, '}');
-    memoize(&p);
-    MARK(&p);
-    str(&p, "storage_data");
-    op(&p, '}');
-    memoize(&p);
-    MARK(&p); /* handed (ALTERNATE: the first one is) */
+    begin_storage_data(&p);
+    MARK(&p); /* handed (SPLIT_ALTERNATE: the first one is) */
     str(&p, "k1");
     op(&p, ']');
     unsigned inner = memoize(&p);
@@ -406,7 +218,7 @@ Test(pickle_split, a_get_into_a_batch_being_decoded_waits_for_it) {
     binget(&p, inner);
     SETITEMS(&p);
     STOP(&p);
-    consumer c = run_case("get into a batch", &p, ALTERNATE);
+    split_consumer c = run_case("get into a batch", &p, SPLIT_ALTERNATE);
     cr_assert_eq(c.handed_bytes, 1);
     cr_assert_eq(c.handed_pairs, 1);
     cr_assert_eq(c.run_failed, 0);
@@ -442,7 +254,7 @@ Test(pickle_split, a_put_replacing_an_entry_waits_for_the_batches) {
     SETITEMS(&p);
     SETITEMS(&p);
     STOP(&p);
-    consumer c = run_case("put", &p, EVERY);
+    split_consumer c = run_case("put", &p, SPLIT_EVERY);
     cr_assert_eq(c.handed_bytes, 2);
     cr_assert_eq(c.run_failed, 0);
 }
@@ -450,30 +262,18 @@ Test(pickle_split, a_put_replacing_an_entry_waits_for_the_batches) {
 Test(pickle_split, errors_are_the_plain_decoders) {
     /* inside a handed batch: a GET of an index never stored */
     pkl p;
-    start(&p);
-    op(&p, '}');
-    memoize(&p);
-    MARK(&p);
-    str(&p, "storage_data");
-    op(&p, '}');
-    memoize(&p);
+    begin_storage_data(&p);
     MARK(&p);
     str(&p, "k1");
     binget(&p, 200);
     SETITEMS(&p);
     SETITEMS(&p);
     STOP(&p);
-    consumer c = run_case("error inside", &p, EVERY);
+    split_consumer c = run_case("error inside", &p, SPLIT_EVERY);
     cr_assert_eq(c.run_failed, 1);
     /* after handed batches: the input ends early, at every length past the first batch */
     pkl q;
-    start(&q);
-    op(&q, '}');
-    memoize(&q);
-    MARK(&q);
-    str(&q, "storage_data");
-    op(&q, '}');
-    memoize(&q);
+    begin_storage_data(&q);
     for (int k = 0; k < 6; k++) {
         MARK(&q);
         char key[8];
@@ -488,7 +288,7 @@ Test(pickle_split, errors_are_the_plain_decoders) {
     size_t handed = 0;
     for (size_t cut = full - 30; cut < full; cut++) {
         q.n = cut;
-        consumer t = run_case("truncated", &q, ALTERNATE);
+        split_consumer t = run_case("truncated", &q, SPLIT_ALTERNATE);
         handed += t.handed_bytes;
     }
     cr_assert_gt(handed, 0);
@@ -498,7 +298,7 @@ Test(pickle_split, errors_are_the_plain_decoders) {
  * or the same error (hostile inputs through every path of the split). */
 Test(pickle_split, bit_flips_decode_the_same_split_or_not, .timeout = 240) {
     char path[1024];
-    snprintf(path, sizeof path, "%s/corrupt/base/ckpt/.metadata", getenv("CKPT_FIXTURES"));
+    snprintf(path, sizeof path, "%s/corrupt/base/ckpt/.metadata", getenv("CKPT_FIXTURES_ROOT"));
     size_t n;
     uint8_t *md = tu_read_file(path, &n);
     size_t handed = 0;
@@ -508,14 +308,41 @@ Test(pickle_split, bit_flips_decode_the_same_split_or_not, .timeout = 240) {
             md[k] ^= way ? 0xFF : (uint8_t)(1u << (k % 8));
             char what[64];
             snprintf(what, sizeof what, "flip %d at %zu", way, k);
-            consumer c;
-            consumer_init(&c, (k + (size_t)way) % 2 ? EVERY : ALTERNATE, NULL);
+            split_consumer c;
+            cr_assert(split_consumer_init(&c, (k + (size_t)way) % 2 ? SPLIT_EVERY : SPLIT_ALTERNATE,
+                                          NULL));
             check_same(what, md, n, &c);
             handed += c.handed_bytes;
-            consumer_fini(&c);
+            split_consumer_fini(&c);
             md[k] = saved;
         }
     }
     cr_assert_gt(handed, n / 2);
     free(md);
+}
+
+/* A STOP inside a MARK region above the split dict, after a handed batch failed: the failure
+ * still makes the decoder start over (found by review and by fuzz_pickle). */
+Test(pickle_split, a_failed_batch_counts_whatever_follows) {
+    static const uint8_t p[] = {0x80, 4,   0x8c, 3, 'l',  'b', 'l', '}', '(', 0x8c,
+                                1,    'k', 0x8c, 1, 0xff, 'u', '(', 'N', '.'};
+    split_consumer c;
+    cr_assert(split_consumer_init(&c, SPLIT_EVERY, NULL));
+    check_same("stop after a failed batch", p, sizeof p, &c);
+    cr_assert_eq(c.run_failed, 1);
+    split_consumer_fini(&c);
+}
+
+/* A handed batch may fetch a container made before it but not change it: the decoding
+ * thread may be reading it (found by review: a race on its depth under ThreadSanitizer). */
+Test(pickle_split, a_batch_may_not_change_what_it_fetched) {
+    static const uint8_t p[] = {0x80, 4,   ']', 0x94, '0', 0x8c, 3,   'l', 'b',
+                                'l',  '}', '(', 0x8c, 1,   'k',  'h', 0,   ']',
+                                'a',  'u', '(', 'h',  0,   0x85, '.'};
+    split_consumer c;
+    cr_assert(split_consumer_init(&c, SPLIT_EVERY, NULL));
+    check_same("a fetched list changed", p, sizeof p, &c);
+    cr_assert_eq(c.handed_bytes, 1);
+    cr_assert_eq(c.run_failed, 1, "the batch should have been refused");
+    split_consumer_fini(&c);
 }
