@@ -68,6 +68,14 @@ bool pkb_dict_extend(pk_builder *b, pk_value *dict, pk_value *const *kv, size_t 
 /* Strict UTF-8 (no overlongs, surrogates or code points above U+10FFFF). */
 bool pk_utf8_valid(const uint8_t *s, size_t n);
 
+/* The n-byte little-endian unsigned integer at p (the decoder's and the scan's arguments). */
+static inline uint64_t pk_rd_le(const uint8_t *p, int n) {
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
 /* ---- batch scan (pickle_scan.c) ---- */
 
 typedef struct pk_scan {

@@ -13,13 +13,6 @@
 /* Marks open inside a batch at most (objects' state dicts nest 1 deep in torch's). */
 #define SCAN_MAX_MARKS 32
 
-static uint64_t rd_le(const uint8_t *p, int n) {
-    uint64_t v = 0;
-    for (int i = n - 1; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
 bool pk_scan_batch(const uint8_t *p, size_t n, uint64_t total_left, pk_scan *out) {
     size_t marks[SCAN_MAX_MARKS]; /* stack height at each open mark */
     size_t nmarks = 0, h = 0;     /* h: stack height above the batch's mark */
@@ -46,7 +39,7 @@ bool pk_scan_batch(const uint8_t *p, size_t n, uint64_t total_left, pk_scan *out
             break;
         case PK_OP_FRAME: {
             ARG(8);
-            uint64_t len = rd_le(p + i, 8);
+            uint64_t len = pk_rd_le(p + i, 8);
             i += 8;
             if (len > total_left - i) return false; /* the decoder reports it */
             break;
@@ -98,7 +91,7 @@ bool pk_scan_batch(const uint8_t *p, size_t n, uint64_t total_left, pk_scan *out
         }
         case PK_OP_BINUNICODE: {
             ARG(4);
-            uint64_t len = rd_le(p + i, 4);
+            uint64_t len = pk_rd_le(p + i, 4);
             i += 4;
             ARG(len);
             i += (size_t)len;

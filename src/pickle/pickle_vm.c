@@ -239,13 +239,6 @@ static ckpt_status underflow(pk_vm *vm) { return fail(vm, CKPT_E_FORMAT, "stack 
 
 /* ---------------------------------------------------------------- input */
 
-static uint64_t rd_le(const uint8_t *p, int n) {
-    uint64_t v = 0;
-    for (int i = n - 1; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
 /* Makes `need` bytes from pos available in buf.  False when the input ends before (or a read
  * failed: the input's owner reports why; or the window could not grow: win_nomem).  A read
  * input's window drops the bytes before pos (so pointers from take() and take_line() are
@@ -645,7 +638,7 @@ static pk_value *mk_long(pk_vm *vm, const uint8_t *p, size_t n) {
     }
     if (!fits) return pkb_string(&vm->b, PK_BIGINT, p, n);
     size_t k = n < 8 ? n : 8;
-    uint64_t u = rd_le(p, (int)k);
+    uint64_t u = pk_rd_le(p, (int)k);
     if (k < 8 && fill) u |= ~0ull << (8 * k);
     return mk_int(vm, (int64_t)u);
 }
@@ -690,7 +683,7 @@ static ckpt_status push_counted(pk_vm *vm, int width, bool is_signed, str_kind k
     ckpt_status st = CKPT_OK;
     const uint8_t *p = take(vm, (uint64_t)width, &st);
     if (!p) return st;
-    uint64_t n = rd_le(p, width);
+    uint64_t n = pk_rd_le(p, width);
     if (is_signed && (n & 0x80000000u))
         return fail(vm, CKPT_E_FORMAT, "negative length %lld", (long long)(int32_t)(uint32_t)n);
     p = take(vm, n, &st);
@@ -977,7 +970,7 @@ static ckpt_status op_memo_bin(pk_vm *vm, int width, bool put) {
     ckpt_status st = CKPT_OK;
     const uint8_t *p = take(vm, (uint64_t)width, &st);
     if (!p) return st;
-    uint64_t idx = rd_le(p, width);
+    uint64_t idx = pk_rd_le(p, width);
     return put ? memo_store(vm, idx) : memo_push(vm, idx);
 }
 
@@ -985,7 +978,7 @@ static ckpt_status op_long_bin(pk_vm *vm, int width) {
     ckpt_status st = CKPT_OK;
     const uint8_t *p = take(vm, (uint64_t)width, &st);
     if (!p) return st;
-    uint64_t n = rd_le(p, width);
+    uint64_t n = pk_rd_le(p, width);
     if (width == 4 && (n & 0x80000000u))
         return fail(vm, CKPT_E_FORMAT, "negative LONG4 byte count");
     p = take(vm, n, &st);
@@ -1159,7 +1152,7 @@ static ckpt_status op_frame(pk_vm *vm) {
     ckpt_status st = CKPT_OK;
     const uint8_t *p = take(vm, 8, &st);
     if (!p) return st;
-    uint64_t n = rd_le(p, 8);
+    uint64_t n = pk_rd_le(p, 8);
     /* (a handed batch holds part of a frame: the decoding thread's scan checked it) */
     if (!vm->sub && n > vm->total - vm->base - vm->pos) return truncated(vm, n);
     return CKPT_OK; /* frames are a buffering hint: the payload is parsed in place */
@@ -1204,7 +1197,7 @@ static inline __attribute__((always_inline)) ckpt_status step(pk_vm *vm) {
         ckpt_status st = CKPT_OK;
         const uint8_t *p = take(vm, (uint64_t)width, &st);
         if (!p) return st;
-        uint64_t u = rd_le(p, width);
+        uint64_t u = pk_rd_le(p, width);
         int64_t x = width == 4 ? (int64_t)(int32_t)(uint32_t)u : (int64_t)u;
         return push_new(vm, mk_int(vm, x));
     }
@@ -1282,6 +1275,20 @@ static inline __attribute__((always_inline)) ckpt_status step(pk_vm *vm) {
     }
     return ckpt_fail(vm->err, CKPT_E_FORMAT, "pickle offset %zu: unknown opcode 0x%02x", vm->op_off,
                      vm->op);
+}
+
+/* Executes vm->op, and a MEMOIZE right after it.  Protocol 4 memoizes nearly every value right
+ * after building it: a plain branch here costs less than another trip through the opcode
+ * switch.  (Inlined into both loops, the decoder's and a handed batch's: called, the switch
+ * cost a third more per opcode.) */
+static inline __attribute__((always_inline)) ckpt_status step_memoize(pk_vm *vm) {
+    CKPT_TRY(step(vm));
+    if (vm->pos < vm->len && vm->buf[vm->pos] == PK_OP_MEMOIZE) {
+        vm->op_off = vm->base + vm->pos++;
+        vm->op = PK_OP_MEMOIZE;
+        CKPT_TRY(memo_store(vm, vm->memo_count));
+    }
+    return CKPT_OK;
 }
 
 /* ---------------------------------------------------------------- split (pk_watch.split) */
@@ -1606,12 +1613,7 @@ static ckpt_status sub_decode(pk_vm *vm, pk_batch *bt) {
         vm->op_off = vm->base + vm->pos;
         vm->op = vm->buf[vm->pos++];
         if (vm->op == PK_OP_STOP) return fail(vm, CKPT_E_FORMAT, "STOP in a batch");
-        CKPT_TRY(step(vm));
-        if (vm->pos < vm->len && vm->buf[vm->pos] == PK_OP_MEMOIZE) {
-            vm->op_off = vm->base + vm->pos++;
-            vm->op = PK_OP_MEMOIZE;
-            CKPT_TRY(memo_store(vm, vm->memo_count));
-        }
+        CKPT_TRY(step_memoize(vm));
     }
     if (vm->sp != 2 * bt->npairs || vm->memo_count != bt->memo_hi || vm->nmarks != bt->nmarks)
         return fail(vm, CKPT_E_FORMAT, "batch did not decode as scanned");
@@ -1668,14 +1670,7 @@ static ckpt_status run(pk_vm *vm) {
             vm->result = vm->stack[--vm->sp];
             return CKPT_OK;
         }
-        CKPT_TRY(step(vm));
-        /* Protocol 4 memoizes nearly every value right after building it: a plain branch here
-         * costs less than another trip through the opcode switch. */
-        if (vm->pos < vm->len && vm->buf[vm->pos] == PK_OP_MEMOIZE) {
-            vm->op_off = vm->base + vm->pos++;
-            vm->op = PK_OP_MEMOIZE;
-            CKPT_TRY(memo_store(vm, vm->memo_count));
-        }
+        CKPT_TRY(step_memoize(vm));
     }
 }
 
