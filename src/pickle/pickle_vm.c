@@ -2,8 +2,9 @@
  * data-producing opcode of protocols 0-5, keeps the value stack, the mark stack and the memo,
  * and builds values through pickle_value.c.  Nothing is executed and nothing recurses; every
  * length is checked against the remaining input before anything is allocated.  The same loop
- * runs on a consumer's thread for batches handed over undecoded (split decoding, see
- * "split" below: the rules that keep the two threads apart live there).
+ * runs on a consumer's thread for batches handed over undecoded (split decoding: handing
+ * over and the waits are pickle_split.c's; the rules the consumer's VM keeps while it decodes
+ * a batch, split_may_share and mutating, are here).
  *
  * Semantics chosen where Python would run code:
  *   GLOBAL/STACK_GLOBAL -> PK_GLOBAL (module and name as written: no copyreg/__builtin__
@@ -19,14 +20,12 @@
  * fence pops the mark.  The memo is dense (chunks of entries) for the indices pickles use
  * (0, 1, 2, ...) and a hash map for sparse ones, so its memory follows the number of stores,
  * not the indices.  Working memory (stack, memo) is bounded by max_bytes as well. */
-#include "pickle/pickle_i.h"
 #include "pickle/pickle_ops_i.h"
+#include "pickle/pickle_vm_i.h"
 #include "util/error.h"
 #include "util/htab.h"
 
-#include <pthread.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,174 +35,11 @@
 #define DEFAULT_MAX_DEPTH 512u
 #define DEFAULT_MAX_MEMO (16ull << 20)
 
-/* Ints in [SMALL_MIN, SMALL_MAX) are shared within a document. */
-#define SMALL_MIN (-16)
-#define SMALL_MAX 1024
-/* Values that never change once built (ints, strings, tuples) are also shared through
- * direct-mapped caches keyed by content: an equal value built recently is reused (the offsets
- * of a tensor's chunks repeated in its storage index, the same key or file name in every
- * chunk's record...).  A tuple is reused only when it holds the very same item nodes; strings
- * longer than INTERN_STR_MAX and tuples longer than INTERN_TUPLE_MAX are not looked up.  The
- * caches (and the builder's one of dict key arrays) have 2^bits slots, bits growing with the
- * input from INTERN_BITS_MIN to INTERN_BITS_MAX (reached at 1 MiB), so that small pickles do
- * not pay for clearing big caches. */
-#define INTERN_BITS_MIN 6u
-#define INTERN_BITS_MAX 12u
-#define INTERN_STR_MAX 256u
-#define INTERN_TUPLE_MAX 8u
 /* Memo indices up to 2 * (stores so far) + MEMO_SLACK go to the dense part, which is made of
  * chunks of MEMO_CHUNK entries. */
 #define MEMO_SLACK 1024u
 /* Window of a read input (grown for longer arguments). */
 #define PK_WINDOW_DEFAULT ((size_t)4 << 20)
-#define MEMO_CHUNK_BITS 10
-#define MEMO_CHUNK ((size_t)1 << MEMO_CHUNK_BITS)
-/* Batches longer than this are not handed over (pk_watch.split), nor any while the stack
- * holds more containers than SPLIT_MAX_PINNED. */
-#define SPLIT_MAX_BYTES ((size_t)1 << 20)
-#define SPLIT_MAX_PINNED 16
-/* Distinct containers from before its batch a handed batch may fetch (it may not change
- * them). */
-#define SPLIT_MAX_FETCHED 64
-
-/* A cache slot: the int itself, or a hash of the content; v is NULL when empty.  Keeping the
- * key here spares loading v (usually a cache miss) on the frequent mismatches. */
-typedef struct intern_slot {
-    uint64_t key;
-    pk_value *v;
-} intern_slot;
-
-typedef struct pk_split pk_split;
-typedef struct pk_batch pk_batch;
-
-typedef struct pk_vm {
-    /* Input: buf[0, len) holds bytes [base, base + len) of the pickle, pos is relative to buf.
-     * A buffer input is all there (base 0, len total); a read input slides a window `win` of
-     * `cap` bytes over it (see more()). */
-    const uint8_t *buf;
-    size_t len;
-    size_t pos;
-    size_t base;
-    size_t total;
-    size_t (*read)(void *ctx, uint8_t *dst, uint64_t off, size_t n);
-    void *read_ctx;
-    uint8_t *win;
-    size_t cap;
-    bool win_nomem; /* the window could not grow */
-    size_t op_off;  /* offset of the opcode being executed (from the input's start) */
-    unsigned op;
-    ckpt_error *err;
-    pk_builder b;
-
-    pk_value **stack;
-    size_t sp, scap;
-    size_t fence; /* stack index of the innermost MARK (0 if none) */
-    size_t *marks;
-    size_t nmarks, mcap;
-
-    /* Dense part: memo_dir[c] holds the entries of indices c * MEMO_CHUNK and up, or is NULL
-     * while none of them is set.  Chunk 0 is memo_first, the others come from memo_arena:
-     * zero-filled (NULL = unset), never moved as the memo grows, and faulted in ahead of use
-     * for big pickles (see arena.c). */
-    pk_value ***memo_dir;
-    size_t memo_dir_cap;
-    size_t memo_cap;   /* indices below it are dense: memo_dir_cap * MEMO_CHUNK */
-    uint64_t memo_end; /* dense indices from it up were never set (so a store need not look) */
-    ckpt_arena *memo_arena;
-    uint64_t *hkeys; /* sparse part: open addressing, key + 1 (0 = empty) */
-    pk_value **hvals;
-    size_t hcap, hcount;
-    uint64_t memo_count; /* distinct indices stored (what MEMOIZE uses) */
-    uint64_t max_memo;
-
-    uint64_t aux_bytes; /* working memory: stack, marks, memo */
-
-    pk_value *none, *yes, *no, *empty_tuple;
-    pk_value *small[SMALL_MAX - SMALL_MIN];
-    intern_slot *ints, *strs, *tuples; /* one allocation */
-    unsigned intern_bits;
-    pk_value *memo_first[MEMO_CHUNK]; /* so that small pickles need no memo_arena */
-    pk_value *result;
-
-    /* pk_watch: NULL when none, or once revoked; `taken`: pairs were taken and not revoked */
-    const pk_watch *watch;
-    bool taken;
-
-    const pk_value *torch_size; /* the last class node found to be torch.Size */
-
-    /* Handing batches over (pk_watch.split; see "split" below).  Decoding thread: */
-    pk_split *split;      /* made at the first hand-over */
-    pk_value *split_dict; /* the dict whose batches go to the consumer, or NULL */
-    size_t split_at;      /* its stack index */
-    size_t split_len0;    /* its pairs before the first hand-over */
-    size_t split_pairs;   /* pairs handed over for it */
-    uint64_t memo_guard;  /* a GET from this index up may need a handed batch (else ~0) */
-    /* The consumer's VM (sub): decodes handed batches; memo indices below memo_lo are the
-     * decoding thread's, read-only; its own run from memo_lo to max_memo. */
-    bool sub;
-    uint64_t memo_lo;
-    const pk_batch *batch; /* the batch it decodes */
-    /* containers it fetched from below memo_lo in this batch: the decoding thread's, or an
-     * earlier batch's, which that thread may read at any time, so they must not change */
-    const pk_value *fetched[SPLIT_MAX_FETCHED];
-    size_t nfetched;
-    bool can_split; /* the watch has split and hand */
-} pk_vm;
-
-/* Split decoding.  At the MARK of a SETITEMS batch into a dict the consumer names (its
- * split()), the decoder scans to the batch's end (pk_scan_batch), reserves the memo indices
- * the batch stores, hands the bytes over and goes on after the batch; the consumer's thread
- * decodes them with a VM of its own (pk_batch_run), which reads earlier memo entries but
- * refuses those the decoding thread may still change (split_may_share) and never changes one
- * itself (mutating), then adds the pairs to the dict.  From then on, batches the decoder decodes
- * itself for that dict are handed over as pairs, so that the consumer adds every batch in order.
- * The decoder waits for the consumer before anything else reads or changes that dict (the next
- * opcode after a batch that is not MARK, a GET or DUP of it), before a GET of an index a pending
- * batch stores, before a PUT that is not the next index, and at the end.  When a handed batch
- * fails, or is cancelled, the whole pickle is decoded again without handing over, so the
- * document, its errors and its limits are those of the plain decoder. */
-typedef struct split_buf {
-    struct split_buf *next;
-    size_t cap;
-    uint8_t bytes[];
-} split_buf;
-
-typedef struct split_range {
-    uint64_t lo, hi; /* memo indices a batch handed as bytes stores */
-    uint64_t seq;
-} split_range;
-
-struct pk_split {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    uint64_t handed;              /* decoding thread */
-    _Atomic uint64_t resolved;    /* batches run or cancelled, in handing order */
-    _Atomic bool failed;          /* one failed or was cancelled */
-    pk_batch *head, *tail;        /* every batch handed, freed at the end */
-    split_range *ranges;          /* pending ranges since the last sync (decoding thread) */
-    size_t nranges, rcap, rfirst; /* ranges[rfirst, nranges) may still be pending */
-    pk_vm *sub;                   /* the consumer's VM */
-    split_buf *spare;             /* byte buffers of run batches, for reuse (under mu) */
-    ckpt_arena *arena;            /* its values, adopted by the document at the end */
-};
-
-struct pk_batch {
-    pk_split *split;
-    pk_batch *next;
-    uint64_t seq;
-    pk_value *dict;
-    split_buf *buf; /* handed undecoded: buf->bytes[0, nbytes) at `offset`, else NULL */
-    size_t nbytes;
-    uint64_t offset;
-    uint64_t memo_lo, memo_hi;
-    size_t nmarks; /* marks open at its start, its own included */
-    /* containers on the decoding thread's stack when it was handed: the decoder may still
-     * change them without fetching them again, so the batch must not refer to them */
-    const pk_value *pinned[SPLIT_MAX_PINNED];
-    size_t npinned;
-    pk_value **kv; /* its pairs (handed decoded, or once run) */
-    size_t npairs;
-};
 
 /* ---------------------------------------------------------------- errors */
 
@@ -374,6 +210,17 @@ static ckpt_status pop_mark(pk_vm *vm, size_t *start) {
     return CKPT_OK;
 }
 
+/* ---------------------------------------------------------------- for pickle_split.c */
+
+/* (pickle_vm_i.h: wrappers, so that the opcode loop keeps its own static copies inlined) */
+ckpt_status pkvm_fail_build(pk_vm *vm) { return fail_build(vm); }
+ckpt_status pkvm_grow_aux(pk_vm *vm, const char *what, void **arr, size_t *cap, size_t need,
+                          size_t elem, size_t min_cap, uint64_t max_cap) {
+    return grow_aux(vm, what, arr, cap, need, elem, min_cap, max_cap);
+}
+bool pkvm_more(pk_vm *vm, size_t need) { return more(vm, need); }
+ckpt_status pkvm_pop_mark(pk_vm *vm, size_t *start) { return pop_mark(vm, start); }
+
 /* ---------------------------------------------------------------- memo */
 
 static size_t hslot(uint64_t key, size_t cap) {
@@ -423,6 +270,10 @@ static ckpt_status memo_slot(pk_vm *vm, uint64_t idx, pk_value ***slot) {
     return CKPT_OK;
 }
 
+ckpt_status pkvm_memo_slot(pk_vm *vm, uint64_t idx, pk_value ***slot) {
+    return memo_slot(vm, idx, slot);
+}
+
 /* Rebuilds the hash with at least `cap` slots, moving indices below memo_cap to the dense
  * part. */
 static ckpt_status hash_rebuild(pk_vm *vm, size_t cap) {
@@ -468,9 +319,6 @@ static ckpt_status hash_rebuild(pk_vm *vm, size_t cap) {
     return CKPT_OK;
 }
 
-static ckpt_status split_sync(pk_vm *vm);
-static ckpt_status memo_wait(pk_vm *vm, uint64_t idx);
-
 static ckpt_status memo_put(pk_vm *vm, uint64_t idx, pk_value *v) {
     /* the usual store (MEMOIZE): the next dense index, in a chunk already there */
     if (idx == vm->memo_end && idx < vm->memo_cap && idx < vm->max_memo) {
@@ -486,7 +334,7 @@ static ckpt_status memo_put(pk_vm *vm, uint64_t idx, pk_value *v) {
         return fail(vm, CKPT_E_UNSUPPORTED, "memo store %llu in a handed-over batch",
                     (unsigned long long)idx);
     /* handed batches may read the entry it replaces (new ones are above theirs) */
-    if (vm->split_dict && idx < vm->memo_end) CKPT_TRY(split_sync(vm));
+    if (vm->split_dict && idx < vm->memo_end) CKPT_TRY(pkvm_split_sync(vm));
     if (idx >= vm->max_memo)
         return fail(vm, CKPT_E_LIMIT, "memo index %llu too large (limit %llu)",
                     (unsigned long long)idx, (unsigned long long)vm->max_memo);
@@ -529,7 +377,7 @@ static ckpt_status memo_put(pk_vm *vm, uint64_t idx, pk_value *v) {
  * PK_FLAG_ALIASED (see mutating()), written once, so that nodes the watch's thread reads too
  * (class references, keys) are not written again at every GET. */
 static ckpt_status push_again(pk_vm *vm, pk_value *v) {
-    if (v == vm->split_dict) CKPT_TRY(split_sync(vm)); /* its batches are added first */
+    if (v == vm->split_dict) CKPT_TRY(pkvm_split_sync(vm)); /* its batches are added first */
     if (vm->watch && !(v->flags & PK_FLAG_ALIASED)) v->flags |= PK_FLAG_ALIASED;
     return push(vm, v);
 }
@@ -561,7 +409,7 @@ static bool split_may_share(const pk_vm *vm, const pk_value *v) {
 }
 
 static ckpt_status memo_push(pk_vm *vm, uint64_t idx) {
-    if (idx >= vm->memo_guard) CKPT_TRY(memo_wait(vm, idx));
+    if (idx >= vm->memo_guard) CKPT_TRY(pkvm_memo_wait(vm, idx));
     pk_value *v = vm->sub && idx >= vm->memo_count ? NULL : memo_get(vm, idx);
     if (!v) return fail(vm, CKPT_E_FORMAT, "memo key %llu not found", (unsigned long long)idx);
     if (vm->sub && idx < vm->memo_lo) {
@@ -746,6 +594,8 @@ static void revoke(pk_vm *vm) {
     if (w && taken) w->revoke(w->ctx);
 }
 
+void pkvm_revoke(pk_vm *vm) { revoke(vm); }
+
 /* Called before `target` is changed.  Pairs once taken left the stack: the decoder can only
  * reach them again through a node pushed a second time (memo GET, DUP), which carries
  * PK_FLAG_ALIASED; changing such a node after a take revokes (also when it was not taken:
@@ -767,8 +617,6 @@ static void offer(pk_vm *vm, const pk_value *dict, size_t at, pk_value *const *k
     const char *label = lab && lab->type == PK_STR ? lab->u.str.ptr : NULL;
     if (vm->watch->take(vm->watch->ctx, label, dict, dict->u.dict.len, kv, n / 2)) vm->taken = true;
 }
-
-static ckpt_status hand_pairs(pk_vm *vm, pk_value *dict, size_t at, pk_value *const *kv, size_t n);
 
 static ckpt_status append_items(pk_vm *vm, pk_value *target, pk_value *const *items, size_t n) {
     pk_builder *b = &vm->b;
@@ -793,7 +641,7 @@ static ckpt_status set_items(pk_vm *vm, pk_value *target, size_t at, pk_value *c
     if (n % 2) return fail(vm, CKPT_E_FORMAT, "odd number of items for a dict");
     CKPT_TRY(mutating(vm, target));
     if (target->type == PK_DICT) {
-        if (target == vm->split_dict) return n ? hand_pairs(vm, target, at, kv, n) : CKPT_OK;
+        if (target == vm->split_dict) return n ? pkvm_hand_pairs(vm, target, at, kv, n) : CKPT_OK;
         if (vm->watch && n) offer(vm, target, at, kv, n);
         return pkb_dict_extend(b, target, kv, n / 2) ? CKPT_OK : fail_build(vm);
     }
@@ -1166,8 +1014,6 @@ static ckpt_status op_proto(pk_vm *vm) {
     return CKPT_OK;
 }
 
-static ckpt_status maybe_split(pk_vm *vm);
-
 static inline __attribute__((always_inline)) ckpt_status step(pk_vm *vm) {
     pk_builder *b = &vm->b;
     switch (vm->op) {
@@ -1175,7 +1021,7 @@ static inline __attribute__((always_inline)) ckpt_status step(pk_vm *vm) {
     case PK_OP_FRAME: return op_frame(vm);
     case PK_OP_MARK:
         CKPT_TRY(push_mark(vm));
-        return vm->watch && vm->can_split ? maybe_split(vm) : CKPT_OK;
+        return vm->watch && vm->can_split ? pkvm_maybe_split(vm) : CKPT_OK;
     case PK_OP_POP: return op_pop(vm);
     case PK_OP_POP_MARK: {
         size_t start = 0; /* set by pop_mark; initialised for -O3 -Wmaybe-uninitialized */
@@ -1291,302 +1137,8 @@ static inline __attribute__((always_inline)) ckpt_status step_memoize(pk_vm *vm)
     return CKPT_OK;
 }
 
-/* ---------------------------------------------------------------- split (pk_watch.split) */
-
-/* (Always under the lock, never from the counter alone: the consumer increments it under the
- * lock before it broadcasts, and the split may be freed as soon as this returns.) */
-static void split_wait(pk_split *s, uint64_t resolved) {
-    pthread_mutex_lock(&s->mu);
-    while (atomic_load_explicit(&s->resolved, memory_order_relaxed) < resolved)
-        pthread_cond_wait(&s->cv, &s->mu);
-    pthread_mutex_unlock(&s->mu);
-}
-
-/* Resolves the oldest unresolved batch; `spare` (its buffer, or NULL) goes back for reuse. */
-static void split_resolve(pk_split *s, bool failed, split_buf *spare) {
-    pthread_mutex_lock(&s->mu);
-    if (spare) {
-        spare->next = s->spare;
-        s->spare = spare;
-    }
-    if (failed) atomic_store_explicit(&s->failed, true, memory_order_relaxed);
-    atomic_fetch_add_explicit(&s->resolved, 1, memory_order_release);
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
-}
-
-/* (the caller's status; pk_decode_watched then decodes again without handing over) */
-static ckpt_status split_failed(pk_vm *vm) {
-    return ckpt_fail(vm->err, CKPT_E_UNSUPPORTED, "pickle: a handed-over batch failed");
-}
-
-/* A buffer of at least n bytes: a spare one if any is big enough (batches are alike), else a
- * new one. */
-static split_buf *split_buf_get(pk_split *s, size_t n) {
-    pthread_mutex_lock(&s->mu);
-    split_buf **p = &s->spare;
-    while (*p && (*p)->cap < n)
-        p = &(*p)->next;
-    split_buf *f = *p;
-    if (f) *p = f->next;
-    pthread_mutex_unlock(&s->mu);
-    if (f) return f;
-    size_t cap = n < ((size_t)256 << 10) ? (size_t)256 << 10 : n;
-    if (!(f = malloc(sizeof *f + cap))) return NULL;
-    f->next = NULL;
-    f->cap = cap;
-    return f;
-}
-
-/* Waits until every handed batch was added to the split dict; the dict is the decoder's
- * again. */
-static ckpt_status split_sync(pk_vm *vm) {
-    pk_split *s = vm->split;
-    vm->split_dict = NULL;
-    vm->memo_guard = UINT64_MAX;
-    if (!s) return CKPT_OK;
-    split_wait(s, s->handed);
-    s->nranges = s->rfirst = 0;
-    if (atomic_load_explicit(&s->failed, memory_order_relaxed)) return split_failed(vm);
-    return CKPT_OK;
-}
-
-/* A GET of idx >= memo_guard: waits for the handed batch that stores idx, if any. */
-static ckpt_status memo_wait(pk_vm *vm, uint64_t idx) {
-    pk_split *s = vm->split;
-    size_t a = s->rfirst, b = s->nranges;
-    while (a < b) {
-        size_t m = a + (b - a) / 2;
-        if (s->ranges[m].hi <= idx)
-            a = m + 1;
-        else
-            b = m;
-    }
-    if (a < s->nranges && s->ranges[a].lo <= idx) split_wait(s, s->ranges[a].seq + 1);
-    if (atomic_load_explicit(&s->failed, memory_order_acquire)) return split_failed(vm);
-    uint64_t done = atomic_load_explicit(&s->resolved, memory_order_acquire);
-    while (s->rfirst < s->nranges && s->ranges[s->rfirst].seq < done)
-        s->rfirst++;
-    vm->memo_guard = s->rfirst < s->nranges ? s->ranges[s->rfirst].lo : UINT64_MAX;
-    return CKPT_OK;
-}
-
-static void split_free(pk_split *s) {
-    if (!s) return;
-    for (pk_batch *b = s->head, *next; b; b = next) {
-        next = b->next;
-        free(b->buf);
-        free(b);
-    }
-    for (split_buf *f = s->spare, *next; f; f = next) {
-        next = f->next;
-        free(f);
-    }
-    pk_vm *sub = s->sub;
-    if (sub) {
-        free(sub->stack);
-        free(sub->marks);
-        free(sub->ints);
-        free(sub->b.keys_cache);
-        free(sub);
-    }
-    ckpt_arena_free(s->arena);
-    free(s->ranges);
-    pthread_mutex_destroy(&s->mu);
-    pthread_cond_destroy(&s->cv);
-    free(s);
-}
-
-/* The first hand-over: the memo directory at its full size (the consumer's VM reads it, so
- * it never moves again), the consumer's VM, and half of what is left of the budgets. */
-static bool split_start(pk_vm *vm) {
-    size_t need = (size_t)(vm->max_memo >> MEMO_CHUNK_BITS) + 1;
-    if (vm->memo_dir_cap < need) {
-        void *arr = vm->memo_dir;
-        size_t old = vm->memo_dir_cap;
-        if (grow_aux(vm, "memo", &arr, &vm->memo_dir_cap, need, sizeof *vm->memo_dir, need, need) !=
-            CKPT_OK)
-            return false;
-        vm->memo_dir = arr;
-        memset(vm->memo_dir + old, 0, (vm->memo_dir_cap - old) * sizeof *vm->memo_dir);
-        if (!old) vm->memo_dir[0] = vm->memo_first;
-        vm->memo_cap = vm->memo_dir_cap << MEMO_CHUNK_BITS;
-    }
-    uint64_t used = ckpt_arena_used(vm->b.arena);
-    uint64_t bytes = used < vm->b.max_bytes ? (vm->b.max_bytes - used) / 2 : 0;
-    uint64_t items = vm->b.items < vm->b.max_items ? (vm->b.max_items - vm->b.items) / 2 : 0;
-    if (bytes < ((uint64_t)1 << 20) || items < 1024) return false;
-    pk_split *s = calloc(1, sizeof *s);
-    pk_vm *sub = calloc(1, sizeof *sub);
-    if (s) {
-        s->sub = sub;
-        s->arena = ckpt_arena_new(bytes);
-        pthread_mutex_init(&s->mu, NULL);
-        pthread_cond_init(&s->cv, NULL);
-    }
-    if (sub) {
-        sub->sub = true;
-        sub->b.arena = s ? s->arena : NULL;
-        sub->b.max_bytes = bytes;
-        sub->b.max_items = items;
-        sub->b.max_depth = vm->b.max_depth;
-        sub->intern_bits = INTERN_BITS_MAX;
-        sub->b.keys_bits = sub->intern_bits - 2;
-        sub->ints = calloc((size_t)3 << sub->intern_bits, sizeof *sub->ints);
-        sub->b.keys_cache = calloc((size_t)1 << sub->b.keys_bits, sizeof *sub->b.keys_cache);
-        sub->strs = sub->ints ? sub->ints + ((size_t)1 << sub->intern_bits) : NULL;
-        sub->tuples = sub->strs ? sub->strs + ((size_t)1 << sub->intern_bits) : NULL;
-        sub->memo_dir = vm->memo_dir;
-        sub->memo_dir_cap = vm->memo_dir_cap;
-        sub->memo_cap = vm->memo_cap;
-        sub->memo_guard = UINT64_MAX;
-    }
-    void *stack = NULL;
-    if (!s || !sub || !s->arena || !sub->ints || !sub->b.keys_cache ||
-        grow_aux(sub, "stack", &stack, &sub->scap, 256, sizeof *sub->stack, 256,
-                 sub->b.max_items) != CKPT_OK) {
-        free(stack);
-        split_free(s);
-        if (!s) free(sub);
-        return false;
-    }
-    sub->stack = stack;
-    ckpt_arena_max_block(s->arena, (size_t)16 << 20);
-    ckpt_arena_set_budget(vm->b.arena, vm->b.max_bytes - bytes);
-    vm->b.max_items -= items;
-    vm->split = s;
-    return true;
-}
-
-/* Offers bt to the consumer; false (bt freed) when it did not take it. */
-static bool hand(pk_vm *vm, const char *label, pk_value *dict, size_t len, pk_batch *bt) {
-    pk_split *s = vm->split;
-    bt->split = s;
-    bt->seq = s->handed;
-    if (!vm->watch->hand(vm->watch->ctx, label, dict, len, bt, bt->npairs)) {
-        free(bt->buf);
-        free(bt);
-        return false;
-    }
-    s->handed++;
-    if (s->tail)
-        s->tail->next = bt;
-    else
-        s->head = bt;
-    s->tail = bt;
-    vm->taken = true;
-    return true;
-}
-
-/* The label of the dict at stack index `at`, as offer() finds it; `fence`: the fence of the
- * dict's own MARK region. */
-static const char *dict_label(const pk_vm *vm, size_t at, size_t fence) {
-    const pk_value *lab = at >= 1 && at - 1 >= fence ? vm->stack[at - 1] : NULL;
-    return lab && lab->type == PK_STR ? lab->u.str.ptr : NULL;
-}
-
-/* At the MARK just pushed: hands the batch it opens over undecoded, when the consumer wants
- * it and the batch can be. */
-static ckpt_status maybe_split(pk_vm *vm) {
-    /* a failed batch: decoding on is wasted, the plain decoder starts over */
-    if (vm->split && atomic_load_explicit(&vm->split->failed, memory_order_relaxed))
-        return split_failed(vm);
-    if (vm->sp < 2 || vm->nmarks < 1) return CKPT_OK;
-    size_t at = vm->sp - 1;
-    pk_value *dict = vm->stack[at];
-    if (dict->type != PK_DICT || (vm->split_dict && dict != vm->split_dict)) return CKPT_OK;
-    /* a dict fetched again is left to the plain path (which may revoke the watch) */
-    if ((dict->flags & PK_FLAG_ALIASED) || vm->hcount || vm->memo_end != vm->memo_count)
-        return CKPT_OK;
-    const char *label = dict_label(vm, at, vm->nmarks >= 2 ? vm->marks[vm->nmarks - 2] : 0);
-    if (!label || !vm->watch->split(vm->watch->ctx, label, dict)) return CKPT_OK;
-    size_t left = vm->total - vm->base - vm->pos;
-    size_t want = left < SPLIT_MAX_BYTES ? left : SPLIT_MAX_BYTES;
-    if (vm->len - vm->pos < want && !more(vm, want)) return CKPT_OK;
-    pk_scan sc;
-    if (!pk_scan_batch(vm->buf + vm->pos, want, left, &sc)) return CKPT_OK;
-    if (sc.memos > vm->max_memo - vm->memo_count) return CKPT_OK;
-    if (!vm->split && !split_start(vm)) return CKPT_OK;
-    pk_split *s = vm->split;
-    uint64_t lo = vm->memo_count, hi = lo + sc.memos;
-    for (uint64_t i = lo; i < hi; i = (i | (MEMO_CHUNK - 1)) + 1) {
-        pk_value **slot;
-        if (memo_slot(vm, i, &slot) != CKPT_OK) return CKPT_OK;
-    }
-    if (hi > lo && s->nranges == s->rcap) {
-        size_t cap = s->rcap ? 2 * s->rcap : 64;
-        split_range *r = realloc(s->ranges, cap * sizeof *r);
-        if (!r) return CKPT_OK;
-        s->ranges = r;
-        s->rcap = cap;
-    }
-    const pk_value *pinned[SPLIT_MAX_PINNED];
-    size_t npinned = 0;
-    for (size_t i = 0; i < vm->sp; i++) {
-        if (!pkb_is_container(vm->stack[i]->type) || vm->stack[i]->type == PK_TUPLE) continue;
-        if (npinned == SPLIT_MAX_PINNED) return CKPT_OK;
-        pinned[npinned++] = vm->stack[i];
-    }
-    pk_batch *bt = calloc(1, sizeof *bt);
-    split_buf *buf = bt ? split_buf_get(s, sc.end) : NULL;
-    if (!buf) {
-        free(bt);
-        return CKPT_OK;
-    }
-    memcpy(buf->bytes, vm->buf + vm->pos, sc.end);
-    *bt = (pk_batch){.dict = dict,
-                     .buf = buf,
-                     .nbytes = sc.end,
-                     .offset = vm->base + vm->pos,
-                     .memo_lo = lo,
-                     .memo_hi = hi,
-                     .nmarks = vm->nmarks,
-                     .npairs = sc.pairs,
-                     .npinned = npinned};
-    memcpy(bt->pinned, pinned, npinned * sizeof *pinned);
-    bool first = !vm->split_dict;
-    size_t len0 = first ? dict->u.dict.len : vm->split_len0;
-    if (!hand(vm, label, dict, len0 + (first ? 0 : vm->split_pairs), bt)) return CKPT_OK;
-    if (first) {
-        vm->split_dict = dict;
-        vm->split_at = at;
-        vm->split_len0 = len0;
-        vm->split_pairs = 0;
-    }
-    vm->split_pairs += sc.pairs;
-    if (hi > lo) {
-        s->ranges[s->nranges++] = (split_range){lo, hi, s->handed - 1};
-        if (vm->memo_guard > lo) vm->memo_guard = lo;
-    }
-    vm->memo_count = vm->memo_end = hi;
-    vm->pos += sc.end + 1; /* past its SETITEMS */
-    size_t start = 0;
-    return pop_mark(vm, &start);
-}
-
-/* SETITEMS of n values into the split dict, decoded here: handed over as pairs too. */
-static ckpt_status hand_pairs(pk_vm *vm, pk_value *dict, size_t at, pk_value *const *kv, size_t n) {
-    if (vm->watch) {
-        pk_value **copy = pkb_alloc(&vm->b, n * sizeof *copy);
-        if (!copy) return fail_build(vm);
-        memcpy(copy, kv, n * sizeof *kv);
-        pk_batch *bt = calloc(1, sizeof *bt);
-        if (bt) {
-            *bt = (pk_batch){.dict = dict, .kv = copy, .npairs = n / 2};
-            if (hand(vm, dict_label(vm, at, vm->fence), dict, vm->split_len0 + vm->split_pairs,
-                     bt)) {
-                vm->split_pairs += n / 2;
-                return CKPT_OK;
-            }
-        }
-    }
-    CKPT_TRY(split_sync(vm)); /* then as a plain SETITEMS */
-    return pkb_dict_extend(&vm->b, dict, kv, n / 2) ? CKPT_OK : fail_build(vm);
-}
-
-/* The consumer's side: decodes bt's bytes (without messages: a failure makes the decoder
- * start over, and the plain decoder reports). */
-static ckpt_status sub_decode(pk_vm *vm, pk_batch *bt) {
+/* (pickle_vm_i.h) */
+ckpt_status pkvm_decode_batch(pk_vm *vm, pk_batch *bt) {
     ckpt_error err;
     vm->err = &err;
     vm->buf = bt->buf->bytes;
@@ -1624,28 +1176,6 @@ static ckpt_status sub_decode(pk_vm *vm, pk_batch *bt) {
     return CKPT_OK;
 }
 
-ckpt_status pk_batch_run(pk_batch *bt, pk_value *const **kv, size_t *npairs) {
-    pk_split *s = bt->split;
-    pk_vm *sub = s->sub;
-    ckpt_status st = CKPT_OK;
-    if (atomic_load_explicit(&s->failed, memory_order_relaxed))
-        st = CKPT_E_UNSUPPORTED; /* the decoder starts over anyway */
-    else if (bt->buf)
-        st = sub_decode(sub, bt);
-    split_buf *spare = bt->buf;
-    bt->buf = NULL;
-    if (st == CKPT_OK && !pkb_dict_extend(&sub->b, bt->dict, bt->kv, bt->npairs))
-        st = sub->b.status != CKPT_OK ? sub->b.status : CKPT_E_NOMEM;
-    *kv = st == CKPT_OK ? bt->kv : NULL;
-    *npairs = st == CKPT_OK ? bt->npairs : 0;
-    split_resolve(s, st != CKPT_OK, spare);
-    return st;
-}
-
-void pk_batch_cancel(pk_batch *bt) { split_resolve(bt->split, true, NULL); }
-
-size_t pk_batch_bytes(const pk_batch *bt) { return bt->buf ? bt->nbytes : 0; }
-
 static ckpt_status run(pk_vm *vm) {
     /* The stack always exists, so `stack + sp` is never arithmetic on NULL. */
     void *arr = NULL;
@@ -1664,7 +1194,7 @@ static ckpt_status run(pk_vm *vm) {
          * next batch may come before its batches are all added */
         if (vm->split_dict &&
             ((vm->fence <= vm->split_at && vm->op != PK_OP_MARK) || vm->op == PK_OP_STOP))
-            CKPT_TRY(split_sync(vm));
+            CKPT_TRY(pkvm_split_sync(vm));
         if (vm->op == PK_OP_STOP) {
             NEED_STACK(vm, 1);
             vm->result = vm->stack[--vm->sp];
@@ -1747,22 +1277,9 @@ ckpt_status pk_decode_watched(const pk_input *in, const pk_limits *limits, const
 
     ckpt_status st = run(vm);
     if (st != CKPT_OK) revoke(vm); /* the consumer stops before the document goes */
-    pk_split *s = vm->split;
-    bool again = false;
-    if (s) {
-        split_wait(s, s->handed); /* every handed batch run or cancelled */
-        /* (its budgets were shared out even if nothing was taken; and after a failed batch
-         * the document is not whole, whatever path led here) */
-        again = st != CKPT_OK || atomic_load_explicit(&s->failed, memory_order_relaxed);
-        if (again && st == CKPT_OK) revoke(vm);
-    }
+    bool again = pkvm_split_wait_all(vm, st);
     ckpt_arena_settle(doc->arena);
-    if (s && !again) {
-        ckpt_arena_adopt(doc->arena, s->arena); /* the consumer's values are the document's */
-        s->arena = NULL;
-        ckpt_arena_set_budget(doc->arena, lim.max_bytes);
-    }
-    split_free(s);
+    pkvm_split_free(vm, again ? NULL : doc->arena, lim.max_bytes);
     doc->root = vm->result;
     free(vm->stack);
     free(vm->marks);
