@@ -33,8 +33,14 @@ what: stream (default all):
            saver) vs the same commands on a local-filesystem tree of empty files with the same
            names (and the same user.* xattrs, for getfattr), built under --work; the mount
            first right after mounting (nothing in the kernel's caches), then again (cached);
-           the local tree warm. Interleaved, best of --runs. --loop FLAGS (repeatable)
-           compares daemon configurations (e.g. --loop '' --loop -s) in the same rounds.
+           the local tree warm. Also the like-for-like baseline: the same local tree copied
+           (with its xattrs) once into an ext4 image file under --work (mkfs.ext4, sparse),
+           loop-mounted read-only afresh for each first command (unmounting drops that
+           filesystem's dentries and inodes, no global drop_caches; the image file is read
+           once before the rounds so its blocks are hot, like the shard files of the mount):
+           first `ls -lR` vs first, again vs again, first getfattr vs first. Interleaved,
+           best of --runs. --loop FLAGS (repeatable) compares daemon configurations (e.g.
+           --loop '' --loop -s) in the same rounds. Needs root (mount -o loop).
 --opt O (repeatable) adds -o O to every mount (e.g. --opt max_read=1032192).
 All reads use tools/bench/bench_read (C, 1 MiB read(2) calls into a reused buffer). Best of
 --runs for every cell. The checkpoint is written once by make_big_ckpt.py (real torch).
@@ -392,6 +398,87 @@ def copy_tree(mnt: Path, local: Path) -> int:
     return n
 
 
+class LoopMount:
+    """An ext4 image file mounted through a loop device (mount -o loop: the device is
+    detached again by the unmount)."""
+
+    def __init__(self, image: Path, ro: bool = True):
+        self.dir = Path(tempfile.mkdtemp(prefix="ckptfs-bench-ext4-"))
+        try:
+            subprocess.run(["mount", "-t", "ext4", "-o", "loop,ro" if ro else "loop",
+                            str(image), str(self.dir)], check=True)
+        except BaseException:
+            os.rmdir(self.dir)
+            raise
+
+    def source(self) -> tuple[str, str]:
+        """(fstype, device) from /proc/self/mountinfo."""
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            f = line.split()
+            if f[4] == str(self.dir):
+                sep = f.index("-")
+                return f[sep + 1], f[sep + 2]
+        return "?", "?"
+
+    def close(self):
+        if subprocess.run(["umount", str(self.dir)]).returncode != 0:
+            subprocess.run(["umount", "-l", str(self.dir)])  # never leave it mounted
+            raise SystemExit(f"umount {self.dir} failed (lazily unmounted)")
+        os.rmdir(self.dir)
+
+
+def xattrs_of(root: Path) -> dict[str, dict[str, bytes]]:
+    res = {}
+    for dirpath, dirs, files in os.walk(root):
+        for n in dirs + files:
+            p = os.path.join(dirpath, n)
+            res[os.path.relpath(p, root)] = {k: os.getxattr(p, k, follow_symlinks=False)
+                                             for k in os.listxattr(p, follow_symlinks=False)}
+    return res
+
+
+def make_ext4_image(local: Path, image: Path, entries: int):
+    """The local tree, xattrs included, copied into a fresh ext4 image file (sparse)."""
+    tmp = image.with_name(image.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    with open(tmp, "wb") as f:
+        f.truncate(max(2 << 30, entries * (16 << 10)))  # a 4 KiB block per dir/xattr, and room
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-N", str(entries + entries // 8 + 1024),
+                    "-E", "lazy_itable_init=0,lazy_journal_init=0", str(tmp)], check=True)
+    m = LoopMount(tmp, ro=False)
+    try:
+        os.rmdir(m.dir / "lost+found")  # the same names as the local tree, no more
+        subprocess.run(["cp", "-a", f"{local}/.", f"{m.dir}/"], check=True)
+        want, got = xattrs_of(local), xattrs_of(m.dir)
+        if want != got:
+            raise SystemExit(f"{image}: the copy differs from {local} "
+                             f"({len(got)} vs {len(want)} names, or their xattrs)")
+        n = sum(k.startswith("user.ckpt.") for x in got.values() for k in x)
+        if not n:
+            raise SystemExit(f"{image}: no user.ckpt.* xattrs on the copy")
+    finally:
+        m.close()
+    tmp.rename(image)
+
+
+def read_data(path: Path) -> int:
+    """Read the data extents of a sparse file (not its holes) into the page cache."""
+    n = 0
+    with open(path, "rb") as f:
+        fd, end, off = f.fileno(), os.fstat(f.fileno()).st_size, 0
+        while off < end:
+            try:
+                off = os.lseek(fd, off, os.SEEK_DATA)
+            except OSError:  # ENXIO: no data after off
+                break
+            hole = os.lseek(fd, off, os.SEEK_HOLE)
+            while off < hole:
+                b = os.pread(fd, min(1 << 20, hole - off), off)
+                off += len(b)
+                n += len(b)
+    return n
+
+
 def bench_listing(a, build, out):
     ckpt = Path(a.work) / f"many-{a.params}"
     if not (ckpt / ".metadata").exists():
@@ -412,6 +499,9 @@ def bench_listing(a, build, out):
     fstype = subprocess.run(["stat", "-f", "-c", "%T", str(local)], capture_output=True,
                             text=True).stdout.strip()
     entries = sum(len(d) + len(f) for _, d, f in os.walk(local))
+    image = Path(a.work) / f"many-{a.params}-ext4.img"
+    if not image.exists():
+        make_ext4_image(local, image, entries)
     ls = ["ls", "-lR"]
     gf = ["getfattr", "-R", "-d"]
     loops = a.loop or [""]
@@ -424,42 +514,72 @@ def bench_listing(a, build, out):
         return Mount(daemon, ckpt, *a.opt, flags=tuple(shlex.split(c)))
 
     timed(ls + [str(local)])  # warm the local tree's dentries and inodes
-    for _ in range(a.runs):
-        for c in loops:
+    hot = read_data(image)  # the image's blocks hot, like the mount's shard files
+    dev = ("?", "?")
+    try:
+        for _ in range(a.runs):
+            for c in loops:
+                t = time.perf_counter()
+                m = mount(c)
+                add(c, "mount", time.perf_counter() - t)
+                try:
+                    add(c, "ls cold", timed(ls + [str(m.dir)]))
+                    add(c, "ls warm", timed(ls + [str(m.dir)]))
+                    add(c, "gf after ls", timed(gf + visible_tops(m.dir)))
+                finally:
+                    m.close()
+                m = mount(c)
+                try:
+                    add(c, "gf cold", timed(gf + visible_tops(m.dir)))
+                finally:
+                    m.close()
+            # ext4, mounted afresh: none of its dentries and inodes cached, its blocks hot
             t = time.perf_counter()
-            m = mount(c)
-            add(c, "mount", time.perf_counter() - t)
+            e = LoopMount(image)
+            add("", "ext4 mount", time.perf_counter() - t)
             try:
-                add(c, "ls cold", timed(ls + [str(m.dir)]))
-                add(c, "ls warm", timed(ls + [str(m.dir)]))
-                add(c, "gf after ls", timed(gf + visible_tops(m.dir)))
+                dev = e.source()
+                add("", "ext4 ls cold", timed(ls + [str(e.dir)]))
+                add("", "ext4 ls warm", timed(ls + [str(e.dir)]))
+                add("", "ext4 gf after ls", timed(gf + visible_tops(e.dir)))
             finally:
-                m.close()
-            m = mount(c)
+                e.close()
+            e = LoopMount(image)
             try:
-                add(c, "gf cold", timed(gf + visible_tops(m.dir)))
+                add("", "ext4 gf cold", timed(gf + visible_tops(e.dir)))
             finally:
-                m.close()
-        add("", "ls local", timed(ls + [str(local)]))
-        add("", "gf local", timed(gf + visible_tops(local)))
+                e.close()
+            add("", "ls local", timed(ls + [str(local)]))
+            add("", "gf local", timed(gf + visible_tops(local)))
+    finally:
+        left = subprocess.run(["losetup", "-j", str(image)], capture_output=True,
+                              text=True).stdout.strip()
+        if left:
+            print(f"loop devices still attached to {image}:\n{left}", file=sys.stderr)
     b = {k: min(v) for k, v in res.items()}
     med = {k: sorted(v)[len(v) // 2] for k, v in res.items()}
     out.append(f"\nlisting: {entries} entries ({a.params} parameters), local tree on {fstype} "
                f"(warm); mount options: {' '.join(a.opt) or 'defaults'}; best of {a.runs} "
                f"(median in brackets); mounting (indexing) took "
-               f"{min(b[(c, 'mount')] for c in loops):.2f} s\n")
+               f"{min(b[(c, 'mount')] for c in loops):.2f} s")
+    out.append(f"ext4 baseline: the local tree copied into {image} ({dev[0]}, "
+               f"{image.stat().st_size / 2**30:.1f} GiB sparse file, its {hot / 2**20:.0f} MiB of "
+               f"data read once so they are hot), loop-mounted ro from that file ({dev[1]}), "
+               f"mounted afresh before each first command (mount took "
+               f"{b[('', 'ext4 mount')]:.2f} s); loop devices left: {left or 'none'}\n")
     out.append("| command | daemon flags | mount s | local s | mount / local | "
-               "mount / local `ls -lR` |")
-    out.append("|---|---|---|---|---|---|")
-    for name, mk, lk in (("ls -lR, first after mounting", "ls cold", "ls local"),
-                         ("ls -lR, again", "ls warm", "ls local"),
-                         ("getfattr -R -d, first after mounting", "gf cold", "gf local"),
-                         ("getfattr -R -d, after ls -lR", "gf after ls", "gf local")):
+               "mount / local `ls -lR` | fresh ext4 s | mount / fresh ext4 |")
+    out.append("|---|---|---|---|---|---|---|---|")
+    for name, mk, lk, ek in (
+            ("ls -lR, first after mounting", "ls cold", "ls local", "ext4 ls cold"),
+            ("ls -lR, again", "ls warm", "ls local", "ext4 ls warm"),
+            ("getfattr -R -d, first after mounting", "gf cold", "gf local", "ext4 gf cold"),
+            ("getfattr -R -d, after ls -lR", "gf after ls", "gf local", "ext4 gf after ls")):
         for c in loops:
-            v, lv, ll = b[(c, mk)], b[("", lk)], b[("", "ls local")]
+            v, lv, ll, ev = b[(c, mk)], b[("", lk)], b[("", "ls local")], b[("", ek)]
             out.append(f"| {name} | {c or 'default'} | {v:.2f} ({med[(c, mk)]:.2f}) | "
-                       f"{lv:.2f} ({med[('', lk)]:.2f}) | {v / lv:.2f} | {v / ll:.2f} |")
-
+                       f"{lv:.2f} ({med[('', lk)]:.2f}) | {v / lv:.2f} | {v / ll:.2f} | "
+                       f"{ev:.2f} ({med[('', ek)]:.2f}) | {v / ev:.2f} |")
 
 def main():
     ap = argparse.ArgumentParser()
