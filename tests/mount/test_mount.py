@@ -162,10 +162,14 @@ class Mount:
         return rc
 
 
-@pytest.fixture(scope="module", params=NAMES)
+# Every fixture through the default mount (direct I/O where the kernel allows shared mmap of
+# direct-I/O files, as here) and through the page cache.
+@pytest.fixture(scope="module", params=[(n, mode) for n in NAMES for mode in ("default", "page_cache")],
+                ids=lambda p: f"{p[0]}-{p[1]}")
 def mounted(request):
-    fixture = FIXTURES / request.param
-    m = Mount(fixture / "ckpt")
+    name, mode = request.param
+    fixture = FIXTURES / name
+    m = Mount(fixture / "ckpt", *(() if mode == "default" else (mode,)))
     yield m, Ref(fixture), fixture
     m.close()
 
@@ -464,17 +468,79 @@ def test_mount_t_fuse(tmp_path):
             link.unlink()
 
 
+def resident_after_read(path: Path) -> int:
+    """Reads the file with read(2), then counts its pages in the page cache (mincore of a
+    shared map; mapping a direct-I/O file drops its cached pages, so that is 0 then)."""
+    import mmap
+    data = path.read_bytes()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        mm = mmap.mmap(fd, len(data), prot=mmap.PROT_READ)
+    finally:
+        os.close(fd)
+    libc = ctypes.CDLL(None, use_errno=True)
+    page = os.sysconf("SC_PAGE_SIZE")
+    vec = (ctypes.c_ubyte * ((len(data) + page - 1) // page))()
+    view = np.frombuffer(mm, dtype=np.uint8)  # (its address; gone before mm.close())
+    rc = libc.mincore(ctypes.c_void_p(view.ctypes.data), ctypes.c_size_t(len(data)), vec)
+    err = ctypes.get_errno()
+    del view
+    mm.close()
+    assert rc == 0, os.strerror(err)
+    return sum(v & 1 for v in vec)
+
+
 def test_direct_io_mode():
+    """-o direct_io: exact bytes, and both private and shared mmap work (the daemon asks the
+    kernel for FUSE_DIRECT_IO_ALLOW_MMAP, which libfuse 3.14 cannot: tools/ckptfs/init_ext.c;
+    without it a shared map of a direct-I/O file fails with ENODEV)."""
     ref = Ref(FIXTURES / "tp_shard1")
     m = Mount(FIXTURES / "tp_shard1" / "ckpt", "direct_io", "cache_size=1M")
     try:
         for p, v in ref.tensors.items():
             assert (m.dir / p).read_bytes() == v[2], p
-        # MAP_PRIVATE mmap works with direct I/O on this kernel (MAP_SHARED needs libfuse >= 3.16)
         p = next(p for p, v in ref.tensors.items() if v[2])
-        a = np.memmap(m.dir / p, dtype=np.uint8, mode="c")
+        a = np.memmap(m.dir / p, dtype=np.uint8, mode="c")  # MAP_PRIVATE
         assert a.tobytes() == ref.tensors[p][2]
         del a
+        for p, v in ref.tensors.items():
+            if v[2]:
+                a = np.memmap(m.dir / p, dtype=np.uint8, mode="r")  # MAP_SHARED
+                assert a.tobytes() == v[2], p
+                del a
+    finally:
+        m.close()
+
+
+def test_default_io_mode_follows_the_kernel():
+    """By default files use direct I/O when INIT allowed shared mmap of direct-I/O files (as
+    on this kernel: the -d log says so), else the page cache; -o page_cache and -o direct_io
+    override it.  Told apart by whether a read(2) leaves the file's pages in the cache."""
+    fixture = FIXTURES / "fsdp2_ws2"
+    ref = Ref(fixture)
+    path = max(ref.tensors, key=lambda p: len(ref.tensors[p][2]))
+    assert ref.tensors[path][2]
+    m = Mount(fixture / "ckpt", "debug")
+    try:
+        log = m.log()
+        assert "ckptfs: shared mmap of direct-I/O files allowed: files use direct I/O" in log or \
+            "ckptfs: the kernel does not allow shared mmap of direct-I/O files" in log, log
+        allowed = "allowed: files use direct I/O" in log
+        got = resident_after_read(m.dir / path)
+        assert (got == 0) == allowed, (got, log[-2000:])
+        a = np.memmap(m.dir / path, dtype=np.uint8, mode="r")
+        assert a.tobytes() == ref.tensors[path][2]
+        del a
+    finally:
+        m.close()
+    m = Mount(fixture / "ckpt", "page_cache")
+    try:
+        assert resident_after_read(m.dir / path) > 0
+    finally:
+        m.close()
+    m = Mount(fixture / "ckpt", "direct_io")
+    try:
+        assert resident_after_read(m.dir / path) == 0
     finally:
         m.close()
 
@@ -578,7 +644,7 @@ def test_layout_example_loads_dtensors():
 def test_page_cache_mode_raises_readahead():
     """Page-cache reads arrive as 1 MiB requests only when the mount's bdi read-ahead is raised
     after the kernel's INIT handling (which lowers it to 128 KiB)."""
-    m = Mount(FIXTURES / "fsdp2_ws1" / "ckpt")
+    m = Mount(FIXTURES / "fsdp2_ws1" / "ckpt", "page_cache")
     try:
         (m.dir / "model" / "norm.weight").read_bytes()
         dev = next(line.split()[2] for line in Path("/proc/self/mountinfo").read_text().splitlines()

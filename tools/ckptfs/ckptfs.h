@@ -32,7 +32,9 @@ typedef struct ckptfs_config {
     char *source; /* CHECKPOINT_DIR, made absolute */
     char *mountpoint;
     char *cache_size;      /* -o cache_size=BYTES[KMG] */
-    int direct_io;         /* -o direct_io / -o page_cache */
+    int direct_io;         /* -o direct_io (1) / -o page_cache (0); -1 (default): direct I/O
+                            * when the kernel allows shared mmap of such files, else the page
+                            * cache (see ckptfs_direct_io) */
     unsigned max_read;     /* -o max_read= (also passed to the kernel); 0: chosen at start */
     int no_pipe_probe;     /* -o no_pipe_probe: count on 1 MiB splice pipes at most */
     unsigned readahead_kb; /* -o readahead_kb= for the mount's bdi (page-cache mode) */
@@ -49,16 +51,30 @@ typedef struct ckptfs {
     size_t min_fd_run;
     scratch_pool pool;
     bool use_syslog;
-    bool no_opendir;             /* the kernel opens directories itself (set by INIT) */
-    atomic_bool readahead_tuned; /* set by the first open (see readahead.c) */
+    bool debug;                   /* -d */
+    bool no_opendir;              /* the kernel opens directories itself (set by INIT) */
+    atomic_bool readahead_tuned;  /* set by the first open (see readahead.c) */
+    _Atomic uint64_t init_unique; /* the kernel's INIT request, while its reply is due */
+    atomic_bool direct_io_mmap;   /* INIT asked for shared mmap of direct-I/O files */
 } ckptfs;
 
 extern const struct fuse_lowlevel_ops ckptfs_ops;
+
+/* Whether files are opened with direct I/O (bypassing the page cache): as -o says, else
+ * when INIT allowed shared mmap of direct-I/O files (init_ext.c), so that mmap keeps working
+ * and first reads take the fast path. */
+static inline bool ckptfs_direct_io(ckptfs *fs) {
+    return fs->cfg.direct_io < 0 ? atomic_load(&fs->direct_io_mmap) : fs->cfg.direct_io != 0;
+}
 
 /* Logs to stderr, or to syslog once daemonized. */
 void ckptfs_log(const ckptfs *fs, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Raises the mount's read-ahead to cfg.readahead_kb (page-cache mode); once, after INIT. */
 void ckptfs_tune_readahead(ckptfs *fs);
+/* Routes the session's I/O through init_ext.c, which asks the kernel to allow shared mmap
+ * of direct-I/O files (FUSE_DIRECT_IO_ALLOW_MMAP) when it offers that; 0 or -errno.  Call
+ * after fuse_session_mount, before the loop. */
+int ckptfs_init_ext(struct fuse_session *se);
 /* errno for a libckpt status. */
 int ckptfs_errno(ckpt_status s);
 

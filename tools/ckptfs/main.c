@@ -28,9 +28,12 @@ static void usage(const char *prog) {
            "CHECKPOINT_DIR may also be a directory of checkpoints (one subdirectory each, plus\n"
            "`latest`).  See ckptfs(1).\n\n"
            "ckptfs options:\n"
-           "    -o direct_io           bypass the kernel page cache (fastest first read)\n"
-           "    -o page_cache          keep file data in the page cache (default; re-reads\n"
-           "                           are fast and mmap works)\n"
+           "    -o direct_io           bypass the kernel page cache: the fastest first read\n"
+           "                           (default when the kernel allows shared mmap of\n"
+           "                           direct-I/O files, Linux 6.6+)\n"
+           "    -o page_cache          keep file data in the page cache: faster re-reads,\n"
+           "                           a second copy of what was read in memory (default\n"
+           "                           on older kernels, where it is what keeps mmap working)\n"
            "    -o cache_size=BYTES    memory for assembling strided replies (default 64M;\n"
            "                           suffixes K, M, G)\n"
            "    -o max_read=BYTES      largest read request (default 1048576 when this\n"
@@ -164,6 +167,7 @@ int main(int argc, char **argv) {
     struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
     ckptfs fs;
     memset(&fs, 0, sizeof fs);
+    fs.cfg.direct_io = -1;
     fs.cfg.readahead_kb = 1024;
     fs.cfg.timeout = 86400.0;
     int ret = 1;
@@ -188,6 +192,7 @@ int main(int argc, char **argv) {
         goto out;
     }
     fs.cfg.mountpoint = opts.mountpoint;
+    fs.debug = opts.debug;
     char *abs = realpath(fs.cfg.source, NULL);
     if (!abs) {
         fprintf(stderr, "ckptfs: cannot mount %s: %s\n", fs.cfg.source, strerror(errno));
@@ -259,6 +264,10 @@ int main(int argc, char **argv) {
     if (!se) goto out;
     if (fuse_set_signal_handlers(se) != 0) goto out_session;
     if (fuse_session_mount(se, opts.mountpoint) != 0) goto out_signals;
+    int e = ckptfs_init_ext(se);
+    if (e != 0) /* libfuse's own I/O stays: only shared mmap of direct-I/O files is lost */
+        fprintf(stderr, "ckptfs: warning: cannot filter INIT (%s): no shared mmap with direct_io\n",
+                strerror(-e));
     if (fuse_daemonize(opts.foreground) != 0) goto out_unmount;
     if (!opts.foreground) {
         openlog("ckptfs", LOG_PID, LOG_DAEMON);

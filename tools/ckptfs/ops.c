@@ -291,8 +291,9 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
         return;
     }
     if (!atomic_exchange(&fs->readahead_tuned, true)) ckptfs_tune_readahead(fs);
-    fi->direct_io = fs->cfg.direct_io ? 1 : 0;
-    fi->keep_cache = fs->cfg.direct_io ? 0 : 1;
+    bool direct = ckptfs_direct_io(fs);
+    fi->direct_io = direct;
+    fi->keep_cache = !direct;
     fi->noflush = 1;
     fuse_reply_open(req, fi);
 }

@@ -1,4 +1,5 @@
-/* readahead.c — page-cache mode tuning: the read-ahead window of the mount's bdi. */
+/* readahead.c — page-cache tuning: the read-ahead window of the mount's bdi (page-cache
+ * reads, and page faults of mmap in either mode). */
 #include "ckptfs.h"
 
 #include <errno.h>
@@ -25,7 +26,7 @@ static void unescape(char *s) {
 }
 
 void ckptfs_tune_readahead(ckptfs *fs) {
-    if (fs->cfg.direct_io || fs->cfg.readahead_kb == 0) return;
+    if (fs->cfg.direct_io == 1 || fs->cfg.readahead_kb == 0) return;
     FILE *f = fopen("/proc/self/mountinfo", "r");
     if (!f) return;
     char line[8192], dev[64] = "";

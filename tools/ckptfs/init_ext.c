@@ -1,0 +1,95 @@
+/* init_ext.c — an INIT flag libfuse 3.14 cannot ask for: FUSE_DIRECT_IO_ALLOW_MMAP (Linux 6.6+,
+ * init flags bit 36), which lets a direct-I/O file be mapped shared (numpy.memmap,
+ * safetensors.safe_open; without it such an mmap fails with ENODEV).  libfuse 3.14 has no
+ * capability bit for it and sends flags2 as 0, so the daemon passes the session's traffic
+ * through its own I/O functions (fuse_session_custom_io): the kernel's INIT request is noted
+ * on the way in and, when the kernel offered the flag, the INIT reply carries it on the way
+ * out.  Every other message goes through unchanged, splice included. */
+#include "ckptfs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/fuse.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define INIT_ALLOW_MMAP2 (1u << (36 - 32)) /* FUSE_DIRECT_IO_ALLOW_MMAP, in flags2 */
+/* Bytes of fuse_init_in up to its flags2 (protocol 7.36), and of fuse_init_out. */
+#define INIT_IN_FLAGS2_END 20u
+#define INIT_OUT_FLAGS2_END 36u
+#define INIT_OUT_MAX 256u
+
+static ssize_t ext_read(int fd, void *buf, size_t len, void *userdata) {
+    ssize_t n = read(fd, buf, len);
+    ckptfs *fs = userdata;
+    if (n < (ssize_t)(sizeof(struct fuse_in_header) + INIT_IN_FLAGS2_END)) return n;
+    struct fuse_in_header h;
+    memcpy(&h, buf, sizeof h);
+    if (h.opcode != FUSE_INIT) return n;
+    const uint8_t *in = (const uint8_t *)buf + sizeof h;
+    uint32_t flags, flags2;
+    memcpy(&flags, in + 12, 4);
+    memcpy(&flags2, in + 16, 4);
+    bool offered = (flags & FUSE_INIT_EXT) && (flags2 & INIT_ALLOW_MMAP2);
+    atomic_store(&fs->init_unique, offered ? h.unique : 0);
+    if (fs->debug && !offered)
+        fprintf(stderr,
+                "ckptfs: the kernel does not allow shared mmap of direct-I/O files: "
+                "files use the %s\n",
+                fs->cfg.direct_io == 1 ? "direct I/O (private mmap only)" : "page cache");
+    return n;
+}
+
+static ssize_t ext_writev(int fd, struct iovec *iov, int count, void *userdata) {
+    ckptfs *fs = userdata;
+    uint64_t want = atomic_load_explicit(&fs->init_unique, memory_order_relaxed);
+    struct fuse_out_header h;
+    if (!want || count != 2 || iov[0].iov_len != sizeof h || iov[1].iov_len < INIT_OUT_FLAGS2_END ||
+        iov[1].iov_len > INIT_OUT_MAX)
+        return writev(fd, iov, count);
+    memcpy(&h, iov[0].iov_base, sizeof h);
+    if (h.unique != want || h.error != 0) return writev(fd, iov, count);
+    /* the INIT reply: a copy with the flag set (libfuse's buffer stays as it was) */
+    uint8_t out[INIT_OUT_MAX];
+    memcpy(out, iov[1].iov_base, iov[1].iov_len);
+    uint32_t flags, flags2;
+    memcpy(&flags, out + 12, 4);
+    memcpy(&flags2, out + 32, 4);
+    flags |= FUSE_INIT_EXT;
+    flags2 |= INIT_ALLOW_MMAP2;
+    memcpy(out + 12, &flags, 4);
+    memcpy(out + 32, &flags2, 4);
+    struct iovec copy[2] = {iov[0], {.iov_base = out, .iov_len = iov[1].iov_len}};
+    ssize_t n = writev(fd, copy, 2);
+    if (n >= 0) {
+        atomic_store(&fs->init_unique, 0);
+        atomic_store(&fs->direct_io_mmap, true);
+        if (fs->debug)
+            fprintf(stderr, "ckptfs: shared mmap of direct-I/O files allowed: files use %s\n",
+                    fs->cfg.direct_io == 0 ? "the page cache" : "direct I/O");
+    }
+    return n;
+}
+
+static ssize_t ext_splice_receive(int fdin, off_t *offin, int fdout, off_t *offout, size_t len,
+                                  unsigned int flags, void *userdata) {
+    (void)userdata;
+    return splice(fdin, offin, fdout, offout, len, flags);
+}
+
+static ssize_t ext_splice_send(int fdin, off_t *offin, int fdout, off_t *offout, size_t len,
+                               unsigned int flags, void *userdata) {
+    (void)userdata;
+    return splice(fdin, offin, fdout, offout, len, flags);
+}
+
+int ckptfs_init_ext(struct fuse_session *se) {
+    static const struct fuse_custom_io io = {.read = ext_read,
+                                             .writev = ext_writev,
+                                             .splice_receive = ext_splice_receive,
+                                             .splice_send = ext_splice_send};
+    return fuse_session_custom_io(se, &io, fuse_session_fd(se));
+}
