@@ -1014,6 +1014,14 @@ static ckpt_status op_proto(pk_vm *vm) {
     return CKPT_OK;
 }
 
+/* Whether the MARK just pushed may open a batch into a labelled dict: the cheap part of
+ * pkvm_maybe_split's test, inline here because most MARKs open an object's state dict, below
+ * which lies the object, not a label. */
+static inline bool split_candidate(const pk_vm *vm) {
+    return vm->watch && vm->can_split && vm->sp >= 2 && vm->stack[vm->sp - 1]->type == PK_DICT &&
+           vm->stack[vm->sp - 2]->type == PK_STR;
+}
+
 static inline __attribute__((always_inline)) ckpt_status step(pk_vm *vm) {
     pk_builder *b = &vm->b;
     switch (vm->op) {
@@ -1021,7 +1029,7 @@ static inline __attribute__((always_inline)) ckpt_status step(pk_vm *vm) {
     case PK_OP_FRAME: return op_frame(vm);
     case PK_OP_MARK:
         CKPT_TRY(push_mark(vm));
-        return vm->watch && vm->can_split ? pkvm_maybe_split(vm) : CKPT_OK;
+        return split_candidate(vm) ? pkvm_maybe_split(vm) : CKPT_OK;
     case PK_OP_POP: return op_pop(vm);
     case PK_OP_POP_MARK: {
         size_t start = 0; /* set by pop_mark; initialised for -O3 -Wmaybe-uninitialized */
