@@ -8,9 +8,14 @@ what: stream (default all):
   stream   every tensor file read through the mount vs the same shard bytes read directly
            (source hot in the page cache) vs the shard files read through the same mount
            under .raw/ (the in-run FUSE ceiling); 1 and 2 readers; direct_io and page-cache
-           modes (page cache: first read after a fresh mount, then the re-read).
+           modes (page cache: first read after a fresh mount, then the re-read).  With 1
+           reader also the like-for-like ceiling: the tensors' own bytes, at their offsets in
+           the shards, read through .raw/ in 1 MiB preads (bench_read ranges -b): torch's
+           items start anywhere in a page, and the kernel's copy of FUSE replies is slower
+           for some misalignments of source and destination.
   layout   rank r of dim0-of-3 and dim1-of-3 reading its .layout files vs preading its byte
-           ranges straight from the shards (libckpt plans) vs the .raw ceiling.
+           ranges straight from the shards (libckpt plans) vs the .raw ceiling, and vs the
+           same byte ranges read through .raw/ in 1 MiB preads.
   export   cp .safetensors/@all.safetensors (default options, -o page_cache, -o direct_io)
            vs torch's dcp_to_torch_save: wall time, and peak RSS of the daemon vs of the
            torch process.
@@ -93,8 +98,12 @@ def read_files(tool: Path, files: list[Path], jobs: int = 1, block: int = 1 << 2
     return int(out[0]) / float(out[1]) / 2**30  # GiB/s
 
 
-def read_ranges(tool: Path, ckpt: Path, dim: int, n: int, rank: int) -> float:
-    out = subprocess.run([str(tool), "ranges", str(ckpt), str(dim), str(n), str(rank), "model/"],
+def read_ranges(tool: Path, ckpt: Path, dim: int, n: int, rank: int, block: int = 0) -> float:
+    """What rank `rank` of Shard(dim) over n needs of every tensor under model/, pread from
+    the shard files of `ckpt` (a checkpoint, or a mount's .raw/): into each tensor's
+    destination, or (block) in reads of `block` bytes into one reused buffer."""
+    out = subprocess.run([str(tool), "ranges", *(["-b", str(block)] if block else []), str(ckpt),
+                          str(dim), str(n), str(rank), "model/"],
                          capture_output=True, text=True, check=True).stdout.split()
     return int(out[0]) / float(out[1]) / 2**30
 
@@ -265,7 +274,8 @@ def bench_stream(a, daemon, tool, ckpt, rows):
     read_files(tool, shards)  # source hot
     for mode in ("direct_io", "page_cache"):
         for jobs in (1, 2):
-            res = {"src": [], "raw": [], "mount": [], "mount_re": [], "raw_re": []}
+            res = {"src": [], "raw": [], "mount": [], "mount_re": [], "raw_re": [], "same": [],
+                   "same_re": []}
             for _ in range(a.runs):
                 res["src"].append(read_files(tool, shards, jobs))
                 m = Mount(daemon, ckpt, mode, *a.opt)
@@ -276,6 +286,15 @@ def bench_stream(a, daemon, tool, ckpt, rows):
                         res["raw_re"].append(read_files(tool, raw, jobs))
                 finally:
                     m.close()
+                if jobs == 1:  # the tensors' own bytes at their offsets, through .raw/
+                    m = Mount(daemon, ckpt, mode, *a.opt)
+                    try:
+                        res["same"].append(read_ranges(tool, m.dir / ".raw", 0, 1, 0, 1 << 20))
+                        if mode == "page_cache":
+                            res["same_re"].append(
+                                read_ranges(tool, m.dir / ".raw", 0, 1, 0, 1 << 20))
+                    finally:
+                        m.close()
                 m = Mount(daemon, ckpt, mode, *a.opt)  # fresh: nothing of it in the page cache
                 try:
                     files = tensor_files(m.dir)
@@ -286,10 +305,10 @@ def bench_stream(a, daemon, tool, ckpt, rows):
                     m.close()
             b = {k: max(v) for k, v in res.items() if v}
             rows.append((f"stream, {mode}, {jobs} reader{'s' if jobs > 1 else ''}, first read",
-                         b["mount"], b["raw"], b["src"]))
+                         b["mount"], b["raw"], b["src"], b.get("same")))
             if mode == "page_cache":
                 rows.append((f"stream, {mode}, {jobs} reader{'s' if jobs > 1 else ''}, re-read",
-                             b["mount_re"], b["raw_re"], b["src"]))
+                             b["mount_re"], b["raw_re"], b["src"], b.get("same_re")))
 
 
 def bench_layout(a, daemon, tool, ckpt, rows):
@@ -297,20 +316,30 @@ def bench_layout(a, daemon, tool, ckpt, rows):
     read_files(tool, shards)
     for mode in ("direct_io", "page_cache"):
         for dim in (0, 1):
-            res = {"mount": [], "raw": [], "direct": []}
+            res = {"mount": [], "raw": [], "direct": [], "same": []}
             for _ in range(a.runs):
                 for rank in range(3):
                     res["direct"].append(read_ranges(tool, ckpt, dim, 3, rank))
                 m = Mount(daemon, ckpt, mode, *a.opt)
                 try:
                     res["raw"].append(read_files(tool, [m.dir / ".raw" / s.name for s in shards]))
+                finally:
+                    m.close()
+                m = Mount(daemon, ckpt, mode, *a.opt)  # the rank's bytes at their offsets
+                try:
+                    for rank in range(3):
+                        res["same"].append(read_ranges(tool, m.dir / ".raw", dim, 3, rank, 1 << 20))
+                finally:
+                    m.close()
+                m = Mount(daemon, ckpt, mode, *a.opt)
+                try:
                     for rank in range(3):
                         res["mount"].append(read_files(
                             tool, tensor_files(m.dir / ".layout" / f"dim{dim}-of-3" / str(rank))))
                 finally:
                     m.close()
             rows.append((f"layout dim{dim}-of-3, {mode}, one rank", max(res["mount"]),
-                         max(res["raw"]), max(res["direct"])))
+                         max(res["raw"]), max(res["direct"]), max(res["same"])))
 
 
 def bench_export(a, daemon, ckpt, out):
@@ -629,10 +658,12 @@ def main():
               f"{' '.join(a.opt) or 'none'}\n")
     if rows:
         print("| case | mount GiB/s | .raw ceiling GiB/s | direct (no FUSE) GiB/s | "
-              "mount / ceiling | mount / direct |")
-        print("|---|---|---|---|---|---|")
-        for name, m, c, d in rows:
-            print(f"| {name} | {m:.2f} | {c:.2f} | {d:.2f} | {m / c:.2f} | {m / d:.2f} |")
+              "mount / ceiling | mount / direct | .raw, same offsets GiB/s | "
+              "mount / same offsets |")
+        print("|---|---|---|---|---|---|---|---|")
+        for name, m, c, d, same in rows:
+            sc = f"{same:.2f} | {m / same:.2f}" if same else "- | -"
+            print(f"| {name} | {m:.2f} | {c:.2f} | {d:.2f} | {m / c:.2f} | {m / d:.2f} | {sc} |")
     for line in extra:
         print(line)
 

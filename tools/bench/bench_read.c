@@ -8,7 +8,10 @@
  *       what rank RANK of a Shard(DIM)-over-N layout needs of every tensor under PREFIX,
  *       read straight from the shard files: libckpt plans each tensor's box into
  *       (file, offset, length) pieces and each piece is pread into its place in a reused
- *       destination buffer; prints "bytes seconds". */
+ *       destination buffer; with -b, each piece is read in preads of BYTES into one reused
+ *       page-aligned buffer of that size instead (as a reader of the mount's files does:
+ *       DIR may be a mount's .raw/, to read the same bytes at the same offsets through
+ *       FUSE); prints "bytes seconds". */
 #include "ckpt.h"
 
 #include <fcntl.h>
@@ -111,8 +114,13 @@ static int cmd_files(int argc, char **argv) {
 }
 
 static int cmd_ranges(int argc, char **argv) {
-    size_t block = 1u << 20;
-    (void)block;
+    size_t block = 0; /* 0: each piece into its place in the tensor's destination */
+    if (argc >= 2 && strcmp(argv[0], "-b") == 0) {
+        block = (size_t)atol(argv[1]);
+        if (!block) return 2;
+        argc -= 2;
+        argv += 2;
+    }
     if (argc < 4) return 2;
     const char *dir = argv[0], *prefix = argc > 4 ? argv[4] : "";
     int dim = atoi(argv[1]);
@@ -142,8 +150,9 @@ static int cmd_ranges(int argc, char **argv) {
             ckpt_plan_free(p);
         }
     }
+    if (block) cap = (block + 4095) / 4096 * 4096;
     if (cap) {
-        buf = malloc(cap);
+        buf = block ? aligned_alloc(4096, cap) : malloc(cap);
         if (!buf) return 1;
         memset(buf, 0, cap);
     }
@@ -162,7 +171,7 @@ static int cmd_ranges(int argc, char **argv) {
             continue;
         }
         uint64_t need = ckpt_plan_bytes(p);
-        if (need > cap) {
+        if (!block && need > cap) {
             free(buf);
             buf = malloc(need);
             cap = need;
@@ -171,10 +180,21 @@ static int cmd_ranges(int argc, char **argv) {
         const ckpt_piece *pc = ckpt_plan_pieces(p);
         for (size_t k = 0; k < ckpt_plan_num_pieces(p); k++) {
             int fd = ckpt_reader_file_fd(r, (uint32_t)pc[k].file_id, &err);
-            if (fd < 0 || pread(fd, buf + pc[k].dst_offset, pc[k].length,
-                                (off_t)pc[k].file_offset) != (ssize_t)pc[k].length) {
+            if (fd < 0) {
                 failed = 1;
                 break;
+            }
+            if (!block) {
+                if (pread(fd, buf + pc[k].dst_offset, pc[k].length, (off_t)pc[k].file_offset) !=
+                    (ssize_t)pc[k].length)
+                    failed = 1;
+                continue;
+            }
+            for (uint64_t done = 0; done < pc[k].length && !failed;) {
+                size_t want = pc[k].length - done < block ? (size_t)(pc[k].length - done) : block;
+                if (pread(fd, buf, want, (off_t)(pc[k].file_offset + done)) != (ssize_t)want)
+                    failed = 1;
+                done += want;
             }
         }
         total += need;
@@ -190,6 +210,6 @@ int main(int argc, char **argv) {
     if (argc >= 2 && strcmp(argv[1], "files") == 0) return cmd_files(argc - 2, argv + 2);
     if (argc >= 2 && strcmp(argv[1], "ranges") == 0) return cmd_ranges(argc - 2, argv + 2);
     fprintf(stderr, "usage: bench_read files [-j N] [-b BYTES] FILE... | "
-                    "bench_read ranges DIR DIM N RANK [PREFIX]\n");
+                    "bench_read ranges [-b BYTES] DIR DIM N RANK [PREFIX]\n");
     return 2;
 }
