@@ -25,21 +25,24 @@
 static ssize_t ext_read(int fd, void *buf, size_t len, void *userdata) {
     ssize_t n = read(fd, buf, len);
     ckptfs *fs = userdata;
-    if (n < (ssize_t)(sizeof(struct fuse_in_header) + INIT_IN_FLAGS2_END)) return n;
     struct fuse_in_header h;
+    if (n < (ssize_t)sizeof h) return n;
     memcpy(&h, buf, sizeof h);
     if (h.opcode != FUSE_INIT) return n;
-    const uint8_t *in = (const uint8_t *)buf + sizeof h;
-    uint32_t flags, flags2;
-    memcpy(&flags, in + 12, 4);
-    memcpy(&flags2, in + 16, 4);
-    bool offered = (flags & FUSE_INIT_EXT) && (flags2 & INIT_ALLOW_MMAP2);
+    bool offered = false; /* (kernels before 7.36 send no flags2) */
+    if (n >= (ssize_t)(sizeof h + INIT_IN_FLAGS2_END)) {
+        const uint8_t *in = (const uint8_t *)buf + sizeof h;
+        uint32_t flags, flags2;
+        memcpy(&flags, in + 12, 4);
+        memcpy(&flags2, in + 16, 4);
+        offered = (flags & FUSE_INIT_EXT) && (flags2 & INIT_ALLOW_MMAP2);
+    }
     atomic_store(&fs->init_unique, offered ? h.unique : 0);
     if (fs->debug && !offered)
         fprintf(stderr,
                 "ckptfs: the kernel does not allow shared mmap of direct-I/O files: "
-                "files use the %s\n",
-                fs->cfg.direct_io == 1 ? "direct I/O (private mmap only)" : "page cache");
+                "files use %s\n",
+                fs->cfg.direct_io == 1 ? "direct I/O (private mmap only)" : "the page cache");
     return n;
 }
 
@@ -63,14 +66,15 @@ static ssize_t ext_writev(int fd, struct iovec *iov, int count, void *userdata) 
     memcpy(out + 12, &flags, 4);
     memcpy(out + 32, &flags2, 4);
     struct iovec copy[2] = {iov[0], {.iov_base = out, .iov_len = iov[1].iov_len}};
+    /* Set before the reply goes: the kernel releases the requests waiting for INIT as it
+     * takes the reply, and other threads may open files before writev returns here. */
+    atomic_store(&fs->init_unique, 0);
+    atomic_store(&fs->direct_io_mmap, true);
+    if (fs->debug)
+        fprintf(stderr, "ckptfs: shared mmap of direct-I/O files allowed: files use %s\n",
+                fs->cfg.direct_io == 0 ? "the page cache" : "direct I/O");
     ssize_t n = writev(fd, copy, 2);
-    if (n >= 0) {
-        atomic_store(&fs->init_unique, 0);
-        atomic_store(&fs->direct_io_mmap, true);
-        if (fs->debug)
-            fprintf(stderr, "ckptfs: shared mmap of direct-I/O files allowed: files use %s\n",
-                    fs->cfg.direct_io == 0 ? "the page cache" : "direct I/O");
-    }
+    if (n < 0) atomic_store(&fs->direct_io_mmap, false); /* (the session ends anyway) */
     return n;
 }
 

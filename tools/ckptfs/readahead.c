@@ -26,7 +26,7 @@ static void unescape(char *s) {
 }
 
 void ckptfs_tune_readahead(ckptfs *fs) {
-    if (fs->cfg.direct_io == 1 || fs->cfg.readahead_kb == 0) return;
+    if (fs->cfg.readahead_kb == 0) return;
     FILE *f = fopen("/proc/self/mountinfo", "r");
     if (!f) return;
     char line[8192], dev[64] = "";
