@@ -8,9 +8,9 @@ what: stream (default all):
   stream   every tensor file read through the mount vs the same shard bytes read directly
            (source hot in the page cache) vs the shard files read through the same mount
            under .raw/ (the in-run FUSE ceiling); 1 and 2 readers; direct_io and page-cache
-           modes (page cache: first read after a fresh mount, then the re-read).  With 1
-           reader also the like-for-like ceiling: the tensors' own bytes, at their offsets in
-           the shards, read through .raw/ in 1 MiB preads (bench_read ranges -b): torch's
+           modes (page cache: first read after a fresh mount, then the re-read).  Also the
+           like-for-like ceiling: the tensors' own bytes, at their offsets in the shards,
+           read through .raw/ in 1 MiB preads (bench_read ranges -b, -j readers): torch's
            items start anywhere in a page, and the kernel's copy of FUSE replies is slower
            for some misalignments of source and destination.
   layout   rank r of dim0-of-3 and dim1-of-3 reading its .layout files vs preading its byte
@@ -98,12 +98,14 @@ def read_files(tool: Path, files: list[Path], jobs: int = 1, block: int = 1 << 2
     return int(out[0]) / float(out[1]) / 2**30  # GiB/s
 
 
-def read_ranges(tool: Path, ckpt: Path, dim: int, n: int, rank: int, block: int = 0) -> float:
+def read_ranges(tool: Path, ckpt: Path, dim: int, n: int, rank: int, block: int = 0,
+                jobs: int = 1) -> float:
     """What rank `rank` of Shard(dim) over n needs of every tensor under model/, pread from
     the shard files of `ckpt` (a checkpoint, or a mount's .raw/): into each tensor's
-    destination, or (block) in reads of `block` bytes into one reused buffer."""
-    out = subprocess.run([str(tool), "ranges", *(["-b", str(block)] if block else []), str(ckpt),
-                          str(dim), str(n), str(rank), "model/"],
+    destination, or (block) in reads of `block` bytes into one reused buffer per thread."""
+    opt = ["-b", str(block), "-j", str(jobs)] if block else []
+    out = subprocess.run([str(tool), "ranges", *opt, str(ckpt), str(dim), str(n), str(rank),
+                          "model/"],
                          capture_output=True, text=True, check=True).stdout.split()
     return int(out[0]) / float(out[1]) / 2**30
 
@@ -286,15 +288,14 @@ def bench_stream(a, daemon, tool, ckpt, rows):
                         res["raw_re"].append(read_files(tool, raw, jobs))
                 finally:
                     m.close()
-                if jobs == 1:  # the tensors' own bytes at their offsets, through .raw/
-                    m = Mount(daemon, ckpt, mode, *a.opt)
-                    try:
-                        res["same"].append(read_ranges(tool, m.dir / ".raw", 0, 1, 0, 1 << 20))
-                        if mode == "page_cache":
-                            res["same_re"].append(
-                                read_ranges(tool, m.dir / ".raw", 0, 1, 0, 1 << 20))
-                    finally:
-                        m.close()
+                m = Mount(daemon, ckpt, mode, *a.opt)  # the tensors' bytes at their offsets
+                try:
+                    raw = m.dir / ".raw"
+                    res["same"].append(read_ranges(tool, raw, 0, 1, 0, 1 << 20, jobs))
+                    if mode == "page_cache":
+                        res["same_re"].append(read_ranges(tool, raw, 0, 1, 0, 1 << 20, jobs))
+                finally:
+                    m.close()
                 m = Mount(daemon, ckpt, mode, *a.opt)  # fresh: nothing of it in the page cache
                 try:
                     files = tensor_files(m.dir)

@@ -4,14 +4,15 @@
  *   bench_read files [-j N] [-b BYTES] FILE...
  *       N threads (default 1) read the files (split between them by size) with read(2) into a
  *       reused buffer of BYTES (default 1 MiB); prints "bytes seconds".
- *   bench_read ranges [-b BYTES] DIR DIM N RANK [PREFIX]
+ *   bench_read ranges [-b BYTES [-j N]] DIR DIM N RANK [PREFIX]
  *       what rank RANK of a Shard(DIM)-over-N layout needs of every tensor under PREFIX,
  *       read straight from the shard files: libckpt plans each tensor's box into
  *       (file, offset, length) pieces and each piece is pread into its place in a reused
  *       destination buffer; with -b, each piece is read in preads of BYTES into one reused
  *       page-aligned buffer of that size instead (as a reader of the mount's files does:
  *       DIR may be a mount's .raw/, to read the same bytes at the same offsets through
- *       FUSE); prints "bytes seconds". */
+ *       FUSE), by N threads with -j (tensors split between them by size); prints
+ *       "bytes seconds". */
 #include "ckpt.h"
 
 #include <fcntl.h>
@@ -113,15 +114,151 @@ static int cmd_files(int argc, char **argv) {
     return failed;
 }
 
+/* ranges -b: the planned pieces of each tensor (file, offset, length), read in `block`-byte
+ * preads into one reused page-aligned buffer per thread; tensors go to the least loaded of
+ * `jobs` threads, largest first (as `files -j` splits files).  Planned before the clock. */
+typedef struct span {
+    int fd;
+    uint64_t off, len;
+} span;
+typedef struct span_worker {
+    span *spans;
+    size_t n, cap;
+    size_t block;
+    unsigned long long bytes;
+    int failed;
+} span_worker;
+
+static void *read_spans(void *arg) {
+    span_worker *w = arg;
+    char *buf = aligned_alloc(4096, (w->block + 4095) / 4096 * 4096);
+    if (!buf) {
+        w->failed = 1;
+        return NULL;
+    }
+    memset(buf, 0, w->block);
+    for (size_t i = 0; i < w->n && !w->failed; i++)
+        for (uint64_t done = 0; done < w->spans[i].len;) {
+            uint64_t left = w->spans[i].len - done;
+            size_t want = left < w->block ? (size_t)left : w->block;
+            if (pread(w->spans[i].fd, buf, want, (off_t)(w->spans[i].off + done)) !=
+                (ssize_t)want) {
+                w->failed = 1;
+                break;
+            }
+            done += want;
+            w->bytes += want;
+        }
+    free(buf);
+    return NULL;
+}
+
+static int ranges_blocked(ckpt_reader *r, int dim, uint32_t n, uint32_t rank, const char *prefix,
+                          size_t block, int jobs) {
+    span_worker w[64];
+    memset(w, 0, sizeof w);
+    unsigned long long load[64] = {0};
+    ckpt_error err = {0};
+    int failed = 0;
+    /* the tensors and their planned bytes, then largest first to the least loaded thread */
+    size_t ne = ckpt_reader_num_entries(r), nt = 0;
+    size_t *idx = calloc(ne ? ne : 1, sizeof *idx);
+    uint64_t *bytes = calloc(ne ? ne : 1, sizeof *bytes);
+    if (!idx || !bytes) return 1;
+    for (size_t i = 0; i < ne; i++) {
+        const ckpt_entry *e = ckpt_reader_entry(r, i);
+        if (ckpt_entry_kind_of(e) != CKPT_ENTRY_TENSOR ||
+            strncmp(ckpt_entry_path(e), prefix, strlen(prefix)) != 0)
+            continue;
+        int64_t start[CKPT_MAX_NDIM], count[CKPT_MAX_NDIM];
+        ckpt_shard_box(ckpt_entry_ndim(e), ckpt_entry_shape(e), dim, n, rank, start, count);
+        ckpt_plan *p = NULL;
+        if (ckpt_plan_region(r, e, start, count, &p, &err) != CKPT_OK) {
+            fprintf(stderr, "%s\n", err.message);
+            failed = 1;
+            continue;
+        }
+        bytes[i] = ckpt_plan_bytes(p);
+        ckpt_plan_free(p);
+        idx[nt++] = i;
+    }
+    for (size_t a = 1; a < nt; a++) /* insertion sort, largest first (few tensors) */
+        for (size_t b = a; b > 0 && bytes[idx[b]] > bytes[idx[b - 1]]; b--) {
+            size_t t = idx[b];
+            idx[b] = idx[b - 1];
+            idx[b - 1] = t;
+        }
+    for (size_t t = 0; t < nt && !failed; t++) {
+        const ckpt_entry *e = ckpt_reader_entry(r, idx[t]);
+        int64_t start[CKPT_MAX_NDIM], count[CKPT_MAX_NDIM];
+        ckpt_shard_box(ckpt_entry_ndim(e), ckpt_entry_shape(e), dim, n, rank, start, count);
+        ckpt_plan *p = NULL;
+        if (ckpt_plan_region(r, e, start, count, &p, &err) != CKPT_OK) {
+            failed = 1;
+            break;
+        }
+        int best = 0;
+        for (int j = 1; j < jobs; j++)
+            if (load[j] < load[best]) best = j;
+        load[best] += ckpt_plan_bytes(p);
+        span_worker *sw = &w[best];
+        const ckpt_piece *pc = ckpt_plan_pieces(p);
+        for (size_t k = 0; k < ckpt_plan_num_pieces(p) && !failed; k++) {
+            int fd = ckpt_reader_file_fd(r, (uint32_t)pc[k].file_id, &err);
+            if (fd < 0) {
+                failed = 1;
+                break;
+            }
+            if (sw->n == sw->cap) {
+                size_t nc = sw->cap ? 2 * sw->cap : 64;
+                span *ns = realloc(sw->spans, nc * sizeof *ns);
+                if (!ns) {
+                    failed = 1;
+                    break;
+                }
+                sw->spans = ns;
+                sw->cap = nc;
+            }
+            sw->spans[sw->n++] = (span){fd, pc[k].file_offset, pc[k].length};
+        }
+        ckpt_plan_free(p);
+    }
+    free(idx);
+    free(bytes);
+    unsigned long long total = 0;
+    if (!failed) {
+        pthread_t tid[64];
+        double t0 = now();
+        for (int j = 0; j < jobs; j++) {
+            w[j].block = block;
+            pthread_create(&tid[j], NULL, read_spans, &w[j]);
+        }
+        for (int j = 0; j < jobs; j++) {
+            pthread_join(tid[j], NULL);
+            total += w[j].bytes;
+            failed |= w[j].failed;
+        }
+        printf("%llu %.6f\n", total, now() - t0);
+    }
+    for (int j = 0; j < jobs; j++)
+        free(w[j].spans);
+    return failed;
+}
+
 static int cmd_ranges(int argc, char **argv) {
     size_t block = 0; /* 0: each piece into its place in the tensor's destination */
-    if (argc >= 2 && strcmp(argv[0], "-b") == 0) {
-        block = (size_t)atol(argv[1]);
-        if (!block) return 2;
+    int jobs = 1;
+    while (argc >= 2 && argv[0][0] == '-') {
+        if (strcmp(argv[0], "-b") == 0)
+            block = (size_t)atol(argv[1]);
+        else if (strcmp(argv[0], "-j") == 0)
+            jobs = atoi(argv[1]);
+        else
+            return 2;
         argc -= 2;
         argv += 2;
     }
-    if (argc < 4) return 2;
+    if (argc < 4 || jobs < 1 || jobs > 64 || (jobs > 1 && !block)) return 2;
     const char *dir = argv[0], *prefix = argc > 4 ? argv[4] : "";
     int dim = atoi(argv[1]);
     uint32_t n = (uint32_t)atoi(argv[2]), rank = (uint32_t)atoi(argv[3]);
@@ -150,9 +287,13 @@ static int cmd_ranges(int argc, char **argv) {
             ckpt_plan_free(p);
         }
     }
-    if (block) cap = (block + 4095) / 4096 * 4096;
+    if (block) {
+        int rc = ranges_blocked(r, dim, n, rank, prefix, block, jobs);
+        ckpt_reader_free(r);
+        return rc;
+    }
     if (cap) {
-        buf = block ? aligned_alloc(4096, cap) : malloc(cap);
+        buf = malloc(cap);
         if (!buf) return 1;
         memset(buf, 0, cap);
     }
@@ -171,7 +312,7 @@ static int cmd_ranges(int argc, char **argv) {
             continue;
         }
         uint64_t need = ckpt_plan_bytes(p);
-        if (!block && need > cap) {
+        if (need > cap) {
             free(buf);
             buf = malloc(need);
             cap = need;
@@ -184,18 +325,9 @@ static int cmd_ranges(int argc, char **argv) {
                 failed = 1;
                 break;
             }
-            if (!block) {
-                if (pread(fd, buf + pc[k].dst_offset, pc[k].length, (off_t)pc[k].file_offset) !=
-                    (ssize_t)pc[k].length)
-                    failed = 1;
-                continue;
-            }
-            for (uint64_t done = 0; done < pc[k].length && !failed;) {
-                size_t want = pc[k].length - done < block ? (size_t)(pc[k].length - done) : block;
-                if (pread(fd, buf, want, (off_t)(pc[k].file_offset + done)) != (ssize_t)want)
-                    failed = 1;
-                done += want;
-            }
+            if (pread(fd, buf + pc[k].dst_offset, pc[k].length, (off_t)pc[k].file_offset) !=
+                (ssize_t)pc[k].length)
+                failed = 1;
         }
         total += need;
         ckpt_plan_free(p);
@@ -210,6 +342,6 @@ int main(int argc, char **argv) {
     if (argc >= 2 && strcmp(argv[1], "files") == 0) return cmd_files(argc - 2, argv + 2);
     if (argc >= 2 && strcmp(argv[1], "ranges") == 0) return cmd_ranges(argc - 2, argv + 2);
     fprintf(stderr, "usage: bench_read files [-j N] [-b BYTES] FILE... | "
-                    "bench_read ranges [-b BYTES] DIR DIM N RANK [PREFIX]\n");
+                    "bench_read ranges [-b BYTES [-j N]] DIR DIM N RANK [PREFIX]\n");
     return 2;
 }
