@@ -37,7 +37,7 @@ typedef struct ckptfs_config {
                             * cache (see ckptfs_direct_io) */
     unsigned max_read;     /* -o max_read= (also passed to the kernel); 0: chosen at start */
     int no_pipe_probe;     /* -o no_pipe_probe: count on 1 MiB splice pipes at most */
-    unsigned readahead_kb; /* -o readahead_kb= for the mount's bdi (page-cache mode) */
+    unsigned readahead_kb; /* -o readahead_kb= for the mount's bdi (page-cache reads, mmap) */
     double timeout;        /* -o timeout= entry/attr cache seconds */
     int verify;            /* -o verify: check items against the manifest on first read */
     int show_help, show_version;
@@ -69,7 +69,8 @@ static inline bool ckptfs_direct_io(ckptfs *fs) {
 
 /* Logs to stderr, or to syslog once daemonized. */
 void ckptfs_log(const ckptfs *fs, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Raises the mount's read-ahead to cfg.readahead_kb (page-cache mode); once, after INIT. */
+/* Raises the mount's read-ahead to cfg.readahead_kb (page-cache reads and mmap faults, in
+ * either mode); once, after INIT. */
 void ckptfs_tune_readahead(ckptfs *fs);
 /* Routes the session's I/O through init_ext.c, which asks the kernel to allow shared mmap
  * of direct-I/O files (FUSE_DIRECT_IO_ALLOW_MMAP) when it offers that; 0 or -errno.  Call
