@@ -30,15 +30,57 @@ static double now(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* A span of a file to pread (ranges -b). */
+typedef struct span {
+    int fd;
+    uint64_t off, len;
+} span;
+
+/* One reading thread: whole files read to their end (files), or spans (ranges -b), in
+ * `block`-byte reads into one reused page-aligned buffer. */
 typedef struct worker {
     char **files;
-    size_t n;
+    span *spans;
+    size_t n, cap; /* files or spans */
     size_t block;
     unsigned long long bytes;
     int failed;
 } worker;
 
-static void *read_files(void *arg) {
+static void read_file(worker *w, char *buf, const char *path) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) {
+        perror(path);
+        w->failed = 1;
+        return;
+    }
+    for (;;) {
+        ssize_t k = read(fd, buf, w->block);
+        if (k < 0) {
+            perror(path);
+            w->failed = 1;
+            break;
+        }
+        if (k == 0) break;
+        w->bytes += (unsigned long long)k;
+    }
+    close(fd);
+}
+
+static void read_span(worker *w, char *buf, const span *sp) {
+    for (uint64_t done = 0; done < sp->len;) {
+        uint64_t left = sp->len - done;
+        size_t want = left < w->block ? (size_t)left : w->block;
+        if (pread(sp->fd, buf, want, (off_t)(sp->off + done)) != (ssize_t)want) {
+            w->failed = 1;
+            return;
+        }
+        done += want;
+        w->bytes += want;
+    }
+}
+
+static void *work(void *arg) {
     worker *w = arg;
     char *buf = aligned_alloc(4096, (w->block + 4095) / 4096 * 4096);
     if (!buf) {
@@ -46,27 +88,39 @@ static void *read_files(void *arg) {
         return NULL;
     }
     memset(buf, 0, w->block);
-    for (size_t i = 0; i < w->n; i++) {
-        int fd = open(w->files[i], O_RDONLY);
-        if (fd < 0) {
-            perror(w->files[i]);
-            w->failed = 1;
-            continue;
-        }
-        for (;;) {
-            ssize_t k = read(fd, buf, w->block);
-            if (k < 0) {
-                perror(w->files[i]);
-                w->failed = 1;
-                break;
-            }
-            if (k == 0) break;
-            w->bytes += (unsigned long long)k;
-        }
-        close(fd);
+    for (size_t i = 0; i < w->n && !(w->spans && w->failed); i++) {
+        if (w->files)
+            read_file(w, buf, w->files[i]);
+        else
+            read_span(w, buf, &w->spans[i]);
     }
     free(buf);
     return NULL;
+}
+
+/* The thread of w[0, jobs) with the least bytes so far. */
+static int least_loaded(const unsigned long long *load, int jobs) {
+    int best = 0;
+    for (int t = 1; t < jobs; t++)
+        if (load[t] < load[best]) best = t;
+    return best;
+}
+
+/* Runs the workers on their threads; prints "bytes seconds"; 1 if any failed. */
+static int run_workers(worker *w, int jobs) {
+    pthread_t tid[64];
+    double t0 = now();
+    for (int t = 0; t < jobs; t++)
+        pthread_create(&tid[t], NULL, work, &w[t]);
+    unsigned long long total = 0;
+    int failed = 0;
+    for (int t = 0; t < jobs; t++) {
+        pthread_join(tid[t], NULL);
+        total += w[t].bytes;
+        failed |= w[t].failed;
+    }
+    printf("%llu %.6f\n", total, now() - t0);
+    return failed;
 }
 
 static int cmd_files(int argc, char **argv) {
@@ -92,70 +146,42 @@ static int cmd_files(int argc, char **argv) {
     for (int f = 0; f < nf; f++) {
         struct stat st;
         unsigned long long sz = stat(files[f], &st) == 0 ? (unsigned long long)st.st_size : 0;
-        int best = 0;
-        for (int t = 1; t < j; t++)
-            if (load[t] < load[best]) best = t;
+        int best = least_loaded(load, j);
         w[best].files[w[best].n++] = files[f];
         load[best] += sz;
     }
-    pthread_t tid[64];
-    double t0 = now();
+    int failed = run_workers(w, j);
     for (int t = 0; t < j; t++)
-        pthread_create(&tid[t], NULL, read_files, &w[t]);
-    unsigned long long total = 0;
-    int failed = 0;
-    for (int t = 0; t < j; t++) {
-        pthread_join(tid[t], NULL);
-        total += w[t].bytes;
-        failed |= w[t].failed;
         free(w[t].files);
-    }
-    printf("%llu %.6f\n", total, now() - t0);
     return failed;
+}
+
+/* The plan of what rank `rank` of Shard(dim) over n needs of entry i, when it is a tensor
+ * under `prefix`; NULL otherwise, or when planning fails (*failed set, message printed). */
+static ckpt_plan *plan_of(ckpt_reader *r, size_t i, int dim, uint32_t n, uint32_t rank,
+                          const char *prefix, int *failed) {
+    const ckpt_entry *e = ckpt_reader_entry(r, i);
+    if (ckpt_entry_kind_of(e) != CKPT_ENTRY_TENSOR ||
+        strncmp(ckpt_entry_path(e), prefix, strlen(prefix)) != 0)
+        return NULL;
+    int64_t start[CKPT_MAX_NDIM], count[CKPT_MAX_NDIM];
+    ckpt_shard_box(ckpt_entry_ndim(e), ckpt_entry_shape(e), dim, n, rank, start, count);
+    ckpt_plan *p = NULL;
+    ckpt_error err = {0};
+    if (ckpt_plan_region(r, e, start, count, &p, &err) != CKPT_OK) {
+        fprintf(stderr, "%s\n", err.message);
+        *failed = 1;
+        return NULL;
+    }
+    return p;
 }
 
 /* ranges -b: the planned pieces of each tensor (file, offset, length), read in `block`-byte
  * preads into one reused page-aligned buffer per thread; tensors go to the least loaded of
  * `jobs` threads, largest first (as `files -j` splits files).  Planned before the clock. */
-typedef struct span {
-    int fd;
-    uint64_t off, len;
-} span;
-typedef struct span_worker {
-    span *spans;
-    size_t n, cap;
-    size_t block;
-    unsigned long long bytes;
-    int failed;
-} span_worker;
-
-static void *read_spans(void *arg) {
-    span_worker *w = arg;
-    char *buf = aligned_alloc(4096, (w->block + 4095) / 4096 * 4096);
-    if (!buf) {
-        w->failed = 1;
-        return NULL;
-    }
-    memset(buf, 0, w->block);
-    for (size_t i = 0; i < w->n && !w->failed; i++)
-        for (uint64_t done = 0; done < w->spans[i].len;) {
-            uint64_t left = w->spans[i].len - done;
-            size_t want = left < w->block ? (size_t)left : w->block;
-            if (pread(w->spans[i].fd, buf, want, (off_t)(w->spans[i].off + done)) !=
-                (ssize_t)want) {
-                w->failed = 1;
-                break;
-            }
-            done += want;
-            w->bytes += want;
-        }
-    free(buf);
-    return NULL;
-}
-
 static int ranges_blocked(ckpt_reader *r, int dim, uint32_t n, uint32_t rank, const char *prefix,
                           size_t block, int jobs) {
-    span_worker w[64];
+    worker w[64];
     memset(w, 0, sizeof w);
     unsigned long long load[64] = {0};
     ckpt_error err = {0};
@@ -166,18 +192,8 @@ static int ranges_blocked(ckpt_reader *r, int dim, uint32_t n, uint32_t rank, co
     uint64_t *bytes = calloc(ne ? ne : 1, sizeof *bytes);
     if (!idx || !bytes) return 1;
     for (size_t i = 0; i < ne; i++) {
-        const ckpt_entry *e = ckpt_reader_entry(r, i);
-        if (ckpt_entry_kind_of(e) != CKPT_ENTRY_TENSOR ||
-            strncmp(ckpt_entry_path(e), prefix, strlen(prefix)) != 0)
-            continue;
-        int64_t start[CKPT_MAX_NDIM], count[CKPT_MAX_NDIM];
-        ckpt_shard_box(ckpt_entry_ndim(e), ckpt_entry_shape(e), dim, n, rank, start, count);
-        ckpt_plan *p = NULL;
-        if (ckpt_plan_region(r, e, start, count, &p, &err) != CKPT_OK) {
-            fprintf(stderr, "%s\n", err.message);
-            failed = 1;
-            continue;
-        }
+        ckpt_plan *p = plan_of(r, i, dim, n, rank, prefix, &failed);
+        if (!p) continue;
         bytes[i] = ckpt_plan_bytes(p);
         ckpt_plan_free(p);
         idx[nt++] = i;
@@ -189,19 +205,11 @@ static int ranges_blocked(ckpt_reader *r, int dim, uint32_t n, uint32_t rank, co
             idx[b - 1] = t;
         }
     for (size_t t = 0; t < nt && !failed; t++) {
-        const ckpt_entry *e = ckpt_reader_entry(r, idx[t]);
-        int64_t start[CKPT_MAX_NDIM], count[CKPT_MAX_NDIM];
-        ckpt_shard_box(ckpt_entry_ndim(e), ckpt_entry_shape(e), dim, n, rank, start, count);
-        ckpt_plan *p = NULL;
-        if (ckpt_plan_region(r, e, start, count, &p, &err) != CKPT_OK) {
-            failed = 1;
-            break;
-        }
-        int best = 0;
-        for (int j = 1; j < jobs; j++)
-            if (load[j] < load[best]) best = j;
+        ckpt_plan *p = plan_of(r, idx[t], dim, n, rank, prefix, &failed);
+        if (!p) break;
+        int best = least_loaded(load, jobs);
         load[best] += ckpt_plan_bytes(p);
-        span_worker *sw = &w[best];
+        worker *sw = &w[best];
         const ckpt_piece *pc = ckpt_plan_pieces(p);
         for (size_t k = 0; k < ckpt_plan_num_pieces(p) && !failed; k++) {
             int fd = ckpt_reader_file_fd(r, (uint32_t)pc[k].file_id, &err);
@@ -225,21 +233,9 @@ static int ranges_blocked(ckpt_reader *r, int dim, uint32_t n, uint32_t rank, co
     }
     free(idx);
     free(bytes);
-    unsigned long long total = 0;
-    if (!failed) {
-        pthread_t tid[64];
-        double t0 = now();
-        for (int j = 0; j < jobs; j++) {
-            w[j].block = block;
-            pthread_create(&tid[j], NULL, read_spans, &w[j]);
-        }
-        for (int j = 0; j < jobs; j++) {
-            pthread_join(tid[j], NULL);
-            total += w[j].bytes;
-            failed |= w[j].failed;
-        }
-        printf("%llu %.6f\n", total, now() - t0);
-    }
+    for (int j = 0; j < jobs; j++)
+        w[j].block = block;
+    if (!failed) failed = run_workers(w, jobs);
     for (int j = 0; j < jobs; j++)
         free(w[j].spans);
     return failed;
@@ -275,17 +271,10 @@ static int cmd_ranges(int argc, char **argv) {
     /* the destination is allocated and touched before the clock starts (the mount's reader
      * reuses a 1 MiB buffer; page faults are expensive in these VMs) */
     for (size_t i = 0; i < ckpt_reader_num_entries(r); i++) {
-        const ckpt_entry *e = ckpt_reader_entry(r, i);
-        if (ckpt_entry_kind_of(e) != CKPT_ENTRY_TENSOR ||
-            strncmp(ckpt_entry_path(e), prefix, strlen(prefix)) != 0)
-            continue;
-        int64_t start[CKPT_MAX_NDIM], count[CKPT_MAX_NDIM];
-        ckpt_shard_box(ckpt_entry_ndim(e), ckpt_entry_shape(e), dim, n, rank, start, count);
-        ckpt_plan *p = NULL;
-        if (ckpt_plan_region(r, e, start, count, &p, &err) == CKPT_OK) {
-            if (ckpt_plan_bytes(p) > cap) cap = ckpt_plan_bytes(p);
-            ckpt_plan_free(p);
-        }
+        ckpt_plan *p = plan_of(r, i, dim, n, rank, prefix, &failed);
+        if (!p) continue;
+        if (ckpt_plan_bytes(p) > cap) cap = ckpt_plan_bytes(p);
+        ckpt_plan_free(p);
     }
     if (block) {
         int rc = ranges_blocked(r, dim, n, rank, prefix, block, jobs);
@@ -299,18 +288,8 @@ static int cmd_ranges(int argc, char **argv) {
     }
     double t0 = now();
     for (size_t i = 0; i < ckpt_reader_num_entries(r); i++) {
-        const ckpt_entry *e = ckpt_reader_entry(r, i);
-        if (ckpt_entry_kind_of(e) != CKPT_ENTRY_TENSOR ||
-            strncmp(ckpt_entry_path(e), prefix, strlen(prefix)) != 0)
-            continue;
-        int64_t start[CKPT_MAX_NDIM], count[CKPT_MAX_NDIM];
-        ckpt_shard_box(ckpt_entry_ndim(e), ckpt_entry_shape(e), dim, n, rank, start, count);
-        ckpt_plan *p = NULL;
-        if (ckpt_plan_region(r, e, start, count, &p, &err) != CKPT_OK) {
-            fprintf(stderr, "%s\n", err.message);
-            failed = 1;
-            continue;
-        }
+        ckpt_plan *p = plan_of(r, i, dim, n, rank, prefix, &failed);
+        if (!p) continue;
         uint64_t need = ckpt_plan_bytes(p);
         if (need > cap) {
             free(buf);
