@@ -535,7 +535,7 @@ def test_default_io_mode_follows_the_kernel():
     try:
         allowed = shared_mmap_allowed(m)
         got = resident_after_read(m.dir / path)
-        assert (got == 0) == allowed, (got, log[-2000:])
+        assert (got == 0) == allowed, (got, m.log()[-2000:])
         a = np.memmap(m.dir / path, dtype=np.uint8, mode="r")
         assert a.tobytes() == ref.tensors[path][2]
         del a
