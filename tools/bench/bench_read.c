@@ -186,27 +186,21 @@ static int ranges_blocked(ckpt_reader *r, int dim, uint32_t n, uint32_t rank, co
     unsigned long long load[64] = {0};
     ckpt_error err = {0};
     int failed = 0;
-    /* the tensors and their planned bytes, then largest first to the least loaded thread */
+    /* every tensor planned once, then largest first to the least loaded thread */
     size_t ne = ckpt_reader_num_entries(r), nt = 0;
-    size_t *idx = calloc(ne ? ne : 1, sizeof *idx);
-    uint64_t *bytes = calloc(ne ? ne : 1, sizeof *bytes);
-    if (!idx || !bytes) return 1;
-    for (size_t i = 0; i < ne; i++) {
-        ckpt_plan *p = plan_of(r, i, dim, n, rank, prefix, &failed);
-        if (!p) continue;
-        bytes[i] = ckpt_plan_bytes(p);
-        ckpt_plan_free(p);
-        idx[nt++] = i;
-    }
+    ckpt_plan **plans = calloc(ne ? ne : 1, sizeof *plans);
+    if (!plans) return 1;
+    for (size_t i = 0; i < ne; i++)
+        if ((plans[nt] = plan_of(r, i, dim, n, rank, prefix, &failed))) nt++;
     for (size_t a = 1; a < nt; a++) /* insertion sort, largest first (few tensors) */
-        for (size_t b = a; b > 0 && bytes[idx[b]] > bytes[idx[b - 1]]; b--) {
-            size_t t = idx[b];
-            idx[b] = idx[b - 1];
-            idx[b - 1] = t;
+        for (size_t b = a; b > 0 && ckpt_plan_bytes(plans[b]) > ckpt_plan_bytes(plans[b - 1]);
+             b--) {
+            ckpt_plan *t = plans[b];
+            plans[b] = plans[b - 1];
+            plans[b - 1] = t;
         }
     for (size_t t = 0; t < nt && !failed; t++) {
-        ckpt_plan *p = plan_of(r, idx[t], dim, n, rank, prefix, &failed);
-        if (!p) break;
+        const ckpt_plan *p = plans[t];
         int best = least_loaded(load, jobs);
         load[best] += ckpt_plan_bytes(p);
         worker *sw = &w[best];
@@ -229,10 +223,10 @@ static int ranges_blocked(ckpt_reader *r, int dim, uint32_t n, uint32_t rank, co
             }
             sw->spans[sw->n++] = (span){fd, pc[k].file_offset, pc[k].length};
         }
-        ckpt_plan_free(p);
     }
-    free(idx);
-    free(bytes);
+    for (size_t t = 0; t < nt; t++)
+        ckpt_plan_free(plans[t]);
+    free(plans);
     for (int j = 0; j < jobs; j++)
         w[j].block = block;
     if (!failed) failed = run_workers(w, jobs);
@@ -264,6 +258,11 @@ static int cmd_ranges(int argc, char **argv) {
         fprintf(stderr, "%s\n", err.message);
         return 1;
     }
+    if (block) {
+        int rc = ranges_blocked(r, dim, n, rank, prefix, block, jobs);
+        ckpt_reader_free(r);
+        return rc;
+    }
     size_t cap = 0;
     char *buf = NULL;
     unsigned long long total = 0;
@@ -275,11 +274,6 @@ static int cmd_ranges(int argc, char **argv) {
         if (!p) continue;
         if (ckpt_plan_bytes(p) > cap) cap = ckpt_plan_bytes(p);
         ckpt_plan_free(p);
-    }
-    if (block) {
-        int rc = ranges_blocked(r, dim, n, rank, prefix, block, jobs);
-        ckpt_reader_free(r);
-        return rc;
     }
     if (cap) {
         buf = malloc(cap);
