@@ -44,14 +44,17 @@ typedef enum ckpt_load_transport {
 typedef struct ckpt_load_options {
     ckpt_load_mode mode;
     /* memory a rank may use for staging (default 256 MiB); when any rank has device
-     * destinations, a quarter of it (at most 64 MiB) is the pinned device staging */
+     * destinations, a quarter of it (at most 32 MiB) is the pinned device staging */
     uint64_t staging_bytes;
     /* Runs of at least this many bytes that only one request needs are read by that rank
      * straight into place instead of through the exchange (default 4 KiB; UINT64_MAX:
      * never).  Every byte is still read once. */
     uint64_t direct_min_bytes;
-    /* Threads reading a rank's ranges in parallel, the calling thread included (default 4;
-     * 1: the caller alone).  They never call MPI. */
+    /* Threads reading a rank's ranges in parallel, the calling thread included (1: the
+     * caller alone).  They never call MPI.  Default: the CPUs this rank may run on
+     * (sched_getaffinity) divided among the ranks of its node that may run on the same
+     * CPUs, from 2 to 16 (so an unbound rank per GPU uses the node's cores, and a rank that
+     * mpirun bound to one core gets 2). */
     unsigned io_threads;
     /* Ranges longer than two pieces are read in pieces of this many bytes spread over the
      * threads (default 4 MiB; smaller values are for tests). */
@@ -70,6 +73,8 @@ typedef struct ckpt_load_stats {
     uint64_t bytes_local;     /* read and decoded locally (transformed or byte-swapped chunks) */
     uint64_t union_bytes;     /* the job's needed stored bytes, counted once (same everywhere) */
     uint32_t rounds;
+    /* setup: the device staging, the I/O threads and the NCCL communicator, when made; then
+     * planning, reading (in-place runs and windows), moving and placing; total: all */
     double seconds_plan, seconds_read, seconds_exchange, seconds_total;
     uint64_t bytes_device;         /* placed in CUDA destinations: host-to-device through the pinned
                                       staging, or device-to-device from the NCCL transport */
@@ -77,6 +82,8 @@ typedef struct ckpt_load_stats {
     uint64_t bytes_sent_nccl;      /* of bytes_sent, sent with ncclSend */
     uint64_t bytes_received_nccl;  /* of bytes_received, received with ncclRecv */
     double seconds_nccl_init;      /* making the NCCL communicator (0 when cached) */
+    unsigned io_threads;           /* the I/O threads the execute used */
+    double seconds_setup;          /* see above (seconds_nccl_init is part of it) */
 } ckpt_load_stats;
 
 /* Where a destination buffer lives. */

@@ -3,7 +3,9 @@
  * to device memory through two pinned (cudaHostAlloc) halves of a staging buffer with
  * cudaMemcpyAsync on one stream.  While the GPU copies one half, the rank fills the other
  * (double buffering); a half is reused only after the event recorded behind its copies has
- * completed.  Only the CUDA runtime API is used (no kernels). */
+ * completed.  Fills that continue the previous one in both the half and the destination
+ * (consecutive rows of a shard, say) are merged into one copy, issued when the run breaks.
+ * Only the CUDA runtime API is used (no kernels). */
 #include "load/load_i.h"
 #include "util/cuda_util.h"
 #include "util/error.h"
@@ -20,6 +22,10 @@ struct dev_sink {
     bool pending[2]; /* copies were issued from that half since its event was recorded */
     cudaStream_t stream;
     cudaEvent_t done[2];
+    /* the run of fills not yet issued: run_len bytes from run_src (in the current half) */
+    uint8_t *run_dst;
+    const uint8_t *run_src;
+    uint64_t run_len;
 };
 
 bool dev_supported(void) { return true; }
@@ -62,9 +68,21 @@ void dev_sink_free(dev_sink *s) {
 
 uint64_t dev_sink_bytes(const dev_sink *s) { return 2 * s->half_bytes; }
 
+/* Issues the run of fills. */
+static ckpt_status flush(dev_sink *s, ckpt_error *err) {
+    if (!s->run_len) return CKPT_OK;
+    cudaError_t e = cudaMemcpyAsync(s->run_dst, s->run_src, (size_t)s->run_len,
+                                    cudaMemcpyHostToDevice, s->stream);
+    s->run_len = 0;
+    if (e != cudaSuccess) return ckpt_cuda_fail(err, e, "host-to-device copy");
+    s->pending[s->cur] = true;
+    return CKPT_OK;
+}
+
 /* Ends the current half (its copies are behind an event) and waits until the other half's
  * copies are done, then fills that one. */
 static ckpt_status flip(dev_sink *s, ckpt_error *err) {
+    CKPT_TRY(flush(s, err));
     cudaError_t e = cudaSuccess;
     if (s->pending[s->cur]) e = cudaEventRecord(s->done[s->cur], s->stream);
     if (e != cudaSuccess) return ckpt_cuda_fail(err, e, "event record");
@@ -86,12 +104,17 @@ uint8_t *dev_sink_room(dev_sink *s, uint64_t want, uint64_t *avail, ckpt_error *
 
 ckpt_status dev_sink_fill(dev_sink *s, uint8_t *dst, uint64_t n, ckpt_error *err) {
     if (!n) return CKPT_OK;
-    cudaError_t e = cudaMemcpyAsync(dst, s->half[s->cur] + s->used, (size_t)n,
-                                    cudaMemcpyHostToDevice, s->stream);
-    if (e != cudaSuccess) return ckpt_cuda_fail(err, e, "host-to-device copy");
-    s->pending[s->cur] = true;
+    const uint8_t *src = s->half[s->cur] + s->used;
     s->used += n;
-    return CKPT_OK;
+    if (s->run_len && s->run_dst + s->run_len == dst && s->run_src + s->run_len == src) {
+        s->run_len += n;
+        return CKPT_OK;
+    }
+    ckpt_status st = flush(s, err);
+    s->run_dst = dst;
+    s->run_src = src;
+    s->run_len = n;
+    return st;
 }
 
 ckpt_status dev_sink_put(dev_sink *s, uint8_t *dst, const uint8_t *src, uint64_t n,
@@ -111,9 +134,11 @@ ckpt_status dev_sink_put(dev_sink *s, uint8_t *dst, const uint8_t *src, uint64_t
 }
 
 ckpt_status dev_sink_finish(dev_sink *s, ckpt_error *err) {
+    ckpt_status st = flush(s, err);
     cudaError_t e = cudaStreamSynchronize(s->stream);
     s->pending[0] = s->pending[1] = false;
     s->used = 0;
+    if (st != CKPT_OK) return st;
     if (e != cudaSuccess) return ckpt_cuda_fail(err, e, "host-to-device copy");
     return CKPT_OK;
 }

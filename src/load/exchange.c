@@ -181,6 +181,12 @@ static ckpt_status read_direct(ckpt_load *l, const load_plan *p, ckpt_error *err
             jobs[nhost++] = j;
         l->stats.bytes_read += d->len;
     }
+    /* the device jobs back in plan order, so that consecutive runs merge into one copy */
+    for (size_t a = nhost, b = p->ndirect; a + 1 < b; a++, b--) {
+        io_job t = jobs[a];
+        jobs[a] = jobs[b - 1];
+        jobs[b - 1] = t;
+    }
     ckpt_status s = io_pool_read(l->io, l->r, jobs, nhost, l->io_piece, err);
     if (s == CKPT_OK && ndev) s = load_read_to_device(l, jobs + nhost, ndev, err);
     free(jobs);

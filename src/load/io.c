@@ -1,7 +1,8 @@
 /* io.c — a rank's parallel large preads: a small pool of threads (the caller is one of them)
  * that reads a batch of byte ranges of the shard files into memory.  Ranges longer than two
- * pieces are split into pieces of `piece` bytes (4 MiB by default) so one large range keeps
- * every thread busy; short ranges are read whole.  The first failing range in batch order
+ * pieces are split into pieces of `piece` bytes (4 MiB by default, less when the batch is
+ * small: an even share of it per thread, down to 256 KiB) so one large range keeps every
+ * thread busy; short ranges are read whole.  The first failing range in batch order
  * gives the batch's error (file name and offset), whatever order the threads ran in.  The
  * threads never call MPI. */
 #include "load/load_i.h"
@@ -132,6 +133,13 @@ unsigned io_pool_threads(const io_pool *p) { return p->nthreads + 1; }
 ckpt_status io_pool_read(io_pool *p, ckpt_reader *r, const io_job *jobs, size_t njobs,
                          uint64_t piece, ckpt_error *err) {
     if (!njobs) return CKPT_OK;
+    /* pieces small enough that the batch keeps every thread busy (down to 256 KiB) */
+    uint64_t total = 0;
+    for (size_t i = 0; i < njobs; i++)
+        total += jobs[i].len;
+    uint64_t even = total / (p->nthreads + 1);
+    if (even < ((uint64_t)256 << 10)) even = (uint64_t)256 << 10;
+    if (piece > even) piece = even;
     if (piece < 1) piece = 1;
     /* tasks: open every file first (on this thread, in job order: the first missing file
      * is the one reported) */

@@ -5,6 +5,7 @@
 #include "load/load_i.h"
 #include "util/error.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,35 @@ static double now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The default number of I/O threads (collective over comm): the CPUs this rank may run on,
+ * shared among the ranks of its node that may run on the same set, from 2 to 16.  So one
+ * unbound rank per GPU gets the node's cores, ranks bound by mpirun to a core each (its
+ * default for up to 2 ranks) get 2, and ranks bound to K cores each (--map-by slot:PE=K)
+ * get K. */
+static unsigned auto_io_threads(MPI_Comm comm) {
+    cpu_set_t set;
+    int cpus = 4;
+    unsigned long long h = 1469598103934665603ull;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        cpus = CPU_COUNT(&set);
+        for (int c = 0; c < CPU_SETSIZE; c++)
+            if (CPU_ISSET(c, &set)) h = (h ^ (unsigned long long)c) * 1099511628211ull;
+    }
+    MPI_Comm node = MPI_COMM_NULL, same = MPI_COMM_NULL;
+    int sharing = 1;
+    MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    if (node != MPI_COMM_NULL) {
+        MPI_Comm_split(node, (int)(h % 0x7fffffffull), 0, &same);
+        if (same != MPI_COMM_NULL) {
+            MPI_Comm_size(same, &sharing);
+            MPI_Comm_free(&same);
+        }
+        MPI_Comm_free(&node);
+    }
+    int t = cpus / (sharing > 0 ? sharing : 1);
+    return t < 2 ? 2 : t > 16 ? 16 : (unsigned)t;
 }
 
 ckpt_status ckpt_load_open(MPI_Comm comm, const char *dir, const ckpt_open_options *opts,
@@ -26,6 +56,7 @@ ckpt_status ckpt_load_open(MPI_Comm comm, const char *dir, const ckpt_open_optio
     MPI_Comm_dup(comm, &l->comm);
     MPI_Comm_rank(l->comm, &l->rank);
     MPI_Comm_size(l->comm, &l->size);
+    l->auto_io_threads = auto_io_threads(l->comm);
     ckpt_status s = ckpt_reader_open(dir, opts, &l->r, err);
     s = load_agree(l, s, err);
     if (s == CKPT_OK) { /* every rank must see the same data files in the same order */
@@ -170,23 +201,25 @@ static void log_stats(const ckpt_load *l) {
     fprintf(stderr,
             "ckpt_load rank %d/%d: requested %llu B, read %llu B, sent %llu B, received %llu B, "
             "local %llu B, to device %llu B, union %llu B, %u rounds, over %s (NCCL sent %llu B, "
-            "received %llu B); plan %.3f s, NCCL init %.3f s, read %.3f s, exchange %.3f s, "
-            "total %.3f s\n",
+            "received %llu B); %u I/O threads; setup %.3f s (NCCL init %.3f s), plan %.3f s, "
+            "read %.3f s, exchange %.3f s, total %.3f s\n",
             l->rank, l->size, (unsigned long long)s->bytes_requested,
             (unsigned long long)s->bytes_read, (unsigned long long)s->bytes_sent,
             (unsigned long long)s->bytes_received, (unsigned long long)s->bytes_local,
             (unsigned long long)s->bytes_device, (unsigned long long)s->union_bytes, s->rounds,
             s->transport == CKPT_LOAD_TRANSPORT_NCCL ? "NCCL" : "MPI",
             (unsigned long long)s->bytes_sent_nccl, (unsigned long long)s->bytes_received_nccl,
-            s->seconds_plan, s->seconds_nccl_init, s->seconds_read, s->seconds_exchange,
-            s->seconds_total);
+            s->io_threads, s->seconds_setup, s->seconds_nccl_init, s->seconds_plan, s->seconds_read,
+            s->seconds_exchange, s->seconds_total);
 }
 
-/* The pinned device staging of an execute: a quarter of the budget, at most 64 MiB (tiny
- * budgets, down to 512 bytes, are for tests). */
+/* The pinned device staging of an execute: a quarter of the budget, at most 32 MiB (tiny
+ * budgets, down to 512 bytes, are for tests).  Pinning is part of every load's time (about
+ * 12 ms for 32 MiB, 21-32 ms for 64 MiB on an H200 machine), and two 16 MiB halves already
+ * keep the reads and the copies at the same rate as two of 32 MiB (docs/benchmarks.md). */
 static uint64_t device_staging(uint64_t budget) {
     uint64_t d = budget / 4;
-    if (d > (64ull << 20)) d = 64ull << 20;
+    if (d > (32ull << 20)) d = 32ull << 20;
     if (d < 512) d = 512;
     return d;
 }
@@ -213,7 +246,7 @@ ckpt_status ckpt_load_execute(ckpt_load *l, const ckpt_load_options *opts, ckpt_
     ckpt_load_options o = opts ? *opts : (ckpt_load_options){0};
     if (!o.staging_bytes) o.staging_bytes = 256ull << 20;
     if (!o.direct_min_bytes) o.direct_min_bytes = LOAD_DIRECT_MIN;
-    if (!o.io_threads) o.io_threads = LOAD_IO_THREADS;
+    if (!o.io_threads) o.io_threads = l->auto_io_threads;
     if (o.io_threads > 64) o.io_threads = 64;
     l->io_piece = o.io_piece_bytes ? o.io_piece_bytes : LOAD_IO_PIECE;
     memset(&l->stats, 0, sizeof l->stats);
@@ -270,6 +303,9 @@ ckpt_status ckpt_load_execute(ckpt_load *l, const ckpt_load_options *opts, ckpt_
         }
     }
     l->stats.transport = l->use_nccl ? CKPT_LOAD_TRANSPORT_NCCL : CKPT_LOAD_TRANSPORT_MPI;
+    l->stats.io_threads = o.io_threads;
+    double t_setup = now();
+    l->stats.seconds_setup = t_setup - t0;
     if (s != CKPT_OK) {
         l->nreqs = 0;
         return s;
@@ -280,7 +316,7 @@ ckpt_status ckpt_load_execute(ckpt_load *l, const ckpt_load_options *opts, ckpt_
             l->stats.bytes_read += l->reqs[i].size;
         }
         if (s == CKPT_OK && dev_here) s = dev_sink_finish(l->dev, err);
-        l->stats.seconds_read = now() - t0;
+        l->stats.seconds_read = now() - t_setup;
         s = load_agree(l, s, err);
     } else {
         gpiece *mine = NULL;
@@ -289,7 +325,7 @@ ckpt_status ckpt_load_execute(ckpt_load *l, const ckpt_load_options *opts, ckpt_
         load_plan p = {0};
         if (s == CKPT_OK) s = load_plan_build(l, mine, nmine, o.direct_min_bytes, &p, err);
         free(mine);
-        l->stats.seconds_plan = now() - t0;
+        l->stats.seconds_plan = now() - t_setup;
         if (s == CKPT_OK) {
             l->stats.union_bytes = p.union_bytes;
             s = load_exchange(l, &p, exch_bytes, err);

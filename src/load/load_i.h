@@ -43,14 +43,14 @@ typedef struct io_job {
     uint8_t *dst;
 } io_job;
 typedef struct io_pool io_pool;
-/* Default of ckpt_load_options.io_threads and io_piece_bytes. */
-#define LOAD_IO_THREADS 4
+/* Default of ckpt_load_options.io_piece_bytes (io_threads: auto_io_threads in load.c). */
 #define LOAD_IO_PIECE ((uint64_t)4 << 20)
 /* nthreads in all, the caller included (1: no extra thread). */
 ckpt_status io_pool_create(unsigned nthreads, io_pool **out, ckpt_error *err);
 void io_pool_free(io_pool *p);
 unsigned io_pool_threads(const io_pool *p);
-/* Reads every job (jobs longer than 2*piece split into pieces of `piece` bytes) with the
+/* Reads every job (jobs longer than 2*piece split into pieces of `piece` bytes, or of an even
+ * share of the batch per thread when that is smaller, at least 256 KiB) with the
  * pool's threads and the caller's; the error is the first failing job's, in job order. */
 ckpt_status io_pool_read(io_pool *p, ckpt_reader *r, const io_job *jobs, size_t njobs,
                          uint64_t piece, ckpt_error *err);
@@ -113,11 +113,12 @@ struct ckpt_load {
     MPI_Comm comm;
     int rank, size;
     ckpt_reader *r;
-    io_pool *io;       /* created by the first execute, kept while io_threads stays */
-    uint64_t io_piece; /* of the current execute */
-    dev_sink *dev;     /* made by an execute with device destinations, kept while it fits */
-    nccl_link *nccl;   /* made by the first execute over NCCL, kept until ckpt_load_free */
-    bool use_nccl;     /* the current execute's exchange goes over NCCL (same on every rank) */
+    io_pool *io;              /* created by the first execute, kept while io_threads stays */
+    unsigned auto_io_threads; /* the default of io_threads, found at open (collective) */
+    uint64_t io_piece;        /* of the current execute */
+    dev_sink *dev;            /* made by an execute with device destinations, kept while it fits */
+    nccl_link *nccl;          /* made by the first execute over NCCL, kept until ckpt_load_free */
+    bool use_nccl; /* the current execute's exchange goes over NCCL (same on every rank) */
     lreq *reqs;
     size_t nreqs, reqs_cap;
     ckpt_load_stats stats;

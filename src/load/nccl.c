@@ -3,8 +3,10 @@
  * MPI communicator, one non-blocking stream, the staging of an execute) and the operations a
  * round queues on its stream — the reader's window uploaded from pinned host memory to a
  * device window, device-to-device packing of what each rank needs, one ncclSend/ncclRecv
- * group, device-to-device placement of what arrived.  The round logic is exchange.c's; this
- * file owns every CUDA and NCCL call of the transport. */
+ * group, device-to-device placement of what arrived.  Copies that continue the previous one
+ * in both source and destination (consecutive rows of a shard, say) are merged into one,
+ * issued before anything else is queued or waited for.  The round logic is exchange.c's;
+ * this file owns every CUDA and NCCL call of the transport. */
 #include "load/load_i.h"
 #include "util/cuda_util.h"
 #include "util/error.h"
@@ -28,7 +30,25 @@ struct nccl_link {
     uint64_t win_bytes;
     uint8_t *send, *recv; /* device */
     uint64_t send_bytes, recv_bytes;
+    /* the run of copies not yet queued */
+    uint8_t *run_dst;
+    const uint8_t *run_src;
+    uint64_t run_len;
+    enum cudaMemcpyKind run_kind;
 };
+
+/* Queues the run of copies. */
+static ckpt_status flush(nccl_link *x, ckpt_error *err) {
+    if (!x->run_len) return CKPT_OK;
+    cudaError_t e =
+        cudaMemcpyAsync(x->run_dst, x->run_src, (size_t)x->run_len, x->run_kind, x->stream);
+    x->run_len = 0;
+    return e == cudaSuccess
+               ? CKPT_OK
+               : ckpt_cuda_fail(err, e,
+                                x->run_kind == cudaMemcpyHostToDevice ? "window upload"
+                                                                      : "device-to-device copy");
+}
 
 static ckpt_status nccl_fail(ckpt_error *err, ncclResult_t e, const char *what) {
     return ckpt_fail(err, CKPT_E_IO, "NCCL %s: %s", what, ncclGetErrorString(e));
@@ -101,6 +121,7 @@ ckpt_status nccl_link_open(ckpt_load *l, ckpt_error *err) {
 
 void nccl_link_release(nccl_link *x) {
     if (!x) return;
+    flush(x, NULL);
     cudaStreamSynchronize(x->stream);
     if (x->host) cudaFreeHost(x->host);
     cudaFree(x->win);
@@ -122,6 +143,7 @@ void nccl_link_abort(nccl_link *x) {
     if (!x) return;
     if (x->comm) ncclCommAbort(x->comm); /* what the stream still waits for is dropped */
     x->comm = NULL;
+    x->run_len = 0;
     nccl_link_free(x);
 }
 
@@ -143,6 +165,7 @@ static ckpt_status grow(uint8_t **p, uint64_t *have, uint64_t want, const char *
 
 ckpt_status nccl_link_stage(nccl_link *x, uint64_t bytes, uint8_t **host, ckpt_error *err) {
     *host = NULL;
+    CKPT_TRY(flush(x, err));
     cudaError_t e = cudaStreamSynchronize(x->stream);
     if (e != cudaSuccess) return ckpt_cuda_fail(err, e, "NCCL transport stream");
     if (x->win_bytes < bytes) {
@@ -165,6 +188,7 @@ ckpt_status nccl_link_stage(nccl_link *x, uint64_t bytes, uint8_t **host, ckpt_e
 }
 
 ckpt_status nccl_link_reserve(nccl_link *x, uint64_t send, uint64_t recv, ckpt_error *err) {
+    CKPT_TRY(flush(x, err));
     if (x->send_bytes < send || x->recv_bytes < recv) {
         cudaError_t e = cudaStreamSynchronize(x->stream);
         if (e != cudaSuccess) return ckpt_cuda_fail(err, e, "NCCL transport stream");
@@ -173,15 +197,20 @@ ckpt_status nccl_link_reserve(nccl_link *x, uint64_t send, uint64_t recv, ckpt_e
     return grow(&x->recv, &x->recv_bytes, recv, "device receive buffer", err);
 }
 
-static ckpt_status copy(nccl_link *x, void *dst, const void *src, uint64_t n,
+static ckpt_status copy(nccl_link *x, uint8_t *dst, const uint8_t *src, uint64_t n,
                         enum cudaMemcpyKind kind, ckpt_error *err) {
     if (!n) return CKPT_OK;
-    cudaError_t e = cudaMemcpyAsync(dst, src, (size_t)n, kind, x->stream);
-    return e == cudaSuccess
-               ? CKPT_OK
-               : ckpt_cuda_fail(err, e,
-                                kind == cudaMemcpyHostToDevice ? "window upload"
-                                                               : "device-to-device copy");
+    if (x->run_len && x->run_kind == kind && x->run_dst + x->run_len == dst &&
+        x->run_src + x->run_len == src) {
+        x->run_len += n;
+        return CKPT_OK;
+    }
+    ckpt_status s = flush(x, err);
+    x->run_dst = dst;
+    x->run_src = src;
+    x->run_len = n;
+    x->run_kind = kind;
+    return s;
 }
 
 ckpt_status nccl_link_upload(nccl_link *x, uint64_t n, ckpt_error *err) {
@@ -204,6 +233,7 @@ ckpt_status nccl_link_deliver(nccl_link *x, uint8_t *dst, uint64_t from, uint64_
 
 ckpt_status nccl_link_exchange(nccl_link *x, const int *sc, const int *sd, const int *rc,
                                const int *rd, ckpt_error *err) {
+    CKPT_TRY(flush(x, err));
     ncclResult_t r = ncclGroupStart();
     if (r != ncclSuccess) return nccl_fail(err, r, "group start");
     ncclResult_t first = ncclSuccess;
@@ -220,7 +250,9 @@ ckpt_status nccl_link_exchange(nccl_link *x, const int *sc, const int *sd, const
 }
 
 ckpt_status nccl_link_sync(nccl_link *x, ckpt_error *err) {
+    ckpt_status fs = flush(x, err);
     cudaError_t e = cudaStreamSynchronize(x->stream);
+    if (fs != CKPT_OK) return fs;
     if (e != cudaSuccess) return ckpt_cuda_fail(err, e, "NCCL transport stream");
     ncclResult_t async = ncclSuccess;
     ncclResult_t r = ncclCommGetAsyncError(x->comm, &async);

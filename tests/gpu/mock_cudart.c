@@ -17,6 +17,8 @@
  *     completed does.
  * A process-wide runtime is the thing being imitated, so its state is global (one lock).
  * CKPT_MOCK_CUDA_DEVICES sets the device count (default 2; 0: no device).
+ * CKPT_MOCK_CUDA_TALLY=PREFIX: at exit, the process writes how many cudaMemcpyAsync calls it
+ * made of each kind to PREFIX.<pid> ("h2d N", "d2d N", "d2h N").
  * mock_cudart.h: what other stand-ins (mock_nccl.c) need — device memory's bytes, and host
  * work queued on a stream (run in order with its copies). */
 #include "mock_cudart.h"
@@ -29,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #define DEV_SPAN ((size_t)4 << 30) /* reserved address space for device memory */
 #define MAX_BLOCKS 65536
@@ -65,6 +68,19 @@ static block dev_blocks[MAX_BLOCKS], host_blocks[MAX_BLOCKS];
 static size_t ndev_blocks, nhost_blocks;
 static int current_device;
 static cudaError_t last_error;
+static unsigned long long copies[4]; /* cudaMemcpyAsync calls, by cudaMemcpyKind */
+
+__attribute__((destructor)) static void write_tally(void) {
+    const char *prefix = getenv("CKPT_MOCK_CUDA_TALLY");
+    if (!prefix || !*prefix) return;
+    char path[4096];
+    snprintf(path, sizeof path, "%s.%ld", prefix, (long)getpid());
+    FILE *f = fopen(path, "w");
+    if (!f) return;
+    fprintf(f, "h2d %llu\nd2d %llu\nd2h %llu\n", copies[cudaMemcpyHostToDevice],
+            copies[cudaMemcpyDeviceToDevice], copies[cudaMemcpyDeviceToHost]);
+    fclose(f);
+}
 
 static void die(const char *what, const void *p, size_t n) {
     fprintf(stderr, "mock_cudart: %s (pointer %p, %zu bytes)\n", what, p, n);
@@ -256,6 +272,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
         if (!in_dev_span(dst) || !find(dev_blocks, ndev_blocks, dst, n))
             die("device-to-device cudaMemcpyAsync to outside any device allocation", dst, n);
     }
+    if ((unsigned)kind < 4) copies[kind]++;
     push(s, (op){0, dst, src, n, NULL, NULL});
     pthread_mutex_unlock(&mu);
     return cudaSuccess;

@@ -178,3 +178,29 @@ def test_parallel_reads_in_small_pieces(direct, tmp_path):
                             extra=("--io-threads", threads, "--io-piece", "1K"))
         assert sum(p["read"] for p in stats["per_rank"]) == stats["union_bytes"] == data
         shutil.rmtree(out)
+
+
+def test_io_threads_default_follows_the_cpus():
+    """The default I/O threads: the CPUs a rank may run on, shared among the ranks of its node
+    that may run on the same ones, 2 to 16; --io-threads overrides it."""
+    cpus = len(os.sched_getaffinity(0))
+    ck = FIXTURES / "fsdp2_ws2" / "ckpt"
+
+    def threads(cmd):
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return [p["io_threads"] for p in json.loads(r.stdout.strip().splitlines()[-1])["per_rank"]]
+
+    def clamp(t):
+        return max(2, min(16, t))
+
+    run = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca",
+           "btl_vader_single_copy_mechanism", "none"]
+    assert threads([BIN, "load", ck, "--json"]) == [clamp(cpus)]  # a rank alone, no mpirun
+    assert threads(run + ["--bind-to", "none", "-np", "2", BIN, "load", ck, "--json"]) == \
+        [clamp(cpus // 2)] * 2
+    assert threads(run + ["--bind-to", "none", "-np", "3", BIN, "load", ck, "--json",
+                          "--io-threads", "3"]) == [3] * 3
+    if cpus >= 2 and shutil.which("taskset"):  # ranks bound to one CPU each: 2 threads
+        one = sorted(os.sched_getaffinity(0))[0]
+        assert threads(["taskset", "-c", str(one), BIN, "load", ck, "--json"]) == [2]

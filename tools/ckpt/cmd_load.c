@@ -32,7 +32,9 @@ void cmd_load_help(FILE *out) {
           "      --budget BYTES  staging memory per rank (default 256M)\n"
           "      --direct-min B  runs of at least B bytes (default 4K; 'never') that one\n"
           "                      rank alone needs are read by it straight into place\n"
-          "      --io-threads N  threads reading each rank's ranges in parallel (default 4)\n"
+          "      --io-threads N  threads reading each rank's ranges in parallel (default: the\n"
+          "                      rank's CPUs, shared among the ranks of the node bound to the\n"
+          "                      same CPUs, 2 to 16)\n"
           "      --io-piece B    split long reads into pieces of B bytes (default 4M)\n"
           "      --dump OUTDIR   write rank k's shards to OUTDIR/rank<k>/<path>\n"
           "      --json          counters of every rank as JSON (rank 0 prints)\n"
@@ -327,7 +329,8 @@ static int run(int argc, char **argv, int rank, int size) {
                        "%llu, \"local\": %llu, \"device\": %llu, \"rounds\": %u, \"plan_s\": %.6f, "
                        "\"read_s\": "
                        "%.6f, \"exchange_s\": %.6f, \"total_s\": %.6f, \"transport\": \"%s\", "
-                       "\"sent_nccl\": %llu, \"received_nccl\": %llu, \"nccl_init_s\": %.6f}",
+                       "\"sent_nccl\": %llu, \"received_nccl\": %llu, \"nccl_init_s\": %.6f, "
+                       "\"io_threads\": %u, \"setup_s\": %.6f}",
                        k ? ", " : "", (unsigned long long)all[k].bytes_requested,
                        (unsigned long long)all[k].bytes_read, (unsigned long long)all[k].bytes_sent,
                        (unsigned long long)all[k].bytes_received,
@@ -336,7 +339,8 @@ static int run(int argc, char **argv, int rank, int size) {
                        all[k].seconds_read, all[k].seconds_exchange, all[k].seconds_total,
                        all[k].transport == CKPT_LOAD_TRANSPORT_NCCL ? "nccl" : "mpi",
                        (unsigned long long)all[k].bytes_sent_nccl,
-                       (unsigned long long)all[k].bytes_received_nccl, all[k].seconds_nccl_init);
+                       (unsigned long long)all[k].bytes_received_nccl, all[k].seconds_nccl_init,
+                       all[k].io_threads, all[k].seconds_setup);
             printf("]}\n");
         } else {
             char a[32], b[32], c[32], d[32];
