@@ -9,7 +9,8 @@ memory and saves them with the per-rank API (one process) and with the collectiv
 values the same driver saves from host memory, for the default, a tiny (many blocks) and an
 odd staging size, and the counters must show every stored tensor byte came from the device.
 
-Environment: SAVE_DEVICE_MOCK (the driver built with mock_cudart.c)."""
+Environment: SAVE_DEVICE_MOCK (the driver built with mock_cudart.c); CKPT_BIN (ckpt, when
+built): `ckpt cat` reads the device saves back bit for bit too."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import save_device_check as sdc  # noqa: E402
 
 DRIVER = os.environ.get("SAVE_DEVICE_MOCK", "")
+CKPT_BIN = os.environ.get("CKPT_BIN", "")
 pytestmark = pytest.mark.skipif(not DRIVER, reason="SAVE_DEVICE_MOCK not set")
 
 STAGING = [(), ("--staging", "512"), ("--staging", "1000")]
@@ -39,6 +41,8 @@ def test_single_process_device_equals_torch(tmp_path, staging, runahead):
     host = sdc.run_single(DRIVER, tmp_path / "host", "--host", *staging, env=env)
     assert host == 0
     sdc.load_and_check(tmp_path / "host")
+    if CKPT_BIN:  # the check the real-GPU test also makes where torch cannot read the format
+        sdc.cat_and_check(CKPT_BIN, tmp_path / "dev")
 
 
 def test_single_process_autodetect(tmp_path):

@@ -3,7 +3,8 @@
 
   python3 tools/bench/bench_load.py [--build build] [--work /tmp/ckptfs-load-bench]
                                     [--gib 2.5] [--saved 4] [--ranks 3] [--runs 3] [--gpu]
-                                    [--transport auto|mpi|nccl]
+                                    [--transport auto|mpi|nccl] [--sweep "1 1:4 4 8:2"]
+                                    [--extra "CKPT LOAD OPTIONS"] [--ckpt-bin PATH]
 
 A checkpoint of GIB GiB is written by real torch with SAVED gloo ranks (make_big_ckpt.py:
 float32 tensors of 1021 rows, Shard(0), uneven). RANKS processes then load it as Shard(0) and
@@ -22,7 +23,9 @@ device k % ndev) against the pinned cudaMemcpy bandwidth of the same devices (to
 pinned host tensor copied to each device, synchronised, best of --runs), as a ratio.
 --transport (with --gpu) is passed to `ckpt load`: how shared bytes travel between ranks
 (mpi: through host memory; nccl: device to device; auto: nccl when available); the table
-says which one the loader used."""
+says which one the loader used.  --sweep "1 1:4 4 8:2" (with --gpu): one row pair per
+RANKS[:IO_THREADS], with each phase of the slowest rank.  Ranks run unbound
+(`mpirun --bind-to none`), like torch's processes."""
 from __future__ import annotations
 
 import argparse
@@ -83,14 +86,19 @@ TORCH_LOADER = textwrap.dedent("""
 """)
 
 
-def ckpt_load(ckpt_bin, ckpt, ranks, dim, mode, extra=()):
-    r = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca",
-                        "btl_vader_single_copy_mechanism", "none", "-np", str(ranks),
+def ckpt_load(ckpt_bin, ckpt, ranks, dim, mode, extra=(), full=False):
+    # unbound, like torch's processes (mpirun binds up to 2 ranks to one core each)
+    r = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+                        "--mca", "btl_vader_single_copy_mechanism", "none", "-np", str(ranks),
                         str(ckpt_bin), "load", str(ckpt), "--layout", f"dim{dim}", "--keys",
                         "model", "--mode", mode, "--json", *extra],
-                       capture_output=True, text=True, check=True)
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"ckpt load failed ({r.returncode}):\n{r.stdout}{r.stderr}")
     s = json.loads(r.stdout.strip().splitlines()[-1])
     per = s["per_rank"]
+    if full:
+        return s
     return (max(p["total_s"] for p in per), sum(p["read"] for p in per),
             sum(p["requested"] for p in per), per[0].get("transport", "mpi"))
 
@@ -129,27 +137,43 @@ PINNED_H2D = textwrap.dedent("""
 
 
 def gpu_bench(a, ckpt_bin, ckpt):
-    """Placement rate of ckpt load --device cuda vs pinned cudaMemcpy bandwidth."""
+    """Placement rate of ckpt load --device cuda vs pinned cudaMemcpy bandwidth, for each
+    RANKS[:THREADS] of --sweep (THREADS: --io-threads; default: the loader's)."""
     r = subprocess.run([sys.executable, "-c", PINNED_H2D, str(1 << 30), str(a.runs)],
                        capture_output=True, text=True, check=True)
     bw = json.loads(r.stdout.strip().splitlines()[-1])
     ndev = len(bw)
     print(f"pinned cudaMemcpy host-to-device, 1 GiB, per device: "
           + ", ".join(f"{b / 2**30:.2f} GiB/s" for b in bw))
-    print("\n| layout | ranks | devices used | transport | wall s | placed GiB | placement GiB/s | "
-          "pinned bound GiB/s | ratio |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for dim in (0, 1):
-        runs = [ckpt_load(ckpt_bin, ckpt, a.ranks, dim, "collective",
-                          ("--device", "cuda", "--transport", a.transport))
-                for _ in range(a.runs)]
-        sec, _, placed, transport = min(runs)
-        used = min(a.ranks, ndev)
-        bound = sum(sorted(bw)[:used])  # devices work in parallel, one stream each
-        rate = placed / sec
-        print(f"| dim{dim}-of-{a.ranks} | {a.ranks} | {used} | {transport} | {sec:.3f} | "
-              f"{placed / 2**30:.2f} | "
-              f"{rate / 2**30:.2f} | {bound / 2**30:.2f} | {rate / bound:.2f} |")
+    print("\nwall: the slowest rank's load; setup, plan, read, exchange: that rank's phases "
+          "(setup: pinned staging, I/O threads, NCCL communicator; read: in-place runs and "
+          "windows, placed as they are read; exchange: moving and placing)\n")
+    print("| layout | ranks | I/O threads | devices used | transport | wall s | setup s | plan s | "
+          "read s | exchange s | placed GiB | placement GiB/s | pinned bound GiB/s | ratio |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for spec in (a.sweep.split() if a.sweep else [str(a.ranks)]):
+        ranks, _, threads = spec.partition(":")
+        ranks = int(ranks)
+        extra = ["--device", "cuda", "--transport", a.transport, *a.extra.split()]
+        if threads:
+            extra += ["--io-threads", threads]
+        for dim in (0, 1):
+            runs = [ckpt_load(ckpt_bin, ckpt, ranks, dim, "collective", extra, full=True)
+                    for _ in range(a.runs)]
+            best = min(runs, key=lambda s: s["wall_seconds"])
+            per = best["per_rank"]
+            slow = max(per, key=lambda p: p["total_s"])
+            sec = slow["total_s"]
+            placed = sum(p["requested"] for p in per)
+            used = min(ranks, ndev)
+            bound = sum(sorted(bw)[:used])  # devices work in parallel, one stream each
+            rate = placed / sec
+            print(f"| dim{dim}-of-{ranks} | {ranks} | {slow['io_threads']} | {used} | "
+                  f"{slow['transport']} | {sec:.3f} | {slow['setup_s']:.3f} | "
+                  f"{slow['plan_s']:.3f} | "
+                  f"{slow['read_s']:.3f} | {slow['exchange_s']:.3f} | {placed / 2**30:.2f} | "
+                  f"{rate / 2**30:.2f} | {bound / 2**30:.2f} | {rate / bound:.2f} |",
+                  flush=True)
 
 
 def main():
@@ -164,9 +188,15 @@ def main():
                     help="placement rate into GPU memory vs pinned cudaMemcpy bandwidth")
     ap.add_argument("--transport", choices=("auto", "mpi", "nccl"), default="auto",
                     help="with --gpu: how shared bytes travel between ranks")
+    ap.add_argument("--sweep", default="",
+                    help="with --gpu: rows 'RANKS[:IO_THREADS] ...' instead of --ranks alone")
+    ap.add_argument("--extra", default="",
+                    help="with --gpu: more `ckpt load` options, e.g. '--budget 64M'")
+    ap.add_argument("--ckpt-bin", default="",
+                    help="the ckpt executable (default: BUILD/tools/ckpt/ckpt)")
     a = ap.parse_args()
     Path(a.work).mkdir(parents=True, exist_ok=True)
-    ckpt_bin = Path(a.build).resolve() / "tools/ckpt/ckpt"
+    ckpt_bin = Path(a.ckpt_bin) if a.ckpt_bin else Path(a.build).resolve() / "tools/ckpt/ckpt"
     ckpt = Path(a.work) / f"ckpt-{a.gib}g-{a.saved}"
     if not (ckpt / ".metadata").exists():
         subprocess.run([sys.executable, str(HERE / "make_big_ckpt.py"), str(ckpt), str(a.gib),
