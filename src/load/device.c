@@ -22,10 +22,7 @@ struct dev_sink {
     bool pending[2]; /* copies were issued from that half since its event was recorded */
     cudaStream_t stream;
     cudaEvent_t done[2];
-    /* the run of fills not yet issued: run_len bytes from run_src (in the current half) */
-    uint8_t *run_dst;
-    const uint8_t *run_src;
-    uint64_t run_len;
+    copy_run run; /* fills not yet issued (from the current half) */
 };
 
 bool dev_supported(void) { return true; }
@@ -70,10 +67,10 @@ uint64_t dev_sink_bytes(const dev_sink *s) { return 2 * s->half_bytes; }
 
 /* Issues the run of fills. */
 static ckpt_status flush(dev_sink *s, ckpt_error *err) {
-    if (!s->run_len) return CKPT_OK;
-    cudaError_t e = cudaMemcpyAsync(s->run_dst, s->run_src, (size_t)s->run_len,
+    if (!s->run.len) return CKPT_OK;
+    cudaError_t e = cudaMemcpyAsync(s->run.dst, s->run.src, (size_t)s->run.len,
                                     cudaMemcpyHostToDevice, s->stream);
-    s->run_len = 0;
+    s->run.len = 0;
     if (e != cudaSuccess) return ckpt_cuda_fail(err, e, "host-to-device copy");
     s->pending[s->cur] = true;
     return CKPT_OK;
@@ -106,14 +103,9 @@ ckpt_status dev_sink_fill(dev_sink *s, uint8_t *dst, uint64_t n, ckpt_error *err
     if (!n) return CKPT_OK;
     const uint8_t *src = s->half[s->cur] + s->used;
     s->used += n;
-    if (s->run_len && s->run_dst + s->run_len == dst && s->run_src + s->run_len == src) {
-        s->run_len += n;
-        return CKPT_OK;
-    }
+    if (copy_run_extend(&s->run, dst, src, n)) return CKPT_OK;
     ckpt_status st = flush(s, err);
-    s->run_dst = dst;
-    s->run_src = src;
-    s->run_len = n;
+    s->run = (copy_run){dst, src, n};
     return st;
 }
 

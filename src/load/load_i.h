@@ -55,6 +55,20 @@ unsigned io_pool_threads(const io_pool *p);
 ckpt_status io_pool_read(io_pool *p, ckpt_reader *r, const io_job *jobs, size_t njobs,
                          uint64_t piece, ckpt_error *err);
 
+/* A run of copies not yet issued (device.c, nccl.c): a copy that continues it in both
+ * destination and source extends it (true); otherwise the caller issues the run and starts
+ * a new one. */
+typedef struct copy_run {
+    uint8_t *dst;
+    const uint8_t *src;
+    uint64_t len;
+} copy_run;
+static inline bool copy_run_extend(copy_run *r, uint8_t *dst, const uint8_t *src, uint64_t n) {
+    if (!r->len || r->dst + r->len != dst || r->src + r->len != src) return false;
+    r->len += n;
+    return true;
+}
+
 /* device.c (cuda builds) or nodevice.c: device destinations and the device sink, which
  * copies bytes to device memory through two pinned halves of `bytes` in all. */
 typedef struct dev_sink dev_sink;

@@ -30,19 +30,16 @@ struct nccl_link {
     uint64_t win_bytes;
     uint8_t *send, *recv; /* device */
     uint64_t send_bytes, recv_bytes;
-    /* the run of copies not yet queued */
-    uint8_t *run_dst;
-    const uint8_t *run_src;
-    uint64_t run_len;
+    copy_run run; /* copies not yet queued, all of run_kind */
     enum cudaMemcpyKind run_kind;
 };
 
 /* Queues the run of copies. */
 static ckpt_status flush(nccl_link *x, ckpt_error *err) {
-    if (!x->run_len) return CKPT_OK;
+    if (!x->run.len) return CKPT_OK;
     cudaError_t e =
-        cudaMemcpyAsync(x->run_dst, x->run_src, (size_t)x->run_len, x->run_kind, x->stream);
-    x->run_len = 0;
+        cudaMemcpyAsync(x->run.dst, x->run.src, (size_t)x->run.len, x->run_kind, x->stream);
+    x->run.len = 0;
     return e == cudaSuccess
                ? CKPT_OK
                : ckpt_cuda_fail(err, e,
@@ -143,7 +140,7 @@ void nccl_link_abort(nccl_link *x) {
     if (!x) return;
     if (x->comm) ncclCommAbort(x->comm); /* what the stream still waits for is dropped */
     x->comm = NULL;
-    x->run_len = 0;
+    x->run.len = 0;
     nccl_link_free(x);
 }
 
@@ -200,15 +197,9 @@ ckpt_status nccl_link_reserve(nccl_link *x, uint64_t send, uint64_t recv, ckpt_e
 static ckpt_status copy(nccl_link *x, uint8_t *dst, const uint8_t *src, uint64_t n,
                         enum cudaMemcpyKind kind, ckpt_error *err) {
     if (!n) return CKPT_OK;
-    if (x->run_len && x->run_kind == kind && x->run_dst + x->run_len == dst &&
-        x->run_src + x->run_len == src) {
-        x->run_len += n;
-        return CKPT_OK;
-    }
+    if (x->run_kind == kind && copy_run_extend(&x->run, dst, src, n)) return CKPT_OK;
     ckpt_status s = flush(x, err);
-    x->run_dst = dst;
-    x->run_src = src;
-    x->run_len = n;
+    x->run = (copy_run){dst, src, n};
     x->run_kind = kind;
     return s;
 }
