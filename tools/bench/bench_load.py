@@ -168,8 +168,12 @@ def gpu_bench(a, ckpt_bin, ckpt):
             used = min(ranks, ndev)
             bound = sum(sorted(bw)[:used])  # devices work in parallel, one stream each
             rate = placed / sec
-            print(f"| dim{dim}-of-{ranks} | {ranks} | {slow['io_threads']} | {used} | "
-                  f"{slow['transport']} | {sec:.3f} | {slow['setup_s']:.3f} | "
+            # builds before 2026-11-25 print neither io_threads nor setup_s (and count the
+            # setup in plan_s): their rows still print, with '-'
+            threads = slow.get("io_threads", "-")
+            setup = f"{slow['setup_s']:.3f}" if "setup_s" in slow else "-"
+            print(f"| dim{dim}-of-{ranks} | {ranks} | {threads} | {used} | "
+                  f"{slow['transport']} | {sec:.3f} | {setup} | "
                   f"{slow['plan_s']:.3f} | "
                   f"{slow['read_s']:.3f} | {slow['exchange_s']:.3f} | {placed / 2**30:.2f} | "
                   f"{rate / 2**30:.2f} | {bound / 2**30:.2f} | {rate / bound:.2f} |",
