@@ -1,6 +1,6 @@
 /* device.c — CUDA device destinations of the collective loader (compiled with the cuda
  * feature): telling device pointers from host ones, and the device sink, which moves bytes
- * to device memory through two pinned (cudaHostAlloc) halves of a staging buffer with
+ * to device memory through two halves of a pinned staging buffer (ckpt_cuda_pinned_alloc) with
  * cudaMemcpyAsync on one stream.  While the GPU copies one half, the rank fills the other
  * (double buffering); a half is reused only after the event recorded behind its copies has
  * completed.  Fills that continue the previous one in both the half and the destination
@@ -15,6 +15,7 @@
 #include <string.h>
 
 struct dev_sink {
+    ckpt_pinned stage; /* both halves */
     uint8_t *half[2];
     uint64_t half_bytes;
     int cur;         /* the half being filled */
@@ -39,15 +40,15 @@ ckpt_status dev_sink_create(uint64_t bytes, dev_sink **out, ckpt_error *err) {
         free(s);
         return ckpt_cuda_fail(err, e, "stream");
     }
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 2 && e == cudaSuccess; i++)
         e = cudaEventCreateWithFlags(&s->done[i], cudaEventDisableTiming);
-        if (e == cudaSuccess)
-            e = cudaHostAlloc((void **)&s->half[i], (size_t)s->half_bytes, cudaHostAllocDefault);
-        if (e != cudaSuccess) {
-            dev_sink_free(s);
-            return ckpt_cuda_fail(err, e, "pinned staging buffer");
-        }
+    if (e == cudaSuccess) e = ckpt_cuda_pinned_alloc(&s->stage, (size_t)(2 * s->half_bytes));
+    if (e != cudaSuccess) {
+        dev_sink_free(s);
+        return ckpt_cuda_fail(err, e, "pinned staging buffer");
     }
+    s->half[0] = s->stage.p;
+    s->half[1] = s->half[0] + s->half_bytes;
     *out = s;
     return CKPT_OK;
 }
@@ -55,10 +56,9 @@ ckpt_status dev_sink_create(uint64_t bytes, dev_sink **out, ckpt_error *err) {
 void dev_sink_free(dev_sink *s) {
     if (!s) return;
     if (s->stream) cudaStreamSynchronize(s->stream);
-    for (int i = 0; i < 2; i++) {
-        if (s->half[i]) cudaFreeHost(s->half[i]);
+    ckpt_cuda_pinned_free(&s->stage);
+    for (int i = 0; i < 2; i++)
         if (s->done[i]) cudaEventDestroy(s->done[i]);
-    }
     if (s->stream) cudaStreamDestroy(s->stream);
     free(s);
 }

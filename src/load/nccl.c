@@ -26,6 +26,7 @@ struct nccl_link {
     int rank, size; /* in comm: the handle's */
     int device;     /* current when the communicator was made */
     cudaStream_t stream;
+    ckpt_pinned hostmem; /* the pinned window */
     uint8_t *host, *win; /* pinned window and its device twin, win_bytes each */
     uint64_t win_bytes;
     uint8_t *send, *recv; /* device */
@@ -120,7 +121,7 @@ void nccl_link_release(nccl_link *x) {
     if (!x) return;
     flush(x, NULL);
     cudaStreamSynchronize(x->stream);
-    if (x->host) cudaFreeHost(x->host);
+    ckpt_cuda_pinned_free(&x->hostmem);
     cudaFree(x->win);
     cudaFree(x->send);
     cudaFree(x->recv);
@@ -166,16 +167,14 @@ ckpt_status nccl_link_stage(nccl_link *x, uint64_t bytes, uint8_t **host, ckpt_e
     cudaError_t e = cudaStreamSynchronize(x->stream);
     if (e != cudaSuccess) return ckpt_cuda_fail(err, e, "NCCL transport stream");
     if (x->win_bytes < bytes) {
-        if (x->host) cudaFreeHost(x->host);
+        ckpt_cuda_pinned_free(&x->hostmem);
         x->host = NULL;
         cudaFree(x->win);
         x->win = NULL;
         x->win_bytes = 0;
-        e = cudaHostAlloc((void **)&x->host, (size_t)bytes, cudaHostAllocDefault);
-        if (e != cudaSuccess) {
-            x->host = NULL;
-            return ckpt_cuda_fail(err, e, "pinned window");
-        }
+        e = ckpt_cuda_pinned_alloc(&x->hostmem, (size_t)bytes);
+        if (e != cudaSuccess) return ckpt_cuda_fail(err, e, "pinned window");
+        x->host = x->hostmem.p;
         uint64_t have = 0;
         CKPT_TRY(grow(&x->win, &have, bytes, "device window", err));
         x->win_bytes = bytes;

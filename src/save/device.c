@@ -1,10 +1,10 @@
 /* device.c — the saver's CUDA device sources (compiled with the cuda feature; nodevice.c is
  * the twin without it): device pointers are told apart with cudaPointerGetAttributes, and
- * their bytes come to the host through two pinned (cudaHostAlloc) halves of a bounded
- * staging buffer with cudaMemcpyAsync on the pipeline's own stream.  While the host CRCs and
- * writes one half, the GPU copies the next block into the other (double buffering); a half
- * is read only after the event recorded behind its copy completed, and refilled only after
- * the host is done with it.  Only the CUDA runtime API is used (no kernels). */
+ * their bytes come to the host through two halves of a bounded pinned staging buffer
+ * (ckpt_cuda_pinned_alloc) with cudaMemcpyAsync on the pipeline's own stream.  While the host CRCs
+ * and writes one half, the GPU copies the next block into the other (double buffering); a half is
+ * read only after the event recorded behind its copy completed, and refilled only after the host is
+ * done with it.  Only the CUDA runtime API is used (no kernels). */
 #include "save/device.h"
 
 #include "util/cuda_util.h"
@@ -15,6 +15,7 @@
 #include <string.h>
 
 struct save_dev {
+    ckpt_pinned stage; /* both halves */
     uint8_t *half[2];
     size_t half_bytes;
     cudaStream_t stream;
@@ -39,15 +40,15 @@ ckpt_status save_dev_create(uint64_t staging_bytes, save_dev **out, ckpt_error *
         save_dev_free(d);
         return ckpt_cuda_fail(err, e, "stream");
     }
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 2 && e == cudaSuccess; i++)
         e = cudaEventCreateWithFlags(&d->done[i], cudaEventDisableTiming);
-        if (e == cudaSuccess)
-            e = cudaHostAlloc((void **)&d->half[i], d->half_bytes, cudaHostAllocDefault);
-        if (e != cudaSuccess) {
-            save_dev_free(d);
-            return ckpt_cuda_fail(err, e, "pinned staging buffer");
-        }
+    if (e == cudaSuccess) e = ckpt_cuda_pinned_alloc(&d->stage, 2 * d->half_bytes);
+    if (e != cudaSuccess) {
+        save_dev_free(d);
+        return ckpt_cuda_fail(err, e, "pinned staging buffer");
     }
+    d->half[0] = d->stage.p;
+    d->half[1] = d->half[0] + d->half_bytes;
     *out = d;
     return CKPT_OK;
 }
@@ -55,10 +56,9 @@ ckpt_status save_dev_create(uint64_t staging_bytes, save_dev **out, ckpt_error *
 void save_dev_free(save_dev *d) {
     if (!d) return;
     if (d->stream) cudaStreamSynchronize(d->stream);
-    for (int i = 0; i < 2; i++) {
-        if (d->half[i]) cudaFreeHost(d->half[i]);
+    ckpt_cuda_pinned_free(&d->stage);
+    for (int i = 0; i < 2; i++)
         if (d->done[i]) cudaEventDestroy(d->done[i]);
-    }
     if (d->stream) cudaStreamDestroy(d->stream);
     free(d);
 }

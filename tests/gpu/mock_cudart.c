@@ -18,7 +18,10 @@
  * A process-wide runtime is the thing being imitated, so its state is global (one lock).
  * CKPT_MOCK_CUDA_DEVICES sets the device count (default 2; 0: no device).
  * CKPT_MOCK_CUDA_TALLY=PREFIX: at exit, the process writes how many cudaMemcpyAsync calls it
- * made of each kind to PREFIX.<pid> ("h2d N", "d2d N", "d2h N").
+ * made of each kind to PREFIX.<pid> ("h2d N", "d2d N", "d2h N"), and how many host ranges it
+ * registered ("registered N").  cudaHostRegister makes a page-aligned range pinned until
+ * cudaHostUnregister (overlapping a live pinned block aborts); CKPT_MOCK_CUDA_NO_REGISTER=1
+ * makes it fail, as on systems that cannot register memory.
  * mock_cudart.h: what other stand-ins (mock_nccl.c) need — device memory's bytes, and host
  * work queued on a stream (run in order with its copies). */
 #include "mock_cudart.h"
@@ -68,7 +71,8 @@ static block dev_blocks[MAX_BLOCKS], host_blocks[MAX_BLOCKS];
 static size_t ndev_blocks, nhost_blocks;
 static int current_device;
 static cudaError_t last_error;
-static unsigned long long copies[4]; /* cudaMemcpyAsync calls, by cudaMemcpyKind */
+static unsigned long long copies[4];  /* cudaMemcpyAsync calls, by cudaMemcpyKind */
+static unsigned long long registered; /* cudaHostRegister calls that succeeded */
 
 __attribute__((destructor)) static void write_tally(void) {
     const char *prefix = getenv("CKPT_MOCK_CUDA_TALLY");
@@ -77,8 +81,8 @@ __attribute__((destructor)) static void write_tally(void) {
     snprintf(path, sizeof path, "%s.%ld", prefix, (long)getpid());
     FILE *f = fopen(path, "w");
     if (!f) return;
-    fprintf(f, "h2d %llu\nd2d %llu\nd2h %llu\n", copies[cudaMemcpyHostToDevice],
-            copies[cudaMemcpyDeviceToDevice], copies[cudaMemcpyDeviceToHost]);
+    fprintf(f, "h2d %llu\nd2d %llu\nd2h %llu\nregistered %llu\n", copies[cudaMemcpyHostToDevice],
+            copies[cudaMemcpyDeviceToDevice], copies[cudaMemcpyDeviceToHost], registered);
     fclose(f);
 }
 
@@ -221,6 +225,30 @@ cudaError_t cudaFreeHost(void *p) {
     cudaError_t e = release(host_blocks, nhost_blocks, p);
     pthread_mutex_unlock(&mu);
     if (e == cudaSuccess) free(p);
+    return e;
+}
+
+cudaError_t cudaHostRegister(void *p, size_t size, unsigned int flags) {
+    (void)flags;
+    const char *no = getenv("CKPT_MOCK_CUDA_NO_REGISTER");
+    if (no && atoi(no) > 0) return fail(cudaErrorNotSupported);
+    if (!p || !size || (uintptr_t)p % 4096) die("cudaHostRegister of an unaligned range", p, size);
+    pthread_mutex_lock(&mu);
+    for (size_t i = 0; i < nhost_blocks; i++)
+        if (host_blocks[i].live && (uintptr_t)p < host_blocks[i].base + host_blocks[i].size &&
+            host_blocks[i].base < (uintptr_t)p + size)
+            die("cudaHostRegister of a range overlapping pinned memory", p, size);
+    if (nhost_blocks == MAX_BLOCKS) die("too many pinned blocks", p, size);
+    host_blocks[nhost_blocks++] = (block){(uintptr_t)p, size, 1};
+    registered++;
+    pthread_mutex_unlock(&mu);
+    return cudaSuccess;
+}
+
+cudaError_t cudaHostUnregister(void *p) {
+    pthread_mutex_lock(&mu);
+    cudaError_t e = release(host_blocks, nhost_blocks, p);
+    pthread_mutex_unlock(&mu);
     return e;
 }
 

@@ -84,6 +84,27 @@ def test_device_copies_merge_consecutive_rows(tmp_path):
     assert all(n <= 2 * len(ref) and n < rows for n in h2d), (h2d, rows, len(ref))
 
 
+@pytest.mark.parametrize("register", [True, False], ids=["registered", "hostalloc"])
+def test_device_pinned_staging(register, tmp_path):
+    """The pinned staging is huge-page memory registered with cudaHostRegister (one range per
+    rank for both halves, and the NCCL window where that transport runs); where registering
+    fails (CKPT_MOCK_CUDA_NO_REGISTER) cudaHostAlloc takes over and the shards are the same."""
+    tally = tmp_path / "tally"
+    env = {"CKPT_MOCK_CUDA_TALLY": str(tally)}
+    if not register:
+        env["CKPT_MOCK_CUDA_NO_REGISTER"] = "1"
+    os.environ.update(env)
+    try:
+        device_check(FIXTURES / "fsdp2_ws4", 2, 1, tmp_path / "o", leak=False)
+    finally:
+        for k in env:
+            del os.environ[k]
+    regs = [int(dict(line.split() for line in f.read_text().splitlines())["registered"])
+            for f in tmp_path.glob("tally.*")]
+    ranks = [n for n in regs if n]
+    assert (len(ranks) == 2 and all(n == 1 for n in ranks)) if register else not ranks, regs
+
+
 def test_device_independent_mode(tmp_path):
     stats, _ = tl.check(FIXTURES / "fsdp2_ws4", 3, 1, tmp_path, mode="independent",
                         extra=("--device", "cuda", "--transport", "mpi", "--budget", "2K"))
