@@ -61,6 +61,21 @@ def test_device_tiny_staging(name, tmp_path):
         shutil.rmtree(out)
 
 
+def tallies(fx, m, dim, out, env, direct="4K"):
+    """The stand-in runtime's counts (mock_cudart.c, CKPT_MOCK_CUDA_TALLY) of every process
+    of a device load, with the extra environment `env`."""
+    tally = out.parent / f"{out.name}.tally"
+    env = {"CKPT_MOCK_CUDA_TALLY": str(tally), **env}
+    os.environ.update(env)
+    try:
+        device_check(fx, m, dim, out, direct=direct, leak=False)
+    finally:
+        for k in env:
+            del os.environ[k]
+    return [{k: int(v) for k, v in (line.split() for line in f.read_text().splitlines())}
+            for f in out.parent.glob(f"{tally.name}.*")]
+
+
 def test_device_copies_merge_consecutive_rows(tmp_path):
     """dim1 shards of row-sharded tensors (saved by 2 ranks): each row is its own run of the
     shard files, but consecutive rows are adjacent in both the pinned staging and the
@@ -69,17 +84,7 @@ def test_device_copies_merge_consecutive_rows(tmp_path):
     fx = FIXTURES / "fsdp2_ws2"
     ref = tl.tensors(fx)[0]
     rows = sum(shape[0] for _, shape, _ in ref.values() if len(shape) >= 2)
-    tally = tmp_path / "tally"
-    os.environ["CKPT_MOCK_CUDA_TALLY"] = str(tally)
-    try:
-        device_check(fx, 2, 1, tmp_path / "o", direct="1", leak=False)
-    finally:
-        del os.environ["CKPT_MOCK_CUDA_TALLY"]
-    h2d = []
-    for f in tmp_path.glob("tally.*"):
-        counts = dict(line.split() for line in f.read_text().splitlines())
-        if int(counts["h2d"]):
-            h2d.append(int(counts["h2d"]))
+    h2d = [t["h2d"] for t in tallies(fx, 2, 1, tmp_path / "o", {}, direct="1") if t["h2d"]]
     assert len(h2d) == 2 and rows > 100, (h2d, rows)
     assert all(n <= 2 * len(ref) and n < rows for n in h2d), (h2d, rows, len(ref))
 
@@ -89,18 +94,8 @@ def test_device_pinned_staging(register, tmp_path):
     """The pinned staging is huge-page memory registered with cudaHostRegister (one range per
     rank for both halves, and the NCCL window where that transport runs); where registering
     fails (CKPT_MOCK_CUDA_NO_REGISTER) cudaHostAlloc takes over and the shards are the same."""
-    tally = tmp_path / "tally"
-    env = {"CKPT_MOCK_CUDA_TALLY": str(tally)}
-    if not register:
-        env["CKPT_MOCK_CUDA_NO_REGISTER"] = "1"
-    os.environ.update(env)
-    try:
-        device_check(FIXTURES / "fsdp2_ws4", 2, 1, tmp_path / "o", leak=False)
-    finally:
-        for k in env:
-            del os.environ[k]
-    regs = [int(dict(line.split() for line in f.read_text().splitlines())["registered"])
-            for f in tmp_path.glob("tally.*")]
+    env = {} if register else {"CKPT_MOCK_CUDA_NO_REGISTER": "1"}
+    regs = [t["registered"] for t in tallies(FIXTURES / "fsdp2_ws4", 2, 1, tmp_path / "o", env)]
     ranks = [n for n in regs if n]
     assert (len(ranks) == 2 and all(n == 1 for n in ranks)) if register else not ranks, regs
 

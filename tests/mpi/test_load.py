@@ -36,9 +36,10 @@ PLAIN = {"fsdp2_ws1", "fsdp2_ws2", "fsdp2_ws3", "fsdp2_ws4", "tp_shard1", "hsdp"
 LEAK_ASAN = os.environ.get("CKPT_LEAK_ASAN_OPTIONS")
 
 
-def mpirun(m, *args, timeout=120, leak=False):
+def mpirun(m, *args, timeout=120, leak=False, opts=()):
+    """`mpirun [opts] -np m ckpt load args`."""
     cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "btl_vader_single_copy_mechanism",
-           "none", "-np", str(m), BIN, "load", *map(str, args)]
+           "none", *opts, "-np", str(m), BIN, "load", *map(str, args)]
     env = dict(os.environ, ASAN_OPTIONS=LEAK_ASAN) if leak and LEAK_ASAN else None
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
 
@@ -186,21 +187,21 @@ def test_io_threads_default_follows_the_cpus():
     cpus = len(os.sched_getaffinity(0))
     ck = FIXTURES / "fsdp2_ws2" / "ckpt"
 
-    def threads(cmd):
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    def threads(r):
         assert r.returncode == 0, r.stdout + r.stderr
         return [p["io_threads"] for p in json.loads(r.stdout.strip().splitlines()[-1])["per_rank"]]
+
+    def alone(*prefix):  # a rank alone, no mpirun
+        return subprocess.run([*prefix, BIN, "load", ck, "--json"], capture_output=True,
+                              text=True, timeout=120)
 
     def clamp(t):
         return max(2, min(16, t))
 
-    run = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca",
-           "btl_vader_single_copy_mechanism", "none"]
-    assert threads([BIN, "load", ck, "--json"]) == [clamp(cpus)]  # a rank alone, no mpirun
-    assert threads(run + ["--bind-to", "none", "-np", "2", BIN, "load", ck, "--json"]) == \
-        [clamp(cpus // 2)] * 2
-    assert threads(run + ["--bind-to", "none", "-np", "3", BIN, "load", ck, "--json",
-                          "--io-threads", "3"]) == [3] * 3
+    unbound = ("--bind-to", "none")
+    assert threads(alone()) == [clamp(cpus)]
+    assert threads(mpirun(2, ck, "--json", opts=unbound)) == [clamp(cpus // 2)] * 2
+    assert threads(mpirun(3, ck, "--json", "--io-threads", "3", opts=unbound)) == [3] * 3
     if cpus >= 2 and shutil.which("taskset"):  # ranks bound to one CPU each: 2 threads
         one = sorted(os.sched_getaffinity(0))[0]
-        assert threads(["taskset", "-c", str(one), BIN, "load", ck, "--json"]) == [2]
+        assert threads(alone("taskset", "-c", str(one))) == [2]
