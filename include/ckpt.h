@@ -121,8 +121,10 @@ typedef struct ckpt_open_options {
 } ckpt_open_options;
 
 /* Opens and indexes the checkpoint in `dir`: decodes `.metadata` (or the rank-local
- * `__<r>.metadata` files when it is absent).  Shard files are opened lazily.  `opts` may be
- * NULL.  On failure `*out` is NULL. */
+ * `__<r>.metadata` files when it is absent; without either, the headers of the directory's
+ * `*.safetensors` files: HuggingFace safetensors storage).  Shard files are opened lazily.
+ * `opts` may be NULL.  On failure `*out` is NULL; CKPT_E_NOTFOUND when the directory holds
+ * no checkpoint. */
 ckpt_status ckpt_reader_open(const char *dir, const ckpt_open_options *opts, ckpt_reader **out,
                              ckpt_error *err);
 void ckpt_reader_free(ckpt_reader *r);
@@ -138,6 +140,9 @@ typedef struct ckpt_reader_info {
     bool has_storage_meta;       /* Metadata.storage_meta present (torch >= 2.4) */
     bool rank_local_metadata;    /* built from __<r>.metadata files */
     bool has_mcore_data;         /* Megatron's extra attributes present */
+    bool hf_storage;             /* HuggingFace safetensors storage: no metadata pickle, the
+                                    index comes from the `*.safetensors` headers (and
+                                    model.safetensors.index.json); metadata_bytes counts those */
     uint32_t num_metadata_files; /* 1, or the number of rank-local files */
     uint64_t metadata_bytes;     /* size of the metadata file(s) */
     uint64_t num_entries;        /* tensors + objects */
@@ -148,7 +153,8 @@ typedef struct ckpt_reader_info {
     uint64_t tensor_bytes;     /* sum of numel * itemsize over tensors */
     uint64_t stored_bytes;     /* sum of storage_data lengths */
     uint32_t num_files;        /* distinct data files referenced */
-    uint32_t num_ranks;        /* distinct `__<r>_` prefixes among them (0 if none) */
+    uint32_t num_ranks;        /* distinct `__<r>_` (or HuggingFace `shard-<r>-`) prefixes
+                                  among them (0 if none) */
     uint64_t dtype_counts[CKPT_DTYPE_COUNT_]; /* tensors per dtype */
 } ckpt_reader_info;
 
@@ -342,7 +348,9 @@ ckpt_status ckpt_value_to_text(const ckpt_value *v, char **out, ckpt_error *err)
  * it): the decoded `.metadata` pickle rendered without executing or interpreting anything
  * (classes as {"__object__": "module.Class", "args": [...], "state": ...}, see
  * src/value/pk_json.c).  Without `.metadata`, the rank-local files are dumped as one object
- * {"__0.metadata": ..., "__1.metadata": ...} in rank order.  The safe replacement for
+ * {"__0.metadata": ..., "__1.metadata": ...} in rank order; HuggingFace safetensors storage
+ * (no metadata pickle) as {"<file>.safetensors": <its header>, ...,
+ * "model.safetensors.index.json": <it, when present>}.  The safe replacement for
  * unpickling the metadata; `opts` (may be NULL) bounds file size, memory and depth as for
  * ckpt_reader_open. */
 ckpt_status ckpt_metadata_dump_json(const char *dir, const ckpt_open_options *opts, char **out,

@@ -121,6 +121,12 @@ static ckpt_status resolve_safetensors(const ckpt_entry *e, const ckpt_chunk *c,
 
 static ckpt_status resolve_item(ckpt_reader *r, const ckpt_entry *e, const ckpt_chunk *c,
                                 const ckpt_source *src, resolved *out, ckpt_error *err) {
+    if (c->loc.raw) { /* HuggingFace storage: the bytes themselves (hf_storage.c) */
+        out->kind = CHUNK_IN_FILE;
+        out->elem0 = src->base;
+        contiguous_strides(e, c, out);
+        return CKPT_OK;
+    }
     if (!c->loc.transforms && src->len >= 4) {
         uint8_t magic[4];
         CKPT_TRY(ckpt_source_read(src, 0, magic, 4, err));

@@ -1,8 +1,10 @@
 /* metadata_dump.c — ckpt_metadata_dump_json: a checkpoint's `.metadata` (or its rank-local
  * `__<r>.metadata` files) decoded with the data-only pickle decoder and rendered as JSON,
- * for `ckpt dump-metadata`.  Independent of the index: it shows the raw pickle tree. */
+ * for `ckpt dump-metadata` (HuggingFace safetensors storage: its headers, hf_storage.c).
+ * Independent of the index: it shows the raw pickle tree. */
 #include "ckpt.h"
 
+#include "index/hf_storage.h"
 #include "index/metadata_files.h"
 #include "pickle/pickle.h"
 #include "util/error.h"
@@ -52,9 +54,11 @@ ckpt_status ckpt_metadata_dump_json(const char *dir, const ckpt_open_options *op
     long long *ranks = NULL;
     size_t n = 0;
     s = ckpt_metadata_list_ranks(dir, &ranks, &n, err);
-    if (s == CKPT_OK && n == 0)
-        s = ckpt_fail(err, CKPT_E_NOTFOUND,
-                      "%s: no .metadata file (not a checkpoint, or an incomplete one)", dir);
+    if (s == CKPT_OK && n == 0) { /* HuggingFace safetensors storage: its headers */
+        free(ranks);
+        free(path);
+        return ckpt_hf_dump_json(dir, &l, out, err);
+    }
     ckpt_strbuf sb = CKPT_STRBUF_INIT;
     ckpt_strbuf_addc(&sb, '{');
     for (size_t i = 0; i < n && s == CKPT_OK; i++) {

@@ -1,14 +1,17 @@
-/* metadata_files.c — limits, decoding and rank-local discovery of metadata files
- * (see metadata_files.h). */
+/* metadata_files.c — limits, decoding and rank-local discovery of metadata files, and telling
+ * a checkpoint directory by its files' names (see metadata_files.h). */
 #include "index/metadata_files.h"
 
+#include "index/hf_storage.h"
 #include "index/metadata_stream.h"
 #include "util/error.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 void ckpt_limits_resolve(ckpt_limits *out, const ckpt_limits *given) {
@@ -102,4 +105,19 @@ ckpt_status ckpt_metadata_list_ranks(const char *dir, long long **ranks, size_t 
     *ranks = rs;
     *count = n;
     return CKPT_OK;
+}
+
+ckpt_dir_kind ckpt_checkpoint_dir_probe(const char *dir, struct timespec *mtime) {
+    char path[4096];
+    struct stat st;
+    static const char *const names[] = {".metadata", "__0.metadata"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        int n = snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        if (n < 0 || (size_t)n >= sizeof path) return CKPT_DIR_NONE; /* too long to be one */
+        if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+            if (mtime) *mtime = st.st_mtim;
+            return CKPT_DIR_MARKED;
+        }
+    }
+    return ckpt_hf_dir_probe(dir, mtime);
 }

@@ -7,8 +7,10 @@
 #include "ckpt.h"
 #include "pickle/pickle.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 /* `given` (may be NULL) with every zero field replaced by its documented default. */
 void ckpt_limits_resolve(ckpt_limits *out, const ckpt_limits *given);
@@ -30,5 +32,20 @@ ckpt_status ckpt_metadata_decode_file_watched(const char *path, const ckpt_limit
 /* Ranks r of the `__<r>.metadata` files in dir, sorted ascending (malloc'ed; may be empty). */
 ckpt_status ckpt_metadata_list_ranks(const char *dir, long long **ranks, size_t *count,
                                      ckpt_error *err);
+
+/* What marks a directory as a checkpoint (ckpt_checkpoint_dir_probe). */
+typedef enum ckpt_dir_kind {
+    CKPT_DIR_NONE = 0, /* not a checkpoint, or one still being written */
+    CKPT_DIR_MARKED,   /* complete by the writer's own mark: `.metadata` or `__0.metadata`
+                          (written last, renamed into place), or a HuggingFace index json that
+                          parses and names only files that exist */
+    CKPT_DIR_UNMARKED, /* `*.safetensors` files and nothing that says they are all there
+                          (HuggingFace storage without an index json) */
+} ckpt_dir_kind;
+
+/* What dir holds, judged by its files' names (and a HuggingFace index json); *mtime (may be
+ * NULL) gets the modification time of the file that marks it (UNMARKED: of the newest
+ * `*.safetensors` file). */
+ckpt_dir_kind ckpt_checkpoint_dir_probe(const char *dir, struct timespec *mtime);
 
 #endif

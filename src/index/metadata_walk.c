@@ -83,6 +83,8 @@ static ckpt_entry *find_key_near(ckpt_reader *r, const char *key, size_t guess) 
     return find_key(r, key);
 }
 
+ckpt_entry *ckpt_index_find(ckpt_reader *r, const char *key) { return find_key(r, key); }
+
 static ckpt_status nomem(ckpt_error *err) {
     return ckpt_fail(err, CKPT_E_NOMEM, "out of memory while indexing the metadata");
 }
@@ -103,6 +105,10 @@ static ckpt_entry *new_entry(ckpt_reader *r, const char *key, uint64_t h) {
     if (!e->key || !ckpt_htab_insert(&r->by_key, h, e->index)) return NULL;
     r->nentries++;
     return e;
+}
+
+ckpt_entry *ckpt_index_new_entry(ckpt_reader *r, const char *key) {
+    return new_entry(r, key, key_hash(key));
 }
 
 static const char *dtype_name_of(const pk_value *props) {
@@ -761,16 +767,22 @@ ckpt_status ckpt_index_finish(ckpt_reader *r, ckpt_error *err) {
     }
     ckpt_arena_settle(r->arena); /* the index is built: no helper thread outlives the open */
     in->num_files = (uint32_t)r->nfiles;
-    /* ranks: distinct "__<r>_" prefixes */
+    /* ranks: distinct "__<r>_" (HuggingFace: "shard-<r>-") prefixes */
     uint32_t ranks = 0;
     int64_t *seen = calloc(r->nfiles + 1, sizeof *seen);
     if (!seen) return nomem(err);
     for (size_t f = 0; f < r->nfiles; f++) {
         const char *name = r->files[f].name, *p = strstr(name, "__");
-        char *end;
-        if (!p) continue;
-        long long rank = strtoll(p + 2, &end, 10);
-        if (end == p + 2 || *end != '_') continue;
+        char *end, sep = '_';
+        if (p)
+            p += 2;
+        else if (strncmp(name, "shard-", 6) == 0) /* HuggingFace: shard-00001-model-... */
+            p = name + 6, sep = '-';
+        else
+            continue;
+        if (*p < '0' || *p > '9') continue;
+        long long rank = strtoll(p, &end, 10);
+        if (*end != sep) continue;
         bool dup = false;
         for (uint32_t k = 0; k < ranks && !dup; k++)
             dup = seen[k] == rank;

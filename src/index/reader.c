@@ -2,6 +2,7 @@
  * building the index, and the public accessors of readers and entries. */
 #include "index/reader_i.h"
 
+#include "index/hf_storage.h"
 #include "index/metadata_files.h"
 #include "index/metadata_overlap.h"
 
@@ -66,15 +67,17 @@ static ckpt_status add_file(ckpt_reader *r, const char *name, bool only_file, ck
     return add_metadata(r, path, NULL, 0, only_file, false, err);
 }
 
-/* Rank-local metadata: `__<rank>.metadata` files, merged in rank order. */
+/* Rank-local metadata: `__<rank>.metadata` files, merged in rank order; without any, the
+ * headers of HuggingFace safetensors storage. */
 static ckpt_status add_rank_local(ckpt_reader *r, ckpt_error *err) {
     long long *ranks = NULL;
     size_t n = 0;
     CKPT_TRY(ckpt_metadata_list_ranks(r->dir, &ranks, &n, err));
     ckpt_status s = CKPT_OK;
-    if (!n)
-        s = ckpt_fail(err, CKPT_E_NOTFOUND,
-                      "%s: no .metadata file (not a checkpoint, or an incomplete one)", r->dir);
+    if (!n) {
+        free(ranks);
+        return ckpt_index_add_hf(r, err);
+    }
     for (size_t i = 0; i < n && s == CKPT_OK; i++) {
         char name[64];
         snprintf(name, sizeof name, "__%lld.metadata", ranks[i]);

@@ -14,6 +14,8 @@
 /* Where a stored item lives: a byte range of one data file. */
 typedef struct ckpt_loc {
     int32_t file_id; /* -1: no usable location (see problem) */
+    bool raw;        /* the bytes are the tensor itself, C order, little endian (HuggingFace
+                        safetensors storage: no container to open) */
     uint64_t offset;
     uint64_t length;
     const char *transforms; /* comma-separated, or NULL */
@@ -115,6 +117,9 @@ ckpt_status ckpt_reader_open_buffer(const char *dir, const uint8_t *buf, size_t 
                                     ckpt_error *err);
 
 /* index building (metadata_walk.c) */
+/* The entry of `key`, or NULL; a new entry for `key` (NULL when out of memory). */
+ckpt_entry *ckpt_index_find(ckpt_reader *r, const char *key);
+ckpt_entry *ckpt_index_new_entry(ckpt_reader *r, const char *key);
 /* Adds one decoded metadata pickle (of `file`, for messages) to the index. */
 ckpt_status ckpt_index_add_metadata(ckpt_reader *r, const char *file, const pk_doc *doc,
                                     ckpt_error *err);

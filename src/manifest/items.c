@@ -1,5 +1,7 @@
 /* items.c — what a manifest covers: every stored item a reader references (each tensor
- * chunk's and each object's byte range in its data file) and the metadata file(s). */
+ * chunk's and each object's byte range in its data file) and the metadata file(s)
+ * (HuggingFace storage: each file's header and the index json). */
+#include "index/hf_storage.h"
 #include "index/metadata_files.h"
 #include "index/reader_i.h"
 #include "manifest/manifest_i.h"
@@ -29,7 +31,7 @@ static ckpt_status push(ckpt_manifest_record **v, size_t *n, size_t *cap, ckpt_m
  * blob holding all of the file's tensors and its length is only the tensor's size, so the
  * item is the blob: from that offset to the end of the file. */
 static uint64_t item_length(ckpt_reader *r, const ckpt_loc *loc) {
-    if (loc->transforms) return loc->length;
+    if (loc->transforms || loc->raw) return loc->length; /* raw: HuggingFace storage's bytes */
     int fd = ckpt_reader_file_fd(r, (uint32_t)loc->file_id, NULL);
     uint8_t magic[4];
     struct stat st;
@@ -86,7 +88,23 @@ ckpt_status manifest_items(ckpt_reader *r, manifest_item_list *l, ckpt_error *er
                      err);
         }
     }
-    if (s == CKPT_OK && !r->info.rank_local_metadata) {
+    if (s == CKPT_OK && r->info.hf_storage) {
+        /* no metadata pickle: each file's header (what gives dtypes, shapes and offsets) and
+         * the index json stand in for it */
+        for (size_t f = 0; s == CKPT_OK && f < r->nfiles; f++) {
+            uint8_t head[8];
+            uint64_t hl = 0;
+            int fd = ckpt_reader_file_fd(r, (uint32_t)f, NULL);
+            if (fd < 0 || pread(fd, head, 8, 0) != 8) continue;
+            for (int k = 7; k >= 0; k--)
+                hl = hl << 8 | head[k];
+            if (hl > UINT64_MAX - 8) continue;
+            s = push(&v, n, &cap, (ckpt_manifest_record){r->files[f].name, 0, 8 + hl, 0}, err);
+        }
+        l->recs = v;
+        if (s == CKPT_OK) s = push_file(r, CKPT_HF_INDEX_JSON, l, &cap, err);
+        v = l->recs;
+    } else if (s == CKPT_OK && !r->info.rank_local_metadata) {
         l->recs = v;
         s = push_file(r, ".metadata", l, &cap, err);
         v = l->recs;

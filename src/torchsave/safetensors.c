@@ -259,8 +259,8 @@ static ckpt_status parse_header(ts_safetensors *st, const ckpt_json *root, uint6
     return CKPT_OK;
 }
 
-ckpt_status ts_safetensors_open(const ckpt_source *src, uint64_t offset, uint64_t max_header,
-                                ts_safetensors **out, ckpt_error *err) {
+static ckpt_status open_blob(const ckpt_source *src, uint64_t offset, uint64_t max_header,
+                             bool check_data, ts_safetensors **out, ckpt_error *err) {
     if (!out) return ckpt_fail(err, CKPT_E_INVAL, "ts_safetensors_open: out is NULL");
     *out = NULL;
     if (!src) return ckpt_fail(err, CKPT_E_INVAL, "ts_safetensors_open: no source");
@@ -343,7 +343,7 @@ ckpt_status ts_safetensors_open(const ckpt_source *src, uint64_t offset, uint64_
                           "safetensors at offset %llu: out of memory for the header", (ull)X);
     }
     free(owned);
-    if (s == CKPT_OK && st->data_len > src->len - st->data_start)
+    if (s == CKPT_OK && check_data && st->data_len > src->len - st->data_start)
         s = ckpt_fail(err, CKPT_E_RANGE,
                       "safetensors at offset %llu: data section of %llu bytes at %llu passes the "
                       "end of the %llu-byte source",
@@ -354,6 +354,16 @@ ckpt_status ts_safetensors_open(const ckpt_source *src, uint64_t offset, uint64_
     }
     *out = st;
     return CKPT_OK;
+}
+
+ckpt_status ts_safetensors_open(const ckpt_source *src, uint64_t offset, uint64_t max_header,
+                                ts_safetensors **out, ckpt_error *err) {
+    return open_blob(src, offset, max_header, true, out, err);
+}
+
+ckpt_status ts_safetensors_open_header(const ckpt_source *src, uint64_t offset, uint64_t max_header,
+                                       ts_safetensors **out, ckpt_error *err) {
+    return open_blob(src, offset, max_header, false, out, err);
 }
 
 void ts_safetensors_free(ts_safetensors *st) {

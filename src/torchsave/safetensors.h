@@ -44,6 +44,11 @@ typedef struct ts_st_tensor {
  * start with "safetensors at offset X:" (X relative to the window).  *out is NULL on failure. */
 ckpt_status ts_safetensors_open(const ckpt_source *src, uint64_t offset, uint64_t max_header,
                                 ts_safetensors **out, ckpt_error *err);
+/* The same, except that the data section may pass the end of the source: for a file whose
+ * tensors are read later through bounds-checked windows, so a truncated file still lists
+ * them (and the tensors whose bytes are all there stay readable). */
+ckpt_status ts_safetensors_open_header(const ckpt_source *src, uint64_t offset, uint64_t max_header,
+                                       ts_safetensors **out, ckpt_error *err);
 void ts_safetensors_free(ts_safetensors *st);
 
 uint64_t ts_safetensors_header_len(const ts_safetensors *st); /* N */

@@ -1,6 +1,7 @@
 /* build.c — one checkpoint's part of the namespace: opens its reader, builds the plain tree
  * (one node per escaped path element, children sorted by name), lists its raw files and
  * virtual safetensors files, and renders non-tensor entries on first use. */
+#include "index/hf_storage.h"
 #include "index/metadata_files.h"
 #include "tree/tree_i.h"
 #include "util/error.h"
@@ -189,9 +190,12 @@ static ckpt_status list_raw(tree_ckpt *c, const ckpt_tree_options *o, ckpt_error
     ckpt_reader_info info;
     ckpt_reader_get_info(c->r, &info);
     if (!info.rank_local_metadata) {
-        snprintf(path, sizeof path, "%s/.metadata", c->dir);
+        /* HuggingFace storage has no metadata pickle; its index, when it has one */
+        const char *md = info.hf_storage ? CKPT_HF_INDEX_JSON : ".metadata";
+        snprintf(path, sizeof path, "%s/%s", c->dir, md);
         int fd = open(path, O_RDONLY | O_CLOEXEC);
-        ckpt_status s = add_raw(c, ".metadata", fd, -1, o, err);
+        if (fd < 0 && info.hf_storage && errno == ENOENT) goto data;
+        ckpt_status s = add_raw(c, md, fd, -1, o, err);
         if (s != CKPT_OK || (c->nraw && c->raw[c->nraw - 1].fd != fd)) {
             if (fd >= 0) close(fd);
             CKPT_TRY(s);
@@ -215,6 +219,7 @@ static ckpt_status list_raw(tree_ckpt *c, const ckpt_tree_options *o, ckpt_error
         }
         free(ranks);
     }
+data:
     for (uint32_t i = 0; i < ckpt_reader_num_files(c->r); i++) {
         ckpt_error ferr = {0};
         int fd = ckpt_reader_file_fd(c->r, i, &ferr);
@@ -252,15 +257,14 @@ static ckpt_status list_st(tree_ckpt *c, ckpt_error *err) {
 
 ckpt_status tree_ckpt_build(tree_ckpt *c, const ckpt_tree_options *o, ckpt_error *err) {
     CKPT_TRY(ckpt_reader_open(c->dir, o ? o->open : NULL, &c->r, err));
-    char path[4096];
     struct stat st;
-    snprintf(path, sizeof path, "%s/.metadata", c->dir);
-    if (stat(path, &st) != 0) {
-        snprintf(path, sizeof path, "%s/__0.metadata", c->dir);
-        if (stat(path, &st) != 0 && stat(c->dir, &st) != 0)
+    /* a step of a directory of checkpoints got its time from the scan that found it */
+    if (!c->mtime.tv_sec && !c->mtime.tv_nsec &&
+        ckpt_checkpoint_dir_probe(c->dir, &c->mtime) == CKPT_DIR_NONE) {
+        if (stat(c->dir, &st) != 0)
             return ckpt_fail(err, CKPT_E_IO, "%s: %s", c->dir, strerror(errno));
+        c->mtime = st.st_mtim;
     }
-    c->mtime = st.st_mtim;
 
     size_t n = ckpt_reader_num_entries(c->r);
     builder b = {.c = c};

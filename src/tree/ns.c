@@ -1,6 +1,7 @@
 /* ns.c — the namespace calls of include/ckpt_tree.h: opening a checkpoint or a directory of
  * checkpoints (with `latest`), resolving inode numbers to what they name in which view, and
  * lookup, getattr, readdir, readlink, xattrs and read over every view. */
+#include "index/metadata_files.h"
 #include "tree/tree_i.h"
 #include "util/error.h"
 #include "util/strbuf.h"
@@ -65,6 +66,8 @@ static tree_ckpt *get_ckpt(ckpt_tree *t, uint32_t slot, ckpt_error *err) {
             if (bs == CKPT_OK) {
                 state = 1;
             } else {
+                /* listed, so it exists: a file gone since must not read as "no such entry" */
+                if (e.code == CKPT_E_NOTFOUND) e.code = CKPT_E_IO;
                 c->open_error = e;
                 tree_log(&t->opts, "%s", e.message);
                 state = 2;
@@ -80,19 +83,38 @@ static tree_ckpt *get_ckpt(ckpt_tree *t, uint32_t slot, ckpt_error *err) {
     return c;
 }
 
-static bool is_checkpoint_dir(const char *dir, struct timespec *mtime) {
-    char path[4096];
-    struct stat st;
-    static const char *const names[] = {".metadata", "__0.metadata"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        int n = snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        if (n < 0 || (size_t)n >= sizeof path) return false; /* too long to be one */
-        if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) goto yes;
+/* A step without a writer's mark (HuggingFace storage without an index json) is shown once
+ * none of its files has changed for this long: a save in progress keeps touching them. */
+#define UNMARKED_SETTLE_S 3
+
+/* Whether dir is a checkpoint, *mtime the time that identifies its contents, and *settled
+ * whether they may be indexed now (an unmarked one: not changed for UNMARKED_SETTLE_S). */
+static bool is_checkpoint_dir(const char *dir, struct timespec *mtime, bool *settled) {
+    struct timespec now;
+    ckpt_dir_kind k = ckpt_checkpoint_dir_probe(dir, mtime);
+    *settled = true;
+    if (k == CKPT_DIR_UNMARKED) {
+        clock_gettime(CLOCK_REALTIME, &now);
+        *settled = now.tv_sec - mtime->tv_sec >= UNMARKED_SETTLE_S;
     }
-    return false;
-yes:
-    if (mtime) *mtime = st.st_mtim;
-    return true;
+    return k != CKPT_DIR_NONE;
+}
+
+/* Whether some subdirectory of dir is a checkpoint (of any kind). */
+static bool has_checkpoint_subdir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return false;
+    bool found = false;
+    struct dirent *de;
+    while (!found && (de = readdir(d))) {
+        char path[4096];
+        if (de->d_name[0] == '.' ||
+            (size_t)snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >= sizeof path)
+            continue;
+        found = ckpt_checkpoint_dir_probe(path, NULL) != CKPT_DIR_NONE;
+    }
+    closedir(d);
+    return found;
 }
 
 /* Trailing decimal number of a name ("step-200" -> 200), or -1. */
@@ -136,10 +158,19 @@ static ckpt_status scan(ckpt_tree *t, ckpt_error *err) {
         struct timespec mt;
         if ((size_t)snprintf(path, sizeof path, "%s/%s", t->dir, de->d_name) >= sizeof path)
             continue;
-        if (!is_checkpoint_dir(path, &mt)) continue;
+        bool settled;
+        if (!is_checkpoint_dir(path, &mt, &settled)) continue;
         uint32_t slot = 0;
-        for (uint32_t i = 1; i < t->nslots; i++)
+        for (uint32_t i = 1; i < t->nslots; i++) /* the name's newest slot */
             if (strcmp(t->slots[i]->name, de->d_name) == 0) slot = i;
+        if (!settled && !slot) continue; /* being written: shown once it settles */
+        /* rewritten since it was indexed (its mark, or an unmarked step's newest file, has
+         * another time): once that settles, a new slot indexes it again (the old one, shown
+         * until then, stays for files still open) */
+        if (slot && settled &&
+            (t->slots[slot]->mtime.tv_sec != mt.tv_sec ||
+             t->slots[slot]->mtime.tv_nsec != mt.tv_nsec))
+            slot = 0;
         if (!slot) {
             if (t->nslots >= TREE_MAX_SLOTS) continue;
             if (t->nslots == t->slots_cap) {
@@ -256,7 +287,10 @@ ckpt_status ckpt_tree_open(const char *dir, const ckpt_tree_options *opts, ckpt_
         goto fail;
     }
     t->root_mtime = st.st_mtim;
-    if (is_checkpoint_dir(dir, NULL)) {
+    /* a directory with bare *.safetensors files (an export, say) beside steps is a
+     * directory of checkpoints */
+    ckpt_dir_kind kind = ckpt_checkpoint_dir_probe(dir, NULL);
+    if (kind == CKPT_DIR_MARKED || (kind == CKPT_DIR_UNMARKED && !has_checkpoint_subdir(dir))) {
         tree_ckpt *c = ckpt_new(dir, "", 0);
         if (!c) {
             s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
@@ -274,8 +308,8 @@ ckpt_status ckpt_tree_open(const char *dir, const ckpt_tree_options *opts, ckpt_
         if (s != CKPT_OK) goto fail;
         if (t->norder == 0) {
             s = ckpt_fail(err, CKPT_E_NOTFOUND,
-                          "%s: not a checkpoint (no .metadata or __0.metadata) and no "
-                          "subdirectory is one",
+                          "%s: not a checkpoint (no .metadata, __0.metadata or *.safetensors) "
+                          "and no subdirectory is one",
                           dir);
             goto fail;
         }
@@ -472,6 +506,9 @@ static ckpt_status stat_obj(ckpt_tree *t, const obj *o, ckpt_ino ino, ckpt_tree_
         if (o->inst == INST_PLAIN && o->node == 0) {
             st->nlink += NHIDDEN;
             st->size += NHIDDEN;
+            /* a step of a directory of checkpoints is indexed again when rewritten (a new
+             * slot under the same name, scan()): its name must be looked up again soon */
+            if (t->multi) st->flags = CKPT_TREE_CHANGES;
         }
         return CKPT_OK;
     }
@@ -524,8 +561,11 @@ ckpt_status ckpt_tree_getattr(ckpt_tree *t, ckpt_ino ino, ckpt_tree_stat *out, c
         pthread_mutex_unlock(&t->lock);
         if (!c) return not_found(err);
         if (atomic_load(&c->state) != 1) {
-            *out =
-                (ckpt_tree_stat){.ino = ino, .type = CKPT_NODE_DIR, .nlink = 2, .mtime = c->mtime};
+            *out = (ckpt_tree_stat){.ino = ino,
+                                    .type = CKPT_NODE_DIR,
+                                    .nlink = 2,
+                                    .mtime = c->mtime,
+                                    .flags = CKPT_TREE_CHANGES};
             return CKPT_OK;
         }
     }

@@ -630,9 +630,15 @@ def test_info(name):
     assert info["tensor_bytes"] == sum(e.nbytes for e in r.tensors)
     assert info["dtypes"] == dict(Counter(e.dtype for e in r.tensors))
     md_files = r.meta["checkpoint"]["metadata_files"]
+    hf = "safetensors_headers" in r.meta["checkpoint"]  # HuggingFace storage: no pickle
     assert info["metadata_files"] == len(md_files)
-    assert info["rank_local_metadata"] == (md_files != [".metadata"])
-    assert info["metadata_bytes"] == sum(r.meta["checkpoint"]["files"][f] for f in md_files)
+    assert info["rank_local_metadata"] == (not hf and md_files != [".metadata"])
+    assert info["hf_storage"] == hf
+    if hf:  # the headers (8 + N bytes each) and the index json stand in for metadata
+        assert info["metadata_bytes"] == r.meta["checkpoint"]["hf_metadata_bytes"]
+        assert info["format"].startswith("HuggingFace safetensors storage")
+    else:
+        assert info["metadata_bytes"] == sum(r.meta["checkpoint"]["files"][f] for f in md_files)
     if r.meta.get("metadata_version") is not None:
         assert info["version"] == r.meta["metadata_version"]
     stored, empty, items, files = 0, 0, set(), set()
@@ -694,6 +700,20 @@ def test_dump_metadata(name):
     text = out_text(run("dump-metadata", r.dir))
     doc = json.loads(text)
     md_files = r.meta["checkpoint"]["metadata_files"]
+    heads = r.meta["checkpoint"].get("safetensors_headers")
+    if heads is not None:  # HuggingFace storage: every header as written, and the index json
+        index = r.meta["checkpoint"]["hf_index_json"]
+        assert list(doc) == sorted(heads) + (["model.safetensors.index.json"] if index else [])
+        for name, h in heads.items():
+            got = doc[name]
+            if "__metadata__" in got:  # the reference sorts this map (written in random order)
+                got["__metadata__"] = dict(sorted(got["__metadata__"].items()))
+            assert canon(got) == canon(h["header"]), name
+        if index:
+            assert doc["model.safetensors.index.json"] == index
+        assert {e.key for e in r.entries} == {k for h in heads.values() for k in h["header"]
+                                               if k != "__metadata__"}
+        return
     if md_files != [".metadata"]:
         assert sorted(doc) == sorted(md_files)
     keys = set()

@@ -11,6 +11,7 @@ import errno
 import json
 import os
 import shutil
+import struct
 import subprocess
 import tempfile
 import time
@@ -80,6 +81,51 @@ def test_flipped_data_byte_is_caught_only_by_hashes(sealed):
     ckpt("verify", ck, check=0)  # structure is intact: only the hash can tell
     r = ckpt("verify", "--data", ck, check=1)
     assert file in r.stdout and "hash" in r.stdout and "manifest" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("name", ["hf_full", "hf_sharded"])
+def test_seal_huggingface_storage(tmp_path, name):
+    """HuggingFace storage: the manifest covers each tensor's own bytes (not the rest of its
+    file), every file's header (dtypes, shapes, offsets: no metadata pickle holds them) and
+    the index json; a flip in any of them is found by the hashes alone."""
+    if not (FIXTURES / name / "ckpt").is_dir():
+        pytest.skip(f"fixture {name} is not in {FIXTURES}")
+    meta = json.loads((FIXTURES / name / "reference.json").read_text())
+    ck = tmp_path / "ck"
+    shutil.copytree(FIXTURES / name / "ckpt", ck)
+    ckpt("seal", ck, check=0)
+    doc = json.loads(ckpt("verify", "--data", "--json", ck, check=0).stdout)
+    assert doc["ok"], doc
+    heads = meta["checkpoint"]["safetensors_headers"]
+    # the records (docs/manifest.md): each file's header, each stored tensor's own bytes, the
+    # index json -- together every byte of these files, each once
+    raw = (ck / ".ckptfs-manifest").read_bytes()
+    nfiles, nrec = struct.unpack_from("<I", raw, 16)[0], struct.unpack_from("<Q", raw, 24)[0]
+    pos, names = 32, []
+    for _ in range(nfiles):
+        k = struct.unpack_from("<I", raw, pos)[0]
+        names.append(raw[pos + 4:pos + 4 + k].decode())
+        pos += 4 + k
+    recs = sorted((names[struct.unpack_from("<I", raw, pos + 32 * i)[0]],
+                   *struct.unpack_from("<QQ", raw, pos + 32 * i + 8)) for i in range(nrec))
+    want = [(f, 0, 8 + h["header_len"]) for f, h in heads.items()]
+    want += [(c["storage"]["file"], c["storage"]["offset"], c["storage"]["length"])
+             for e in meta["entries"] for c in e["chunks"] if all(c["sizes"])]
+    index = ck / "model.safetensors.index.json"
+    if meta["checkpoint"]["hf_index_json"]:
+        want.append((index.name, 0, index.stat().st_size))
+    assert recs == sorted(want)
+    assert sum(r[2] for r in recs) == sum((ck / f).stat().st_size for f in heads) + (
+        index.stat().st_size if index.exists() else 0)
+    first = sorted(heads)[0]
+    header = (ck / first).read_bytes()[:8 + heads[first]["header_len"]]
+    for what, off in [("data", len(header) + 1), ("header", header.index(b'"pt"') + 1)]:
+        flip(ck / first, off)
+        ckpt("verify", ck, check=0)  # still well-formed: only the hash can tell
+        r = ckpt("verify", "--data", ck, check=1)
+        assert first in r.stdout and "hash" in r.stdout, (what, r.stdout)
+        flip(ck / first, off)
+        ckpt("verify", "--data", ck, check=0)
 
 
 def test_damaged_or_missing_manifest(sealed):

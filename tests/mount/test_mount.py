@@ -27,6 +27,7 @@ import random
 import shutil
 import signal
 import subprocess
+import struct
 import tempfile
 import threading
 import time
@@ -614,6 +615,88 @@ def test_directory_of_checkpoints(tmp_path):
     finally:
         m.close()
     assert "step-50" in m.log() and ".metadata" in m.log()
+
+
+def test_directory_of_huggingface_checkpoints(tmp_path):
+    """Steps in HuggingFace safetensors storage (no .metadata) are checkpoints too; one whose
+    index names a file not written yet is not shown until it is; a damaged one reads as EIO;
+    files may be symlinks (as in the hub's cache, snapshots/<rev>/*.safetensors ->
+    ../../blobs/<hash>)."""
+    hf = [n for n in ("hf_full", "hf_sharded") if (FIXTURES / n / "ckpt").is_dir()]
+    if len(hf) < 2:
+        pytest.skip("the HuggingFace fixtures were not generated")
+    root = tmp_path / "steps"
+    blobs = tmp_path / "blobs"
+    root.mkdir()
+    blobs.mkdir()
+    step = root / "step-100"  # the hub's layout: every file a symlink to a blob
+    step.mkdir()
+    for f in sorted((FIXTURES / "hf_full" / "ckpt").iterdir()):
+        shutil.copy(f, blobs / f.name)
+        (step / f.name).symlink_to(blobs / f.name)
+    shutil.copytree(FIXTURES / "hf_sharded" / "ckpt", root / "step-200")
+    (root / "step-300").mkdir()  # being written: nothing there yet
+    # a bare safetensors file beside the steps (an export) does not make the top a checkpoint
+    shutil.copy(FIXTURES / "hf_full" / "ckpt" / "model-00001-of-00002.safetensors",
+                root / "exported.safetensors")
+    refs = {"step-100": Ref(FIXTURES / "hf_full"), "step-200": Ref(FIXTURES / "hf_sharded")}
+    m = Mount(root)
+    try:
+        assert sorted(os.listdir(m.dir)) == ["latest", "step-100", "step-200"]
+        assert os.readlink(m.dir / "latest") == "step-200"
+        for name, ref in refs.items():
+            assert ref.tensors
+            for p, v in ref.tensors.items():
+                assert (m.dir / name / p).read_bytes() == v[2], (name, p)
+        # torch's order: data files, then the index; until the index names only files that
+        # exist, the step is not shown (here the index comes early, as a copy might do it)
+        full = FIXTURES / "hf_full" / "ckpt"
+        shutil.copy(full / "model-00001-of-00002.safetensors", root / "step-300")
+        shutil.copy(full / "model.safetensors.index.json", root / "step-300")
+        time.sleep(3.5)  # past the rescan interval and an unmarked step's settling time
+        assert sorted(os.listdir(m.dir)) == ["latest", "step-100", "step-200"]
+        assert os.readlink(m.dir / "latest") == "step-200"
+        shutil.copy(full / "model-00002-of-00002.safetensors", root / "step-300")
+        deadline = time.time() + 10
+        while os.readlink(m.dir / "latest") != "step-300" and time.time() < deadline:
+            time.sleep(0.3)
+        assert os.readlink(m.dir / "latest") == "step-300"
+        for p, v in refs["step-100"].tensors.items():
+            assert (m.dir / "step-300" / p).read_bytes() == v[2], p
+        # without an index nothing marks a step complete: it is shown once its files have
+        # stopped changing for a few seconds, and indexed again when they change after that
+        sharded = sorted((FIXTURES / "hf_sharded" / "ckpt").iterdir())
+        (root / "step-400").mkdir()
+        for f in sharded[:2]:
+            shutil.copy(f, root / "step-400")
+        time.sleep(1.2)
+        assert "step-400" not in os.listdir(m.dir)  # still settling
+        deadline = time.time() + 15
+        while "step-400" not in os.listdir(m.dir) and time.time() < deadline:
+            time.sleep(0.3)
+        assert os.readlink(m.dir / "latest") == "step-400"
+        wq = "model.layers.0.attention.wq.weight"  # 7 rows: 3 + 3 here, 1 in the last file
+        assert (m.dir / "step-400" / wq).stat().st_size == 6 * 5 * 4
+        shutil.copy(sharded[2], root / "step-400")
+        deadline = time.time() + 15
+        while (m.dir / "step-400" / wq).stat().st_size != 7 * 5 * 4 and time.time() < deadline:
+            time.sleep(0.3)
+        for p, v in refs["step-200"].tensors.items():
+            assert (m.dir / "step-400" / p).read_bytes() == v[2], p
+        # a damaged header: listed, fails with EIO (never an empty directory), the rest reads
+        shutil.copytree(FIXTURES / "hf_sharded" / "ckpt", root / "step-50")
+        with open(root / "step-50" / "shard-00002-model-00001-of-00001.safetensors", "r+b") as f:
+            f.write(struct.pack("<Q", 1 << 40))
+        deadline = time.time() + 10
+        while "step-50" not in os.listdir(m.dir) and time.time() < deadline:
+            time.sleep(0.3)
+        with pytest.raises(OSError) as e:
+            os.listdir(m.dir / "step-50")
+        assert e.value.errno == errno.EIO
+        assert (m.dir / "step-200" / next(iter(refs["step-200"].tensors))).read_bytes()
+    finally:
+        m.close()
+    assert "step-50" in m.log() and "shard-00002-model-00001-of-00001.safetensors" in m.log()
 
 
 @pytest.mark.skipif(os.environ.get("CKPT_VALGRIND") != "1" or not shutil.which("valgrind"),

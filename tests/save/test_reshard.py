@@ -165,6 +165,34 @@ def test_reshard_fixtures(tmp_path, name, ranks, mpi):
     same(full(src, tmp_path), full(dst, tmp_path))
 
 
+@pytest.mark.parametrize("name", ["hf_full", "hf_sharded"])
+@pytest.mark.parametrize("ranks,mpi", [(3, False), (2, True)])
+def test_reshard_huggingface_to_dcp(tmp_path, name, ranks, mpi):
+    """HuggingFace safetensors storage in, a DCP checkpoint for M ranks out: torch reads every
+    tensor back as torch's HuggingFaceStorageReader read the source (the fixture's
+    reference)."""
+    if mpi and not has_mpi():
+        pytest.skip("ckpt built without MPI")
+    src = FIXTURES / name / "ckpt"
+    if not src.is_dir():
+        pytest.skip(f"fixture {name} is not in {FIXTURES}")
+    dst = tmp_path / "dst"
+    p = reshard(src, dst, ranks, mpi)
+    assert p.returncode == 0, p.stdout + p.stderr
+    check_layout(dst, ranks)
+    got = full(dst, tmp_path)
+    blob = (FIXTURES / name / "reference.bin").read_bytes()
+    lines = (FIXTURES / name / "reference.tsv").read_text().splitlines()
+    assert lines and len(got) == len(lines)
+    for line in lines:
+        kind, key, dtype, shape, off, n = line.split("\t")[:6]
+        t = got[key]
+        assert kind == "T" and str(t.dtype) == "torch." + dtype, key
+        assert list(t.shape) == [int(x) for x in shape.split(",") if x], key
+        raw = t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+        assert raw == blob[int(off):int(off) + int(n)], key
+
+
 @pytest.mark.parametrize("ranks,mpi", [(3, False), (2, True)])
 def test_reshard_dim1(torch_ckpt, tmp_path, ranks, mpi):
     """--layout dim1: 2-D tensors split by columns, 1-D and 0-d ones stored whole once."""

@@ -1,6 +1,6 @@
 /* cmd_dump_metadata.c — `ckpt dump-metadata`: the whole `.metadata` pickle (or the rank-local
- * `__<r>.metadata` files) as JSON via ckpt_metadata_dump_json — the safe replacement for
- * unpickling it; `--indent N` pretty-prints. */
+ * `__<r>.metadata` files; HuggingFace storage: its safetensors headers) as JSON via
+ * ckpt_metadata_dump_json — the safe replacement for unpickling it; `--indent N` pretty-prints. */
 #include "cli.h"
 
 #include <stdlib.h>
@@ -12,7 +12,9 @@ void cmd_dump_metadata_help(FILE *out) {
           "importing anything: Python objects appear as {\"__object__\": \"module.Class\",\n"
           "\"args\": [...], \"state\": {...}}, bytes as {\"__bytes__\": \"<hex>\"}, dicts with\n"
           "non-string keys as {\"__dict__\": [[key, value], ...]}.  Without '.metadata' the\n"
-          "rank-local files are printed as {\"__0.metadata\": ..., \"__1.metadata\": ...}.\n"
+          "rank-local files are printed as {\"__0.metadata\": ..., \"__1.metadata\": ...};\n"
+          "HuggingFace safetensors storage (no metadata pickle) as its headers,\n"
+          "{\"<file>.safetensors\": {...}, ..., \"model.safetensors.index.json\": {...}}.\n"
           "\n"
           "Options:\n"
           "      --indent N  pretty-print with N spaces per level (default: compact)\n"

@@ -40,10 +40,14 @@ static void print_text(const ckpt_reader *r, const ckpt_reader_info *in, bool fi
     printf("%-16s %s\n", "format:", in->format_hint ? in->format_hint : "unknown");
     printf("%-16s %s\n", "root class:", in->root_class ? in->root_class : "-");
     printf("%-16s %s\n", "version:", in->version ? in->version : "-");
-    printf("%-16s %u %s%s\n", "metadata files:", in->num_metadata_files,
-           in->rank_local_metadata ? "rank-local file" : "file",
-           in->num_metadata_files == 1 ? "" : "s");
-    size_line("metadata size:", in->metadata_bytes);
+    if (in->hf_storage) {
+        size_line("headers size:", in->metadata_bytes); /* no pickle: safetensors headers */
+    } else {
+        printf("%-16s %u %s%s\n", "metadata files:", in->num_metadata_files,
+               in->rank_local_metadata ? "rank-local file" : "file",
+               in->num_metadata_files == 1 ? "" : "s");
+        size_line("metadata size:", in->metadata_bytes);
+    }
     printf("%-16s planner_data %s, storage_meta %s, megatron %s\n",
            "features:", in->has_planner_data ? "yes" : "no", in->has_storage_meta ? "yes" : "no",
            in->has_mcore_data ? "yes" : "no");
@@ -87,9 +91,10 @@ static void print_json(const ckpt_reader *r, const ckpt_reader_info *in, bool fi
     fputs(", \"version\": ", stdout);
     json_str_or_null(in->version);
     printf(", \"has_planner_data\": %s, \"has_storage_meta\": %s, \"rank_local_metadata\": %s"
-           ", \"has_mcore_data\": %s",
+           ", \"has_mcore_data\": %s, \"hf_storage\": %s",
            in->has_planner_data ? "true" : "false", in->has_storage_meta ? "true" : "false",
-           in->rank_local_metadata ? "true" : "false", in->has_mcore_data ? "true" : "false");
+           in->rank_local_metadata ? "true" : "false", in->has_mcore_data ? "true" : "false",
+           in->hf_storage ? "true" : "false");
     printf(", \"metadata_files\": %u, \"metadata_bytes\": %llu, \"ranks\": %u, \"files\": %u",
            in->num_metadata_files, (unsigned long long)in->metadata_bytes, in->num_ranks,
            in->num_files);

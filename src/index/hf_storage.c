@@ -1,0 +1,662 @@
+/* hf_storage.c — the index of a HuggingFace safetensors storage directory (dcp-format.md
+ * §11.2; see hf_storage.h), built the way torch's HuggingFaceStorageReader.read_metadata
+ * builds its Metadata: each tensor of a file one chunk at the offsets its file's
+ * DCP_SHARDING_INFO gives (zeros without), a tensor's size the largest extent of its chunks.
+ * The files are those model.safetensors.index.json names when there is one (as transformers
+ * loads them), else every `*.safetensors` file of the directory (as torch's reader does),
+ * sorted by name so the order is stable.  A chunk's bytes are used where they lie
+ * (ckpt_loc.raw): C order, little endian.
+ *
+ * The headers are untrusted: each is parsed by the bounded safetensors reader, together with
+ * the index they may hold at most limits.max_metadata_bytes (a file cut short in its data
+ * section still lists its tensors: reads check each chunk's range, so only the cut ones
+ * fail, and ckpt_reader_check_ranges names them), DCP_SHARDING_INFO and the index are strict
+ * JSON, and a tensor whose files disagree (dtype, rank, missing offsets) gets a problem
+ * instead of failing the open.  The index must name only plain `.safetensors` file names
+ * beside it that exist and hold the tensors mapped to them, so a missing shard file is
+ * reported (torch's reader ignores the index and silently loses those tensors).  Also here:
+ * telling such a directory complete (ckpt_hf_dir_probe) and dumping its headers. */
+#include "index/hf_storage.h"
+
+#include "index/metadata_files.h"
+#include "torchsave/safetensors.h"
+#include "util/error.h"
+#include "util/json.h"
+#include "util/strbuf.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SUFFIX ".safetensors"
+
+static ckpt_status nomem(ckpt_error *err) {
+    return ckpt_fail(err, CKPT_E_NOMEM, "out of memory while indexing safetensors headers");
+}
+
+static bool has_suffix(const char *name) {
+    size_t n = strlen(name), k = sizeof SUFFIX - 1;
+    return n > k && strcmp(name + n - k, SUFFIX) == 0;
+}
+
+static int cmp_name(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+void ckpt_hf_names_free(char **names, size_t count) {
+    for (size_t i = 0; i < count; i++)
+        free(names[i]);
+    free(names);
+}
+
+ckpt_status ckpt_hf_list(const char *dir, char ***names, size_t *count, struct timespec *newest,
+                         ckpt_error *err) {
+    *names = NULL;
+    *count = 0;
+    if (newest) *newest = (struct timespec){0};
+    DIR *d = opendir(dir);
+    if (!d) return ckpt_fail(err, CKPT_E_IO, "%s: cannot list: %s", dir, strerror(errno));
+    char **v = NULL;
+    size_t n = 0, cap = 0;
+    ckpt_status s = CKPT_OK;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (!has_suffix(de->d_name) || !ckpt_safe_file_name(de->d_name)) continue;
+        struct stat st;
+        if (fstatat(dirfd(d), de->d_name, &st, 0) != 0 || !S_ISREG(st.st_mode)) continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 16;
+            char **nv = realloc(v, cap * sizeof *nv);
+            if (!nv) {
+                s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory listing %s", dir);
+                break;
+            }
+            v = nv;
+        }
+        if (!(v[n] = strdup(de->d_name))) {
+            s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory listing %s", dir);
+            break;
+        }
+        n++;
+        if (newest &&
+            (st.st_mtim.tv_sec > newest->tv_sec ||
+             (st.st_mtim.tv_sec == newest->tv_sec && st.st_mtim.tv_nsec > newest->tv_nsec)))
+            *newest = st.st_mtim;
+    }
+    closedir(d);
+    if (s != CKPT_OK) {
+        ckpt_hf_names_free(v, n);
+        return s;
+    }
+    if (n) qsort(v, n, sizeof *v, cmp_name);
+    *names = v;
+    *count = n;
+    return CKPT_OK;
+}
+
+/* Reads a whole small file (at most `max` bytes) into malloc'ed memory. */
+static ckpt_status slurp(const char *path, uint64_t max, char **text, size_t *len,
+                         ckpt_error *err) {
+    *text = NULL;
+    *len = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return ckpt_fail(err, errno == ENOENT ? CKPT_E_NOTFOUND : CKPT_E_IO, "%s: %s", path,
+                         strerror(errno));
+    struct stat st;
+    ckpt_status s = CKPT_OK;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+        s = ckpt_fail(err, CKPT_E_IO, "%s: not a readable file", path);
+    else if ((uint64_t)st.st_size > max)
+        s = ckpt_fail(err, CKPT_E_LIMIT, "%s: %lld bytes exceed the metadata limit", path,
+                      (long long)st.st_size);
+    else if (!(*text = malloc((size_t)st.st_size + 1)))
+        s = nomem(err);
+    else {
+        ckpt_source src = {.fd = fd, .len = (uint64_t)st.st_size, .name = path};
+        s = ckpt_source_read(&src, 0, *text, (uint64_t)st.st_size, err);
+        *len = (size_t)st.st_size;
+    }
+    close(fd);
+    if (s != CKPT_OK) {
+        free(*text);
+        *text = NULL;
+    }
+    return s;
+}
+
+/* The index json (text[0, len), read from `path`), parsed into `a`: its weight_map (an
+ * object whose values are plain file names), else an error naming the file. */
+static ckpt_status parse_weight_map(const char *path, const char *text, size_t len, ckpt_arena *a,
+                                    const ckpt_json **map, ckpt_error *err) {
+    const ckpt_json *doc = NULL, *m = NULL;
+    *map = NULL;
+    ckpt_status s = ckpt_json_parse(a, text, len, 0, &doc, err);
+    if (s != CKPT_OK) {
+        ckpt_error_prefix(err, "%s: ", path);
+        return s;
+    }
+    if (!(m = ckpt_json_get(doc, "weight_map")) || m->type != CKPT_JSON_OBJECT)
+        return ckpt_fail(err, CKPT_E_FORMAT, "%s: no \"weight_map\" object", path);
+    for (size_t i = 0; i < m->len; i++) {
+        const ckpt_json *v = &m->u.members[i].value;
+        if (v->type != CKPT_JSON_STRING || strlen(v->u.str) != v->len ||
+            !ckpt_safe_file_name(v->u.str) || !has_suffix(v->u.str))
+            return ckpt_fail(err, CKPT_E_FORMAT,
+                             "%s: weight_map[\"%.200s\"] = \"%.200s\" is not the name of a "
+                             ".safetensors file beside it (path traversal refused)",
+                             path, m->u.members[i].key,
+                             v->type == CKPT_JSON_STRING ? v->u.str : "(not a string)");
+    }
+    *map = m;
+    return CKPT_OK;
+}
+
+/* parse_weight_map of the file at path (at most max bytes); *bytes (may be NULL): its size.
+ * CKPT_E_NOTFOUND when there is none. */
+static ckpt_status read_weight_map(const char *path, uint64_t max, ckpt_arena *a,
+                                   const ckpt_json **map, uint64_t *bytes, ckpt_error *err) {
+    char *text = NULL;
+    size_t len = 0;
+    *map = NULL;
+    CKPT_TRY(slurp(path, max, &text, &len, err));
+    if (bytes) *bytes = len;
+    ckpt_status s = parse_weight_map(path, text, len, a, map, err);
+    free(text);
+    return s;
+}
+
+/* The distinct files a weight_map names, sorted (malloc'ed array of pointers into it). */
+static ckpt_status map_files(const ckpt_json *map, const char ***out, size_t *count,
+                             ckpt_error *err) {
+    const char **v = malloc((map->len ? map->len : 1) * sizeof *v);
+    if (!v) return nomem(err);
+    size_t n = 0;
+    for (size_t i = 0; i < map->len; i++)
+        v[n++] = map->u.members[i].value.u.str;
+    qsort(v, n, sizeof *v, cmp_name);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!k || strcmp(v[k - 1], v[i]) != 0) v[k++] = v[i];
+    *out = v;
+    *count = k;
+    return CKPT_OK;
+}
+
+ckpt_dir_kind ckpt_hf_dir_probe(const char *dir, struct timespec *mtime) {
+    char path[4096];
+    int n = snprintf(path, sizeof path, "%s/%s", dir, CKPT_HF_INDEX_JSON);
+    if (n < 0 || (size_t)n >= sizeof path) return CKPT_DIR_NONE;
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+        /* complete once the index parses (torch writes it last, in place) and every file it
+         * names exists */
+        ckpt_arena *a = ckpt_arena_new(64u << 20);
+        const ckpt_json *map = NULL;
+        const char **files = NULL;
+        size_t nf = 0;
+        bool complete = a && read_weight_map(path, 16u << 20, a, &map, NULL, NULL) == CKPT_OK &&
+                        map_files(map, &files, &nf, NULL) == CKPT_OK;
+        for (size_t i = 0; complete && i < nf; i++) {
+            struct stat fst;
+            n = snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+            complete =
+                n > 0 && (size_t)n < sizeof path && stat(path, &fst) == 0 && S_ISREG(fst.st_mode);
+        }
+        free(files);
+        ckpt_arena_free(a);
+        if (complete && mtime) *mtime = st.st_mtim;
+        return complete ? CKPT_DIR_MARKED : CKPT_DIR_NONE;
+    }
+    char **names = NULL;
+    size_t count = 0;
+    struct timespec newest;
+    if (ckpt_hf_list(dir, &names, &count, &newest, NULL) != CKPT_OK) return CKPT_DIR_NONE;
+    ckpt_hf_names_free(names, count);
+    if (count && mtime) *mtime = newest;
+    return count ? CKPT_DIR_UNMARKED : CKPT_DIR_NONE;
+}
+
+/* ------------------------------------------------------------------ the index */
+
+typedef struct hf_file {
+    const char *name;
+    int32_t file_id;
+    ts_safetensors *st;
+    const ckpt_json *sharding; /* DCP_SHARDING_INFO (an object), or NULL */
+    const ckpt_json **info;    /* with it: sharding[name of tensor i] for each tensor i, or NULL
+                                  (found once per member: a member lookup is a linear scan) */
+} hf_file;
+
+typedef struct hf_build {
+    ckpt_reader *r;
+    hf_file *files;
+    size_t nfiles;
+    ckpt_arena *scratch; /* parsed JSON */
+    ckpt_htab boxes;     /* (entry, offsets) of the chunks kept: duplicates are dropped */
+} hf_build;
+
+static const char *problemf(ckpt_reader *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static const char *problemf(ckpt_reader *r, const char *fmt, ...) {
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    const char *p = ckpt_arena_strndup(r->arena, buf, strlen(buf));
+    return p ? p : "(out of memory describing a problem)";
+}
+
+/* Opens and checks one file's header; *budget: header bytes still allowed. */
+static ckpt_status open_file(hf_build *b, hf_file *f, uint64_t *budget, ckpt_error *err) {
+    ckpt_reader *r = b->r;
+    const char *problem = NULL;
+    f->file_id = ckpt_files_intern(r, f->name, &problem);
+    if (f->file_id < 0)
+        return problem ? ckpt_fail(err, CKPT_E_FORMAT, "%s/%s: %s", r->dir, f->name, problem)
+                       : nomem(err);
+    ckpt_error ferr = {0};
+    int fd = ckpt_files_fd(r, (uint32_t)f->file_id, &ferr);
+    if (fd < 0) {
+        if (err) *err = ferr;
+        return ferr.code;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return ckpt_fail(err, CKPT_E_IO, "%s/%s: %s", r->dir, f->name, strerror(errno));
+    ckpt_source src = {.fd = fd, .base = 0, .len = (uint64_t)st.st_size, .name = f->name};
+    uint64_t max = *budget < TS_SAFETENSORS_MAX_HEADER ? *budget : TS_SAFETENSORS_MAX_HEADER;
+    ckpt_status s = ts_safetensors_open_header(&src, 0, max ? max : 1, &f->st, err);
+    if (s != CKPT_OK) {
+        ckpt_error_prefix(err, "%s/%s: ", r->dir, f->name);
+        return s;
+    }
+    *budget -= ts_safetensors_header_len(f->st);
+    r->info.metadata_bytes += 8 + ts_safetensors_header_len(f->st);
+    const char *info = ts_safetensors_metadata(f->st, "DCP_SHARDING_INFO");
+    if (info) {
+        s = ckpt_json_parse(b->scratch, info, strlen(info), 0, &f->sharding, err);
+        if (s == CKPT_OK && f->sharding->type != CKPT_JSON_OBJECT)
+            s = ckpt_fail(err, CKPT_E_FORMAT, "not a JSON object");
+        if (s != CKPT_OK) {
+            ckpt_error_prefix(err, "%s/%s: __metadata__.DCP_SHARDING_INFO: ", r->dir, f->name);
+            return s;
+        }
+    }
+    size_t nt = ts_safetensors_num_tensors(f->st);
+    if (f->sharding) {
+        f->info = ckpt_arena_alloc(b->scratch, (nt ? nt : 1) * sizeof *f->info);
+        if (!f->info) return nomem(err);
+        memset(f->info, 0, (nt ? nt : 1) * sizeof *f->info);
+        const ts_st_tensor *t0 = ts_safetensors_tensor(f->st, 0);
+        for (size_t i = 0; i < f->sharding->len; i++) { /* the last of equal names wins */
+            const ckpt_json_member *m = &f->sharding->u.members[i];
+            const ts_st_tensor *t =
+                strlen(m->key) == m->key_len ? ts_safetensors_find(f->st, m->key) : NULL;
+            if (t) f->info[t - t0] = &m->value;
+        }
+    }
+    for (size_t i = 0; i < nt; i++) {
+        const ts_st_tensor *t = ts_safetensors_tensor(f->st, i);
+        if (strlen(t->name) != t->name_len)
+            return ckpt_fail(err, CKPT_E_FORMAT, "%s/%s: a tensor name holds a NUL character",
+                             r->dir, f->name);
+    }
+    return CKPT_OK;
+}
+
+/* The chunk offsets of tensor t of file f: DCP_SHARDING_INFO[name].saved_offsets, or zeros.
+ * Returns a problem, or NULL. */
+static const char *chunk_offsets(const hf_file *f, const ts_st_tensor *t, int64_t *off) {
+    memset(off, 0, sizeof(int64_t) * (size_t)(t->ndim ? t->ndim : 1));
+    if (!f->sharding) return NULL;
+    const ts_st_tensor *t0 = ts_safetensors_tensor(f->st, 0);
+    const ckpt_json *so = ckpt_json_get(f->info[t - t0], "saved_offsets");
+    if (!so || so->type != CKPT_JSON_ARRAY || so->len != (size_t)t->ndim) return "saved_offsets";
+    for (int d = 0; d < t->ndim; d++) {
+        const ckpt_json *x = &so->u.items[d];
+        if (x->type != CKPT_JSON_NUMBER || !x->is_int || x->u.num.i < 0 ||
+            x->u.num.i > INT64_MAX - t->shape[d])
+            return "saved_offsets";
+        off[d] = x->u.num.i;
+    }
+    return NULL;
+}
+
+static bool box_eq(const void *ctx, uint64_t v) {
+    const void *const *c = ctx;
+    const ckpt_reader *r = c[0];
+    const ckpt_entry *e = &r->entries[v >> 32];
+    return (v >> 32) == *(const uint64_t *)c[2] &&
+           (e->ndim == 0 || memcmp(e->chunks[v & 0xffffffffu].offsets, c[1],
+                                   (size_t)e->ndim * sizeof(int64_t)) == 0);
+}
+
+/* Adds tensor t of file f as a chunk of its entry (whose chunk array has room). */
+static ckpt_status add_chunk(hf_build *b, const hf_file *f, const ts_st_tensor *t,
+                             ckpt_error *err) {
+    ckpt_reader *r = b->r;
+    ckpt_entry *e = ckpt_index_find(r, t->name);
+    if (t->ndim != e->ndim || t->dtype != e->dtype) {
+        if (!e->problem)
+            e->problem =
+                problemf(r, "%s stores it as %s of rank %d, another file as %s of rank %d", f->name,
+                         t->dtype_name, t->ndim, ckpt_dtype_name(e->dtype), e->ndim);
+        r->unmatched_storage++;
+        return CKPT_OK;
+    }
+    int64_t *box =
+        ckpt_arena_alloc(r->arena, sizeof(int64_t) * 2 * (size_t)(e->ndim ? e->ndim : 1));
+    if (!box) return nomem(err);
+    int64_t *off = box, *sz = box + e->ndim;
+    const char *bad = chunk_offsets(f, t, off);
+    if (bad) {
+        if (!e->problem)
+            e->problem = problemf(r,
+                                  "%s: __metadata__.DCP_SHARDING_INFO gives no valid "
+                                  "saved_offsets for it",
+                                  f->name);
+        r->unmatched_storage++;
+        return CKPT_OK;
+    }
+    if (e->ndim) memcpy(sz, t->shape, sizeof(int64_t) * (size_t)e->ndim);
+    uint64_t eidx = e->index, v;
+    uint64_t h = ckpt_hash_bytes(off, sizeof(int64_t) * (size_t)e->ndim, eidx);
+    const void *ctx[3] = {r, off, &eidx};
+    if (ckpt_htab_find(&b->boxes, h, box_eq, ctx, &v)) {
+        r->unmatched_storage++; /* the same box again: the first file wins */
+        return CKPT_OK;
+    }
+    ckpt_chunk *c = &e->chunks[e->nchunks];
+    memset(c, 0, sizeof *c);
+    c->offsets = off;
+    c->sizes = sz;
+    c->numel = t->numel;
+    c->loc.file_id = -1;
+    if (t->numel) {
+        c->loc.file_id = f->file_id;
+        c->loc.raw = true;
+        c->loc.offset = t->data_offset;
+        c->loc.length = t->size;
+        r->info.stored_bytes += t->size;
+    }
+    if (!ckpt_htab_insert(&b->boxes, h, (eidx << 32) | e->nchunks)) return nomem(err);
+    e->nchunks++;
+    return CKPT_OK;
+}
+
+/* A tensor's size: the largest extent of its chunks (as torch's reader computes it). */
+static void settle_shape(ckpt_reader *r, ckpt_entry *e) {
+    int64_t *shape = (int64_t *)e->shape;
+    uint64_t numel = 1;
+    for (int d = 0; d < e->ndim; d++) {
+        shape[d] = 0;
+        for (size_t k = 0; k < e->nchunks; k++)
+            if (e->chunks[k].offsets[d] + e->chunks[k].sizes[d] > shape[d])
+                shape[d] = e->chunks[k].offsets[d] + e->chunks[k].sizes[d];
+        if (shape[d] && numel > (UINT64_C(1) << 62) / (uint64_t)shape[d]) {
+            if (!e->problem) e->problem = problemf(r, "tensor has too many elements");
+            numel = 0;
+        }
+        numel *= (uint64_t)shape[d];
+    }
+    e->numel = numel;
+    size_t isz = ckpt_dtype_itemsize(e->dtype);
+    e->nbytes = isz && numel <= (UINT64_C(1) << 62) / isz ? numel * isz : 0;
+}
+
+/* The weight_map's tensors are where it says (its files were indexed: they exist). */
+static ckpt_status check_weight_map(const hf_build *b, const char *path, const ckpt_json *map,
+                                    ckpt_error *err) {
+    for (size_t i = 0; i < map->len; i++) {
+        const ckpt_json_member *m = &map->u.members[i];
+        const char *fname = m->value.u.str;
+        const hf_file *f = NULL;
+        size_t lo = 0, hi = b->nfiles; /* b->files are sorted by name */
+        while (lo < hi && !f) {
+            size_t mid = lo + (hi - lo) / 2;
+            int c = strcmp(b->files[mid].name, fname);
+            if (c == 0)
+                f = &b->files[mid];
+            else if (c < 0)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        const ts_st_tensor *t =
+            f && strlen(m->key) == m->key_len ? ts_safetensors_find(f->st, m->key) : NULL;
+        if (!t)
+            return ckpt_fail(err, CKPT_E_FORMAT,
+                             "%s: weight_map puts '%.200s' in %.200s, which does not hold it", path,
+                             m->key, fname);
+    }
+    return CKPT_OK;
+}
+
+ckpt_status ckpt_index_add_hf(ckpt_reader *r, ckpt_error *err) {
+    uint64_t budget = r->limits.max_metadata_bytes;
+    hf_build b = {.r = r};
+    char **names = NULL; /* without an index: every *.safetensors file */
+    const char **mapped = NULL;
+    size_t n = 0;
+    const ckpt_json *map = NULL;
+    char index_path[4096];
+    snprintf(index_path, sizeof index_path, "%s/%s", r->dir, CKPT_HF_INDEX_JSON);
+    ckpt_status s = CKPT_OK;
+    if (!(b.scratch = ckpt_arena_new(budget))) return nomem(err);
+    /* With model.safetensors.index.json, the files its weight_map names, as transformers
+     * loads them (a hub folder may hold other *.safetensors: fp16 variants, a consolidated
+     * copy); torch's reader takes every file and ignores the index. */
+    ckpt_error ierr = {0};
+    uint64_t ibytes = 0;
+    s = read_weight_map(index_path, budget, b.scratch, &map, &ibytes, &ierr);
+    if (s == CKPT_E_NOTFOUND) {
+        s = ckpt_hf_list(r->dir, &names, &n, NULL, err);
+    } else if (s == CKPT_OK) {
+        budget -= ibytes;
+        r->info.metadata_bytes += ibytes;
+        s = map_files(map, &mapped, &n, err);
+    } else if (err) {
+        *err = ierr;
+    }
+    if (s == CKPT_OK && !n)
+        s = ckpt_fail(err, CKPT_E_NOTFOUND,
+                      "%s: no .metadata file and no *.safetensors file (not a checkpoint, or an "
+                      "incomplete one)",
+                      r->dir);
+    if (s != CKPT_OK) goto done;
+    b.nfiles = n;
+    if (!(b.files = calloc(n, sizeof *b.files))) {
+        s = nomem(err);
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++)
+        b.files[i].name = names ? names[i] : mapped[i];
+    size_t total = 0;
+    for (size_t i = 0; i < n && s == CKPT_OK; i++) {
+        s = open_file(&b, &b.files[i], &budget, err);
+        if (s == CKPT_E_NOTFOUND && map)
+            ckpt_fail(err, s,
+                      "%s: weight_map names %s, which is missing (an incomplete checkpoint)",
+                      index_path, b.files[i].name);
+        if (s == CKPT_OK) total += ts_safetensors_num_tensors(b.files[i].st);
+    }
+    if (s != CKPT_OK) goto done;
+    /* the entries, in order of first appearance; each counts its chunks in nchunks */
+    for (size_t i = 0; i < n; i++) {
+        for (size_t k = 0; k < ts_safetensors_num_tensors(b.files[i].st); k++) {
+            const ts_st_tensor *t = ts_safetensors_tensor(b.files[i].st, k);
+            ckpt_entry *e = ckpt_index_find(r, t->name);
+            if (!e) {
+                if (!(e = ckpt_index_new_entry(r, t->name))) {
+                    s = nomem(err);
+                    goto done;
+                }
+                e->kind = CKPT_ENTRY_TENSOR;
+                e->dtype = t->dtype;
+                e->ndim = t->ndim;
+                if (t->dtype == CKPT_DTYPE_INVALID)
+                    e->problem =
+                        problemf(r, "safetensors dtype '%s' is not supported", t->dtype_name);
+            }
+            e->nchunks++;
+        }
+    }
+    for (size_t i = 0; i < r->nentries; i++) {
+        ckpt_entry *e = &r->entries[i];
+        e->chunks = ckpt_arena_alloc(r->arena, e->nchunks * sizeof *e->chunks);
+        int64_t *shape =
+            ckpt_arena_alloc(r->arena, sizeof(int64_t) * (size_t)(e->ndim ? e->ndim : 1));
+        if (!e->chunks || !shape) {
+            s = nomem(err);
+            goto done;
+        }
+        e->shape = e->ndim ? shape : NULL;
+        e->nchunks = 0;
+    }
+    if (!ckpt_htab_init(&b.boxes, total)) {
+        s = nomem(err);
+        goto done;
+    }
+    for (size_t i = 0; i < n && s == CKPT_OK; i++)
+        for (size_t k = 0; k < ts_safetensors_num_tensors(b.files[i].st) && s == CKPT_OK; k++)
+            s = add_chunk(&b, &b.files[i], ts_safetensors_tensor(b.files[i].st, k), err);
+    ckpt_htab_release(&b.boxes);
+    if (s != CKPT_OK) goto done;
+    for (size_t i = 0; i < r->nentries; i++)
+        settle_shape(r, &r->entries[i]);
+    if (map) CKPT_TRY_GOTO(s, check_weight_map(&b, index_path, map, err), done);
+    r->info.hf_storage = true;
+    r->info.format_hint = map ? "HuggingFace safetensors storage (model.safetensors.index.json)"
+                          : b.files[0].sharding
+                              ? "HuggingFace safetensors storage, sharded (DCP_SHARDING_INFO)"
+                              : "HuggingFace safetensors storage";
+done:
+    for (size_t i = 0; b.files && i < b.nfiles; i++)
+        ts_safetensors_free(b.files[i].st);
+    free(b.files);
+    ckpt_arena_free(b.scratch);
+    ckpt_hf_names_free(names, names ? n : 0);
+    free(mapped);
+    return s;
+}
+
+/* ------------------------------------------------------------------ dump */
+
+/* Reads the header of the safetensors file at path (8 + N bytes, N <= max) into *buf and
+ * checks it with the safetensors reader: the bytes checked are the bytes shown. */
+static ckpt_status read_header(const char *path, uint64_t max, uint8_t **buf, uint64_t *n,
+                               ckpt_error *err) {
+    *buf = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ckpt_fail(err, CKPT_E_IO, "%s: %s", path, strerror(errno));
+    struct stat st;
+    uint8_t head[8];
+    ckpt_status s = CKPT_OK;
+    ckpt_source src = {.fd = fd, .name = path};
+    if (fstat(fd, &st) != 0)
+        s = ckpt_fail(err, CKPT_E_IO, "%s: %s", path, strerror(errno));
+    else if ((src.len = (uint64_t)st.st_size) < 8)
+        s = ckpt_fail(err, CKPT_E_RANGE, "%s: %llu bytes: no room for a safetensors header", path,
+                      (unsigned long long)src.len);
+    else
+        s = ckpt_source_read(&src, 0, head, 8, err);
+    *n = 0;
+    for (int i = 7; s == CKPT_OK && i >= 0; i--)
+        *n = *n << 8 | head[i];
+    if (s == CKPT_OK && *n > max)
+        s = ckpt_fail(err, CKPT_E_LIMIT, "%s: safetensors header length %llu exceeds the limit",
+                      path, (unsigned long long)*n);
+    if (s == CKPT_OK && !(*buf = malloc((size_t)*n + 8))) s = nomem(err);
+    if (s == CKPT_OK) s = ckpt_source_read(&src, 0, *buf, *n + 8, err);
+    close(fd);
+    if (s == CKPT_OK) {
+        ckpt_source mem = {.fd = -1, .mem = *buf, .len = *n + 8, .name = path};
+        ts_safetensors *sf = NULL;
+        s = ts_safetensors_open_header(&mem, 0, max, &sf, err);
+        if (s != CKPT_OK) ckpt_error_prefix(err, "%s: ", path);
+        ts_safetensors_free(sf);
+    }
+    if (s != CKPT_OK) {
+        free(*buf);
+        *buf = NULL;
+    }
+    return s;
+}
+
+static void add_trimmed(ckpt_strbuf *sb, const char *text, size_t len) {
+    while (len && (text[len - 1] == ' ' || text[len - 1] == '\n' || text[len - 1] == '\r' ||
+                   text[len - 1] == '\t'))
+        len--;
+    ckpt_strbuf_add(sb, text, len);
+}
+
+ckpt_status ckpt_hf_dump_json(const char *dir, const ckpt_limits *l, char **out, ckpt_error *err) {
+    *out = NULL;
+    uint64_t budget = l->max_metadata_bytes;
+    char **names = NULL;
+    const char **mapped = NULL;
+    size_t n = 0;
+    char *index = NULL;
+    size_t index_len = 0;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, CKPT_HF_INDEX_JSON);
+    ckpt_strbuf sb = CKPT_STRBUF_INIT;
+    ckpt_arena *scratch = ckpt_arena_new(budget);
+    if (!scratch) return nomem(err);
+    /* the files the index names (as ckpt_index_add_hf reads them), else every one */
+    ckpt_error ierr = {0};
+    ckpt_status s = slurp(path, budget, &index, &index_len, &ierr);
+    if (s == CKPT_E_NOTFOUND) {
+        s = ckpt_hf_list(dir, &names, &n, NULL, err);
+    } else if (s == CKPT_OK) {
+        const ckpt_json *map = NULL;
+        budget -= index_len;
+        s = parse_weight_map(path, index, index_len, scratch, &map, err);
+        if (s == CKPT_OK) s = map_files(map, &mapped, &n, err);
+    } else if (err) {
+        *err = ierr;
+    }
+    if (s == CKPT_OK && !n)
+        s = ckpt_fail(err, CKPT_E_NOTFOUND,
+                      "%s: no .metadata file and no *.safetensors file (not a checkpoint, or an "
+                      "incomplete one)",
+                      dir);
+    ckpt_strbuf_addc(&sb, '{');
+    for (size_t i = 0; i < n && s == CKPT_OK; i++) {
+        const char *name = names ? names[i] : mapped[i];
+        char fpath[4096];
+        snprintf(fpath, sizeof fpath, "%s/%s", dir, name);
+        uint8_t *hdr = NULL;
+        uint64_t hl = 0;
+        uint64_t max = budget < TS_SAFETENSORS_MAX_HEADER ? budget : TS_SAFETENSORS_MAX_HEADER;
+        s = read_header(fpath, max, &hdr, &hl, err);
+        if (s != CKPT_OK) break;
+        budget -= hl;
+        if (i) ckpt_strbuf_addc(&sb, ',');
+        ckpt_json_escape(&sb, name, strlen(name));
+        ckpt_strbuf_addc(&sb, ':');
+        add_trimmed(&sb, (const char *)hdr + 8, (size_t)hl);
+        free(hdr);
+    }
+    if (s == CKPT_OK && index) {
+        ckpt_strbuf_addf(&sb, ",\"%s\":", CKPT_HF_INDEX_JSON);
+        add_trimmed(&sb, index, index_len);
+    }
+    ckpt_strbuf_addc(&sb, '}');
+    if (s == CKPT_OK) s = ckpt_strbuf_status(&sb, "metadata dump", err);
+    if (s == CKPT_OK && !(*out = ckpt_strbuf_detach(&sb, NULL))) s = nomem(err);
+    if (s != CKPT_OK) ckpt_strbuf_release(&sb);
+    free(index);
+    free(mapped);
+    ckpt_hf_names_free(names, names ? n : 0);
+    ckpt_arena_free(scratch);
+    return s;
+}
