@@ -225,21 +225,31 @@ ckpt_dir_kind ckpt_hf_dir_probe(const char *dir, struct timespec *mtime) {
 
 /* ------------------------------------------------------------------ the index */
 
+/* The file being read: its parsed header lives only while its tensors are taken. */
 typedef struct hf_file {
     const char *name;
     int32_t file_id;
     ts_safetensors *st;
+    ckpt_arena *scratch;       /* DCP_SHARDING_INFO's parse */
     const ckpt_json *sharding; /* DCP_SHARDING_INFO (an object), or NULL */
     const ckpt_json **info;    /* with it: sharding[name of tensor i] for each tensor i, or NULL
                                   (found once per member: a member lookup is a linear scan) */
 } hf_file;
 
+/* A tensor of a file, kept once its header is freed: what its chunk needs. */
+typedef struct hf_rec {
+    uint32_t entry;
+    int32_t file_id;
+    const int64_t *box; /* offsets, then sizes (ndim each), in the reader's arena */
+    uint64_t numel, offset, length;
+} hf_rec;
+
 typedef struct hf_build {
     ckpt_reader *r;
-    hf_file *files;
-    size_t nfiles;
-    ckpt_arena *scratch; /* parsed JSON */
-    ckpt_htab boxes;     /* (entry, offsets) of the chunks kept: duplicates are dropped */
+    hf_rec *recs;
+    size_t nrecs, recs_cap;
+    uint64_t budget; /* header and index bytes still allowed */
+    bool sharded;    /* some file has DCP_SHARDING_INFO */
 } hf_build;
 
 static const char *problemf(ckpt_reader *r, const char *fmt, ...)
@@ -254,8 +264,17 @@ static const char *problemf(ckpt_reader *r, const char *fmt, ...) {
     return p ? p : "(out of memory describing a problem)";
 }
 
-/* Opens and checks one file's header; *budget: header bytes still allowed. */
-static ckpt_status open_file(hf_build *b, hf_file *f, uint64_t *budget, ckpt_error *err) {
+static void close_file(hf_file *f) {
+    ts_safetensors_free(f->st);
+    ckpt_arena_free(f->scratch);
+    f->st = NULL;
+    f->scratch = NULL;
+    f->sharding = NULL;
+    f->info = NULL;
+}
+
+/* Opens and checks one file's header. */
+static ckpt_status open_file(hf_build *b, hf_file *f, ckpt_error *err) {
     ckpt_reader *r = b->r;
     const char *problem = NULL;
     f->file_id = ckpt_files_intern(r, f->name, &problem);
@@ -272,62 +291,116 @@ static ckpt_status open_file(hf_build *b, hf_file *f, uint64_t *budget, ckpt_err
     if (fstat(fd, &st) != 0)
         return ckpt_fail(err, CKPT_E_IO, "%s/%s: %s", r->dir, f->name, strerror(errno));
     ckpt_source src = {.fd = fd, .base = 0, .len = (uint64_t)st.st_size, .name = f->name};
-    uint64_t max = *budget < TS_SAFETENSORS_MAX_HEADER ? *budget : TS_SAFETENSORS_MAX_HEADER;
+    uint64_t max = b->budget < TS_SAFETENSORS_MAX_HEADER ? b->budget : TS_SAFETENSORS_MAX_HEADER;
     ckpt_status s = ts_safetensors_open_header(&src, 0, max ? max : 1, &f->st, err);
     if (s != CKPT_OK) {
         ckpt_error_prefix(err, "%s/%s: ", r->dir, f->name);
         return s;
     }
-    *budget -= ts_safetensors_header_len(f->st);
+    b->budget -= ts_safetensors_header_len(f->st);
     r->info.metadata_bytes += 8 + ts_safetensors_header_len(f->st);
-    const char *info = ts_safetensors_metadata(f->st, "DCP_SHARDING_INFO");
-    if (info) {
-        s = ckpt_json_parse(b->scratch, info, strlen(info), 0, &f->sharding, err);
-        if (s == CKPT_OK && f->sharding->type != CKPT_JSON_OBJECT)
-            s = ckpt_fail(err, CKPT_E_FORMAT, "not a JSON object");
-        if (s != CKPT_OK) {
-            ckpt_error_prefix(err, "%s/%s: __metadata__.DCP_SHARDING_INFO: ", r->dir, f->name);
-            return s;
-        }
-    }
     size_t nt = ts_safetensors_num_tensors(f->st);
-    if (f->sharding) {
-        f->info = ckpt_arena_alloc(b->scratch, (nt ? nt : 1) * sizeof *f->info);
-        if (!f->info) return nomem(err);
-        memset(f->info, 0, (nt ? nt : 1) * sizeof *f->info);
-        const ts_st_tensor *t0 = ts_safetensors_tensor(f->st, 0);
-        for (size_t i = 0; i < f->sharding->len; i++) { /* the last of equal names wins */
-            const ckpt_json_member *m = &f->sharding->u.members[i];
-            const ts_st_tensor *t =
-                strlen(m->key) == m->key_len ? ts_safetensors_find(f->st, m->key) : NULL;
-            if (t) f->info[t - t0] = &m->value;
-        }
-    }
     for (size_t i = 0; i < nt; i++) {
         const ts_st_tensor *t = ts_safetensors_tensor(f->st, i);
         if (strlen(t->name) != t->name_len)
             return ckpt_fail(err, CKPT_E_FORMAT, "%s/%s: a tensor name holds a NUL character",
                              r->dir, f->name);
     }
+    const char *info = ts_safetensors_metadata(f->st, "DCP_SHARDING_INFO");
+    if (!info) return CKPT_OK;
+    b->sharded = true;
+    /* bounded like the header it comes from: a parsed node per 2 bytes at most */
+    if (!(f->scratch = ckpt_arena_new(64 * (uint64_t)strlen(info) + (1u << 20)))) return nomem(err);
+    s = ckpt_json_parse(f->scratch, info, strlen(info), 0, &f->sharding, err);
+    if (s == CKPT_OK && f->sharding->type != CKPT_JSON_OBJECT)
+        s = ckpt_fail(err, CKPT_E_FORMAT, "not a JSON object");
+    if (s != CKPT_OK) {
+        ckpt_error_prefix(err, "%s/%s: __metadata__.DCP_SHARDING_INFO: ", r->dir, f->name);
+        return s;
+    }
+    f->info = ckpt_arena_alloc(f->scratch, (nt ? nt : 1) * sizeof *f->info);
+    if (!f->info) return nomem(err);
+    memset(f->info, 0, (nt ? nt : 1) * sizeof *f->info);
+    const ts_st_tensor *t0 = ts_safetensors_tensor(f->st, 0);
+    for (size_t i = 0; i < f->sharding->len; i++) { /* the last of equal names wins */
+        const ckpt_json_member *m = &f->sharding->u.members[i];
+        const ts_st_tensor *t =
+            strlen(m->key) == m->key_len ? ts_safetensors_find(f->st, m->key) : NULL;
+        if (t) f->info[t - t0] = &m->value;
+    }
     return CKPT_OK;
 }
 
 /* The chunk offsets of tensor t of file f: DCP_SHARDING_INFO[name].saved_offsets, or zeros.
- * Returns a problem, or NULL. */
-static const char *chunk_offsets(const hf_file *f, const ts_st_tensor *t, int64_t *off) {
+ * Returns false when they are missing or malformed. */
+static bool chunk_offsets(const hf_file *f, const ts_st_tensor *t, int64_t *off) {
     memset(off, 0, sizeof(int64_t) * (size_t)(t->ndim ? t->ndim : 1));
-    if (!f->sharding) return NULL;
+    if (!f->sharding) return true;
     const ts_st_tensor *t0 = ts_safetensors_tensor(f->st, 0);
     const ckpt_json *so = ckpt_json_get(f->info[t - t0], "saved_offsets");
-    if (!so || so->type != CKPT_JSON_ARRAY || so->len != (size_t)t->ndim) return "saved_offsets";
+    if (!so || so->type != CKPT_JSON_ARRAY || so->len != (size_t)t->ndim) return false;
     for (int d = 0; d < t->ndim; d++) {
         const ckpt_json *x = &so->u.items[d];
         if (x->type != CKPT_JSON_NUMBER || !x->is_int || x->u.num.i < 0 ||
             x->u.num.i > INT64_MAX - t->shape[d])
-            return "saved_offsets";
+            return false;
         off[d] = x->u.num.i;
     }
-    return NULL;
+    return true;
+}
+
+/* Takes every tensor of the open file f: its entry (made on first sight, in file order, then
+ * header order), and a record for its chunk unless the tensor disagrees with its entry. */
+static ckpt_status take_tensors(hf_build *b, const hf_file *f, ckpt_error *err) {
+    ckpt_reader *r = b->r;
+    for (size_t k = 0; k < ts_safetensors_num_tensors(f->st); k++) {
+        const ts_st_tensor *t = ts_safetensors_tensor(f->st, k);
+        ckpt_entry *e = ckpt_index_find(r, t->name);
+        if (!e) {
+            if (!(e = ckpt_index_new_entry(r, t->name))) return nomem(err);
+            e->kind = CKPT_ENTRY_TENSOR;
+            e->dtype = t->dtype;
+            e->ndim = t->ndim;
+            if (t->dtype == CKPT_DTYPE_INVALID)
+                e->problem = problemf(r, "safetensors dtype '%s' is not supported", t->dtype_name);
+        }
+        if (t->ndim != e->ndim || t->dtype != e->dtype) {
+            if (!e->problem)
+                e->problem =
+                    problemf(r, "%s stores it as %s of rank %d, another file as %s of rank %d",
+                             f->name, t->dtype_name, t->ndim, ckpt_dtype_name(e->dtype), e->ndim);
+            r->unmatched_storage++;
+            continue;
+        }
+        int64_t *box =
+            ckpt_arena_alloc(r->arena, sizeof(int64_t) * 2 * (size_t)(e->ndim ? e->ndim : 1));
+        if (!box) return nomem(err);
+        if (!chunk_offsets(f, t, box)) {
+            if (!e->problem)
+                e->problem = problemf(r,
+                                      "%s: __metadata__.DCP_SHARDING_INFO gives no valid "
+                                      "saved_offsets for it",
+                                      f->name);
+            r->unmatched_storage++;
+            continue;
+        }
+        if (e->ndim) memcpy(box + e->ndim, t->shape, sizeof(int64_t) * (size_t)e->ndim);
+        if (b->nrecs == b->recs_cap) {
+            size_t cap = b->recs_cap ? b->recs_cap * 2 : 1024;
+            hf_rec *m = realloc(b->recs, cap * sizeof *m);
+            if (!m) return nomem(err);
+            b->recs = m;
+            b->recs_cap = cap;
+        }
+        b->recs[b->nrecs++] = (hf_rec){.entry = (uint32_t)e->index,
+                                       .file_id = f->file_id,
+                                       .box = box,
+                                       .numel = t->numel,
+                                       .offset = t->data_offset,
+                                       .length = t->size};
+        e->nchunks++; /* counted here, filled by add_chunks */
+    }
+    return CKPT_OK;
 }
 
 static bool box_eq(const void *ctx, uint64_t v) {
@@ -339,57 +412,52 @@ static bool box_eq(const void *ctx, uint64_t v) {
                                    (size_t)e->ndim * sizeof(int64_t)) == 0);
 }
 
-/* Adds tensor t of file f as a chunk of its entry (whose chunk array has room). */
-static ckpt_status add_chunk(hf_build *b, const hf_file *f, const ts_st_tensor *t,
-                             ckpt_error *err) {
+/* The entries' chunks from the records, in order; a box seen before is dropped (the first
+ * file wins). */
+static ckpt_status add_chunks(hf_build *b, ckpt_error *err) {
     ckpt_reader *r = b->r;
-    ckpt_entry *e = ckpt_index_find(r, t->name);
-    if (t->ndim != e->ndim || t->dtype != e->dtype) {
-        if (!e->problem)
-            e->problem =
-                problemf(r, "%s stores it as %s of rank %d, another file as %s of rank %d", f->name,
-                         t->dtype_name, t->ndim, ckpt_dtype_name(e->dtype), e->ndim);
-        r->unmatched_storage++;
-        return CKPT_OK;
+    for (size_t i = 0; i < r->nentries; i++) {
+        ckpt_entry *e = &r->entries[i];
+        e->chunks = ckpt_arena_alloc(r->arena, (e->nchunks ? e->nchunks : 1) * sizeof *e->chunks);
+        int64_t *shape =
+            ckpt_arena_alloc(r->arena, sizeof(int64_t) * (size_t)(e->ndim ? e->ndim : 1));
+        if (!e->chunks || !shape) return nomem(err);
+        e->shape = e->ndim ? shape : NULL;
+        e->nchunks = 0;
     }
-    int64_t *box =
-        ckpt_arena_alloc(r->arena, sizeof(int64_t) * 2 * (size_t)(e->ndim ? e->ndim : 1));
-    if (!box) return nomem(err);
-    int64_t *off = box, *sz = box + e->ndim;
-    const char *bad = chunk_offsets(f, t, off);
-    if (bad) {
-        if (!e->problem)
-            e->problem = problemf(r,
-                                  "%s: __metadata__.DCP_SHARDING_INFO gives no valid "
-                                  "saved_offsets for it",
-                                  f->name);
-        r->unmatched_storage++;
-        return CKPT_OK;
+    ckpt_htab boxes;
+    if (!ckpt_htab_init(&boxes, b->nrecs)) return nomem(err);
+    ckpt_status s = CKPT_OK;
+    for (size_t i = 0; i < b->nrecs && s == CKPT_OK; i++) {
+        const hf_rec *x = &b->recs[i];
+        ckpt_entry *e = &r->entries[x->entry];
+        uint64_t eidx = e->index, v;
+        uint64_t h = ckpt_hash_bytes(x->box, sizeof(int64_t) * (size_t)e->ndim, eidx);
+        const void *ctx[3] = {r, x->box, &eidx};
+        if (ckpt_htab_find(&boxes, h, box_eq, ctx, &v)) {
+            r->unmatched_storage++;
+            continue;
+        }
+        ckpt_chunk *c = &e->chunks[e->nchunks];
+        memset(c, 0, sizeof *c);
+        c->offsets = x->box;
+        c->sizes = x->box + e->ndim;
+        c->numel = x->numel;
+        c->loc.file_id = -1;
+        if (x->numel) {
+            c->loc.file_id = x->file_id;
+            c->loc.raw = true;
+            c->loc.offset = x->offset;
+            c->loc.length = x->length;
+            r->info.stored_bytes += x->length;
+        }
+        if (!ckpt_htab_insert(&boxes, h, (eidx << 32) | e->nchunks))
+            s = nomem(err);
+        else
+            e->nchunks++;
     }
-    if (e->ndim) memcpy(sz, t->shape, sizeof(int64_t) * (size_t)e->ndim);
-    uint64_t eidx = e->index, v;
-    uint64_t h = ckpt_hash_bytes(off, sizeof(int64_t) * (size_t)e->ndim, eidx);
-    const void *ctx[3] = {r, off, &eidx};
-    if (ckpt_htab_find(&b->boxes, h, box_eq, ctx, &v)) {
-        r->unmatched_storage++; /* the same box again: the first file wins */
-        return CKPT_OK;
-    }
-    ckpt_chunk *c = &e->chunks[e->nchunks];
-    memset(c, 0, sizeof *c);
-    c->offsets = off;
-    c->sizes = sz;
-    c->numel = t->numel;
-    c->loc.file_id = -1;
-    if (t->numel) {
-        c->loc.file_id = f->file_id;
-        c->loc.raw = true;
-        c->loc.offset = t->data_offset;
-        c->loc.length = t->size;
-        r->info.stored_bytes += t->size;
-    }
-    if (!ckpt_htab_insert(&b->boxes, h, (eidx << 32) | e->nchunks)) return nomem(err);
-    e->nchunks++;
-    return CKPT_OK;
+    ckpt_htab_release(&boxes);
+    return s;
 }
 
 /* A tensor's size: the largest extent of its chunks (as torch's reader computes it). */
@@ -412,57 +480,41 @@ static void settle_shape(ckpt_reader *r, ckpt_entry *e) {
     e->nbytes = isz && numel <= (UINT64_C(1) << 62) / isz ? numel * isz : 0;
 }
 
-/* The weight_map's tensors are where it says (its files were indexed: they exist). */
-static ckpt_status check_weight_map(const hf_build *b, const char *path, const ckpt_json *map,
-                                    ckpt_error *err) {
-    for (size_t i = 0; i < map->len; i++) {
-        const ckpt_json_member *m = &map->u.members[i];
-        const char *fname = m->value.u.str;
-        const hf_file *f = NULL;
-        size_t lo = 0, hi = b->nfiles; /* b->files are sorted by name */
-        while (lo < hi && !f) {
-            size_t mid = lo + (hi - lo) / 2;
-            int c = strcmp(b->files[mid].name, fname);
-            if (c == 0)
-                f = &b->files[mid];
-            else if (c < 0)
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
-        const ts_st_tensor *t =
-            f && strlen(m->key) == m->key_len ? ts_safetensors_find(f->st, m->key) : NULL;
-        if (!t)
-            return ckpt_fail(err, CKPT_E_FORMAT,
-                             "%s: weight_map puts '%.200s' in %.200s, which does not hold it", path,
-                             m->key, fname);
-    }
-    return CKPT_OK;
+static int cmp_member_file(const void *a, const void *b) {
+    const ckpt_json_member *x = *(const ckpt_json_member *const *)a;
+    const ckpt_json_member *y = *(const ckpt_json_member *const *)b;
+    return strcmp(x->value.u.str, y->value.u.str);
 }
 
 ckpt_status ckpt_index_add_hf(ckpt_reader *r, ckpt_error *err) {
-    uint64_t budget = r->limits.max_metadata_bytes;
-    hf_build b = {.r = r};
+    hf_build b = {.r = r, .budget = r->limits.max_metadata_bytes};
     char **names = NULL; /* without an index: every *.safetensors file */
     const char **mapped = NULL;
-    size_t n = 0;
+    const ckpt_json_member **by_file = NULL; /* the weight_map's members, sorted by file */
+    size_t n = 0, next_member = 0;
     const ckpt_json *map = NULL;
+    hf_file f = {0};
     char index_path[4096];
     snprintf(index_path, sizeof index_path, "%s/%s", r->dir, CKPT_HF_INDEX_JSON);
-    ckpt_status s = CKPT_OK;
-    if (!(b.scratch = ckpt_arena_new(budget))) return nomem(err);
+    ckpt_arena *scratch = ckpt_arena_new(b.budget); /* the index json's parse */
+    if (!scratch) return nomem(err);
     /* With model.safetensors.index.json, the files its weight_map names, as transformers
      * loads them (a hub folder may hold other *.safetensors: fp16 variants, a consolidated
      * copy); torch's reader takes every file and ignores the index. */
     ckpt_error ierr = {0};
     uint64_t ibytes = 0;
-    s = read_weight_map(index_path, budget, b.scratch, &map, &ibytes, &ierr);
+    ckpt_status s = read_weight_map(index_path, b.budget, scratch, &map, &ibytes, &ierr);
     if (s == CKPT_E_NOTFOUND) {
         s = ckpt_hf_list(r->dir, &names, &n, NULL, err);
     } else if (s == CKPT_OK) {
-        budget -= ibytes;
+        b.budget -= ibytes;
         r->info.metadata_bytes += ibytes;
         s = map_files(map, &mapped, &n, err);
+        if (s == CKPT_OK && !(by_file = malloc((map->len ? map->len : 1) * sizeof *by_file)))
+            s = nomem(err);
+        for (size_t i = 0; s == CKPT_OK && i < map->len; i++)
+            by_file[i] = &map->u.members[i];
+        if (s == CKPT_OK) qsort(by_file, map->len, sizeof *by_file, cmp_member_file);
     } else if (err) {
         *err = ierr;
     }
@@ -471,80 +523,42 @@ ckpt_status ckpt_index_add_hf(ckpt_reader *r, ckpt_error *err) {
                       "%s: no .metadata file and no *.safetensors file (not a checkpoint, or an "
                       "incomplete one)",
                       r->dir);
-    if (s != CKPT_OK) goto done;
-    b.nfiles = n;
-    if (!(b.files = calloc(n, sizeof *b.files))) {
-        s = nomem(err);
-        goto done;
-    }
-    for (size_t i = 0; i < n; i++)
-        b.files[i].name = names ? names[i] : mapped[i];
-    size_t total = 0;
+    /* one file at a time: only its header is held, the rest becomes records */
     for (size_t i = 0; i < n && s == CKPT_OK; i++) {
-        s = open_file(&b, &b.files[i], &budget, err);
+        f = (hf_file){.name = names ? names[i] : mapped[i]};
+        s = open_file(&b, &f, err);
         if (s == CKPT_E_NOTFOUND && map)
             ckpt_fail(err, s,
                       "%s: weight_map names %s, which is missing (an incomplete checkpoint)",
-                      index_path, b.files[i].name);
-        if (s == CKPT_OK) total += ts_safetensors_num_tensors(b.files[i].st);
-    }
-    if (s != CKPT_OK) goto done;
-    /* the entries, in order of first appearance; each counts its chunks in nchunks */
-    for (size_t i = 0; i < n; i++) {
-        for (size_t k = 0; k < ts_safetensors_num_tensors(b.files[i].st); k++) {
-            const ts_st_tensor *t = ts_safetensors_tensor(b.files[i].st, k);
-            ckpt_entry *e = ckpt_index_find(r, t->name);
-            if (!e) {
-                if (!(e = ckpt_index_new_entry(r, t->name))) {
-                    s = nomem(err);
-                    goto done;
-                }
-                e->kind = CKPT_ENTRY_TENSOR;
-                e->dtype = t->dtype;
-                e->ndim = t->ndim;
-                if (t->dtype == CKPT_DTYPE_INVALID)
-                    e->problem =
-                        problemf(r, "safetensors dtype '%s' is not supported", t->dtype_name);
-            }
-            e->nchunks++;
+                      index_path, f.name);
+        if (s == CKPT_OK) s = take_tensors(&b, &f, err);
+        /* the weight_map's tensors of this file are in it (files and members are sorted) */
+        while (s == CKPT_OK && map && next_member < map->len &&
+               strcmp(by_file[next_member]->value.u.str, f.name) == 0) {
+            const ckpt_json_member *m = by_file[next_member++];
+            if (strlen(m->key) != m->key_len || !ts_safetensors_find(f.st, m->key))
+                s = ckpt_fail(err, CKPT_E_FORMAT,
+                              "%s: weight_map puts '%.200s' in %.200s, which does not hold it",
+                              index_path, m->key, f.name);
         }
+        close_file(&f);
     }
-    for (size_t i = 0; i < r->nentries; i++) {
-        ckpt_entry *e = &r->entries[i];
-        e->chunks = ckpt_arena_alloc(r->arena, e->nchunks * sizeof *e->chunks);
-        int64_t *shape =
-            ckpt_arena_alloc(r->arena, sizeof(int64_t) * (size_t)(e->ndim ? e->ndim : 1));
-        if (!e->chunks || !shape) {
-            s = nomem(err);
-            goto done;
-        }
-        e->shape = e->ndim ? shape : NULL;
-        e->nchunks = 0;
+    if (s == CKPT_OK) s = add_chunks(&b, err);
+    if (s == CKPT_OK) {
+        for (size_t i = 0; i < r->nentries; i++)
+            settle_shape(r, &r->entries[i]);
+        r->info.hf_storage = true;
+        r->info.format_hint = map ? "HuggingFace safetensors storage (model.safetensors.index.json)"
+                              : b.sharded
+                                  ? "HuggingFace safetensors storage, sharded (DCP_SHARDING_INFO)"
+                                  : "HuggingFace safetensors storage";
     }
-    if (!ckpt_htab_init(&b.boxes, total)) {
-        s = nomem(err);
-        goto done;
-    }
-    for (size_t i = 0; i < n && s == CKPT_OK; i++)
-        for (size_t k = 0; k < ts_safetensors_num_tensors(b.files[i].st) && s == CKPT_OK; k++)
-            s = add_chunk(&b, &b.files[i], ts_safetensors_tensor(b.files[i].st, k), err);
-    ckpt_htab_release(&b.boxes);
-    if (s != CKPT_OK) goto done;
-    for (size_t i = 0; i < r->nentries; i++)
-        settle_shape(r, &r->entries[i]);
-    if (map) CKPT_TRY_GOTO(s, check_weight_map(&b, index_path, map, err), done);
-    r->info.hf_storage = true;
-    r->info.format_hint = map ? "HuggingFace safetensors storage (model.safetensors.index.json)"
-                          : b.files[0].sharding
-                              ? "HuggingFace safetensors storage, sharded (DCP_SHARDING_INFO)"
-                              : "HuggingFace safetensors storage";
-done:
-    for (size_t i = 0; b.files && i < b.nfiles; i++)
-        ts_safetensors_free(b.files[i].st);
-    free(b.files);
-    ckpt_arena_free(b.scratch);
-    ckpt_hf_names_free(names, names ? n : 0);
+    close_file(&f);
+    free(b.recs);
+    free(by_file);
     free(mapped);
+    ckpt_hf_names_free(names, names ? n : 0);
+    ckpt_arena_free(scratch);
     return s;
 }
 

@@ -233,6 +233,27 @@ static ckpt_status parse_number(json_parser *p, ckpt_json *v) {
         while (i < p->n && is_digit(p->s[i]))
             i++;
     }
+    v->type = CKPT_JSON_NUMBER;
+    uint64_t mag = 0;
+    bool fits = integral;
+    for (size_t k = start + (neg ? 1 : 0); fits && k < i; k++) {
+        unsigned dig = p->s[k] - '0';
+        if (mag > (UINT64_MAX - dig) / 10)
+            fits = false;
+        else
+            mag = mag * 10 + dig;
+    }
+    if (fits && (neg ? mag <= (uint64_t)INT64_MAX + 1 : mag <= (uint64_t)INT64_MAX)) {
+        v->is_int = true;
+        v->u.num.i = !neg                        ? (int64_t)mag
+                     : mag > (uint64_t)INT64_MAX ? INT64_MIN
+                                                 : -(int64_t)mag;
+    }
+    if (fits && mag <= (UINT64_C(1) << 53)) { /* exact as a double: what strtod would give */
+        v->u.num.d = neg ? -(double)mag : (double)mag;
+        p->pos = i;
+        return CKPT_OK;
+    }
     size_t len = i - start;
     char small[64], *buf = small;
     if (len >= sizeof small) {
@@ -246,26 +267,7 @@ static ckpt_status parse_number(json_parser *p, ckpt_json *v) {
     bool overflow = errno == ERANGE && isinf(d);
     if (buf != small) free(buf);
     if (overflow) return jfail(p, start, "number out of range of a double");
-    v->type = CKPT_JSON_NUMBER;
     v->u.num.d = d;
-    if (integral) {
-        uint64_t mag = 0;
-        bool fits = true;
-        for (size_t k = start + (neg ? 1 : 0); k < i; k++) {
-            unsigned dig = p->s[k] - '0';
-            if (mag > (UINT64_MAX - dig) / 10) {
-                fits = false;
-                break;
-            }
-            mag = mag * 10 + dig;
-        }
-        if (fits && (neg ? mag <= (uint64_t)INT64_MAX + 1 : mag <= (uint64_t)INT64_MAX)) {
-            v->is_int = true;
-            v->u.num.i = !neg                        ? (int64_t)mag
-                         : mag > (uint64_t)INT64_MAX ? INT64_MIN
-                                                     : -(int64_t)mag;
-        }
-    }
     p->pos = i;
     return CKPT_OK;
 }
