@@ -252,18 +252,6 @@ typedef struct hf_build {
     bool sharded;    /* some file has DCP_SHARDING_INFO */
 } hf_build;
 
-static const char *problemf(ckpt_reader *r, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static const char *problemf(ckpt_reader *r, const char *fmt, ...) {
-    char buf[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    const char *p = ckpt_arena_strndup(r->arena, buf, strlen(buf));
-    return p ? p : "(out of memory describing a problem)";
-}
-
 static void close_file(hf_file *f) {
     ts_safetensors_free(f->st);
     ckpt_arena_free(f->scratch);
@@ -362,13 +350,14 @@ static ckpt_status take_tensors(hf_build *b, const hf_file *f, ckpt_error *err) 
             e->dtype = t->dtype;
             e->ndim = t->ndim;
             if (t->dtype == CKPT_DTYPE_INVALID)
-                e->problem = problemf(r, "safetensors dtype '%s' is not supported", t->dtype_name);
+                e->problem = ckpt_index_problemf(
+                    r->arena, "safetensors dtype '%s' is not supported", t->dtype_name);
         }
         if (t->ndim != e->ndim || t->dtype != e->dtype) {
             if (!e->problem)
-                e->problem =
-                    problemf(r, "%s stores it as %s of rank %d, another file as %s of rank %d",
-                             f->name, t->dtype_name, t->ndim, ckpt_dtype_name(e->dtype), e->ndim);
+                e->problem = ckpt_index_problemf(
+                    r->arena, "%s stores it as %s of rank %d, another file as %s of rank %d",
+                    f->name, t->dtype_name, t->ndim, ckpt_dtype_name(e->dtype), e->ndim);
             r->unmatched_storage++;
             continue;
         }
@@ -377,10 +366,11 @@ static ckpt_status take_tensors(hf_build *b, const hf_file *f, ckpt_error *err) 
         if (!box) return nomem(err);
         if (!chunk_offsets(f, t, box)) {
             if (!e->problem)
-                e->problem = problemf(r,
-                                      "%s: __metadata__.DCP_SHARDING_INFO gives no valid "
-                                      "saved_offsets for it",
-                                      f->name);
+                e->problem =
+                    ckpt_index_problemf(r->arena,
+                                        "%s: __metadata__.DCP_SHARDING_INFO gives no valid "
+                                        "saved_offsets for it",
+                                        f->name);
             r->unmatched_storage++;
             continue;
         }
@@ -470,7 +460,8 @@ static void settle_shape(ckpt_reader *r, ckpt_entry *e) {
             if (e->chunks[k].offsets[d] + e->chunks[k].sizes[d] > shape[d])
                 shape[d] = e->chunks[k].offsets[d] + e->chunks[k].sizes[d];
         if (shape[d] && numel > (UINT64_C(1) << 62) / (uint64_t)shape[d]) {
-            if (!e->problem) e->problem = problemf(r, "tensor has too many elements");
+            if (!e->problem)
+                e->problem = ckpt_index_problemf(r->arena, "tensor has too many elements");
             numel = 0;
         }
         numel *= (uint64_t)shape[d];

@@ -122,15 +122,14 @@ static const char *dtype_name_of(const pk_value *props) {
     return dt && dt->type == PK_GLOBAL ? dt->u.global.name : NULL;
 }
 
-static const char *problemf(ckpt_arena *a, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static const char *problemf(ckpt_arena *a, const char *fmt, ...) {
+const char *ckpt_index_problemf(ckpt_arena *a, const char *fmt, ...) {
     char buf[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    return ckpt_arena_strndup(a, buf, strlen(buf));
+    const char *p = ckpt_arena_strndup(a, buf, strlen(buf));
+    return p ? p : "(out of memory describing a problem)"; /* never lose the problem */
 }
 
 static bool boxes_equal(const int64_t *a, const int64_t *b, int ndim) {
@@ -144,7 +143,7 @@ static ckpt_status walk_tensor(walk *w, ckpt_entry *e, bool merging, const pk_va
     int64_t shape[CKPT_MAX_NDIM];
     size_t ndim = 0;
     if (!pk_as_int_seq(pk_get_cached(v, "size", &w->keys.size), shape, CKPT_MAX_NDIM, &ndim)) {
-        e->problem = problemf(w->arena, "tensor size is missing or malformed");
+        e->problem = ckpt_index_problemf(w->arena, "tensor size is missing or malformed");
         return CKPT_OK;
     }
     if (!merging) {
@@ -152,7 +151,8 @@ static ckpt_status walk_tensor(walk *w, ckpt_entry *e, bool merging, const pk_va
         const char *dn = dtype_name_of(pk_get_cached(v, "properties", &w->keys.properties));
         e->dtype = ckpt_dtype_from_name(dn);
         if (e->dtype == CKPT_DTYPE_INVALID)
-            e->problem = problemf(w->arena, "unknown or missing dtype '%s'", dn ? dn : "?");
+            e->problem =
+                ckpt_index_problemf(w->arena, "unknown or missing dtype '%s'", dn ? dn : "?");
         e->ndim = (int)ndim;
         int64_t *s = ckpt_arena_alloc(w->arena, (ndim ? ndim : 1) * sizeof *s);
         if (!s) return nomem(err);
@@ -161,12 +161,13 @@ static ckpt_status walk_tensor(walk *w, ckpt_entry *e, bool merging, const pk_va
         uint64_t numel = 1;
         for (size_t d = 0; d < ndim; d++) {
             if (shape[d] < 0) {
-                e->problem = problemf(w->arena, "negative dimension %lld", (long long)shape[d]);
+                e->problem =
+                    ckpt_index_problemf(w->arena, "negative dimension %lld", (long long)shape[d]);
                 numel = 0;
                 break;
             }
             if (shape[d] && numel > (UINT64_C(1) << 62) / (uint64_t)shape[d]) {
-                e->problem = problemf(w->arena, "tensor has too many elements");
+                e->problem = ckpt_index_problemf(w->arena, "tensor has too many elements");
                 numel = 0;
                 break;
             }
@@ -176,13 +177,14 @@ static ckpt_status walk_tensor(walk *w, ckpt_entry *e, bool merging, const pk_va
         size_t isz = ckpt_dtype_itemsize(e->dtype);
         e->nbytes = isz && numel <= (UINT64_C(1) << 62) / isz ? numel * isz : 0;
     } else if ((int)ndim != e->ndim || memcmp(shape, e->shape, ndim * sizeof *shape) != 0) {
-        e->problem = problemf(w->arena, "rank-local metadata files disagree on the shape");
+        e->problem =
+            ckpt_index_problemf(w->arena, "rank-local metadata files disagree on the shape");
         return CKPT_OK;
     }
 
     const pk_value *chunks = pk_get_cached(v, "chunks", &w->keys.chunks);
     if (!chunks || (chunks->type != PK_LIST && chunks->type != PK_TUPLE)) {
-        e->problem = problemf(w->arena, "tensor has no chunk list");
+        e->problem = ckpt_index_problemf(w->arena, "tensor has no chunk list");
         return CKPT_OK;
     }
     size_t n = pk_len(chunks);
@@ -201,8 +203,8 @@ static ckpt_status walk_tensor(walk *w, ckpt_entry *e, bool merging, const pk_va
                            &n1) ||
             !pk_as_int_seq(pk_get_cached(c, "sizes", &w->keys.sizes), sz, ndim ? ndim : 1, &n2) ||
             n1 != ndim || n2 != ndim) {
-            e->problem =
-                problemf(w->arena, "chunk %zu: offsets/sizes missing or not of rank %zu", i, ndim);
+            e->problem = ckpt_index_problemf(
+                w->arena, "chunk %zu: offsets/sizes missing or not of rank %zu", i, ndim);
             continue;
         }
         uint64_t numel = 1;
@@ -213,7 +215,8 @@ static ckpt_status walk_tensor(walk *w, ckpt_entry *e, bool merging, const pk_va
             numel *= (uint64_t)(sz[d] < 0 ? 0 : sz[d]);
         }
         if (!inside) {
-            e->problem = problemf(w->arena, "chunk %zu lies outside the tensor's shape", i);
+            e->problem =
+                ckpt_index_problemf(w->arena, "chunk %zu lies outside the tensor's shape", i);
             continue;
         }
         if (merging) { /* rank-local merge: drop boxes already present */
@@ -388,7 +391,8 @@ ckpt_status ckpt_walk_sdm(walk *w, ckpt_pairs p, size_t base, unsigned threads, 
             e->loc.problem = "no storage_data entry for this object";
         } else {
             e->kind = CKPT_ENTRY_OBJECT;
-            e->problem = problemf(r->arena, "unknown storage metadata class '%s'", cls ? cls : "?");
+            e->problem = ckpt_index_problemf(r->arena, "unknown storage metadata class '%s'",
+                                             cls ? cls : "?");
         }
     }
     /* pass 2: the new tensors (the lazily built chunk index is not thread-safe) */

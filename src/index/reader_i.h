@@ -120,6 +120,10 @@ ckpt_status ckpt_reader_open_buffer(const char *dir, const uint8_t *buf, size_t 
 /* The entry of `key`, or NULL; a new entry for `key` (NULL when out of memory). */
 ckpt_entry *ckpt_index_find(ckpt_reader *r, const char *key);
 ckpt_entry *ckpt_index_new_entry(ckpt_reader *r, const char *key);
+/* A formatted description of an entry's or a chunk's defect, in arena a (a fixed text when
+ * out of memory: never NULL). */
+const char *ckpt_index_problemf(ckpt_arena *a, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 /* Adds one decoded metadata pickle (of `file`, for messages) to the index. */
 ckpt_status ckpt_index_add_metadata(ckpt_reader *r, const char *file, const pk_doc *doc,
                                     ckpt_error *err);

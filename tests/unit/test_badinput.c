@@ -35,13 +35,6 @@ static char *case_path(const char *name, const char *rel) {
     return p;
 }
 
-static void spit(const char *path, const void *buf, size_t len) {
-    FILE *f = fopen(path, "wb");
-    cr_assert(f, "cannot create %s: %s", path, strerror(errno));
-    cr_assert_eq(fwrite(buf, 1, len, f), len);
-    cr_assert_eq(fclose(f), 0);
-}
-
 #define expect_has(msg, needle)                                                                    \
     cr_expect(strstr((msg), (needle)) != NULL, "message \"%s\" should mention \"%s\"", (msg),      \
               (needle))
@@ -237,20 +230,7 @@ static void tmp_copy_base(tmpckpt *t) {
     snprintf(t->dir, sizeof t->dir, "/tmp/ckpt-badinput-XXXXXX");
     cr_assert(mkdtemp(t->dir), "mkdtemp: %s", strerror(errno));
     char *src = case_path("base", "ckpt");
-    DIR *d = opendir(src);
-    cr_assert(d, "%s: %s", src, strerror(errno));
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-        char from[4096], to[4096];
-        snprintf(from, sizeof from, "%s/%s", src, de->d_name);
-        snprintf(to, sizeof to, "%s/%s", t->dir, de->d_name);
-        size_t n;
-        uint8_t *buf = tu_read_file(from, &n);
-        spit(to, buf, n);
-        free(buf);
-    }
-    closedir(d);
+    tu_copy_files(src, t->dir);
     free(src);
 }
 
@@ -774,7 +754,7 @@ Test(badinput, truncated_metadata_every_offset, .timeout = 240) {
     uint8_t *md = tu_read_file(p, &n);
     cr_assert_gt(n, 100);
     for (size_t k = 0; k < n; k++) {
-        spit(p, md, k);
+        tu_write_file(p, md, k);
         ckpt_reader *r = (ckpt_reader *)&r;
         ckpt_error err = {0};
         ckpt_status s = ckpt_reader_open(t.dir, NULL, &r, &err);
@@ -807,7 +787,7 @@ Test(badinput, bitflipped_metadata_every_byte, .timeout = 240) {
         for (int way = 0; way < 2; way++) {
             uint8_t saved = md[k];
             md[k] ^= way ? 0xFF : (uint8_t)(1u << (k % 8));
-            spit(p, md, n);
+            tu_write_file(p, md, n);
             md[k] = saved;
             ckpt_reader *r = NULL;
             ckpt_error err = {0};
@@ -930,7 +910,7 @@ Test(badinput, zip_central_directory_flips, .timeout = 240) {
 
     /* the signature of the first central directory header */
     buf[cd] ^= 0xFF;
-    spit(p, buf, n);
+    tu_write_file(p, buf, n);
     buf[cd] ^= 0xFF;
     r = open_ok(t.dir);
     ckpt_error err;
@@ -953,7 +933,7 @@ Test(badinput, zip_central_directory_flips, .timeout = 240) {
     size_t ok = 0, bad = 0;
     for (uint64_t k = cd; k < off + len; k++) {
         buf[k] ^= 0xFF;
-        spit(p, buf, n);
+        tu_write_file(p, buf, n);
         buf[k] ^= 0xFF;
         r = open_ok(t.dir);
         uint8_t got[48];
@@ -997,7 +977,7 @@ Test(badinput, item_every_byte_flipped, .timeout = 240) {
     uint8_t *buf = tu_read_file(p, &n);
     for (uint64_t k = off; k < off + len; k++) {
         buf[k] ^= 0xFF;
-        spit(p, buf, n);
+        tu_write_file(p, buf, n);
         buf[k] ^= 0xFF;
         r = open_ok(t.dir);
         ckpt_status s = poke_everything(r);

@@ -27,13 +27,6 @@ typedef struct tmpdir {
     ref_fixture ref;
 } tmpdir;
 
-static void spit(const char *path, const void *buf, size_t len) {
-    FILE *f = fopen(path, "wb");
-    cr_assert(f, "cannot create %s: %s", path, strerror(errno));
-    cr_assert_eq(fwrite(buf, 1, len, f), len);
-    cr_assert_eq(fclose(f), 0);
-}
-
 /* A private copy of fixture `name`'s checkpoint (its files; no subdirectories). */
 static void copy_fixture(tmpdir *t, const char *name) {
     cr_assert_eq(ref_load(name, &t->ref), 0, "fixture %s missing in %s", name, ref_fixtures_dir());
@@ -41,21 +34,7 @@ static void copy_fixture(tmpdir *t, const char *name) {
     cr_assert(mkdtemp(t->root), "mkdtemp: %s", strerror(errno));
     snprintf(t->dir, sizeof t->dir, "%s/ckpt", t->root);
     cr_assert_eq(mkdir(t->dir, 0755), 0, "mkdir %s: %s", t->dir, strerror(errno));
-    DIR *d = opendir(t->ref.ckpt_dir);
-    cr_assert(d, "%s: %s", t->ref.ckpt_dir, strerror(errno));
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        char from[4096], to[4096];
-        snprintf(from, sizeof from, "%s/%s", t->ref.ckpt_dir, de->d_name);
-        struct stat st;
-        if (stat(from, &st) != 0 || !S_ISREG(st.st_mode)) continue;
-        snprintf(to, sizeof to, "%s/%s", t->dir, de->d_name);
-        size_t n;
-        uint8_t *buf = tu_read_file(from, &n);
-        spit(to, buf, n);
-        free(buf);
-    }
-    closedir(d);
+    tu_copy_files(t->ref.ckpt_dir, t->dir);
 }
 
 static void path_of(const tmpdir *t, const char *file, char *out, size_t cap) {
@@ -92,7 +71,7 @@ static void patch(const tmpdir *t, const char *file, const char *from, const cha
     uint8_t *hit = memmem(buf, n, from, k);
     cr_assert(hit, "%s does not contain \"%s\"", file, from);
     memcpy(hit, to, k);
-    spit(p, buf, n);
+    tu_write_file(p, buf, n);
     free(buf);
 }
 
@@ -161,6 +140,20 @@ static void expect_open_fails(const tmpdir *t, ckpt_status code, const char *con
     ckpt_reader_free(r);
 }
 
+/* The copy opens; `key` alone has a problem that names each of `words` and fails to read
+ * (CKPT_E_FORMAT), every other tensor reads as torch read it. */
+static void expect_entry_problem(const tmpdir *t, const char *key, const char *const *words) {
+    ckpt_reader *r = open_ok(t);
+    const ckpt_entry *e = ckpt_reader_find(r, key);
+    cr_assert(e, "'%s' is not indexed", key);
+    cr_assert(ckpt_entry_problem(e), "'%s': the defect went unnoticed", key);
+    for (size_t i = 0; words[i]; i++)
+        expect_has(ckpt_entry_problem(e), words[i]);
+    const char *bad[] = {key, NULL};
+    cr_expect_eq(expect_reads(t, r, bad, CKPT_E_FORMAT, NULL), t->ref.n - 1);
+    ckpt_reader_free(r);
+}
+
 /* ------------------------------------------------------------------------------ tests */
 
 Test(hf_storage, intact_copies_read_like_torch) {
@@ -219,7 +212,7 @@ Test(hf_storage, index_json_limits_the_files) {
     path_of(&t, "model-00001-of-00002.fp16.safetensors", to, sizeof to);
     size_t n;
     uint8_t *buf = tu_read_file(from, &n);
-    spit(to, buf, n);
+    tu_write_file(to, buf, n);
     free(buf);
     patch(&t, "model-00001-of-00002.fp16.safetensors", "\"F32\"", "\"I32\"");
     ckpt_reader *r = open_ok(&t);
@@ -246,7 +239,7 @@ Test(hf_storage, index_json_path_traversal_is_not_followed) {
     path_of(&t, "model-00002-of-00002.safetensors", from, sizeof from);
     size_t n;
     uint8_t *buf = tu_read_file(from, &n);
-    spit(decoy, buf, n);
+    tu_write_file(decoy, buf, n);
     free(buf);
     patch(&t, "model.safetensors.index.json",
           "\"model.scalar\": \"model-00002-of-00002.safetensors\"",
@@ -344,15 +337,9 @@ Test(hf_storage, sharding_info_without_a_tensor) {
     copy_fixture(&t, "hf_sharded");
     patch(&t, "shard-00002-model-00001-of-00001.safetensors", "model.head.weight\\\"",
           "model.heax.weight\\\"");
-    ckpt_reader *r = open_ok(&t);
-    const ckpt_entry *e = ckpt_reader_find(r, "model.head.weight");
-    cr_assert(e);
-    cr_assert(ckpt_entry_problem(e));
-    expect_has(ckpt_entry_problem(e), "shard-00002-model-00001-of-00001.safetensors");
-    expect_has(ckpt_entry_problem(e), "saved_offsets");
-    const char *bad[] = {"model.head.weight", NULL};
-    cr_expect_eq(expect_reads(&t, r, bad, CKPT_E_FORMAT, NULL), t.ref.n - 1);
-    ckpt_reader_free(r);
+    expect_entry_problem(
+        &t, "model.head.weight",
+        (const char *[]){"shard-00002-model-00001-of-00001.safetensors", "saved_offsets", NULL});
     remove_copy(&t);
 }
 
@@ -360,13 +347,7 @@ Test(hf_storage, files_disagree_on_a_dtype) {
     tmpdir t;
     copy_fixture(&t, "hf_sharded");
     patch(&t, "shard-00002-model-00001-of-00001.safetensors", "\"F16\"", "\"I16\"");
-    ckpt_reader *r = open_ok(&t);
-    const ckpt_entry *e = ckpt_reader_find(r, "model.head.weight");
-    cr_assert(ckpt_entry_problem(e), "a dtype disagreement went unnoticed");
-    expect_has(ckpt_entry_problem(e), "I16");
-    const char *bad[] = {"model.head.weight", NULL};
-    cr_expect_eq(expect_reads(&t, r, bad, CKPT_E_FORMAT, NULL), t.ref.n - 1);
-    ckpt_reader_free(r);
+    expect_entry_problem(&t, "model.head.weight", (const char *[]){"I16", "float16", NULL});
     remove_copy(&t);
 }
 
@@ -376,7 +357,7 @@ Test(hf_storage, hostile_header_length) {
     char p[4096];
     path_of(&t, "evil.safetensors", p, sizeof p);
     uint8_t head[16] = {0, 0, 0, 0, 0, 1, 0, 0, '{', '}'}; /* N = 2^40 */
-    spit(p, head, sizeof head);
+    tu_write_file(p, head, sizeof head);
     expect_open_fails(&t, CKPT_E_LIMIT, (const char *[]){"evil.safetensors", "header", NULL});
     remove_copy(&t);
 }

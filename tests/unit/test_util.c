@@ -2,10 +2,12 @@
 #include "test_util.h"
 
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 uint8_t *tu_read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
@@ -21,4 +23,29 @@ uint8_t *tu_read_file(const char *path, size_t *len) {
     buf[n] = '\0';
     if (len) *len = (size_t)n;
     return buf;
+}
+
+void tu_write_file(const char *path, const void *buf, size_t len) {
+    FILE *f = fopen(path, "wb");
+    cr_assert(f, "cannot create %s: %s", path, strerror(errno));
+    cr_assert_eq(fwrite(buf, 1, len, f), len);
+    cr_assert_eq(fclose(f), 0);
+}
+
+void tu_copy_files(const char *from, const char *to) {
+    DIR *d = opendir(from);
+    cr_assert(d, "%s: %s", from, strerror(errno));
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        char src[4096], dst[4096];
+        snprintf(src, sizeof src, "%s/%s", from, de->d_name);
+        struct stat st;
+        if (stat(src, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+        snprintf(dst, sizeof dst, "%s/%s", to, de->d_name);
+        size_t n;
+        uint8_t *buf = tu_read_file(src, &n);
+        tu_write_file(dst, buf, n);
+        free(buf);
+    }
+    closedir(d);
 }

@@ -34,13 +34,18 @@ def timed(cmd, **kw):
     return time.perf_counter() - t0
 
 
+def libckpt_open(a, d):
+    """bench_open's JSON: best of RUNS opens of checkpoint directory d."""
+    out = subprocess.run([os.path.join(a.build, "tools/bench/bench_open"), d, str(a.runs)],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
 def bench_index(a):
     d = os.path.join(a.work, f"meta-{a.chunks}")
     if not os.path.exists(os.path.join(d, ".metadata")):
         subprocess.run([sys.executable, os.path.join(HERE, "make_big_metadata.py"), str(a.chunks), d], check=True)
-    out = subprocess.run([os.path.join(a.build, "tools/bench/bench_open"), d, str(a.runs)],
-                         check=True, capture_output=True, text=True).stdout
-    c = json.loads(out)
+    c = libckpt_open(a, d)
     py = subprocess.run([sys.executable, "-c", f"""
 import pickle, time, torch, torch.distributed.checkpoint
 best = 1e9
@@ -105,9 +110,7 @@ def bench_hf(a):
             f.write(HF_WRITER)
         subprocess.run([sys.executable, script, d, str(a.hf_tensors)], check=True,
                        stderr=subprocess.DEVNULL)
-    out = subprocess.run([os.path.join(a.build, "tools/bench/bench_open"), d, str(a.runs)],
-                         check=True, capture_output=True, text=True).stdout
-    c = json.loads(out)
+    c = libckpt_open(a, d)
     py = subprocess.run([sys.executable, "-c", f"""
 import time, torch
 from torch.distributed.checkpoint import HuggingFaceStorageReader
