@@ -245,9 +245,7 @@ static ckpt_status parse_number(json_parser *p, ckpt_json *v) {
     }
     if (fits && (neg ? mag <= (uint64_t)INT64_MAX + 1 : mag <= (uint64_t)INT64_MAX)) {
         v->is_int = true;
-        v->u.num.i = !neg                        ? (int64_t)mag
-                     : mag > (uint64_t)INT64_MAX ? INT64_MIN
-                                                 : -(int64_t)mag;
+        v->u.num.i = !neg ? (int64_t)mag : mag > (uint64_t)INT64_MAX ? INT64_MIN : -(int64_t)mag;
     }
     if (fits && mag <= (UINT64_C(1) << 53)) { /* exact as a double: what strtod would give */
         v->u.num.d = neg ? -(double)mag : (double)mag;
