@@ -555,6 +555,17 @@ def test_default_io_mode_follows_the_kernel():
             m.close()
 
 
+def expect_listed_but_eio(m, name):
+    """A step that fails to index is listed (once the top level is rescanned) and reads as
+    EIO, never as an empty or missing directory."""
+    deadline = time.time() + 10
+    while name not in os.listdir(m.dir) and time.time() < deadline:
+        time.sleep(0.3)
+    with pytest.raises(OSError) as e:
+        os.listdir(m.dir / name)
+    assert e.value.errno == errno.EIO
+
+
 def test_directory_of_checkpoints(tmp_path):
     root = tmp_path / "run"
     root.mkdir()
@@ -603,12 +614,7 @@ def test_directory_of_checkpoints(tmp_path):
         # a step whose metadata is damaged is listed, fails with EIO, and the rest still reads
         shutil.copytree(FIXTURES / "fsdp2_ws1" / "ckpt", root / "step-50")
         (root / "step-50" / ".metadata").write_bytes(b"\x80\x04garbage")
-        deadline = time.time() + 10
-        while "step-50" not in os.listdir(m.dir) and time.time() < deadline:
-            time.sleep(0.3)
-        with pytest.raises(OSError) as e:
-            os.listdir(m.dir / "step-50")
-        assert e.value.errno == errno.EIO
+        expect_listed_but_eio(m, "step-50")
         assert os.readlink(m.dir / "latest") == "step-300"
         for p, v in ref1.tensors.items():
             assert (m.dir / "step-300" / p).read_bytes() == v[2]
@@ -687,12 +693,7 @@ def test_directory_of_huggingface_checkpoints(tmp_path):
         shutil.copytree(FIXTURES / "hf_sharded" / "ckpt", root / "step-50")
         with open(root / "step-50" / "shard-00002-model-00001-of-00001.safetensors", "r+b") as f:
             f.write(struct.pack("<Q", 1 << 40))
-        deadline = time.time() + 10
-        while "step-50" not in os.listdir(m.dir) and time.time() < deadline:
-            time.sleep(0.3)
-        with pytest.raises(OSError) as e:
-            os.listdir(m.dir / "step-50")
-        assert e.value.errno == errno.EIO
+        expect_listed_but_eio(m, "step-50")
         assert (m.dir / "step-200" / next(iter(refs["step-200"].tensors))).read_bytes()
     finally:
         m.close()

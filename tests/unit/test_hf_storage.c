@@ -41,6 +41,12 @@ static void path_of(const tmpdir *t, const char *file, char *out, size_t cap) {
     snprintf(out, cap, "%s/%s", t->dir, file);
 }
 
+static void remove_from_copy(const tmpdir *t, const char *file) {
+    char p[4096];
+    path_of(t, file, p, sizeof p);
+    cr_assert_eq(unlink(p), 0, "%s: %s", p, strerror(errno));
+}
+
 static void remove_files(const char *dir) {
     DIR *d = opendir(dir);
     if (!d) return;
@@ -180,9 +186,7 @@ Test(hf_storage, intact_copies_read_like_torch) {
 Test(hf_storage, index_json_names_a_missing_file) {
     tmpdir t;
     copy_fixture(&t, "hf_full");
-    char p[4096];
-    path_of(&t, "model-00002-of-00002.safetensors", p, sizeof p);
-    cr_assert_eq(unlink(p), 0);
+    remove_from_copy(&t, "model-00002-of-00002.safetensors");
     /* torch's reader would silently drop the tensors of that file */
     expect_open_fails(&t, CKPT_E_NOTFOUND,
                       (const char *[]){"model.safetensors.index.json",
@@ -190,12 +194,18 @@ Test(hf_storage, index_json_names_a_missing_file) {
     remove_copy(&t);
 }
 
+/* hf_full's index json, with model.scalar mapped to `file` (as long as its real file's name). */
+static void remap_scalar(const tmpdir *t, const char *file) {
+    char to[128];
+    snprintf(to, sizeof to, "\"model.scalar\": \"%s\"", file);
+    patch(t, "model.safetensors.index.json",
+          "\"model.scalar\": \"model-00002-of-00002.safetensors\"", to);
+}
+
 Test(hf_storage, index_json_maps_a_tensor_to_the_wrong_file) {
     tmpdir t;
     copy_fixture(&t, "hf_full");
-    patch(&t, "model.safetensors.index.json",
-          "\"model.scalar\": \"model-00002-of-00002.safetensors\"",
-          "\"model.scalar\": \"model-00001-of-00002.safetensors\"");
+    remap_scalar(&t, "model-00001-of-00002.safetensors");
     expect_open_fails(&t, CKPT_E_FORMAT,
                       (const char *[]){"model.scalar", "model-00001-of-00002.safetensors",
                                        "does not hold it", NULL});
@@ -210,19 +220,14 @@ Test(hf_storage, index_json_limits_the_files) {
     char from[4096], to[4096];
     path_of(&t, "model-00001-of-00002.safetensors", from, sizeof from);
     path_of(&t, "model-00001-of-00002.fp16.safetensors", to, sizeof to);
-    size_t n;
-    uint8_t *buf = tu_read_file(from, &n);
-    tu_write_file(to, buf, n);
-    free(buf);
+    tu_copy_file(from, to);
     patch(&t, "model-00001-of-00002.fp16.safetensors", "\"F32\"", "\"I32\"");
     ckpt_reader *r = open_ok(&t);
     cr_expect_eq(ckpt_reader_num_files(r), 2);
     cr_expect_eq(expect_reads(&t, r, NULL, CKPT_OK, NULL), t.ref.n);
     ckpt_reader_free(r);
     /* without the index every file counts, and the two disagree on a dtype */
-    char idx[4096];
-    path_of(&t, "model.safetensors.index.json", idx, sizeof idx);
-    cr_assert_eq(unlink(idx), 0);
+    remove_from_copy(&t, "model.safetensors.index.json");
     r = open_ok(&t);
     cr_expect_eq(ckpt_reader_num_files(r), 3);
     cr_expect(ckpt_entry_problem(ckpt_reader_find(r, "model.dtypes.float32")));
@@ -237,13 +242,8 @@ Test(hf_storage, index_json_path_traversal_is_not_followed) {
     char decoy[4096], from[4096];
     snprintf(decoy, sizeof decoy, "%s/xx-00002-of-00002.safetensors", t.root);
     path_of(&t, "model-00002-of-00002.safetensors", from, sizeof from);
-    size_t n;
-    uint8_t *buf = tu_read_file(from, &n);
-    tu_write_file(decoy, buf, n);
-    free(buf);
-    patch(&t, "model.safetensors.index.json",
-          "\"model.scalar\": \"model-00002-of-00002.safetensors\"",
-          "\"model.scalar\": \"../xx-00002-of-00002.safetensors\"");
+    tu_copy_file(from, decoy);
+    remap_scalar(&t, "../xx-00002-of-00002.safetensors");
     expect_open_fails(&t, CKPT_E_FORMAT,
                       (const char *[]){"model.scalar", "../xx-00002-of-00002.safetensors",
                                        "path traversal refused", NULL});
@@ -253,9 +253,7 @@ Test(hf_storage, index_json_path_traversal_is_not_followed) {
 Test(hf_storage, missing_shard_leaves_a_gap) {
     tmpdir t;
     copy_fixture(&t, "hf_sharded");
-    char p[4096];
-    path_of(&t, "shard-00002-model-00001-of-00001.safetensors", p, sizeof p);
-    cr_assert_eq(unlink(p), 0);
+    remove_from_copy(&t, "shard-00002-model-00001-of-00001.safetensors");
     ckpt_reader *r = open_ok(&t); /* no index json: nothing says the file existed */
     /* every sharded tensor lost rank 1's rows or columns; model.ids was all in that file (as
      * torch's reader, the index cannot know it existed), model.scale is in shard 3 */
@@ -365,13 +363,9 @@ Test(hf_storage, hostile_header_length) {
 Test(hf_storage, no_safetensors_file_is_no_checkpoint) {
     tmpdir t;
     copy_fixture(&t, "hf_full");
-    char p[4096];
-    for (int i = 1; i <= 2; i++) {
-        snprintf(p, sizeof p, "%s/model-0000%d-of-00002.safetensors", t.dir, i);
-        cr_assert_eq(unlink(p), 0);
-    }
-    path_of(&t, "model.safetensors.index.json", p, sizeof p);
-    cr_assert_eq(unlink(p), 0);
+    remove_from_copy(&t, "model-00001-of-00002.safetensors");
+    remove_from_copy(&t, "model-00002-of-00002.safetensors");
+    remove_from_copy(&t, "model.safetensors.index.json");
     expect_open_fails(&t, CKPT_E_NOTFOUND, (const char *[]){".metadata", "*.safetensors", NULL});
     remove_copy(&t);
 }

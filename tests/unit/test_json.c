@@ -70,8 +70,8 @@ Test(json, numbers) {
     }
     cr_assert(signbit(parse(a, "-0", CKPT_OK)->u.num.d));
     /* integers near 2^53, where the parser stops converting them itself: as strtod does */
-    static const char *near[] = {"9007199254740991",  "9007199254740992",  "9007199254740993",
-                                 "9007199254740995",  "-9007199254740993", "18014398509481987",
+    static const char *near[] = {"9007199254740991",  "9007199254740992",   "9007199254740993",
+                                 "9007199254740995",  "-9007199254740993",  "18014398509481987",
                                  "-9007199254740992", "4611686018427387905"};
     for (size_t k = 0; k < sizeof near / sizeof near[0]; k++)
         cr_assert(parse(a, near[k], CKPT_OK)->u.num.d == strtod(near[k], NULL), "%s", near[k]);

@@ -32,6 +32,13 @@ void tu_write_file(const char *path, const void *buf, size_t len) {
     cr_assert_eq(fclose(f), 0);
 }
 
+void tu_copy_file(const char *from, const char *to) {
+    size_t n;
+    uint8_t *buf = tu_read_file(from, &n);
+    tu_write_file(to, buf, n);
+    free(buf);
+}
+
 void tu_copy_files(const char *from, const char *to) {
     DIR *d = opendir(from);
     cr_assert(d, "%s: %s", from, strerror(errno));
@@ -42,10 +49,7 @@ void tu_copy_files(const char *from, const char *to) {
         struct stat st;
         if (stat(src, &st) != 0 || !S_ISREG(st.st_mode)) continue;
         snprintf(dst, sizeof dst, "%s/%s", to, de->d_name);
-        size_t n;
-        uint8_t *buf = tu_read_file(src, &n);
-        tu_write_file(dst, buf, n);
-        free(buf);
+        tu_copy_file(src, dst);
     }
     closedir(d);
 }
