@@ -166,13 +166,18 @@ static ckpt_status scan(ckpt_tree *t, ckpt_error *err) {
         if (!settled && !slot) continue; /* being written: shown once it settles */
         /* rewritten since it was indexed (its mark, or an unmarked step's newest file, has
          * another time): once that settles, a new slot indexes it again (the old one, shown
-         * until then, stays for files still open) */
+         * until then, stays with its open shard files until unmount, for files opened
+         * through it) */
+        uint32_t old = slot;
         if (slot && settled &&
             (t->slots[slot]->mtime.tv_sec != mt.tv_sec ||
              t->slots[slot]->mtime.tv_nsec != mt.tv_nsec))
             slot = 0;
+        if (!slot && t->nslots >= TREE_MAX_SLOTS) { /* no room: keep what it had, if any */
+            if (!old) continue;
+            slot = old;
+        }
         if (!slot) {
-            if (t->nslots >= TREE_MAX_SLOTS) continue;
             if (t->nslots == t->slots_cap) {
                 uint32_t c2 = t->slots_cap * 2;
                 tree_ckpt **m = realloc(t->slots, (size_t)c2 * sizeof *m);

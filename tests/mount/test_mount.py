@@ -618,6 +618,23 @@ def test_directory_of_checkpoints(tmp_path):
         assert os.readlink(m.dir / "latest") == "step-300"
         for p, v in ref1.tensors.items():
             assert (m.dir / "step-300" / p).read_bytes() == v[2]
+        # a step saved again in place (a new .metadata, written last) is indexed again: the
+        # same paths now read the new save (ws2's shards)
+        for f in (FIXTURES / "fsdp2_ws2" / "ckpt").iterdir():
+            if f.name != ".metadata":
+                shutil.copy(f, root / "step-100" / f.name)
+        shutil.copy(FIXTURES / "fsdp2_ws2" / "ckpt" / ".metadata", root / "step-100")
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            try:
+                if all((m.dir / "step-100" / p).read_bytes() == v[2]
+                       for p, v in ref2.tensors.items()):
+                    break
+            except OSError:
+                pass
+            time.sleep(0.3)
+        for p, v in ref2.tensors.items():
+            assert (m.dir / "step-100" / p).read_bytes() == v[2], p
     finally:
         m.close()
     assert "step-50" in m.log() and ".metadata" in m.log()
