@@ -312,6 +312,16 @@ ckpt_status ckpt_tree_open(const char *dir, const ckpt_tree_options *opts, ckpt_
         s = scan(t, err);
         if (s != CKPT_OK) goto fail;
         if (t->norder == 0) {
+            /* a HuggingFace index that does not parse or names a missing file: say so */
+            char idx[4096];
+            struct stat ist;
+            ckpt_reader *r = NULL;
+            if ((size_t)snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", dir) <
+                    sizeof idx &&
+                stat(idx, &ist) == 0 &&
+                (s = ckpt_reader_open(dir, t->opts.open, &r, err)) != CKPT_OK)
+                goto fail;
+            ckpt_reader_free(r);
             s = ckpt_fail(err, CKPT_E_NOTFOUND,
                           "%s: not a checkpoint (no .metadata, __0.metadata or *.safetensors) "
                           "and no subdirectory is one",

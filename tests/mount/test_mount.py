@@ -393,6 +393,15 @@ def test_refuses_incomplete_checkpoints(tmp_path):
     r = subprocess.run([BIN, str(ck), str(mnt)], capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and victim.name in r.stderr
     assert not os.path.ismount(mnt)
+    # HuggingFace storage whose index names a file that is not there
+    if (FIXTURES / "hf_full" / "ckpt").is_dir():
+        hf = tmp_path / "hf"
+        shutil.copytree(FIXTURES / "hf_full" / "ckpt", hf)
+        (hf / "model-00002-of-00002.safetensors").unlink()
+        r = subprocess.run([BIN, str(hf), str(mnt)], capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0 and "model-00002-of-00002.safetensors" in r.stderr
+        assert "missing" in r.stderr and "model.safetensors.index.json" in r.stderr
+        assert not os.path.ismount(mnt)
 
 
 def test_damaged_chunk_gives_eio_only_there():
