@@ -189,6 +189,53 @@ static ckpt_status map_files(const ckpt_json *map, const char ***out, size_t *co
     return CKPT_OK;
 }
 
+/* The files a HuggingFace checkpoint in dir consists of: those its index json's weight_map
+ * names (as transformers loads them: a hub folder may hold other *.safetensors, fp16
+ * variants or a consolidated copy), else every *.safetensors file (as torch's reader takes
+ * them).  CKPT_E_NOTFOUND when there is neither. */
+typedef struct hf_files {
+    char *index; /* the index json as read (index_len bytes), or NULL */
+    size_t index_len;
+    const ckpt_json *map; /* its weight_map (parsed into the caller's arena), or NULL */
+    char **listed;        /* without an index: the directory's *.safetensors, sorted */
+    const char **mapped;  /* with one: the files it names, sorted, distinct */
+    size_t n;
+} hf_files;
+
+static const char *hf_file_name(const hf_files *h, size_t i) {
+    return h->listed ? h->listed[i] : h->mapped[i];
+}
+
+static void hf_files_release(hf_files *h) {
+    free(h->index);
+    ckpt_hf_names_free(h->listed, h->listed ? h->n : 0);
+    free(h->mapped);
+    memset(h, 0, sizeof *h);
+}
+
+/* index_path: dir's index json; its size counts against max. */
+static ckpt_status hf_files_find(const char *dir, const char *index_path, uint64_t max,
+                                 ckpt_arena *a, hf_files *h, ckpt_error *err) {
+    memset(h, 0, sizeof *h);
+    ckpt_error ierr = {0};
+    ckpt_status s = slurp(index_path, max, &h->index, &h->index_len, &ierr);
+    if (s == CKPT_E_NOTFOUND) {
+        s = ckpt_hf_list(dir, &h->listed, &h->n, NULL, err);
+    } else if (s == CKPT_OK) {
+        s = parse_weight_map(index_path, h->index, h->index_len, a, &h->map, err);
+        if (s == CKPT_OK) s = map_files(h->map, &h->mapped, &h->n, err);
+    } else if (err) {
+        *err = ierr;
+    }
+    if (s == CKPT_OK && !h->n)
+        s = ckpt_fail(err, CKPT_E_NOTFOUND,
+                      "%s: no .metadata file and no *.safetensors file (not a checkpoint, or an "
+                      "incomplete one)",
+                      dir);
+    if (s != CKPT_OK) hf_files_release(h);
+    return s;
+}
+
 ckpt_dir_kind ckpt_hf_dir_probe(const char *dir, struct timespec *mtime) {
     char path[4096];
     int n = snprintf(path, sizeof path, "%s/%s", dir, CKPT_HF_INDEX_JSON);
@@ -453,22 +500,16 @@ static ckpt_status add_chunks(hf_build *b, ckpt_error *err) {
 /* A tensor's size: the largest extent of its chunks (as torch's reader computes it). */
 static void settle_shape(ckpt_reader *r, ckpt_entry *e) {
     int64_t *shape = (int64_t *)e->shape;
-    uint64_t numel = 1;
     for (int d = 0; d < e->ndim; d++) {
         shape[d] = 0;
         for (size_t k = 0; k < e->nchunks; k++)
             if (e->chunks[k].offsets[d] + e->chunks[k].sizes[d] > shape[d])
                 shape[d] = e->chunks[k].offsets[d] + e->chunks[k].sizes[d];
-        if (shape[d] && numel > (UINT64_C(1) << 62) / (uint64_t)shape[d]) {
-            if (!e->problem)
-                e->problem = ckpt_index_problemf(r->arena, "tensor has too many elements");
-            numel = 0;
-        }
-        numel *= (uint64_t)shape[d];
     }
-    e->numel = numel;
-    size_t isz = ckpt_dtype_itemsize(e->dtype);
-    e->nbytes = isz && numel <= (UINT64_C(1) << 62) / isz ? numel * isz : 0;
+    const char *bad = NULL;
+    e->numel = ckpt_index_numel(r->arena, shape, e->ndim, &bad);
+    if (bad && !e->problem) e->problem = bad; /* the first defect found stays */
+    e->nbytes = ckpt_index_nbytes(e->dtype, e->numel);
 }
 
 static int cmp_member_file(const void *a, const void *b) {
@@ -479,44 +520,27 @@ static int cmp_member_file(const void *a, const void *b) {
 
 ckpt_status ckpt_index_add_hf(ckpt_reader *r, ckpt_error *err) {
     hf_build b = {.r = r, .budget = r->limits.max_metadata_bytes};
-    char **names = NULL; /* without an index: every *.safetensors file */
-    const char **mapped = NULL;
+    hf_files h;
     const ckpt_json_member **by_file = NULL; /* the weight_map's members, sorted by file */
-    size_t n = 0, next_member = 0;
-    const ckpt_json *map = NULL;
+    size_t next_member = 0;
     hf_file f = {0};
     char index_path[4096];
     snprintf(index_path, sizeof index_path, "%s/%s", r->dir, CKPT_HF_INDEX_JSON);
     ckpt_arena *scratch = ckpt_arena_new(b.budget); /* the index json's parse */
     if (!scratch) return nomem(err);
-    /* With model.safetensors.index.json, the files its weight_map names, as transformers
-     * loads them (a hub folder may hold other *.safetensors: fp16 variants, a consolidated
-     * copy); torch's reader takes every file and ignores the index. */
-    ckpt_error ierr = {0};
-    uint64_t ibytes = 0;
-    ckpt_status s = read_weight_map(index_path, b.budget, scratch, &map, &ibytes, &ierr);
-    if (s == CKPT_E_NOTFOUND) {
-        s = ckpt_hf_list(r->dir, &names, &n, NULL, err);
-    } else if (s == CKPT_OK) {
-        b.budget -= ibytes;
-        r->info.metadata_bytes += ibytes;
-        s = map_files(map, &mapped, &n, err);
-        if (s == CKPT_OK && !(by_file = malloc((map->len ? map->len : 1) * sizeof *by_file)))
-            s = nomem(err);
+    ckpt_status s = hf_files_find(r->dir, index_path, b.budget, scratch, &h, err);
+    const ckpt_json *map = h.map;
+    if (s == CKPT_OK && map) {
+        b.budget -= h.index_len;
+        r->info.metadata_bytes += h.index_len;
+        if (!(by_file = malloc((map->len ? map->len : 1) * sizeof *by_file))) s = nomem(err);
         for (size_t i = 0; s == CKPT_OK && i < map->len; i++)
             by_file[i] = &map->u.members[i];
         if (s == CKPT_OK) qsort(by_file, map->len, sizeof *by_file, cmp_member_file);
-    } else if (err) {
-        *err = ierr;
     }
-    if (s == CKPT_OK && !n)
-        s = ckpt_fail(err, CKPT_E_NOTFOUND,
-                      "%s: no .metadata file and no *.safetensors file (not a checkpoint, or an "
-                      "incomplete one)",
-                      r->dir);
     /* one file at a time: only its header is held, the rest becomes records */
-    for (size_t i = 0; i < n && s == CKPT_OK; i++) {
-        f = (hf_file){.name = names ? names[i] : mapped[i]};
+    for (size_t i = 0; s == CKPT_OK && i < h.n; i++) {
+        f = (hf_file){.name = hf_file_name(&h, i)};
         s = open_file(&b, &f, err);
         if (s == CKPT_E_NOTFOUND && map)
             ckpt_fail(err, s,
@@ -547,8 +571,7 @@ ckpt_status ckpt_index_add_hf(ckpt_reader *r, ckpt_error *err) {
     close_file(&f);
     free(b.recs);
     free(by_file);
-    free(mapped);
-    ckpt_hf_names_free(names, names ? n : 0);
+    hf_files_release(&h);
     ckpt_arena_free(scratch);
     return s;
 }
@@ -573,9 +596,7 @@ static ckpt_status read_header(const char *path, uint64_t max, uint8_t **buf, ui
                       (unsigned long long)src.len);
     else
         s = ckpt_source_read(&src, 0, head, 8, err);
-    *n = 0;
-    for (int i = 7; s == CKPT_OK && i >= 0; i--)
-        *n = *n << 8 | head[i];
+    *n = s == CKPT_OK ? ts_safetensors_len_prefix(head) : 0;
     if (s == CKPT_OK && *n > max)
         s = ckpt_fail(err, CKPT_E_LIMIT, "%s: safetensors header length %llu exceeds the limit",
                       path, (unsigned long long)*n);
@@ -606,37 +627,17 @@ static void add_trimmed(ckpt_strbuf *sb, const char *text, size_t len) {
 ckpt_status ckpt_hf_dump_json(const char *dir, const ckpt_limits *l, char **out, ckpt_error *err) {
     *out = NULL;
     uint64_t budget = l->max_metadata_bytes;
-    char **names = NULL;
-    const char **mapped = NULL;
-    size_t n = 0;
-    char *index = NULL;
-    size_t index_len = 0;
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, CKPT_HF_INDEX_JSON);
     ckpt_strbuf sb = CKPT_STRBUF_INIT;
     ckpt_arena *scratch = ckpt_arena_new(budget);
     if (!scratch) return nomem(err);
-    /* the files the index names (as ckpt_index_add_hf reads them), else every one */
-    ckpt_error ierr = {0};
-    ckpt_status s = slurp(path, budget, &index, &index_len, &ierr);
-    if (s == CKPT_E_NOTFOUND) {
-        s = ckpt_hf_list(dir, &names, &n, NULL, err);
-    } else if (s == CKPT_OK) {
-        const ckpt_json *map = NULL;
-        budget -= index_len;
-        s = parse_weight_map(path, index, index_len, scratch, &map, err);
-        if (s == CKPT_OK) s = map_files(map, &mapped, &n, err);
-    } else if (err) {
-        *err = ierr;
-    }
-    if (s == CKPT_OK && !n)
-        s = ckpt_fail(err, CKPT_E_NOTFOUND,
-                      "%s: no .metadata file and no *.safetensors file (not a checkpoint, or an "
-                      "incomplete one)",
-                      dir);
+    hf_files h; /* the files ckpt_index_add_hf reads */
+    ckpt_status s = hf_files_find(dir, path, budget, scratch, &h, err);
+    budget -= h.index_len;
     ckpt_strbuf_addc(&sb, '{');
-    for (size_t i = 0; i < n && s == CKPT_OK; i++) {
-        const char *name = names ? names[i] : mapped[i];
+    for (size_t i = 0; s == CKPT_OK && i < h.n; i++) {
+        const char *name = hf_file_name(&h, i);
         char fpath[4096];
         snprintf(fpath, sizeof fpath, "%s/%s", dir, name);
         uint8_t *hdr = NULL;
@@ -651,17 +652,15 @@ ckpt_status ckpt_hf_dump_json(const char *dir, const ckpt_limits *l, char **out,
         add_trimmed(&sb, (const char *)hdr + 8, (size_t)hl);
         free(hdr);
     }
-    if (s == CKPT_OK && index) {
+    if (s == CKPT_OK && h.index) {
         ckpt_strbuf_addf(&sb, ",\"%s\":", CKPT_HF_INDEX_JSON);
-        add_trimmed(&sb, index, index_len);
+        add_trimmed(&sb, h.index, h.index_len);
     }
     ckpt_strbuf_addc(&sb, '}');
     if (s == CKPT_OK) s = ckpt_strbuf_status(&sb, "metadata dump", err);
     if (s == CKPT_OK && !(*out = ckpt_strbuf_detach(&sb, NULL))) s = nomem(err);
     if (s != CKPT_OK) ckpt_strbuf_release(&sb);
-    free(index);
-    free(mapped);
-    ckpt_hf_names_free(names, names ? n : 0);
+    hf_files_release(&h);
     ckpt_arena_free(scratch);
     return s;
 }

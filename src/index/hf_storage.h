@@ -1,7 +1,7 @@
 /* hf_storage.h — HuggingFace safetensors storage (dcp-format.md §11.2): a checkpoint directory
  * of `*.safetensors` files and no metadata pickle, as torch's HuggingFaceStorageWriter writes
  * it (full tensors with `model.safetensors.index.json`, or every rank's chunks in
- * `shard-RRRRR-model-XXXXX-of-YYYYY.safetensors` with DCP_SHARDING_INFO) and as the
+ * `shard-<rank>-model-<i>-of-<n>.safetensors` with DCP_SHARDING_INFO) and as the
  * HuggingFace hub stores models. */
 #ifndef CKPT_INDEX_HF_STORAGE_H
 #define CKPT_INDEX_HF_STORAGE_H

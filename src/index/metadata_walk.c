@@ -85,6 +85,27 @@ static ckpt_entry *find_key_near(ckpt_reader *r, const char *key, size_t guess) 
 
 ckpt_entry *ckpt_index_find(ckpt_reader *r, const char *key) { return find_key(r, key); }
 
+uint64_t ckpt_index_numel(ckpt_arena *a, const int64_t *shape, int ndim, const char **problem) {
+    uint64_t numel = 1;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 0) {
+            *problem = ckpt_index_problemf(a, "negative dimension %lld", (long long)shape[d]);
+            return 0;
+        }
+        if (shape[d] && numel > (UINT64_C(1) << 62) / (uint64_t)shape[d]) {
+            *problem = ckpt_index_problemf(a, "tensor has too many elements");
+            return 0;
+        }
+        numel *= (uint64_t)shape[d];
+    }
+    return numel;
+}
+
+uint64_t ckpt_index_nbytes(ckpt_dtype dt, uint64_t numel) {
+    size_t isz = ckpt_dtype_itemsize(dt);
+    return isz && numel <= (UINT64_C(1) << 62) / isz ? numel * isz : 0;
+}
+
 static ckpt_status nomem(ckpt_error *err) {
     return ckpt_fail(err, CKPT_E_NOMEM, "out of memory while indexing the metadata");
 }
@@ -158,24 +179,10 @@ static ckpt_status walk_tensor(walk *w, ckpt_entry *e, bool merging, const pk_va
         if (!s) return nomem(err);
         memcpy(s, shape, ndim * sizeof *s);
         e->shape = ndim ? s : NULL;
-        uint64_t numel = 1;
-        for (size_t d = 0; d < ndim; d++) {
-            if (shape[d] < 0) {
-                e->problem =
-                    ckpt_index_problemf(w->arena, "negative dimension %lld", (long long)shape[d]);
-                numel = 0;
-                break;
-            }
-            if (shape[d] && numel > (UINT64_C(1) << 62) / (uint64_t)shape[d]) {
-                e->problem = ckpt_index_problemf(w->arena, "tensor has too many elements");
-                numel = 0;
-                break;
-            }
-            numel *= (uint64_t)shape[d];
-        }
-        e->numel = numel;
-        size_t isz = ckpt_dtype_itemsize(e->dtype);
-        e->nbytes = isz && numel <= (UINT64_C(1) << 62) / isz ? numel * isz : 0;
+        const char *bad = NULL;
+        e->numel = ckpt_index_numel(w->arena, shape, (int)ndim, &bad);
+        if (bad) e->problem = bad;
+        e->nbytes = ckpt_index_nbytes(e->dtype, e->numel);
     } else if ((int)ndim != e->ndim || memcmp(shape, e->shape, ndim * sizeof *shape) != 0) {
         e->problem =
             ckpt_index_problemf(w->arena, "rank-local metadata files disagree on the shape");

@@ -120,6 +120,11 @@ ckpt_status ckpt_reader_open_buffer(const char *dir, const uint8_t *buf, size_t 
 /* The entry of `key`, or NULL; a new entry for `key` (NULL when out of memory). */
 ckpt_entry *ckpt_index_find(ckpt_reader *r, const char *key);
 ckpt_entry *ckpt_index_new_entry(ckpt_reader *r, const char *key);
+/* The element count of a shape; 0 with *problem set (in arena a) when a dimension is negative
+ * or the count passes 2^62. */
+uint64_t ckpt_index_numel(ckpt_arena *a, const int64_t *shape, int ndim, const char **problem);
+/* numel * itemsize; 0 for an unknown dtype or past 2^62 bytes. */
+uint64_t ckpt_index_nbytes(ckpt_dtype dt, uint64_t numel);
 /* A formatted description of an entry's or a chunk's defect, in arena a (a fixed text when
  * out of memory: never NULL). */
 const char *ckpt_index_problemf(ckpt_arena *a, const char *fmt, ...)

@@ -5,6 +5,7 @@
 #include "index/metadata_files.h"
 #include "index/reader_i.h"
 #include "manifest/manifest_i.h"
+#include "torchsave/safetensors.h"
 #include "util/error.h"
 
 #include <stdio.h>
@@ -93,11 +94,9 @@ ckpt_status manifest_items(ckpt_reader *r, manifest_item_list *l, ckpt_error *er
          * the index json stand in for it */
         for (size_t f = 0; s == CKPT_OK && f < r->nfiles; f++) {
             uint8_t head[8];
-            uint64_t hl = 0;
             int fd = ckpt_reader_file_fd(r, (uint32_t)f, NULL);
             if (fd < 0 || pread(fd, head, 8, 0) != 8) continue;
-            for (int k = 7; k >= 0; k--)
-                hl = hl << 8 | head[k];
+            uint64_t hl = ts_safetensors_len_prefix(head);
             if (hl > UINT64_MAX - 8) continue;
             s = push(&v, n, &cap, (ckpt_manifest_record){r->files[f].name, 0, 8 + hl, 0}, err);
         }

@@ -288,9 +288,7 @@ static ckpt_status open_blob(const ckpt_source *src, uint64_t offset, uint64_t m
         }
         buf = owned;
     }
-    uint64_t n = 0;
-    for (int i = 7; i >= 0; i--)
-        n = n << 8 | buf[i];
+    uint64_t n = ts_safetensors_len_prefix(buf);
     if (n > max_header) {
         free(owned);
         return ckpt_fail(err, CKPT_E_LIMIT,

@@ -38,6 +38,14 @@ typedef struct ts_st_tensor {
 
 #define TS_SAFETENSORS_MAX_HEADER 100000000u /* the safetensors crate's limit */
 
+/* N, the header length a blob starts with (8 bytes, little endian). */
+static inline uint64_t ts_safetensors_len_prefix(const uint8_t p[8]) {
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--)
+        n = n << 8 | p[i];
+    return n;
+}
+
 /* Parses the blob starting at `offset` of `src`.  max_header: largest N accepted (0 =
  * TS_SAFETENSORS_MAX_HEADER).  Errors: CKPT_E_FORMAT, CKPT_E_RANGE (header or data outside
  * the source), CKPT_E_LIMIT (header length, ndim, memory), CKPT_E_IO, CKPT_E_NOMEM; messages

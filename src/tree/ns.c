@@ -1,6 +1,7 @@
 /* ns.c — the namespace calls of include/ckpt_tree.h: opening a checkpoint or a directory of
  * checkpoints (with `latest`), resolving inode numbers to what they name in which view, and
  * lookup, getattr, readdir, readlink, xattrs and read over every view. */
+#include "index/hf_storage.h"
 #include "index/metadata_files.h"
 #include "tree/tree_i.h"
 #include "util/error.h"
@@ -316,8 +317,7 @@ ckpt_status ckpt_tree_open(const char *dir, const ckpt_tree_options *opts, ckpt_
             char idx[4096];
             struct stat ist;
             ckpt_reader *r = NULL;
-            if ((size_t)snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", dir) <
-                    sizeof idx &&
+            if ((size_t)snprintf(idx, sizeof idx, "%s/%s", dir, CKPT_HF_INDEX_JSON) < sizeof idx &&
                 stat(idx, &ist) == 0 &&
                 (s = ckpt_reader_open(dir, t->opts.open, &r, err)) != CKPT_OK)
                 goto fail;
