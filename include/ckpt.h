@@ -148,13 +148,16 @@ typedef struct ckpt_reader_info {
     uint64_t num_entries;        /* tensors + objects */
     uint64_t num_tensors;
     uint64_t num_objects;
-    uint64_t num_chunks;       /* stored chunks, zero-size chunks excluded */
-    uint64_t num_empty_chunks; /* zero-size chunks recorded in the metadata */
-    uint64_t tensor_bytes;     /* sum of numel * itemsize over tensors */
-    uint64_t stored_bytes;     /* sum of storage_data lengths */
-    uint32_t num_files;        /* distinct data files referenced */
-    uint32_t num_ranks;        /* distinct `__<r>_` (or HuggingFace `shard-<r>-`) prefixes
-                                  among them (0 if none) */
+    uint64_t num_chunks;          /* stored chunks, zero-size chunks excluded (a piece of a
+                                     Megatron flattened tensor counts as the boxes it tiles) */
+    uint64_t num_empty_chunks;    /* zero-size chunks recorded in the metadata */
+    uint64_t tensor_bytes;        /* sum of numel * itemsize over tensors */
+    uint64_t stored_bytes;        /* sum of storage_data lengths */
+    uint32_t num_files;           /* distinct data files referenced */
+    uint32_t num_ranks;           /* distinct `__<r>_` (or HuggingFace `shard-<r>-`) prefixes
+                                     among them (0 if none) */
+    uint64_t num_mcore_flattened; /* tensors Megatron stored in its N-D flattened form
+                                     (`flattened_range`), read in their original shape */
     uint64_t dtype_counts[CKPT_DTYPE_COUNT_]; /* tensors per dtype */
 } ckpt_reader_info;
 

@@ -20,12 +20,51 @@ typedef struct resolved {
     ts_item *item;
 } resolved;
 
+/* The shape the stored item must have: the chunk's box, or for a box of a Megatron
+ * flattened tensor the whole piece [1, ..., 1, n] it lies in (mcore_flat.c). */
+typedef struct stored_shape {
+    int ndim;
+    int64_t shape[CKPT_MAX_NDIM];
+    uint64_t numel;
+    const ckpt_flat_src *flat;
+} stored_shape;
+
+static void stored_shape_of(const ckpt_entry *e, const ckpt_chunk *c, stored_shape *s) {
+    s->flat = e->flat ? &e->flat[c - e->chunks] : NULL;
+    if (!s->flat) {
+        s->ndim = e->ndim;
+        memcpy(s->shape, c->sizes, (size_t)e->ndim * sizeof s->shape[0]);
+        s->numel = c->numel;
+        return;
+    }
+    s->ndim = e->ndim + 1;
+    for (int d = 0; d < e->ndim; d++)
+        s->shape[d] = 1;
+    s->shape[e->ndim] = (int64_t)s->flat->stored_numel;
+    s->numel = s->flat->stored_numel;
+}
+
+/* Points a resolved piece at the box inside it: `skip` elements on along the piece (element
+ * stride `step`), the box's own C-order strides scaled by it. */
+static void narrow_to_box(const ckpt_entry *e, const ckpt_chunk *c, const stored_shape *ss,
+                          int64_t step, resolved *out) {
+    out->elem0 += ss->flat->skip * (uint64_t)step * ckpt_dtype_itemsize(e->dtype);
+    int64_t acc = step;
+    for (int d = e->ndim - 1; d >= 0; d--) {
+        out->stride[d] = acc;
+        acc *= c->sizes[d];
+    }
+    out->contiguous = step == 1;
+}
+
 static ckpt_status resolve_zip(ckpt_reader *r, const ckpt_entry *e, const ckpt_chunk *c,
                                const ckpt_source *src, resolved *out, ckpt_error *err) {
+    stored_shape ss;
+    stored_shape_of(e, c, &ss);
     ts_open_options o = {.transforms = c->loc.transforms,
                          .max_decoded_bytes =
                              c->loc.transforms
-                                 ? (e->nbytes / (e->numel ? e->numel : 1)) * c->numel + (64u << 20)
+                                 ? (e->nbytes / (e->numel ? e->numel : 1)) * ss.numel + (64u << 20)
                                  : 0};
     (void)r;
     ts_item *it = NULL;
@@ -46,7 +85,7 @@ static ckpt_status resolve_zip(ckpt_reader *r, const ckpt_entry *e, const ckpt_c
                       ckpt_dtype_name(e->dtype));
         goto fail;
     }
-    if (v.ndim != e->ndim || (e->ndim && memcmp(v.shape, c->sizes, (size_t)e->ndim * 8) != 0)) {
+    if (v.ndim != ss.ndim || (ss.ndim && memcmp(v.shape, ss.shape, (size_t)ss.ndim * 8) != 0)) {
         s = ckpt_fail(err, CKPT_E_FORMAT,
                       "%s: item at offset %llu has a different shape than its chunk box", src->name,
                       (unsigned long long)src->base);
@@ -62,6 +101,7 @@ static ckpt_status resolve_zip(ckpt_reader *r, const ckpt_entry *e, const ckpt_c
         if (v.shape[d] != 1 && v.stride[d] != acc) out->contiguous = false;
         acc *= v.shape[d];
     }
+    if (ss.flat) narrow_to_box(e, c, &ss, v.stride[e->ndim], out);
     if (ts_item_is_decoded(it)) {
         out->kind = CHUNK_IN_MEMORY;
         out->item = it;
@@ -101,12 +141,14 @@ static ckpt_status resolve_safetensors(const ckpt_entry *e, const ckpt_chunk *c,
     ckpt_status s = CKPT_OK;
     const ts_st_tensor *t = ts_safetensors_find(sf, e->key);
     uint64_t isz = ckpt_dtype_itemsize(e->dtype);
+    stored_shape ss;
+    stored_shape_of(e, c, &ss);
     if (!t)
         s = ckpt_fail(err, CKPT_E_FORMAT, "%s: safetensors blob at offset %llu has no tensor '%s'",
                       item->name, (unsigned long long)item->base, e->key);
-    else if (t->dtype != e->dtype || t->ndim != e->ndim ||
-             (e->ndim && memcmp(t->shape, c->sizes, (size_t)e->ndim * 8) != 0) ||
-             t->size != c->numel * isz || t->size != item->len)
+    else if (t->dtype != e->dtype || t->ndim != ss.ndim ||
+             (ss.ndim && memcmp(t->shape, ss.shape, (size_t)ss.ndim * 8) != 0) ||
+             t->size != ss.numel * isz || t->size != item->len)
         s = ckpt_fail(err, CKPT_E_FORMAT,
                       "%s: safetensors entry '%s' (%s) does not match its chunk in the metadata",
                       item->name, e->key, t->dtype_name);
@@ -114,6 +156,7 @@ static ckpt_status resolve_safetensors(const ckpt_entry *e, const ckpt_chunk *c,
         out->kind = CHUNK_IN_FILE;
         out->elem0 = item->base + t->data_offset;
         contiguous_strides(e, c, out);
+        if (ss.flat) narrow_to_box(e, c, &ss, 1, out);
     }
     ts_safetensors_free(sf);
     return s;
@@ -125,6 +168,9 @@ static ckpt_status resolve_item(ckpt_reader *r, const ckpt_entry *e, const ckpt_
         out->kind = CHUNK_IN_FILE;
         out->elem0 = src->base;
         contiguous_strides(e, c, out);
+        stored_shape ss;
+        stored_shape_of(e, c, &ss);
+        if (ss.flat) narrow_to_box(e, c, &ss, 1, out);
         return CKPT_OK;
     }
     if (!c->loc.transforms && src->len >= 4) {

@@ -758,6 +758,7 @@ ckpt_status ckpt_index_paths(ckpt_reader *r, ckpt_error *err) {
 
 ckpt_status ckpt_index_finish(ckpt_reader *r, ckpt_error *err) {
     CKPT_TRY(ckpt_index_paths(r, err));
+    CKPT_TRY(ckpt_mcore_reformulate(r, err));
     ckpt_reader_info *in = &r->info;
     for (size_t i = 0; i < r->nentries; i++) {
         ckpt_entry *e = &r->entries[i];

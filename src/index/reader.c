@@ -54,6 +54,7 @@ static ckpt_status add_metadata(ckpt_reader *r, const char *path, const uint8_t 
         r->info.metadata_bytes += len;
         r->info.num_metadata_files++;
         if (!complete) s = ckpt_index_add_metadata(r, path, doc, err);
+        if (s == CKPT_OK) s = ckpt_mcore_note(r, path, pk_doc_root(doc), err);
         r->index_overlapped = complete;
     }
     pk_doc_free(doc);

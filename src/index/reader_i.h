@@ -56,6 +56,16 @@ typedef struct ckpt_chunk {
     ckpt_chunk_res *res; /* CHUNK_RESOLVED and CHUNK_FAILED, else NULL */
 } ckpt_chunk;
 
+/* A box of a Megatron flattened tensor (mcore_flat.c): its chunk's storage is the whole
+ * stored piece, a run of `stored_numel` elements stored as [1, ..., 1, stored_numel], and the
+ * box is the `numel` elements from element `skip` of it, in C order. */
+typedef struct ckpt_flat_src {
+    uint64_t skip;
+    uint64_t stored_numel;
+} ckpt_flat_src;
+
+typedef struct ckpt_mcore_shape ckpt_mcore_shape;
+
 struct ckpt_entry {
     const char *key;
     const char *path;
@@ -70,8 +80,9 @@ struct ckpt_entry {
     uint64_t nbytes;
     ckpt_chunk *chunks;
     size_t nchunks;
-    ckpt_loc loc;        /* objects */
-    const char *problem; /* metadata-level defect (dtype unknown...), or NULL */
+    ckpt_loc loc;              /* objects */
+    const char *problem;       /* metadata-level defect (dtype unknown...), or NULL */
+    const ckpt_flat_src *flat; /* per chunk, for a Megatron flattened tensor; else NULL */
 };
 
 typedef struct ckpt_file {
@@ -103,6 +114,9 @@ struct ckpt_reader {
     /* decoded chunks held in memory, most recently used first (under `lock`) */
     ckpt_chunk *lru_head, *lru_tail;
     uint64_t decoded_bytes;
+    /* original shapes from Megatron's mcore_data, applied by ckpt_index_finish */
+    ckpt_mcore_shape **mcore;
+    size_t mcore_n, mcore_cap;
 };
 
 /* A reader over an in-memory `.metadata` (fuzzing and tests); data files are looked up in
@@ -142,6 +156,14 @@ ckpt_status ckpt_index_paths(ckpt_reader *r, ckpt_error *err);
  * empty before the walk of its first metadata file (metadata_overlap.c); what the walk
  * allocated from the arena stays there until the reader is freed. */
 ckpt_status ckpt_reader_reset_index(ckpt_reader *r, ckpt_error *err);
+
+/* mcore_flat.c: Megatron's N-D flattened tensors.  ckpt_mcore_note remembers the original
+ * shapes a metadata pickle's `mcore_data` gives (copied: the document may be freed);
+ * ckpt_mcore_reformulate (from ckpt_index_finish) gives those entries their original shape
+ * back, with chunks tiling it. */
+ckpt_status ckpt_mcore_note(ckpt_reader *r, const char *file, const pk_value *root,
+                            ckpt_error *err);
+ckpt_status ckpt_mcore_reformulate(ckpt_reader *r, ckpt_error *err);
 
 /* files.c */
 int32_t ckpt_files_intern(ckpt_reader *r, const char *name, const char **problem);

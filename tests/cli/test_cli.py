@@ -657,6 +657,10 @@ def test_info(name):
             items.add((st["file"], st["offset"], st["length"]))
     if all("chunks" in e.detail for e in r.tensors):
         assert (info["chunks"], info["empty_chunks"]) == (stored, empty)
+    # Megatron flattened_range states: torch stores them as [grid..., cell], read as the original
+    assert info["megatron_flattened"] == sum("stored_shape" in e.detail for e in r.tensors)
+    if r.meta["options"].get("written_with", "").startswith("torch 1.13"):
+        assert info["format"].startswith("torch 1.13"), info["format"]
     files = {f for f, _, _ in items}
     assert set(info["file_names"]) >= files
     assert info["files"] == len(info["file_names"])

@@ -58,6 +58,9 @@ static void print_text(const ckpt_reader *r, const ckpt_reader_info *in, bool fi
            (unsigned long long)in->num_objects);
     printf("%-16s %llu stored, %llu empty\n", "chunks:", (unsigned long long)in->num_chunks,
            (unsigned long long)in->num_empty_chunks);
+    if (in->num_mcore_flattened) /* Megatron's flattened_range states */
+        printf("%-16s %llu tensors stored flattened, read in their original shape\n",
+               "megatron flat:", (unsigned long long)in->num_mcore_flattened);
     size_line("tensor bytes:", in->tensor_bytes);
     size_line("stored bytes:", in->stored_bytes);
     printf("%-16s", "dtypes:");
@@ -99,11 +102,12 @@ static void print_json(const ckpt_reader *r, const ckpt_reader_info *in, bool fi
            in->num_metadata_files, (unsigned long long)in->metadata_bytes, in->num_ranks,
            in->num_files);
     printf(", \"entries\": %llu, \"tensors\": %llu, \"objects\": %llu, \"chunks\": %llu"
-           ", \"empty_chunks\": %llu, \"tensor_bytes\": %llu, \"stored_bytes\": %llu",
+           ", \"empty_chunks\": %llu, \"megatron_flattened\": %llu, \"tensor_bytes\": %llu"
+           ", \"stored_bytes\": %llu",
            (unsigned long long)in->num_entries, (unsigned long long)in->num_tensors,
            (unsigned long long)in->num_objects, (unsigned long long)in->num_chunks,
-           (unsigned long long)in->num_empty_chunks, (unsigned long long)in->tensor_bytes,
-           (unsigned long long)in->stored_bytes);
+           (unsigned long long)in->num_empty_chunks, (unsigned long long)in->num_mcore_flattened,
+           (unsigned long long)in->tensor_bytes, (unsigned long long)in->stored_bytes);
     fputs(", \"dtypes\": {", stdout);
     bool any = false;
     for (int d = 1; d < CKPT_DTYPE_COUNT_; d++) {

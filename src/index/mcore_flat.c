@@ -1,0 +1,242 @@
+/* mcore_flat.c — Megatron's "N-D flattened reformulation" (megatron-core 0.8 – 0.15, the
+ * distributed optimizer's `flattened_range` states; dcp-format.md §12.3), undone at index time.
+ *
+ * Such a tensor of global shape [X, Y, Z], sharded in blocks [x, y, z], is stored as
+ * [X/x, Y/y, Z/z, x·y·z]: one grid cell per block, each block flattened in C order and its
+ * element range split across data-parallel ranks.  Every stored chunk is a piece
+ * [1, 1, 1, n] at (i, j, k, s): elements [s, s+n) of block (i, j, k).  `mcore_data[key]
+ * ['nd_reformulated_orig_global_shape']` keeps [X, Y, Z].
+ *
+ * The entry gets the original shape back: each piece becomes the boxes that tile its element
+ * range (at most 2·ndim−1, each one contiguous in the piece), placed in the original
+ * coordinates, with the piece's storage and the element where the box starts in it
+ * (ckpt_flat_src, used by chunk_resolve.c).  Every front end then reads the tensor Megatron
+ * saved, in the shape Megatron loads it, with no change of its own. */
+#include "index/reader_i.h"
+
+#include "util/error.h"
+
+#include <string.h>
+
+/* what one metadata file's mcore_data asked for (applied by ckpt_index_finish) */
+struct ckpt_mcore_shape {
+    const char *key;
+    const char *file;
+    int ndim;
+    int64_t shape[];
+};
+
+static ckpt_status nomem(ckpt_error *err) {
+    return ckpt_fail(err, CKPT_E_NOMEM, "out of memory while indexing the metadata");
+}
+
+ckpt_status ckpt_mcore_note(ckpt_reader *r, const char *file, const pk_value *root,
+                            ckpt_error *err) {
+    const pk_value *md = pk_get(root, "mcore_data");
+    if (!md || md->type != PK_DICT) return CKPT_OK; /* None or absent: nothing reformulated */
+    const char *fname = NULL;
+    for (size_t i = 0; i < md->u.dict.len; i++) {
+        const char *key = pk_as_str(md->u.dict.keys[i]);
+        const pk_value *orig = pk_get(md->u.dict.vals[i], "nd_reformulated_orig_global_shape");
+        if (!key || !orig) continue; /* other per-tensor data: nothing to undo */
+        int64_t shape[CKPT_MAX_NDIM];
+        size_t n = 0;
+        bool ok = pk_as_int_seq(orig, shape, CKPT_MAX_NDIM, &n);
+        if (!fname && !(fname = ckpt_arena_strndup(r->arena, file, strlen(file))))
+            return nomem(err);
+        if (r->mcore_n == r->mcore_cap) {
+            size_t cap = r->mcore_cap ? r->mcore_cap * 2 : 16;
+            ckpt_mcore_shape **v =
+                ckpt_arena_grow(r->arena, r->mcore, r->mcore_cap * sizeof *v, cap * sizeof *v);
+            if (!v) return nomem(err);
+            r->mcore = v;
+            r->mcore_cap = cap;
+        }
+        ckpt_mcore_shape *s = ckpt_arena_alloc(r->arena, sizeof *s + n * sizeof s->shape[0]);
+        if (!s || !(s->key = ckpt_arena_strndup(r->arena, key, strlen(key)))) return nomem(err);
+        s->file = fname;
+        s->ndim = ok ? (int)n : -1; /* -1: not a tuple of ints (a problem of that entry) */
+        memcpy(s->shape, shape, n * sizeof shape[0]);
+        r->mcore[r->mcore_n++] = s;
+    }
+    return CKPT_OK;
+}
+
+/* ---------------------------------------------------------------- element ranges as boxes */
+
+typedef struct box_sink {
+    const int64_t *block; /* the grid cell's shape */
+    int nd;
+    int64_t piece_start; /* first element of the piece in the block */
+    /* output: when `chunks` is NULL only counted */
+    size_t n;
+    ckpt_chunk *chunks;
+    ckpt_flat_src *flat;
+    const ckpt_chunk *piece;
+    const int64_t *cell_origin; /* grid cell index × block, per dim */
+    ckpt_arena *arena;
+} box_sink;
+
+static bool emit(box_sink *s, const int64_t *fixed, int d, int64_t a, int64_t b,
+                 uint64_t flat_start) {
+    if (s->chunks) {
+        int64_t *off = ckpt_arena_alloc(s->arena, 2 * (size_t)s->nd * sizeof *off);
+        if (!off) return false;
+        int64_t *sz = off + s->nd;
+        uint64_t numel = 1;
+        for (int k = 0; k < s->nd; k++) {
+            int64_t o = k < d ? fixed[k] : k == d ? a : 0;
+            sz[k] = k < d ? 1 : k == d ? b - a : s->block[k];
+            off[k] = s->cell_origin[k] + o;
+            numel *= (uint64_t)sz[k];
+        }
+        ckpt_chunk *c = &s->chunks[s->n];
+        memset(c, 0, sizeof *c);
+        c->offsets = off;
+        c->sizes = sz;
+        c->numel = numel;
+        c->loc = s->piece->loc;
+        s->flat[s->n] = (ckpt_flat_src){.skip = flat_start - (uint64_t)s->piece_start,
+                                        .stored_numel = s->piece->numel};
+    }
+    s->n++;
+    return true;
+}
+
+/* The boxes tiling elements [lo, hi) of the sub-block below fixed[0..d) (C order), in
+ * element order: the rest of a partial slice of dim d, whole slices [a, b), the start of a
+ * partial one.  `base` is the block element at the sub-block's start. */
+static bool boxes(box_sink *s, int64_t *fixed, int d, int64_t lo, int64_t hi, uint64_t base) {
+    if (lo >= hi) return true;
+    int64_t inner = 1;
+    for (int k = d + 1; k < s->nd; k++)
+        inner *= s->block[k];
+    int64_t a = (lo + inner - 1) / inner, b = hi / inner;
+    if (a > b) { /* inside one slice */
+        int64_t i = lo / inner;
+        fixed[d] = i;
+        return boxes(s, fixed, d + 1, lo - i * inner, hi - i * inner, base + (uint64_t)(i * inner));
+    }
+    if (lo < a * inner) {
+        fixed[d] = a - 1;
+        if (!boxes(s, fixed, d + 1, lo - (a - 1) * inner, inner,
+                   base + (uint64_t)((a - 1) * inner)))
+            return false;
+    }
+    if (b > a && !emit(s, fixed, d, a, b, base + (uint64_t)(a * inner))) return false;
+    if (hi > b * inner) {
+        fixed[d] = b;
+        return boxes(s, fixed, d + 1, 0, hi - b * inner, base + (uint64_t)(b * inner));
+    }
+    return true;
+}
+
+/* ------------------------------------------------------------------------ one entry */
+
+/* The grid cell's shape from stored [grid..., n] and original shapes, or a problem. */
+static const char *block_shape(ckpt_arena *a, const ckpt_entry *e, const ckpt_mcore_shape *m,
+                               int64_t *block) {
+    if (m->ndim < 1 || m->ndim + 1 != e->ndim)
+        return ckpt_index_problemf(a,
+                                   "megatron mcore_data (in %s) gives an original shape of %d "
+                                   "dimensions for a stored tensor of %d; a flattened tensor "
+                                   "is stored with one more",
+                                   m->file, m->ndim, e->ndim);
+    uint64_t per_cell = 1;
+    for (int d = 0; d < m->ndim; d++) {
+        int64_t g = e->shape[d], o = m->shape[d];
+        if (g <= 0 || o < 0 || o % g != 0)
+            return ckpt_index_problemf(a,
+                                       "megatron mcore_data (in %s): original dimension %d (%lld) "
+                                       "is not a multiple of the stored grid's (%lld)",
+                                       m->file, d, (long long)o, (long long)g);
+        block[d] = o / g;
+        if (block[d] && per_cell > (UINT64_C(1) << 62) / (uint64_t)block[d])
+            return ckpt_index_problemf(a, "megatron mcore_data (in %s): original shape too large",
+                                       m->file);
+        per_cell *= (uint64_t)block[d];
+    }
+    if (per_cell != (uint64_t)e->shape[m->ndim])
+        return ckpt_index_problemf(a,
+                                   "megatron mcore_data (in %s): a grid cell of the original "
+                                   "shape holds %llu elements, the stored tensor's last "
+                                   "dimension %lld",
+                                   m->file, (unsigned long long)per_cell,
+                                   (long long)e->shape[m->ndim]);
+    return NULL;
+}
+
+/* A stored chunk must be one piece [1, ..., 1, n] of one grid cell. */
+static bool is_piece(const ckpt_entry *e, const ckpt_chunk *c) {
+    for (int d = 0; d + 1 < e->ndim; d++)
+        if (c->sizes[d] != 1) return false;
+    return true; /* inside the stored shape: checked when the chunk was indexed */
+}
+
+static ckpt_status reformulate(ckpt_reader *r, ckpt_entry *e, const ckpt_mcore_shape *m,
+                               ckpt_error *err) {
+    int64_t block[CKPT_MAX_NDIM], fixed[CKPT_MAX_NDIM], origin[CKPT_MAX_NDIM];
+    const char *problem = block_shape(r->arena, e, m, block);
+    int nd = m->ndim;
+    for (size_t k = 0; !problem && k < e->nchunks; k++)
+        if (e->chunks[k].numel && !is_piece(e, &e->chunks[k]))
+            problem = ckpt_index_problemf(r->arena,
+                                          "megatron flattened tensor: stored chunk %zu is not "
+                                          "a flat piece of one grid cell",
+                                          k);
+    if (problem) {
+        e->problem = problem;
+        return CKPT_OK;
+    }
+    box_sink s = {.block = block, .nd = nd, .cell_origin = origin, .arena = r->arena};
+    for (size_t k = 0; k < e->nchunks; k++) { /* count */
+        const ckpt_chunk *c = &e->chunks[k];
+        if (!c->numel) continue;
+        boxes(&s, fixed, 0, c->offsets[nd], c->offsets[nd] + c->sizes[nd], 0);
+    }
+    size_t total = s.n;
+    ckpt_chunk *chunks = ckpt_arena_alloc(r->arena, (total + 1) * sizeof *chunks);
+    ckpt_flat_src *flat = ckpt_arena_alloc(r->arena, (total + 1) * sizeof *flat);
+    int64_t *shape = ckpt_arena_alloc(r->arena, (size_t)nd * sizeof *shape);
+    if (!chunks || !flat || !shape) return nomem(err);
+    s.chunks = chunks;
+    s.flat = flat;
+    s.n = 0;
+    for (size_t k = 0; k < e->nchunks; k++) {
+        const ckpt_chunk *c = &e->chunks[k];
+        if (!c->numel) continue;
+        for (int d = 0; d < nd; d++)
+            origin[d] = c->offsets[d] * block[d];
+        s.piece = c;
+        s.piece_start = c->offsets[nd];
+        if (!boxes(&s, fixed, 0, c->offsets[nd], c->offsets[nd] + c->sizes[nd], 0))
+            return nomem(err);
+    }
+    memcpy(shape, m->shape, (size_t)nd * sizeof *shape);
+    e->ndim = nd;
+    e->shape = shape; /* same numel: the grid times the cell */
+    e->chunks = chunks;
+    e->nchunks = total;
+    e->flat = flat;
+    r->info.num_mcore_flattened++;
+    return CKPT_OK;
+}
+
+ckpt_status ckpt_mcore_reformulate(ckpt_reader *r, ckpt_error *err) {
+    for (size_t i = 0; i < r->mcore_n; i++) {
+        const ckpt_mcore_shape *m = r->mcore[i];
+        ckpt_entry *e = ckpt_index_find(r, m->key);
+        if (!e || e->kind != CKPT_ENTRY_TENSOR || e->flat) continue; /* first file wins */
+        if (e->problem) continue;
+        if (m->ndim < 0) {
+            e->problem = ckpt_index_problemf(r->arena,
+                                             "megatron mcore_data (in %s): "
+                                             "nd_reformulated_orig_global_shape is not a tuple "
+                                             "of ints",
+                                             m->file);
+            continue;
+        }
+        CKPT_TRY(reformulate(r, e, m, err));
+    }
+    return CKPT_OK;
+}
