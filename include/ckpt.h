@@ -196,14 +196,17 @@ int ckpt_entry_ndim(const ckpt_entry *e);
 const int64_t *ckpt_entry_shape(const ckpt_entry *e); /* ndim values; NULL when ndim == 0 */
 uint64_t ckpt_entry_numel(const ckpt_entry *e);       /* 1 for 0-d tensors */
 uint64_t ckpt_entry_nbytes(const ckpt_entry *e);      /* numel * itemsize */
-size_t ckpt_entry_num_chunks(const ckpt_entry *e);    /* as recorded, zero-size included */
+/* As recorded, zero-size included; for a Megatron flattened tensor (ckpt_reader_info
+ * .num_mcore_flattened) the boxes its stored pieces tile, zero-size pieces left out. */
+size_t ckpt_entry_num_chunks(const ckpt_entry *e);
 
 typedef struct ckpt_chunk_info {
     const int64_t *offsets; /* ndim values: global offset of the box */
     const int64_t *sizes;   /* ndim values: extent of the box */
     uint64_t numel;         /* product of sizes (0 for zero-size chunks) */
     int32_t file_id;        /* -1 for zero-size chunks (nothing stored) */
-    uint64_t file_offset;   /* byte range of the stored item in its file */
+    uint64_t file_offset;   /* byte range of the stored item in its file (the boxes of one
+                               Megatron flat piece share its item) */
     uint64_t length;
     const char *transforms; /* comma-separated transform descriptors, NULL when none */
     const char *problem;    /* why the chunk cannot be located (file_id == -1), or NULL */

@@ -122,10 +122,8 @@ ckpt_status ckpt_reader_check_ranges(ckpt_reader *r, ckpt_check_fn report, void 
         for (size_t k = 0; k < en->nchunks; k++) {
             const ckpt_chunk *c = &en->chunks[k];
             if (!c->numel) continue;
-            const ckpt_loc *prev = k ? &en->chunks[k - 1].loc : NULL;
-            if (en->flat && prev && prev->file_id == c->loc.file_id &&
-                prev->offset == c->loc.offset)
-                continue; /* another box of the same Megatron flat piece: one item, one report */
+            if (en->flat && en->flat[k].skip)
+                continue; /* a later box of a Megatron flat piece: one item, one report */
             if (check_range(r, &c->loc, en->key, sizes, &e) != CKPT_OK) {
                 bad++;
                 if (report) report(ctx, en, &e);

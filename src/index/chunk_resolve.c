@@ -97,7 +97,7 @@ static ckpt_status resolve_zip(ckpt_reader *r, const ckpt_entry *e, const ckpt_c
     memcpy(out->stride, v.stride, sizeof v.stride);
     int64_t acc = 1;
     out->contiguous = true;
-    for (int d = e->ndim - 1; d >= 0; d--) {
+    for (int d = e->ndim - 1; d >= 0 && !ss.flat; d--) {
         if (v.shape[d] != 1 && v.stride[d] != acc) out->contiguous = false;
         acc *= v.shape[d];
     }

@@ -16,18 +16,26 @@
 
 #include "util/error.h"
 
+#include <stdlib.h>
 #include <string.h>
 
-/* what one metadata file's mcore_data asked for (applied by ckpt_index_finish) */
+/* The original shape mcore_data gives one entry (ckpt_entry.mcore), noted per metadata file
+ * and applied by ckpt_index_finish.  One per entry: a key repeated in one file keeps its last
+ * value, as Python's dict does; files that disagree make the entry a problem. */
 struct ckpt_mcore_shape {
-    const char *key;
     const char *file;
-    int ndim;
+    int ndim; /* -1: not a tuple of ints */
+    int cap;
+    bool disagree; /* another metadata file gave another shape */
     int64_t shape[];
 };
 
 static ckpt_status nomem(ckpt_error *err) {
     return ckpt_fail(err, CKPT_E_NOMEM, "out of memory while indexing the metadata");
+}
+
+static bool same_shape(const ckpt_mcore_shape *m, const int64_t *shape, int n) {
+    return m->ndim == n && (n <= 0 || memcmp(m->shape, shape, (size_t)n * sizeof *shape) == 0);
 }
 
 ckpt_status ckpt_mcore_note(ckpt_reader *r, const char *file, const pk_value *root,
@@ -39,25 +47,28 @@ ckpt_status ckpt_mcore_note(ckpt_reader *r, const char *file, const pk_value *ro
         const char *key = pk_as_str(md->u.dict.keys[i]);
         const pk_value *orig = pk_get(md->u.dict.vals[i], "nd_reformulated_orig_global_shape");
         if (!key || !orig) continue; /* other per-tensor data: nothing to undo */
+        ckpt_entry *e = ckpt_index_find(r, key);
+        if (!e || e->kind != CKPT_ENTRY_TENSOR) continue; /* not in this checkpoint */
         int64_t shape[CKPT_MAX_NDIM];
         size_t n = 0;
-        bool ok = pk_as_int_seq(orig, shape, CKPT_MAX_NDIM, &n);
+        int nd = pk_as_int_seq(orig, shape, CKPT_MAX_NDIM, &n) ? (int)n : -1;
         if (!fname && !(fname = ckpt_arena_strndup(r->arena, file, strlen(file))))
             return nomem(err);
-        if (r->mcore_n == r->mcore_cap) {
-            size_t cap = r->mcore_cap ? r->mcore_cap * 2 : 16;
-            ckpt_mcore_shape **v =
-                ckpt_arena_grow(r->arena, r->mcore, r->mcore_cap * sizeof *v, cap * sizeof *v);
-            if (!v) return nomem(err);
-            r->mcore = v;
-            r->mcore_cap = cap;
+        ckpt_mcore_shape *m = e->mcore;
+        if (m && m->file != fname) { /* noted by an earlier file */
+            if (!same_shape(m, shape, nd)) m->disagree = true;
+            continue;
         }
-        ckpt_mcore_shape *s = ckpt_arena_alloc(r->arena, sizeof *s + n * sizeof s->shape[0]);
-        if (!s || !(s->key = ckpt_arena_strndup(r->arena, key, strlen(key)))) return nomem(err);
-        s->file = fname;
-        s->ndim = ok ? (int)n : -1; /* -1: not a tuple of ints (a problem of that entry) */
-        memcpy(s->shape, shape, n * sizeof shape[0]);
-        r->mcore[r->mcore_n++] = s;
+        if (!m || m->cap < nd) {
+            int cap = nd > 0 ? nd : 0;
+            m = ckpt_arena_alloc(r->arena, sizeof *m + (size_t)cap * sizeof m->shape[0]);
+            if (!m) return nomem(err);
+            m->cap = cap;
+            e->mcore = m;
+        }
+        m->file = fname;
+        m->ndim = nd;
+        if (nd > 0) memcpy(m->shape, shape, (size_t)nd * sizeof shape[0]);
     }
     return CKPT_OK;
 }
@@ -133,9 +144,11 @@ static bool boxes(box_sink *s, int64_t *fixed, int d, int64_t lo, int64_t hi, ui
 
 /* ------------------------------------------------------------------------ one entry */
 
-/* The grid cell's shape from stored [grid..., n] and original shapes, or a problem. */
+/* The grid cell's shape from stored [grid..., n] and original shapes, or a problem.  *empty:
+ * the stored grid has no cells (and the original shape no elements). */
 static const char *block_shape(ckpt_arena *a, const ckpt_entry *e, const ckpt_mcore_shape *m,
-                               int64_t *block) {
+                               int64_t *block, bool *empty) {
+    *empty = false;
     if (m->ndim < 1 || m->ndim + 1 != e->ndim)
         return ckpt_index_problemf(a,
                                    "megatron mcore_data (in %s) gives an original shape of %d "
@@ -145,16 +158,34 @@ static const char *block_shape(ckpt_arena *a, const ckpt_entry *e, const ckpt_mc
     uint64_t per_cell = 1;
     for (int d = 0; d < m->ndim; d++) {
         int64_t g = e->shape[d], o = m->shape[d];
-        if (g <= 0 || o < 0 || o % g != 0)
+        if (g == 0 || o == 0) { /* an empty tensor: no cells to undo */
+            *empty = true;
+            continue;
+        }
+        if (o < 0 || o % g != 0)
             return ckpt_index_problemf(a,
                                        "megatron mcore_data (in %s): original dimension %d (%lld) "
                                        "is not a multiple of the stored grid's (%lld)",
                                        m->file, d, (long long)o, (long long)g);
         block[d] = o / g;
-        if (block[d] && per_cell > (UINT64_C(1) << 62) / (uint64_t)block[d])
+        if (per_cell > (UINT64_C(1) << 62) / (uint64_t)block[d])
             return ckpt_index_problemf(a, "megatron mcore_data (in %s): original shape too large",
                                        m->file);
         per_cell *= (uint64_t)block[d];
+    }
+    if (*empty) {
+        for (int d = 0; d < m->ndim; d++)
+            if (m->shape[d] < 0)
+                return ckpt_index_problemf(a,
+                                           "megatron mcore_data (in %s): "
+                                           "negative original dimension",
+                                           m->file);
+        if (e->numel != 0 || ckpt_index_numel(a, m->shape, m->ndim, &(const char *){NULL}) != 0)
+            return ckpt_index_problemf(a,
+                                       "megatron mcore_data (in %s): the stored tensor and the "
+                                       "original shape do not agree on being empty",
+                                       m->file);
+        return NULL;
     }
     if (per_cell != (uint64_t)e->shape[m->ndim])
         return ckpt_index_problemf(a,
@@ -173,28 +204,89 @@ static bool is_piece(const ckpt_entry *e, const ckpt_chunk *c) {
     return true; /* inside the stored shape: checked when the chunk was indexed */
 }
 
+typedef struct piece_ref {
+    uint64_t cell; /* C-order index of the grid cell */
+    int64_t start, len;
+    size_t index;
+} piece_ref;
+
+static int by_cell_then_start(const void *a, const void *b) {
+    const piece_ref *x = a, *y = b;
+    if (x->cell != y->cell) return x->cell < y->cell ? -1 : 1;
+    return x->start < y->start ? -1 : x->start > y->start;
+}
+
+/* Pieces must not repeat or overlap (a hostile pickle repeats one piece for a few bytes each
+ * time; its boxes would not).  NULL, or the problem. */
+static const char *pieces_overlap(ckpt_arena *a, const ckpt_entry *e, int nd, bool *nomem) {
+    *nomem = false;
+    piece_ref *p = malloc((e->nchunks + 1) * sizeof *p);
+    if (!p) {
+        *nomem = true;
+        return NULL;
+    }
+    size_t n = 0;
+    for (size_t k = 0; k < e->nchunks; k++) {
+        const ckpt_chunk *c = &e->chunks[k];
+        if (!c->numel) continue;
+        uint64_t cell = 0;
+        for (int d = 0; d < nd; d++)
+            cell = cell * (uint64_t)e->shape[d] + (uint64_t)c->offsets[d];
+        p[n++] = (piece_ref){cell, c->offsets[nd], c->sizes[nd], k};
+    }
+    qsort(p, n, sizeof *p, by_cell_then_start);
+    const char *problem = NULL;
+    for (size_t i = 1; i < n && !problem; i++)
+        if (p[i].cell == p[i - 1].cell && p[i - 1].start + p[i - 1].len > p[i].start)
+            problem =
+                ckpt_index_problemf(a,
+                                    "megatron flattened tensor: stored chunks %zu and %zu "
+                                    "overlap",
+                                    p[i - 1].index < p[i].index ? p[i - 1].index : p[i].index,
+                                    p[i - 1].index < p[i].index ? p[i].index : p[i - 1].index);
+    free(p);
+    return problem;
+}
+
 static ckpt_status reformulate(ckpt_reader *r, ckpt_entry *e, const ckpt_mcore_shape *m,
-                               ckpt_error *err) {
+                               uint64_t *budget, ckpt_error *err) {
     int64_t block[CKPT_MAX_NDIM], fixed[CKPT_MAX_NDIM], origin[CKPT_MAX_NDIM];
-    const char *problem = block_shape(r->arena, e, m, block);
+    bool empty = false, oom = false;
+    const char *problem = m->disagree
+                              ? ckpt_index_problemf(r->arena, "megatron mcore_data: metadata files "
+                                                              "disagree on the original shape")
+                              : block_shape(r->arena, e, m, block, &empty);
     int nd = m->ndim;
-    for (size_t k = 0; !problem && k < e->nchunks; k++)
+    for (size_t k = 0; !problem && !empty && k < e->nchunks; k++)
         if (e->chunks[k].numel && !is_piece(e, &e->chunks[k]))
             problem = ckpt_index_problemf(r->arena,
                                           "megatron flattened tensor: stored chunk %zu is not "
                                           "a flat piece of one grid cell",
                                           k);
+    if (!problem && !empty) problem = pieces_overlap(r->arena, e, nd, &oom);
+    if (oom) return nomem(err);
     if (problem) {
         e->problem = problem;
         return CKPT_OK;
     }
     box_sink s = {.block = block, .nd = nd, .cell_origin = origin, .arena = r->arena};
-    for (size_t k = 0; k < e->nchunks; k++) { /* count */
+    for (size_t k = 0; !empty && k < e->nchunks; k++) { /* count */
         const ckpt_chunk *c = &e->chunks[k];
         if (!c->numel) continue;
         boxes(&s, fixed, 0, c->offsets[nd], c->offsets[nd] + c->sizes[nd], 0);
     }
     size_t total = s.n;
+    /* what the boxes take, against what the metadata may make the index hold */
+    uint64_t need = (uint64_t)total * (sizeof(ckpt_chunk) + sizeof(ckpt_flat_src) +
+                                       2 * (uint64_t)nd * sizeof(int64_t));
+    if (need > *budget) {
+        e->problem = ckpt_index_problemf(r->arena,
+                                         "megatron flattened tensor: its %zu boxes would take "
+                                         "%llu bytes, more than the metadata's size allows",
+                                         total, (unsigned long long)need);
+        return CKPT_OK;
+    }
+    *budget -= need;
     ckpt_chunk *chunks = ckpt_arena_alloc(r->arena, (total + 1) * sizeof *chunks);
     ckpt_flat_src *flat = ckpt_arena_alloc(r->arena, (total + 1) * sizeof *flat);
     int64_t *shape = ckpt_arena_alloc(r->arena, (size_t)nd * sizeof *shape);
@@ -202,7 +294,7 @@ static ckpt_status reformulate(ckpt_reader *r, ckpt_entry *e, const ckpt_mcore_s
     s.chunks = chunks;
     s.flat = flat;
     s.n = 0;
-    for (size_t k = 0; k < e->nchunks; k++) {
+    for (size_t k = 0; !empty && k < e->nchunks; k++) {
         const ckpt_chunk *c = &e->chunks[k];
         if (!c->numel) continue;
         for (int d = 0; d < nd; d++)
@@ -223,11 +315,14 @@ static ckpt_status reformulate(ckpt_reader *r, ckpt_entry *e, const ckpt_mcore_s
 }
 
 ckpt_status ckpt_mcore_reformulate(ckpt_reader *r, ckpt_error *err) {
-    for (size_t i = 0; i < r->mcore_n; i++) {
-        const ckpt_mcore_shape *m = r->mcore[i];
-        ckpt_entry *e = ckpt_index_find(r, m->key);
-        if (!e || e->kind != CKPT_ENTRY_TENSOR || e->flat) continue; /* first file wins */
-        if (e->problem) continue;
+    /* boxes may take up to 8 bytes of index per byte of metadata, and 64 MiB more: a real
+     * checkpoint's pieces make at most 2·ndim−1 boxes each (ndim <= 4 or so), while a hostile
+     * one could ask for many per byte of pickle */
+    uint64_t budget = (64u << 20) + 8 * r->info.metadata_bytes;
+    for (size_t i = 0; i < r->nentries; i++) {
+        ckpt_entry *e = &r->entries[i];
+        const ckpt_mcore_shape *m = e->mcore;
+        if (!m || e->flat || e->problem) continue;
         if (m->ndim < 0) {
             e->problem = ckpt_index_problemf(r->arena,
                                              "megatron mcore_data (in %s): "
@@ -236,7 +331,7 @@ ckpt_status ckpt_mcore_reformulate(ckpt_reader *r, ckpt_error *err) {
                                              m->file);
             continue;
         }
-        CKPT_TRY(reformulate(r, e, m, err));
+        CKPT_TRY(reformulate(r, e, m, &budget, err));
     }
     return CKPT_OK;
 }

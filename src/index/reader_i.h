@@ -83,6 +83,7 @@ struct ckpt_entry {
     ckpt_loc loc;              /* objects */
     const char *problem;       /* metadata-level defect (dtype unknown...), or NULL */
     const ckpt_flat_src *flat; /* per chunk, for a Megatron flattened tensor; else NULL */
+    ckpt_mcore_shape *mcore;   /* the original shape mcore_data gives it (mcore_flat.c) */
 };
 
 typedef struct ckpt_file {
@@ -114,9 +115,6 @@ struct ckpt_reader {
     /* decoded chunks held in memory, most recently used first (under `lock`) */
     ckpt_chunk *lru_head, *lru_tail;
     uint64_t decoded_bytes;
-    /* original shapes from Megatron's mcore_data, applied by ckpt_index_finish */
-    ckpt_mcore_shape **mcore;
-    size_t mcore_n, mcore_cap;
 };
 
 /* A reader over an in-memory `.metadata` (fuzzing and tests); data files are looked up in

@@ -135,11 +135,11 @@ Test(mcore_flat, every_region_reads_like_megatron, .timeout = 120) {
     ref_free(&f);
 }
 
-/* Patches the first `from` after the first `anchor` in the copy's .metadata (same length). */
-static void patch_after(const fx_copy *t, const char *anchor, const void *from, const void *to,
-                        size_t len) {
+/* Patches the first `from` after the first `anchor` in the copy's `file` (same length). */
+static void patch_file_after(const fx_copy *t, const char *file, const char *anchor,
+                             const void *from, const void *to, size_t len) {
     char p[4096];
-    fx_copy_path(t, ".metadata", p, sizeof p);
+    fx_copy_path(t, file, p, sizeof p);
     size_t n;
     uint8_t *buf = tu_read_file(p, &n);
     uint8_t *a = memmem(buf, n, anchor, strlen(anchor));
@@ -149,6 +149,11 @@ static void patch_after(const fx_copy *t, const char *anchor, const void *from, 
     memcpy(hit, to, len);
     tu_write_file(p, buf, n);
     free(buf);
+}
+
+static void patch_after(const fx_copy *t, const char *anchor, const void *from, const void *to,
+                        size_t len) {
+    patch_file_after(t, ".metadata", anchor, from, to, len);
 }
 
 static void damaged(const char *anchor, const char *from, const char *to, size_t len,
@@ -203,5 +208,41 @@ Test(mcore_flat, unknown_keys_in_mcore_data_are_ignored) {
     cr_expect_eq(ckpt_entry_ndim(e), 2);
     cr_expect_eq(fx_expect_reads(&t, r, NULL, CKPT_OK, NULL), t.ref.n);
     ckpt_reader_free(r);
+    fx_copy_remove(&t);
+}
+
+Test(mcore_flat, repeated_key_in_mcore_data_keeps_the_last_value) {
+    /* mcore_data's EMBED key is a memo reference (BINGET 250) to the string state_dict_metadata
+     * stored; point it at W's key (BINGET 61): W is then given twice, (8, 6) and then EMBED's
+     * (4, 4), and Python's dict keeps the last, which does not fit W's stored [2, 1, 24] */
+    fx_copy t;
+    fx_copy_make(&t, FIXTURE);
+    patch_after(&t, "mcore_data", "h\xfa", "h\x3d", 2);
+    fx_expect_entry_problem(&t, W, (const char *[]){"holds 8 elements", NULL});
+    ckpt_reader *r = fx_copy_open_ok(&t);
+    cr_expect_eq(ckpt_entry_ndim(ckpt_reader_find(r, EMBED)), 3, "EMBED keeps its stored form");
+    ckpt_reader_free(r);
+    fx_copy_remove(&t);
+}
+
+Test(mcore_flat, overlapping_pieces) {
+    /* W's second piece of cell 0, elements [10, 24), moved to start at 9: it overlaps the
+     * first, [0, 10) (a hostile pickle could repeat one piece many times for a few bytes) */
+    damaged(W, "K\x00K\x00K\x0a\x87", "K\x00K\x00K\x09\x87", 7, W,
+            (const char *[]){"stored chunks 0 and 1 overlap", NULL});
+}
+
+Test(mcore_flat, rank_local_files_disagree_on_the_original_shape) {
+    /* the same metadata as two rank-local files, one of them giving W another shape */
+    fx_copy t;
+    fx_copy_make(&t, FIXTURE);
+    char from[4096], to[4096];
+    fx_copy_path(&t, ".metadata", from, sizeof from);
+    fx_copy_path(&t, "__0.metadata", to, sizeof to);
+    tu_copy_file(from, to);
+    fx_copy_path(&t, "__1.metadata", to, sizeof to);
+    cr_assert_eq(rename(from, to), 0);
+    patch_file_after(&t, "__1.metadata", "mcore_data", "K\x08K\x06\x86", "K\x10K\x03\x86", 5);
+    fx_expect_entry_problem(&t, W, (const char *[]){"disagree on the original shape", NULL});
     fx_copy_remove(&t);
 }
