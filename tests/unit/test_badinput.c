@@ -447,6 +447,43 @@ Test(badinput, chunk_outside_shape) {
     ckpt_reader_free(r);
 }
 
+/* =============================================================== Megatron flattened tensors */
+
+Test(badinput, mcore_repeated_piece) {
+    /* a stored as [1, 12] with mcore_data's original shape (12,), and one piece [0, 6) listed
+     * 20000 times (a memo reference each): not 20000 boxes, but a problem of `a` */
+    ckpt_reader *r = open_case("mcore_repeated_piece");
+    const ckpt_entry *a = find(r, "a");
+    cr_assert(ckpt_entry_problem(a));
+    expect_has(ckpt_entry_problem(a), "stored chunks 0 and 1 overlap");
+    cr_expect_eq(ckpt_entry_num_chunks(a), 20000u, "left as stored");
+    const char *msg = expect_read_a_fails(r, CKPT_E_FORMAT);
+    expect_has(msg, "'a'");
+    expect_has(msg, "overlap");
+    expect_intact_entries(r, "mcore_repeated_piece");
+    ckpt_reader_free(r);
+}
+
+Test(badinput, mcore_box_amplification) {
+    /* 40-d grid cells and 2048 distinct pieces whose ranges each tile into ~56 boxes: 84 MB
+     * of index from 420 KB of pickle, past what the metadata's size allows */
+    ckpt_reader *r = open_case("mcore_box_amplification");
+    const ckpt_entry *a = find(r, "a");
+    cr_assert(ckpt_entry_problem(a));
+    expect_has(ckpt_entry_problem(a), "more than the metadata's size allows");
+    cr_expect_eq(ckpt_entry_num_chunks(a), 2048u, "left as stored");
+    cr_assert_eq(ckpt_entry_ndim(a), 41);
+    int64_t start[41] = {0}, count[41];
+    for (int d = 0; d < 41; d++)
+        count[d] = 1;
+    float one;
+    ckpt_error err = {0};
+    cr_expect_eq(ckpt_read_region(r, a, start, count, &one, sizeof one, &err), CKPT_E_FORMAT);
+    expect_has(err.message, "more than the metadata's size allows");
+    expect_intact_entries(r, "mcore_box_amplification");
+    ckpt_reader_free(r);
+}
+
 /* =============================================================== relative_path escapes */
 
 static void expect_path_refused(const char *name) {
