@@ -143,6 +143,28 @@ static bool ts_after(struct timespec a, struct timespec b) {
     return a.tv_sec != b.tv_sec ? a.tv_sec > b.tv_sec : a.tv_nsec > b.tv_nsec;
 }
 
+/* The first line of a small tracker file in `dir`, trimmed; false when there is none. */
+static bool read_marker(const char *dir, const char *file, char *buf, size_t cap) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    size_t len = fread(buf, 1, cap - 1, f);
+    fclose(f);
+    buf[len] = '\0';
+    len = strcspn(buf, "\r\n");
+    while (len && buf[len - 1] == ' ')
+        len--;
+    buf[len] = '\0';
+    return len > 0;
+}
+
+/* Makes the listed step called `name` (if any) the latest. */
+static void pick_named(ckpt_tree *t, const uint32_t *order, size_t n, const char *name) {
+    for (size_t i = 0; i < n && *name; i++)
+        if (strcmp(t->slots[order[i]]->name, name) == 0) t->latest = order[i];
+}
+
 /* Finds the checkpoints of a multi tree (new ones get new slots; slots are never reused).
  * Caller holds t->lock. */
 static ckpt_status scan(ckpt_tree *t, ckpt_error *err) {
@@ -225,19 +247,21 @@ static ckpt_status scan(ckpt_tree *t, ckpt_error *err) {
     t->latest = 0;
     for (size_t i = 0; i < n; i++)
         if (!t->latest || newer(t->slots[order[i]], t->slots[t->latest])) t->latest = order[i];
-    /* a `latest` file naming a complete step (as the saver keeps it) wins */
-    char path[4096], name[256];
-    snprintf(path, sizeof path, "%s/latest", t->dir);
-    FILE *f = fopen(path, "r");
-    if (f) {
-        size_t len = fread(name, 1, sizeof name - 1, f);
-        fclose(f);
-        while (len && (name[len - 1] == '\n' || name[len - 1] == '\r' || name[len - 1] == ' '))
-            len--;
-        name[len] = '\0';
-        for (size_t i = 0; i < n && len; i++)
-            if (strcmp(t->slots[order[i]]->name, name) == 0) t->latest = order[i];
+    /* a tracker file naming a complete step wins: Megatron's
+     * latest_checkpointed_iteration.txt (an iteration N for `iter_%07d`, or `release`), and
+     * above it a `latest` file holding the step's name (as the saver and DeepSpeed keep it) */
+    char name[256];
+    if (read_marker(t->dir, "latest_checkpointed_iteration.txt", name, sizeof name)) {
+        char *end;
+        errno = 0;
+        long long it = strtoll(name, &end, 10);
+        if (end != name && !*end && !errno && it >= 0)
+            snprintf(name, sizeof name, "iter_%07lld", it);
+        else if (strcmp(name, "release") != 0)
+            name[0] = '\0';
+        pick_named(t, order, n, name);
     }
+    if (read_marker(t->dir, "latest", name, sizeof name)) pick_named(t, order, n, name);
     /* The top level's mtime moves whenever what it shows changes (a step completing inside
      * its directory leaves the parent's mtime alone): the kernel keeps listings until the
      * directory's mtime changes (zero-message opendir, tools/ckptfs/ops.c). */

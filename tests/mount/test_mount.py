@@ -649,6 +649,44 @@ def test_directory_of_checkpoints(tmp_path):
     assert "step-50" in m.log() and ".metadata" in m.log()
 
 
+def test_directory_of_megatron_iterations(tmp_path):
+    """A Megatron run directory: `iter_0000010/`, `iter_0000020/` (megatron-core torch_dist
+    checkpoints, flattened optimizer states included) and `latest_checkpointed_iteration.txt`,
+    which Megatron writes once an iteration is saved: `latest` follows it, also to an older
+    iteration, and falls back to the highest number when it names none."""
+    for name in ("megatron", "megatron_flat"):  # a regenerated set may lack them
+        if not (FIXTURES / name / "ckpt").is_dir():
+            pytest.skip(f"fixture {name} is not in {FIXTURES}")
+    root = tmp_path / "run"
+    root.mkdir()
+    shutil.copytree(FIXTURES / "megatron" / "ckpt", root / "iter_0000010")
+    shutil.copytree(FIXTURES / "megatron_flat" / "ckpt", root / "iter_0000020")
+    (root / "latest_checkpointed_iteration.txt").write_text("10")
+    m = Mount(root)
+    try:
+        assert sorted(os.listdir(m.dir)) == ["iter_0000010", "iter_0000020", "latest"]
+        assert os.readlink(m.dir / "latest") == "iter_0000010"
+        (root / "latest_checkpointed_iteration.txt").write_text("20\n")
+        deadline = time.time() + 10
+        while os.readlink(m.dir / "latest") != "iter_0000020" and time.time() < deadline:
+            time.sleep(0.3)
+            os.listdir(m.dir)
+        assert os.readlink(m.dir / "latest") == "iter_0000020"
+        ref = Ref(FIXTURES / "megatron_flat")  # read in the original shapes, through `latest`
+        for p, v in ref.tensors.items():
+            assert (m.dir / "latest" / p).read_bytes() == v[2], p
+        (root / "latest_checkpointed_iteration.txt").write_text("30")  # not saved (yet)
+        (root / "iter_0000005").mkdir()  # and a lower one, to tell the fallback from order
+        shutil.copytree(FIXTURES / "megatron" / "ckpt", root / "iter_0000005",
+                        dirs_exist_ok=True)
+        deadline = time.time() + 10
+        while "iter_0000005" not in os.listdir(m.dir) and time.time() < deadline:
+            time.sleep(0.3)
+        assert os.readlink(m.dir / "latest") == "iter_0000020"
+    finally:
+        m.close()
+
+
 def test_directory_of_huggingface_checkpoints(tmp_path):
     """Steps in HuggingFace safetensors storage (no .metadata) are checkpoints too; one whose
     index names a file not written yet is not shown until it is; a damaged one reads as EIO;
