@@ -1104,3 +1104,19 @@ def test_corrupt_case(case):
             run("cat", r.dir, g["key"], ok=(0, 1))
             run("cat", "--text", "--slice", "...", r.dir, g["key"], ok=(0, 1, 2))
             run("cat", "--json", r.dir, g["key"], ok=(0, 1))
+
+
+def test_directory_of_checkpoints_is_named(tmp_path):
+    """Given a training run's directory instead of one checkpoint, ckpt says which checkpoints
+    it holds and which is the latest (as the mount's `latest` picks it), and fails."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    shutil.copytree(FIXTURES / "fsdp2_ws1" / "ckpt", run_dir / "step-100")
+    shutil.copytree(FIXTURES / "fsdp2_ws2" / "ckpt", run_dir / "step-200")
+    for cmd in ("info", "ls", "verify"):
+        err = run(cmd, run_dir, ok=(1,)).stderr.decode()
+        assert f"{run_dir} is a directory of 2 checkpoints (step-100, step-200)" in err, err
+        assert f"e.g. {run_dir}/step-200 (the latest)" in err, err
+    (run_dir / "latest").write_text("step-100\n")  # as the saver keeps it
+    err = run("info", f"{run_dir}/", ok=(1,)).stderr.decode()
+    assert f"e.g. {run_dir}/step-100 (the latest)" in err, err

@@ -92,6 +92,9 @@ bool cli_parse_size(const char *s, uint64_t *out);
 
 /* Opens `dir`; on failure prints "ckpt: <library message>" and returns NULL. */
 ckpt_reader *cli_open(const char *dir);
+/* When `dir` holds checkpoints in subdirectories (a training run's output), says which and
+ * names the latest, as the mount's `latest` would (after an open failed with NOTFOUND). */
+void cli_hint_steps(const char *dir);
 /* Looks up KEY (flat key or tree path); prints an error naming both when absent. */
 const ckpt_entry *cli_find(const ckpt_reader *r, const char *key);
 /* Indented lines "    chunk I [a:b, c:d] FILE offset N length M" (objects: "    item ...") for

@@ -3,6 +3,8 @@
  * round-trip float formatting per dtype, and small JSON output helpers. */
 #include "cli.h"
 
+#include "ckpt_tree.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -157,11 +159,52 @@ bool cli_parse_size(const char *s, uint64_t *out) {
 
 /* ------------------------------------------------------------------ checkpoints */
 
+typedef struct step_names {
+    char buf[512];
+    size_t len, n;
+} step_names;
+
+static bool add_step(void *ctx, const char *name, const ckpt_tree_stat *st, uint64_t next) {
+    (void)next;
+    step_names *s = ctx;
+    if (st->type != CKPT_NODE_DIR) return true; /* `latest` */
+    if (s->len < sizeof s->buf - 64)
+        s->len += (size_t)snprintf(s->buf + s->len, sizeof s->buf - s->len, "%s%s",
+                                   s->n ? ", " : "", name);
+    else if (s->len < sizeof s->buf - 4)
+        s->len += (size_t)snprintf(s->buf + s->len, sizeof s->buf - s->len, ", ...");
+    s->n++;
+    return true;
+}
+
+void cli_hint_steps(const char *dir) {
+    ckpt_tree *t = NULL;
+    if (ckpt_tree_open(dir, NULL, &t, NULL) != CKPT_OK) return;
+    step_names s = {.len = 0};
+    char *latest = NULL;
+    ckpt_tree_stat st;
+    if (!ckpt_tree_reader(t) &&
+        ckpt_tree_readdir(t, CKPT_TREE_ROOT, 0, add_step, &s, NULL) == CKPT_OK && s.n &&
+        ckpt_tree_lookup(t, CKPT_TREE_ROOT, "latest", &st, NULL) == CKPT_OK &&
+        ckpt_tree_readlink(t, st.ino, &latest, NULL) == CKPT_OK) {
+        size_t len = strlen(dir);
+        while (len > 1 && dir[len - 1] == '/')
+            len--;
+        fprintf(stderr,
+                "ckpt: %s is a directory of %zu checkpoint%s (%s): give one of them, e.g. "
+                "%.*s/%s (the latest)\n",
+                dir, s.n, s.n == 1 ? "" : "s", s.buf, (int)len, dir, latest);
+    }
+    free(latest);
+    ckpt_tree_free(t);
+}
+
 ckpt_reader *cli_open(const char *dir) {
     ckpt_reader *r = NULL;
     ckpt_error err = {0};
     if (ckpt_reader_open(dir, NULL, &r, &err) != CKPT_OK) {
         cli_error("%s", err.message[0] ? err.message : ckpt_strerror(err.code));
+        if (err.code == CKPT_E_NOTFOUND) cli_hint_steps(dir);
         return NULL;
     }
     return r;

@@ -205,6 +205,7 @@ int cmd_verify(int argc, char **argv) {
     ckpt_error err = {0};
     if (ckpt_reader_open(dir, NULL, &r, &err) != CKPT_OK) {
         report_err(&v, NULL, &err);
+        if (err.code == CKPT_E_NOTFOUND && !v.json) cli_hint_steps(dir);
     } else {
         size_t n = ckpt_reader_num_entries(r);
         v.flagged = calloc(n ? n : 1, sizeof *v.flagged);
