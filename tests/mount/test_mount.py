@@ -575,6 +575,16 @@ def expect_listed_but_eio(m, name):
     assert e.value.errno == errno.EIO
 
 
+def wait_latest(m, name: str, timeout: float = 10) -> None:
+    """Waits until the mount's `latest` names `name` (the top level is rescanned at most once
+    a second, when it is listed)."""
+    deadline = time.time() + timeout
+    while os.readlink(m.dir / "latest") != name and time.time() < deadline:
+        time.sleep(0.3)
+        os.listdir(m.dir)
+    assert os.readlink(m.dir / "latest") == name
+
+
 def test_directory_of_checkpoints(tmp_path):
     root = tmp_path / "run"
     root.mkdir()
@@ -594,11 +604,7 @@ def test_directory_of_checkpoints(tmp_path):
             assert (m.dir / "step-100" / p).read_bytes() == v[2]
         # a step completes: it appears, and `latest` follows (the root is rescanned <= 1/s)
         shutil.copytree(FIXTURES / "fsdp2_ws1" / "ckpt", root / "step-300", dirs_exist_ok=True)
-        deadline = time.time() + 10
-        while os.readlink(m.dir / "latest") != "step-300" and time.time() < deadline:
-            time.sleep(0.3)
-            os.listdir(m.dir)
-        assert os.readlink(m.dir / "latest") == "step-300"
+        wait_latest(m, "step-300")
         # the listing (kept by the kernel) follows too: the step completed inside its own
         # directory, which leaves the parent's mtime alone, so the mount moves the top
         # level's mtime itself when a rescan finds a change
@@ -608,17 +614,9 @@ def test_directory_of_checkpoints(tmp_path):
         assert sorted(os.listdir(m.dir)) == ["latest", "step-100", "step-200", "step-300"]
         # a `latest` file (as the saver writes it) naming a complete step wins
         (root / "latest").write_text("step-200\n")
-        deadline = time.time() + 10
-        while os.readlink(m.dir / "latest") != "step-200" and time.time() < deadline:
-            time.sleep(0.3)
-            os.listdir(m.dir)
-        assert os.readlink(m.dir / "latest") == "step-200"
+        wait_latest(m, "step-200")
         (root / "latest").write_text("step-999")  # names nothing: the newest is used
-        deadline = time.time() + 10
-        while os.readlink(m.dir / "latest") != "step-300" and time.time() < deadline:
-            time.sleep(0.3)
-            os.listdir(m.dir)
-        assert os.readlink(m.dir / "latest") == "step-300"
+        wait_latest(m, "step-300")
         (root / "latest").unlink()
         # a step whose metadata is damaged is listed, fails with EIO, and the rest still reads
         shutil.copytree(FIXTURES / "fsdp2_ws1" / "ckpt", root / "step-50")
@@ -667,11 +665,7 @@ def test_directory_of_megatron_iterations(tmp_path):
         assert sorted(os.listdir(m.dir)) == ["iter_0000010", "iter_0000020", "latest"]
         assert os.readlink(m.dir / "latest") == "iter_0000010"
         (root / "latest_checkpointed_iteration.txt").write_text("20\n")
-        deadline = time.time() + 10
-        while os.readlink(m.dir / "latest") != "iter_0000020" and time.time() < deadline:
-            time.sleep(0.3)
-            os.listdir(m.dir)
-        assert os.readlink(m.dir / "latest") == "iter_0000020"
+        wait_latest(m, "iter_0000020")
         ref = Ref(FIXTURES / "megatron_flat")  # read in the original shapes, through `latest`
         for p, v in ref.tensors.items():
             assert (m.dir / "latest" / p).read_bytes() == v[2], p
@@ -727,10 +721,7 @@ def test_directory_of_huggingface_checkpoints(tmp_path):
         assert sorted(os.listdir(m.dir)) == ["latest", "step-100", "step-200"]
         assert os.readlink(m.dir / "latest") == "step-200"
         shutil.copy(full / "model-00002-of-00002.safetensors", root / "step-300")
-        deadline = time.time() + 10
-        while os.readlink(m.dir / "latest") != "step-300" and time.time() < deadline:
-            time.sleep(0.3)
-        assert os.readlink(m.dir / "latest") == "step-300"
+        wait_latest(m, "step-300")
         for p, v in refs["step-100"].tensors.items():
             assert (m.dir / "step-300" / p).read_bytes() == v[2], p
         # without an index nothing marks a step complete: it is shown once its files have
