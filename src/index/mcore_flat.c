@@ -30,10 +30,6 @@ struct ckpt_mcore_shape {
     int64_t shape[];
 };
 
-static ckpt_status nomem(ckpt_error *err) {
-    return ckpt_fail(err, CKPT_E_NOMEM, "out of memory while indexing the metadata");
-}
-
 static bool same_shape(const ckpt_mcore_shape *m, const int64_t *shape, int n) {
     return m->ndim == n && (n <= 0 || memcmp(m->shape, shape, (size_t)n * sizeof *shape) == 0);
 }
@@ -53,7 +49,7 @@ ckpt_status ckpt_mcore_note(ckpt_reader *r, const char *file, const pk_value *ro
         size_t n = 0;
         int nd = pk_as_int_seq(orig, shape, CKPT_MAX_NDIM, &n) ? (int)n : -1;
         if (!fname && !(fname = ckpt_arena_strndup(r->arena, file, strlen(file))))
-            return nomem(err);
+            return ckpt_index_nomem(err);
         ckpt_mcore_shape *m = e->mcore;
         if (m && m->file != fname) { /* noted by an earlier file */
             if (!same_shape(m, shape, nd)) m->disagree = true;
@@ -62,7 +58,7 @@ ckpt_status ckpt_mcore_note(ckpt_reader *r, const char *file, const pk_value *ro
         if (!m || m->cap < nd) {
             int cap = nd > 0 ? nd : 0;
             m = ckpt_arena_alloc(r->arena, sizeof *m + (size_t)cap * sizeof m->shape[0]);
-            if (!m) return nomem(err);
+            if (!m) return ckpt_index_nomem(err);
             m->cap = cap;
             e->mcore = m;
         }
@@ -264,7 +260,7 @@ static ckpt_status reformulate(ckpt_reader *r, ckpt_entry *e, const ckpt_mcore_s
                                           "a flat piece of one grid cell",
                                           k);
     if (!problem && !empty) problem = pieces_overlap(r->arena, e, nd, &oom);
-    if (oom) return nomem(err);
+    if (oom) return ckpt_index_nomem(err);
     if (problem) {
         e->problem = problem;
         return CKPT_OK;
@@ -290,7 +286,7 @@ static ckpt_status reformulate(ckpt_reader *r, ckpt_entry *e, const ckpt_mcore_s
     ckpt_chunk *chunks = ckpt_arena_alloc(r->arena, (total + 1) * sizeof *chunks);
     ckpt_flat_src *flat = ckpt_arena_alloc(r->arena, (total + 1) * sizeof *flat);
     int64_t *shape = ckpt_arena_alloc(r->arena, (size_t)nd * sizeof *shape);
-    if (!chunks || !flat || !shape) return nomem(err);
+    if (!chunks || !flat || !shape) return ckpt_index_nomem(err);
     s.chunks = chunks;
     s.flat = flat;
     s.n = 0;
@@ -302,7 +298,7 @@ static ckpt_status reformulate(ckpt_reader *r, ckpt_entry *e, const ckpt_mcore_s
         s.piece = c;
         s.piece_start = c->offsets[nd];
         if (!boxes(&s, fixed, 0, c->offsets[nd], c->offsets[nd] + c->sizes[nd], 0))
-            return nomem(err);
+            return ckpt_index_nomem(err);
     }
     memcpy(shape, m->shape, (size_t)nd * sizeof *shape);
     e->ndim = nd;

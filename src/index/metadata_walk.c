@@ -106,7 +106,7 @@ uint64_t ckpt_index_nbytes(ckpt_dtype dt, uint64_t numel) {
     return isz && numel <= (UINT64_C(1) << 62) / isz ? numel * isz : 0;
 }
 
-static ckpt_status nomem(ckpt_error *err) {
+ckpt_status ckpt_index_nomem(ckpt_error *err) {
     return ckpt_fail(err, CKPT_E_NOMEM, "out of memory while indexing the metadata");
 }
 
@@ -176,7 +176,7 @@ static ckpt_status walk_tensor(walk *w, ckpt_entry *e, bool merging, const pk_va
                 ckpt_index_problemf(w->arena, "unknown or missing dtype '%s'", dn ? dn : "?");
         e->ndim = (int)ndim;
         int64_t *s = ckpt_arena_alloc(w->arena, (ndim ? ndim : 1) * sizeof *s);
-        if (!s) return nomem(err);
+        if (!s) return ckpt_index_nomem(err);
         memcpy(s, shape, ndim * sizeof *s);
         e->shape = ndim ? s : NULL;
         const char *bad = NULL;
@@ -198,10 +198,10 @@ static ckpt_status walk_tensor(walk *w, ckpt_entry *e, bool merging, const pk_va
     size_t old = e->nchunks;
     ckpt_chunk *arr =
         ckpt_arena_grow(w->arena, e->chunks, old * sizeof *arr, (old + n + 1) * sizeof *arr);
-    if (!arr) return nomem(err);
+    if (!arr) return ckpt_index_nomem(err);
     e->chunks = arr;
     int64_t *pool = ckpt_arena_alloc(w->arena, (n * 2 * ndim + 1) * sizeof *pool);
-    if (!pool) return nomem(err);
+    if (!pool) return ckpt_index_nomem(err);
     for (size_t i = 0; i < n; i++) {
         const pk_value *c = pk_item(chunks, i);
         int64_t *off = pool + i * 2 * ndim, *sz = off + ndim;
@@ -244,7 +244,7 @@ static ckpt_status walk_tensor(walk *w, ckpt_entry *e, bool merging, const pk_va
         for (size_t k = old; k < e->nchunks; k++) {
             uint64_t h = ckpt_hash_bytes(e->chunks[k].offsets, (size_t)e->ndim * 8, e->index);
             if (!ckpt_htab_insert(&w->chunk_index, h, ((uint64_t)e->index << 32) | k))
-                return nomem(err);
+                return ckpt_index_nomem(err);
         }
     }
     return CKPT_OK;
@@ -320,7 +320,7 @@ static ckpt_status walk_tensors_parallel(walk *w, const pk_value *const *val, co
     for (unsigned t = 1; t < threads; t++)
         wk[t].started = pthread_create(&wk[t].thread, NULL, sdm_worker_main, &wk[t]) == 0;
     if (threads) sdm_worker_main(&wk[0]);
-    ckpt_status st = threads ? CKPT_OK : nomem(err);
+    ckpt_status st = threads ? CKPT_OK : ckpt_index_nomem(err);
     size_t failed_at = SIZE_MAX;
     for (unsigned t = 0; t < threads; t++) {
         if (wk[t].started) pthread_join(wk[t].thread, NULL);
@@ -350,7 +350,7 @@ static ckpt_status defer(walk *w, const char *key, const pk_value *v, ckpt_error
     if (w->ndeferred == w->deferred_cap) {
         size_t cap = w->deferred_cap ? 2 * w->deferred_cap : 64;
         struct deferred_item *d = realloc(w->deferred, cap * sizeof *d);
-        if (!d) return nomem(err);
+        if (!d) return ckpt_index_nomem(err);
         w->deferred = d;
         w->deferred_cap = cap;
     }
@@ -367,7 +367,7 @@ ckpt_status ckpt_walk_sdm(walk *w, ckpt_pairs p, size_t base, unsigned threads, 
     ckpt_status st = CKPT_OK;
     size_t ntensors = 0;
     if (!val || !entry) {
-        st = nomem(err);
+        st = ckpt_index_nomem(err);
         goto done;
     }
     for (size_t i = 0; i < n; i++) {
@@ -385,7 +385,7 @@ ckpt_status ckpt_walk_sdm(walk *w, ckpt_pairs p, size_t base, unsigned threads, 
             continue;
         }
         if (!(e = new_entry(r, key, h))) {
-            st = nomem(err);
+            st = ckpt_index_nomem(err);
             goto done;
         }
         const char *cls;
@@ -457,12 +457,12 @@ static ckpt_status set_path(ckpt_reader *r, ckpt_entry *e, const pk_value *path,
     }
     if (!usable) { /* no planner path: the flat key is a single element */
         e->elems = ckpt_arena_alloc(r->arena, sizeof *e->elems);
-        if (!e->elems) return nomem(err);
+        if (!e->elems) return ckpt_index_nomem(err);
         e->elems[0] = e->key;
         e->nelems = 1;
     } else {
         e->elems = ckpt_arena_alloc(r->arena, n * sizeof *e->elems);
-        if (!e->elems) return nomem(err);
+        if (!e->elems) return ckpt_index_nomem(err);
         for (size_t i = 0; i < n; i++) {
             const pk_value *el = pk_item(path, i);
             char num[32];
@@ -471,26 +471,26 @@ static ckpt_status set_path(ckpt_reader *r, ckpt_entry *e, const pk_value *path,
             if (el->type == PK_INT)
                 len = (size_t)snprintf(num, sizeof num, "%lld", (long long)el->u.i);
             e->elems[i] = ckpt_arena_strndup(r->arena, s, len);
-            if (!e->elems[i]) return nomem(err);
+            if (!e->elems[i]) return ckpt_index_nomem(err);
         }
         e->nelems = n;
     }
     /* joined, escaped path */
     size_t total = 0;
     char **esc = malloc(e->nelems * sizeof *esc);
-    if (!esc) return nomem(err);
+    if (!esc) return ckpt_index_nomem(err);
     for (size_t i = 0; i < e->nelems; i++) {
         esc[i] = ckpt_path_escape_elem(r->arena, e->elems[i], strlen(e->elems[i]));
         if (!esc[i]) {
             free(esc);
-            return nomem(err);
+            return ckpt_index_nomem(err);
         }
         total += strlen(esc[i]) + 1;
     }
     char *p = ckpt_arena_alloc(r->arena, total + 1);
     if (!p) {
         free(esc);
-        return nomem(err);
+        return ckpt_index_nomem(err);
     }
     size_t at = 0;
     for (size_t i = 0; i < e->nelems; i++) {
@@ -537,12 +537,13 @@ static ckpt_status build_chunk_index(walk *w, ckpt_error *err) {
     size_t total = 0;
     for (size_t i = 0; i < r->nentries; i++)
         total += r->entries[i].nchunks;
-    if (!ckpt_htab_init(&w->chunk_index, total)) return nomem(err);
+    if (!ckpt_htab_init(&w->chunk_index, total)) return ckpt_index_nomem(err);
     for (size_t i = 0; i < r->nentries; i++) {
         const ckpt_entry *e = &r->entries[i];
         for (size_t k = 0; k < e->nchunks; k++) {
             uint64_t h = ckpt_hash_bytes(e->chunks[k].offsets, (size_t)e->ndim * 8, i);
-            if (!ckpt_htab_insert(&w->chunk_index, h, ((uint64_t)i << 32) | k)) return nomem(err);
+            if (!ckpt_htab_insert(&w->chunk_index, h, ((uint64_t)i << 32) | k))
+                return ckpt_index_nomem(err);
         }
     }
     w->chunk_index_built = true;
@@ -575,7 +576,7 @@ static ckpt_status fill_loc(walk *w, ckpt_loc *loc, const pk_value *info, ckpt_e
             total += strlen(s) + 1;
         }
         char *t = ckpt_arena_alloc(r->arena, total + 1);
-        if (!t) return nomem(err);
+        if (!t) return ckpt_index_nomem(err);
         for (size_t i = 0; i < n; i++) {
             if (i) strcat(t, ",");
             strcat(t, pk_as_str(pk_item(td, i)));
@@ -724,7 +725,7 @@ ckpt_status ckpt_index_add_metadata(ckpt_reader *r, const char *file, const pk_d
                          cls ? cls : "not an object");
     }
     walk *w = ckpt_walk_new(r, file);
-    if (!w) return nomem(err);
+    if (!w) return ckpt_index_nomem(err);
     ckpt_walk_note_root(r, root, sdm);
     CKPT_TRY_GOTO(st, walk_state_dict_metadata(w, sdm, err), done);
     CKPT_TRY_GOTO(st, walk_planner_data(w, pk_get(root, "planner_data"), err), done);
@@ -741,7 +742,7 @@ static bool path_eq(const void *ctx, uint64_t v) {
 }
 
 ckpt_status ckpt_index_paths(ckpt_reader *r, ckpt_error *err) {
-    if (!r->by_path.cap && !ckpt_htab_init(&r->by_path, r->nentries)) return nomem(err);
+    if (!r->by_path.cap && !ckpt_htab_init(&r->by_path, r->nentries)) return ckpt_index_nomem(err);
     for (size_t i = r->paths_done; i < r->nentries; i++) {
         ckpt_entry *e = &r->entries[i];
         if (!e->path) CKPT_TRY(set_path(r, e, NULL, err));
@@ -750,7 +751,7 @@ ckpt_status ckpt_index_paths(ckpt_reader *r, ckpt_error *err) {
         uint64_t h = ckpt_hash_bytes(e->path, strlen(e->path), 0);
         if (!ckpt_htab_find(&r->by_path, h, path_eq, ctx, &dummy) &&
             !ckpt_htab_insert(&r->by_path, h, i))
-            return nomem(err);
+            return ckpt_index_nomem(err);
         r->paths_done = i + 1;
     }
     return CKPT_OK;
@@ -782,7 +783,7 @@ ckpt_status ckpt_index_finish(ckpt_reader *r, ckpt_error *err) {
     /* ranks: distinct "__<r>_" (HuggingFace: "shard-<r>-") prefixes */
     uint32_t ranks = 0;
     int64_t *seen = calloc(r->nfiles + 1, sizeof *seen);
-    if (!seen) return nomem(err);
+    if (!seen) return ckpt_index_nomem(err);
     for (size_t f = 0; f < r->nfiles; f++) {
         const char *name = r->files[f].name, *p = strstr(name, "__");
         char *end, sep = '_';

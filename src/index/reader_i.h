@@ -137,6 +137,8 @@ ckpt_entry *ckpt_index_new_entry(ckpt_reader *r, const char *key);
 uint64_t ckpt_index_numel(ckpt_arena *a, const int64_t *shape, int ndim, const char **problem);
 /* numel * itemsize; 0 for an unknown dtype or past 2^62 bytes. */
 uint64_t ckpt_index_nbytes(ckpt_dtype dt, uint64_t numel);
+/* CKPT_E_NOMEM, saying the index was being built. */
+ckpt_status ckpt_index_nomem(ckpt_error *err);
 /* A formatted description of an entry's or a chunk's defect, in arena a (a fixed text when
  * out of memory: never NULL). */
 const char *ckpt_index_problemf(ckpt_arena *a, const char *fmt, ...)
