@@ -304,8 +304,29 @@ ckpt_status ckpt_chunk_resolve(ckpt_reader *r, const ckpt_entry *e, ckpt_chunk *
     ckpt_source src;
     ckpt_error local;
     ckpt_error *er = err ? err : &local;
-    ckpt_status s = ckpt_loc_source(r, &c->loc, e->key, &src, er);
-    if (s == CKPT_OK) s = resolve_item(r, e, c, &src, &res, er);
+    ckpt_status s;
+    const ckpt_chunk *first = NULL;
+    if (e->flat && e->flat[c - e->chunks].skip) {
+        /* a later box of a Megatron flat piece: its item was opened and checked for the
+         * piece's first box (skip 0, just before it); point into it from there */
+        ckpt_chunk *f = c;
+        while (e->flat[f - e->chunks].skip)
+            f--;
+        CKPT_TRY(ckpt_chunk_resolve(r, e, f, err));
+        if (f->res->kind == CHUNK_IN_FILE) first = f;
+    }
+    if (first) {
+        stored_shape ss;
+        stored_shape_of(e, c, &ss);
+        res.kind = CHUNK_IN_FILE;
+        res.big_endian = first->res->big_endian;
+        res.elem0 = first->res->elem0; /* the piece's first element */
+        narrow_to_box(e, c, &ss, first->res->stride[e->ndim - 1], &res);
+        s = CKPT_OK;
+    } else {
+        s = ckpt_loc_source(r, &c->loc, e->key, &src, er);
+        if (s == CKPT_OK) s = resolve_item(r, e, c, &src, &res, er);
+    }
     if (s != CKPT_OK && s != CKPT_E_NOMEM)
         ckpt_error_suffix(er, " (key '%s', chunk at offset %lld)", e->key,
                           (long long)(e->ndim ? c->offsets[0] : 0));
