@@ -50,17 +50,26 @@ void fx_copy_remove(fx_copy *t) {
     ref_free(&t->ref);
 }
 
-void fx_copy_patch_bytes(const fx_copy *t, const char *file, const void *from, const void *to,
-                         size_t len) {
+void fx_copy_patch_after(const fx_copy *t, const char *file, const char *anchor, const void *from,
+                         const void *to, size_t len) {
     char p[4096];
     fx_copy_path(t, file, p, sizeof p);
     size_t n;
-    uint8_t *buf = tu_read_file(p, &n);
-    uint8_t *hit = memmem(buf, n, from, len);
+    uint8_t *buf = tu_read_file(p, &n), *at = buf;
+    if (anchor) {
+        at = memmem(buf, n, anchor, strlen(anchor));
+        cr_assert(at, "%s does not contain \"%s\"", file, anchor);
+    }
+    uint8_t *hit = memmem(at, n - (size_t)(at - buf), from, len);
     cr_assert(hit, "%s does not contain the %zu bytes to patch", file, len);
     memcpy(hit, to, len);
     tu_write_file(p, buf, n);
     free(buf);
+}
+
+void fx_copy_patch_bytes(const fx_copy *t, const char *file, const void *from, const void *to,
+                         size_t len) {
+    fx_copy_patch_after(t, file, NULL, from, to, len);
 }
 
 void fx_copy_patch(const fx_copy *t, const char *file, const char *from, const char *to) {

@@ -29,6 +29,10 @@ void fx_copy_make(fx_copy *t, const char *name);
 void fx_copy_remove(fx_copy *t);
 void fx_copy_path(const fx_copy *t, const char *file, char *out, size_t cap);
 void fx_copy_unlink(const fx_copy *t, const char *file);
+/* Replaces the first occurrence of from[0, len) after the first `anchor` (a string; NULL:
+ * from the start) in `file` by to[0, len). */
+void fx_copy_patch_after(const fx_copy *t, const char *file, const char *anchor, const void *from,
+                         const void *to, size_t len);
 /* Replaces the first occurrence of from[0, len) in `file` by to[0, len). */
 void fx_copy_patch_bytes(const fx_copy *t, const char *file, const void *from, const void *to,
                          size_t len);

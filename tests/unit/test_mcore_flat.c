@@ -135,25 +135,10 @@ Test(mcore_flat, every_region_reads_like_megatron, .timeout = 120) {
     ref_free(&f);
 }
 
-/* Patches the first `from` after the first `anchor` in the copy's `file` (same length). */
-static void patch_file_after(const fx_copy *t, const char *file, const char *anchor,
-                             const void *from, const void *to, size_t len) {
-    char p[4096];
-    fx_copy_path(t, file, p, sizeof p);
-    size_t n;
-    uint8_t *buf = tu_read_file(p, &n);
-    uint8_t *a = memmem(buf, n, anchor, strlen(anchor));
-    cr_assert(a, ".metadata has no \"%s\"", anchor);
-    uint8_t *hit = memmem(a, n - (size_t)(a - buf), from, len);
-    cr_assert(hit, ".metadata has no such bytes after \"%s\"", anchor);
-    memcpy(hit, to, len);
-    tu_write_file(p, buf, n);
-    free(buf);
-}
-
+/* Patches the first `from` after the first `anchor` in the copy's .metadata (same length). */
 static void patch_after(const fx_copy *t, const char *anchor, const void *from, const void *to,
                         size_t len) {
-    patch_file_after(t, ".metadata", anchor, from, to, len);
+    fx_copy_patch_after(t, ".metadata", anchor, from, to, len);
 }
 
 static void damaged(const char *anchor, const char *from, const char *to, size_t len,
@@ -242,7 +227,7 @@ Test(mcore_flat, rank_local_files_disagree_on_the_original_shape) {
     tu_copy_file(from, to);
     fx_copy_path(&t, "__1.metadata", to, sizeof to);
     cr_assert_eq(rename(from, to), 0);
-    patch_file_after(&t, "__1.metadata", "mcore_data", "K\x08K\x06\x86", "K\x10K\x03\x86", 5);
+    fx_copy_patch_after(&t, "__1.metadata", "mcore_data", "K\x08K\x06\x86", "K\x10K\x03\x86", 5);
     fx_expect_entry_problem(&t, W, (const char *[]){"disagree on the original shape", NULL});
     fx_copy_remove(&t);
 }
