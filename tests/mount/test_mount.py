@@ -1001,6 +1001,42 @@ def test_listing_round_trips():
         m.close()
 
 
+
+def test_no_listxattr():
+    """-o no_listxattr: LISTXATTR reaches the daemon once (its ENOSYS makes the kernel answer
+    every later listxattr with EOPNOTSUPP), while getxattr of every documented name still
+    reads the reference values: newer `ls -l` lists each file's xattrs for its ACL check, a
+    round trip per file otherwise.  Counted in the daemon's -o debug trace."""
+    ref = Ref(FIXTURES / "fsdp2_ws2")
+    m = Mount(FIXTURES / "fsdp2_ws2" / "ckpt", "debug", "no_listxattr")
+    try:
+        for path, (dtype, shape, data, key) in ref.tensors.items():
+            f = m.dir / path
+            for _ in range(2):
+                with pytest.raises(OSError) as e:
+                    os.listxattr(f)
+                assert e.value.errno == errno.EOPNOTSUPP, path
+            assert os.getxattr(f, "user.ckpt.dtype").decode() == dtype
+            assert json.loads(os.getxattr(f, "user.ckpt.shape")) == list(shape)
+            assert os.getxattr(f, "user.ckpt.key").decode() == key
+            if path in ref.chunks:
+                assert int(os.getxattr(f, "user.ckpt.chunks")) == ref.chunks[path], path
+            assert f.read_bytes() == data, path
+        with pytest.raises(OSError) as e:
+            os.listxattr(m.dir)
+        assert e.value.errno == errno.EOPNOTSUPP
+        log = m.log()
+        assert log.count("opcode: LISTXATTR") == 1, log.count("opcode: LISTXATTR")
+        assert log.count("opcode: GETXATTR") >= 3 * len(ref.tensors)
+    finally:
+        m.close()
+    # the default lists the names (test_xattrs checks which)
+    m = Mount(FIXTURES / "fsdp2_ws2" / "ckpt")
+    try:
+        assert "user.ckpt.dtype" in os.listxattr(m.dir / next(iter(ref.tensors)))
+    finally:
+        m.close()
+
 def big_pipes_allowed() -> bool:
     """Whether this process may make a 2 MiB pipe: what libfuse asks for a 1 MiB reply."""
     import fcntl

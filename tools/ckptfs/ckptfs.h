@@ -40,6 +40,7 @@ typedef struct ckptfs_config {
     unsigned readahead_kb; /* -o readahead_kb= for the mount's bdi (page-cache reads, mmap) */
     double timeout;        /* -o timeout= entry/attr cache seconds */
     int verify;            /* -o verify: check items against the manifest on first read */
+    int no_listxattr;      /* -o no_listxattr: LISTXATTR answers ENOSYS (getxattr still works) */
     int show_help, show_version;
 } ckptfs_config;
 

@@ -46,6 +46,10 @@ static void usage(const char *prog) {
            "    -o verify              check each stored item against the checkpoint's\n"
            "                           manifest (ckpt seal) the first time it is read;\n"
            "                           mismatches read as EIO\n"
+           "    -o no_listxattr        listxattr is not supported (getxattr of the\n"
+           "                           user.ckpt.* names still is): `ls -l` of coreutils\n"
+           "                           whose ACL check lists every file's xattrs then makes\n"
+           "                           no round trip to the daemon per file\n"
            "    -V, --version          print the version\n\n",
            prog);
     fuse_cmdline_help();
@@ -61,6 +65,7 @@ static const struct fuse_opt option_spec[] = {CKPTFS_OPT("direct_io", direct_io,
                                               CKPTFS_OPT("timeout=%lf", timeout, 0),
                                               CKPTFS_OPT("verify", verify, 1),
                                               CKPTFS_OPT("no_pipe_probe", no_pipe_probe, 1),
+                                              CKPTFS_OPT("no_listxattr", no_listxattr, 1),
                                               CKPTFS_OPT("-h", show_help, 1),
                                               CKPTFS_OPT("--help", show_help, 1),
                                               CKPTFS_OPT("-V", show_version, 1),

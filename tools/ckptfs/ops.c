@@ -386,6 +386,14 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 }
 
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+    /* -o no_listxattr: ENOSYS makes the kernel answer every later listxattr on this mount
+     * with EOPNOTSUPP itself.  Newer gnulib (coreutils' `ls -l`) checks ACLs by listing each
+     * file's xattrs, one round trip per file since FUSE caches none; EOPNOTSUPP makes it stop
+     * asking for the whole device. */
+    if (fs_of(req)->cfg.no_listxattr) {
+        fuse_reply_err(req, ENOSYS);
+        return;
+    }
     char *v = NULL;
     size_t len = 0;
     ckpt_error err = {0};
