@@ -1001,7 +1001,6 @@ def test_listing_round_trips():
         m.close()
 
 
-
 def test_no_listxattr():
     """-o no_listxattr: LISTXATTR reaches the daemon once (its ENOSYS makes the kernel answer
     every later listxattr with EOPNOTSUPP), while getxattr of every documented name still
@@ -1036,6 +1035,7 @@ def test_no_listxattr():
         assert "user.ckpt.dtype" in os.listxattr(m.dir / next(iter(ref.tensors)))
     finally:
         m.close()
+
 
 def big_pipes_allowed() -> bool:
     """Whether this process may make a 2 MiB pipe: what libfuse asks for a 1 MiB reply."""
