@@ -1,10 +1,14 @@
 /* plan.c — the job-wide plan, computed identically on every rank: gather every rank's pieces
  * (file ranges and where they go), merge their ranges into the union of needed bytes (sort +
  * sweep: O(P log P) in the number of pieces, never pieces x chunks), and cut that union into
- * one contiguous, byte-balanced share per rank: the bytes it reads. */
+ * one contiguous, byte-balanced share per rank: the bytes it reads.  Ranks usually hand in
+ * their pieces in file order already (one request's rows come in order): then nothing is
+ * sorted, and the sweep merges the ranks' ordered streams of piece starts and ends without
+ * storing them (O(n log R) for n pieces of R ranks). */
 #include "load/load_i.h"
 #include "util/error.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +18,25 @@ static int by_owner_file_off(const void *a, const void *b) {
     if (x->file != y->file) return x->file < y->file ? -1 : 1;
     if (x->off != y->off) return x->off < y->off ? -1 : 1;
     return x->len < y->len ? -1 : x->len > y->len;
+}
+
+/* Whether pieces [a, b) (one owner's) are in by_owner_file_off order already. */
+static bool in_order(const gpiece *g, size_t a, size_t b) {
+    for (size_t i = a + 1; i < b; i++)
+        if (by_owner_file_off(&g[i - 1], &g[i]) > 0) return false;
+    return true;
+}
+
+/* Whether an owner's ordered pieces [a, b) overlap nowhere: then its starts and ends,
+ * alternating, are already in (file, position) order (zero-length pieces make no events). */
+static bool disjoint(const gpiece *g, size_t a, size_t b) {
+    const gpiece *prev = NULL;
+    for (size_t i = a; i < b; i++) {
+        if (!g[i].len) continue;
+        if (prev && prev->file == g[i].file && prev->off + prev->len > g[i].off) return false;
+        prev = &g[i];
+    }
+    return true;
 }
 
 /* A piece's start or end, for the coverage sweep. */
@@ -28,6 +51,121 @@ static int by_event(const void *a, const void *b) {
     if (x->file != y->file) return x->file < y->file ? -1 : 1;
     if (x->pos != y->pos) return x->pos < y->pos ? -1 : 1;
     return x->kind - y->kind;
+}
+
+/* One owner's next event in the merge (cur): piece `at` of its range, its start or its end. */
+typedef struct stream {
+    ev cur;
+    size_t at, end;
+} stream;
+
+static void stream_load(const gpiece *g, stream *t, int kind) {
+    const gpiece *q = &g[t->at];
+    t->cur = (ev){q->file, kind ? q->off : q->off + q->len, kind, t->at};
+}
+
+/* Moves to the stream's next event; false at its end (zero-length pieces are skipped). */
+static bool stream_next(const gpiece *g, stream *t) {
+    if (t->cur.kind) {
+        stream_load(g, t, 0);
+        return true;
+    }
+    for (t->at++; t->at < t->end && !g[t->at].len; t->at++) {
+    }
+    if (t->at == t->end) return false;
+    stream_load(g, t, 1);
+    return true;
+}
+
+static void sift_down(stream *h, size_t n, size_t i) {
+    for (;;) {
+        size_t l = 2 * i + 1, m = i;
+        if (l < n && by_event(&h[l].cur, &h[m].cur) < 0) m = l;
+        if (l + 1 < n && by_event(&h[l + 1].cur, &h[m].cur) < 0) m = l + 1;
+        if (m == i) return;
+        stream t = h[i];
+        h[i] = h[m];
+        h[m] = t;
+        i = m;
+    }
+}
+
+/* The coverage sweep over events in (file, position) order: between two positions, the
+ * pieces covering the bytes are known by their number and the sum of their indices (which
+ * names the piece when there is one). */
+typedef struct sweep {
+    load_plan *p;
+    uint32_t rank;
+    uint64_t direct_min;
+    uint64_t count, idsum;
+    ev prev;
+    bool started;
+    frange *u; /* the shared union, in order (room for every segment) */
+    size_t nu, dcap;
+} sweep;
+
+static ckpt_status sweep_step(sweep *w, const ev *e) {
+    load_plan *p = w->p;
+    if (w->started && w->count && e->file == w->prev.file && e->pos > w->prev.pos) {
+        frange seg = {e->file, w->prev.pos, e->pos - w->prev.pos};
+        p->union_bytes += seg.len;
+        const gpiece *only = w->count == 1 ? &p->pieces[w->idsum] : NULL;
+        if (only && seg.len >= w->direct_min) {
+            if (only->owner == w->rank) {
+                if (p->ndirect == w->dcap) {
+                    size_t cap = 2 * w->dcap;
+                    frange *m1 = realloc(p->direct, cap * sizeof *m1);
+                    if (m1) p->direct = m1;
+                    size_t *m2 = m1 ? realloc(p->direct_piece, cap * sizeof *m2) : NULL;
+                    if (m2) p->direct_piece = m2;
+                    if (!m1 || !m2) return CKPT_E_NOMEM;
+                    w->dcap = cap;
+                }
+                p->direct[p->ndirect] = seg;
+                p->direct_piece[p->ndirect++] = w->idsum;
+                p->direct_bytes += seg.len;
+            }
+        } else if (w->nu && w->u[w->nu - 1].file == seg.file &&
+                   w->u[w->nu - 1].off + w->u[w->nu - 1].len == seg.off) {
+            w->u[w->nu - 1].len += seg.len;
+        } else {
+            w->u[w->nu++] = seg;
+        }
+    }
+    if (e->kind) {
+        w->count++;
+        w->idsum += e->piece;
+    } else {
+        w->count--;
+        w->idsum -= e->piece;
+    }
+    w->prev = *e;
+    w->started = true;
+    return CKPT_OK;
+}
+
+/* Sweeps the events of every owner's disjoint, ordered pieces in (file, position) order,
+ * merged from the owners' streams with a heap, without storing them.  (Events at one
+ * position may come in any order: the sweep only cuts where the position moves.)  h holds
+ * `size` slots. */
+static ckpt_status merge_events(const load_plan *p, int size, stream *h, sweep *w) {
+    size_t n = 0;
+    for (int k = 0; k < size; k++) {
+        stream t = {.at = p->owner_first[k], .end = p->owner_first[k + 1]};
+        while (t.at < t.end && !p->pieces[t.at].len)
+            t.at++;
+        if (t.at == t.end) continue;
+        stream_load(p->pieces, &t, 1);
+        h[n++] = t;
+    }
+    for (size_t i = n; i-- > 0;)
+        sift_down(h, n, i);
+    while (n) {
+        CKPT_TRY(sweep_step(w, &h[0].cur));
+        if (!stream_next(p->pieces, &h[0])) h[0] = h[--n];
+        if (n > 1) sift_down(h, n, 0);
+    }
+    return CKPT_OK;
 }
 
 static void put(uint8_t *p, const gpiece *g) {
@@ -106,74 +244,50 @@ ckpt_status load_plan_build(ckpt_load *l, const gpiece *mine, size_t nmine, uint
         }
     free(all);
     p->npieces = at;
-    qsort(p->pieces, p->npieces, sizeof *p->pieces, by_owner_file_off);
-    for (size_t i = 0, k = 0; k <= (size_t)P; k++) {
-        while (i < p->npieces && p->pieces[i].owner < k)
-            i++;
+    /* the gather put the owners in order; each owner's pieces are sorted unless they came in
+     * order (every rank decides alike: the same data) */
+    bool all_disjoint = true;
+    for (size_t k = 0, i = 0; k <= (size_t)P; k++) {
         p->owner_first[k] = i;
+        if (k < (size_t)P) i += (size_t)counts[k];
+    }
+    for (int k = 0; k < P; k++) {
+        size_t a = p->owner_first[k], b = p->owner_first[k + 1];
+        if (!in_order(p->pieces, a, b))
+            qsort(p->pieces + a, b - a, sizeof *p->pieces, by_owner_file_off);
+        all_disjoint = all_disjoint && disjoint(p->pieces, a, b);
     }
 
     /* 2. coverage sweep: bytes needed by exactly one piece, in long runs, are read by their
      * owner straight into place ("direct"); the rest, the shared union, is split below */
-    size_t ne = 0;
-    ev *evs = malloc((2 * p->npieces + 1) * sizeof *evs);
-    frange *u = malloc((2 * p->npieces + 1) * sizeof *u);
-    size_t nu = 0, dcap = 16;
-    p->direct = malloc(dcap * sizeof *p->direct);
-    p->direct_piece = malloc(dcap * sizeof *p->direct_piece);
-    if (!evs || !u || !p->direct || !p->direct_piece) {
-        free(evs);
-        free(u);
-        s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
-        goto agree_out;
-    }
-    for (size_t i = 0; i < p->npieces; i++) {
-        if (!p->pieces[i].len) continue;
-        evs[ne++] = (ev){p->pieces[i].file, p->pieces[i].off, 1, i};
-        evs[ne++] = (ev){p->pieces[i].file, p->pieces[i].off + p->pieces[i].len, 0, i};
-    }
-    qsort(evs, ne, sizeof *evs, by_event);
-    uint64_t count = 0, idsum = 0;
-    for (size_t i = 0; i < ne; i++) {
-        if (i && count && evs[i].file == evs[i - 1].file && evs[i].pos > evs[i - 1].pos) {
-            frange seg = {evs[i].file, evs[i - 1].pos, evs[i].pos - evs[i - 1].pos};
-            p->union_bytes += seg.len;
-            const gpiece *only = count == 1 ? &p->pieces[idsum] : NULL;
-            if (only && seg.len >= direct_min) {
-                if (only->owner == (uint32_t)l->rank) {
-                    if (p->ndirect == dcap) {
-                        dcap *= 2;
-                        frange *m1 = realloc(p->direct, dcap * sizeof *m1);
-                        size_t *m2 = m1 ? realloc(p->direct_piece, dcap * sizeof *m2) : NULL;
-                        if (m1) p->direct = m1;
-                        if (m2) p->direct_piece = m2;
-                        if (!m1 || !m2) {
-                            s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
-                            break;
-                        }
-                    }
-                    p->direct[p->ndirect] = seg;
-                    p->direct_piece[p->ndirect++] = idsum;
-                    p->direct_bytes += seg.len;
-                }
-            } else if (nu && u[nu - 1].file == seg.file &&
-                       u[nu - 1].off + u[nu - 1].len == seg.off) {
-                u[nu - 1].len += seg.len;
-            } else {
-                u[nu++] = seg;
-            }
+    sweep w = {.p = p, .rank = (uint32_t)l->rank, .direct_min = direct_min, .dcap = 16};
+    w.u = malloc((2 * p->npieces + 1) * sizeof *w.u);
+    p->direct = malloc(w.dcap * sizeof *p->direct);
+    p->direct_piece = malloc(w.dcap * sizeof *p->direct_piece);
+    stream *h = all_disjoint ? malloc(((size_t)P + 1) * sizeof *h) : NULL;
+    ev *evs = all_disjoint ? NULL : malloc((2 * p->npieces + 1) * sizeof *evs);
+    if (!w.u || !p->direct || !p->direct_piece || (all_disjoint ? !h : !evs)) {
+        s = CKPT_E_NOMEM;
+    } else if (all_disjoint) {
+        s = merge_events(p, P, h, &w);
+    } else {
+        size_t ne = 0;
+        for (size_t i = 0; i < p->npieces; i++) {
+            if (!p->pieces[i].len) continue;
+            evs[ne++] = (ev){p->pieces[i].file, p->pieces[i].off, 1, i};
+            evs[ne++] = (ev){p->pieces[i].file, p->pieces[i].off + p->pieces[i].len, 0, i};
         }
-        if (evs[i].kind) {
-            count++;
-            idsum += evs[i].piece;
-        } else {
-            count--;
-            idsum -= evs[i].piece;
-        }
+        qsort(evs, ne, sizeof *evs, by_event);
+        for (size_t i = 0; s == CKPT_OK && i < ne; i++)
+            s = sweep_step(&w, &evs[i]);
     }
+    free(h);
     free(evs);
+    frange *u = w.u;
+    size_t nu = w.nu;
     if (s != CKPT_OK) {
         free(u);
+        s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
         goto agree_out;
     }
     uint64_t shared = 0;

@@ -5,7 +5,8 @@ read once (the ranks' reads add up to the union of needed ranges, which for plai
 checkpoints is every chunk's data size from torch's own description); ranks that get empty
 shards still take part; a missing shard file gives every rank the same error, no hang.
 
-Environment: CKPT_BIN (built with MPI), CKPT_FIXTURES / CKPT_FIXTURES_DEFAULT."""
+Environment: CKPT_BIN (built with MPI), CKPT_FIXTURES / CKPT_FIXTURES_DEFAULT, CKPT_LOAD_OVERLAP
+(tests/mpi/load_overlap, a driver of the C API whose ranks ask for the same bytes twice)."""
 
 from __future__ import annotations
 
@@ -94,6 +95,27 @@ def check(fixture: Path, m: int, dim: int, out: Path, mode="collective", direct=
             checked += 1
     assert checked
     return stats, data
+
+
+@pytest.mark.parametrize("name", ["fsdp2_ws2", "fsdp2_ws3", "tp_shard1", "hsdp", "megatron_flat"])
+def test_overlapping_requests_of_one_rank(name):
+    """Every rank asks for each tensor whole, twice, then for the first half of its rows and
+    for its own Shard(0) slice (load_overlap.c): its pieces overlap, which takes the plan's
+    general sweep rather than the merge of ordered per-rank streams.  Every buffer equals the
+    reader library's own read, and the job reads each needed stored byte once."""
+    drv = os.environ.get("CKPT_LOAD_OVERLAP")
+    if not drv:
+        pytest.skip("needs CKPT_LOAD_OVERLAP")
+    fx = FIXTURES / name
+    ref, _ = tensors(fx)
+    keys = [p for p, (dtype, shape, _) in ref.items() if shape and "%" not in p and dtype in ITEM]
+    assert keys
+    for m in (1, 2, 3):
+        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca",
+               "btl_vader_single_copy_mechanism", "none", "-np", str(m), drv, str(fx / "ckpt"),
+               *keys]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0 and r.stdout.startswith("ok:"), (name, m, r.stdout + r.stderr)
 
 
 @pytest.mark.parametrize("name", NAMES)
