@@ -36,9 +36,10 @@ int main(int argc, char **argv) {
     size_t *len = calloc((size_t)nkeys * PER_KEY, sizeof *len);
     int64_t(*start)[CKPT_MAX_NDIM] = calloc((size_t)nkeys * PER_KEY, sizeof *start);
     int64_t(*count)[CKPT_MAX_NDIM] = calloc((size_t)nkeys * PER_KEY, sizeof *count);
-    if (!buf || !len || !start || !count) return fail(rank, "out of memory", NULL);
+    const ckpt_entry **ents = calloc((size_t)nkeys, sizeof *ents);
+    if (!buf || !len || !start || !count || !ents) return fail(rank, "out of memory", NULL);
     for (int k = 0; k < nkeys; k++) {
-        const ckpt_entry *e = ckpt_reader_find(r, argv[k + 2]);
+        const ckpt_entry *e = ents[k] = ckpt_reader_find(r, argv[k + 2]);
         if (!e || ckpt_entry_ndim(e) < 1) return fail(rank, argv[k + 2], NULL);
         int nd = ckpt_entry_ndim(e);
         const int64_t *shape = ckpt_entry_shape(e);
@@ -47,11 +48,11 @@ int main(int argc, char **argv) {
             int64_t *st = start[k * PER_KEY + j], *ct = count[k * PER_KEY + j];
             memcpy(ct, shape, (size_t)nd * sizeof *ct);
             if (j == 2) ct[0] = (shape[0] + 1) / 2; /* the first half of the rows */
-            if (j == 3) {                           /* Shard(0), torch.chunk semantics */
-                int64_t chunk = (shape[0] + size - 1) / size;
-                st[0] = chunk * rank < shape[0] ? chunk * rank : shape[0];
-                ct[0] = st[0] + chunk < shape[0] ? chunk : shape[0] - st[0];
-            }
+            /* this rank's Shard(0) slice */
+            ckpt_status sb =
+                j == 3 ? ckpt_shard_box(nd, shape, 0, (uint32_t)size, (uint32_t)rank, st, ct)
+                       : CKPT_OK;
+            if (sb != CKPT_OK) return fail(rank, "shard box", NULL);
             uint64_t n = item;
             for (int d = 0; d < nd; d++)
                 n *= (uint64_t)ct[d];
@@ -66,7 +67,7 @@ int main(int argc, char **argv) {
     if (ckpt_load_execute(l, NULL, &err) != CKPT_OK) return fail(rank, "execute", &err);
     int bad = 0;
     for (int k = 0; k < nkeys; k++) {
-        const ckpt_entry *e = ckpt_reader_find(r, argv[k + 2]);
+        const ckpt_entry *e = ents[k];
         for (int j = 0; j < PER_KEY; j++) {
             size_t n = len[k * PER_KEY + j];
             unsigned char *want = malloc(n + 1);
@@ -88,8 +89,7 @@ int main(int argc, char **argv) {
     unsigned long long needed = 0;
     for (int k = 0; k < nkeys; k++) {
         ckpt_plan *plan = NULL;
-        if (ckpt_plan_region(r, ckpt_reader_find(r, argv[k + 2]), NULL, NULL, &plan, &err) !=
-            CKPT_OK)
+        if (ckpt_plan_region(r, ents[k], NULL, NULL, &plan, &err) != CKPT_OK)
             return fail(rank, "plan", &err);
         const ckpt_piece *pc = ckpt_plan_pieces(plan);
         for (size_t i = 0; i < ckpt_plan_num_pieces(plan); i++)
@@ -115,6 +115,7 @@ int main(int argc, char **argv) {
     free(len);
     free(start);
     free(count);
+    free(ents);
     ckpt_load_free(l);
     MPI_Finalize();
     return any;
