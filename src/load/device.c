@@ -4,7 +4,8 @@
  * cudaMemcpyAsync on one stream.  While the GPU copies one half, the rank fills the other
  * (double buffering); a half is reused only after the event recorded behind its copies has
  * completed.  Fills that continue the previous one in both the half and the destination
- * (consecutive rows of a shard, say) are merged into one copy, issued when the run breaks.
+ * buffer (consecutive rows of a shard, say) are merged into one copy, issued when the run
+ * breaks; fills of different destination buffers never merge (copy_run, load_i.h).
  * Only the CUDA runtime API is used (no kernels). */
 #include "load/load_i.h"
 #include "util/cuda_util.h"
@@ -99,25 +100,26 @@ uint8_t *dev_sink_room(dev_sink *s, uint64_t want, uint64_t *avail, ckpt_error *
     return s->half[s->cur] + s->used;
 }
 
-ckpt_status dev_sink_fill(dev_sink *s, uint8_t *dst, uint64_t n, ckpt_error *err) {
+ckpt_status dev_sink_fill(dev_sink *s, const uint8_t *buf, uint8_t *dst, uint64_t n,
+                          ckpt_error *err) {
     if (!n) return CKPT_OK;
     const uint8_t *src = s->half[s->cur] + s->used;
     s->used += n;
-    if (copy_run_extend(&s->run, dst, src, n)) return CKPT_OK;
+    if (copy_run_extend(&s->run, buf, dst, src, n)) return CKPT_OK;
     ckpt_status st = flush(s, err);
-    s->run = (copy_run){dst, src, n};
+    s->run = (copy_run){buf, dst, src, n};
     return st;
 }
 
-ckpt_status dev_sink_put(dev_sink *s, uint8_t *dst, const uint8_t *src, uint64_t n,
-                         ckpt_error *err) {
+ckpt_status dev_sink_put(dev_sink *s, const uint8_t *buf, uint8_t *dst, const uint8_t *src,
+                         uint64_t n, ckpt_error *err) {
     while (n) {
         uint64_t avail;
         uint8_t *room = dev_sink_room(s, n < s->half_bytes ? n : s->half_bytes, &avail, err);
         if (!room) return err && err->code ? err->code : CKPT_E_IO;
         uint64_t k = n < avail ? n : avail;
         memcpy(room, src, (size_t)k);
-        CKPT_TRY(dev_sink_fill(s, dst, k, err));
+        CKPT_TRY(dev_sink_fill(s, buf, dst, k, err));
         dst += k;
         src += k;
         n -= k;

@@ -103,7 +103,7 @@ static void unpack(void *ctx, const gpiece *q, const wpart *w, uint64_t lo, uint
     if (!r->device) {
         memcpy(dst, c->in, n);
     } else if (c->s == CKPT_OK) {
-        c->s = dev_sink_put(c->l->dev, dst, c->in, n, c->err);
+        c->s = dev_sink_put(c->l->dev, r->dst, dst, c->in, n, c->err);
         c->l->stats.bytes_device += n;
     }
     c->in += n;
@@ -125,7 +125,8 @@ static void dpack(void *ctx, const gpiece *q, const wpart *w, uint64_t lo, uint6
     if (c->s != CKPT_OK) return;
     if (c->self) {
         const lreq *r = &c->l->reqs[q->req];
-        c->s = nccl_link_place(c->l->nccl, r->dst + q->dst + (lo - q->off), from, n, c->err);
+        c->s =
+            nccl_link_place(c->l->nccl, r->dst, r->dst + q->dst + (lo - q->off), from, n, c->err);
         c->l->stats.bytes_device += n;
     } else {
         c->s = nccl_link_pack(c->l->nccl, c->to, from, n, c->err);
@@ -146,7 +147,8 @@ static void ddeliver(void *ctx, const gpiece *q, const wpart *w, uint64_t lo, ui
     ddeliver_ctx *c = ctx;
     const lreq *r = &c->l->reqs[q->req];
     if (c->s == CKPT_OK)
-        c->s = nccl_link_deliver(c->l->nccl, r->dst + q->dst + (lo - q->off), c->from, n, c->err);
+        c->s = nccl_link_deliver(c->l->nccl, r->dst, r->dst + q->dst + (lo - q->off), c->from, n,
+                                 c->err);
     c->l->stats.bytes_device += n;
     c->from += n;
 }
@@ -156,7 +158,7 @@ static ckpt_status read_window(ckpt_load *l, const wpart *w, size_t nw, uint8_t 
     io_job *jobs = malloc((nw ? nw : 1) * sizeof *jobs);
     if (!jobs) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
     for (size_t i = 0; i < nw; i++) {
-        jobs[i] = (io_job){w[i].r.file, w[i].r.off, w[i].r.len, stage + w[i].stage};
+        jobs[i] = (io_job){w[i].r.file, w[i].r.off, w[i].r.len, stage + w[i].stage, stage};
         l->stats.bytes_read += w[i].r.len;
     }
     ckpt_status s = io_pool_read(l->io, l->r, jobs, nw, l->io_piece, err);
@@ -174,7 +176,7 @@ static ckpt_status read_direct(ckpt_load *l, const load_plan *p, ckpt_error *err
         const frange *d = &p->direct[i];
         const gpiece *q = &p->pieces[p->direct_piece[i]];
         const lreq *r = &l->reqs[q->req];
-        io_job j = {d->file, d->off, d->len, r->dst + q->dst + (d->off - q->off)};
+        io_job j = {d->file, d->off, d->len, r->dst + q->dst + (d->off - q->off), r->dst};
         if (r->device)
             jobs[p->ndirect - ++ndev] = j;
         else

@@ -41,6 +41,7 @@ typedef struct io_job {
     int32_t file;
     uint64_t off, len;
     uint8_t *dst;
+    const uint8_t *buf; /* the destination buffer dst lies in (device copies: copy_run) */
 } io_job;
 typedef struct io_pool io_pool;
 /* Default of ckpt_load_options.io_piece_bytes (io_threads: auto_io_threads in load.c). */
@@ -55,16 +56,20 @@ unsigned io_pool_threads(const io_pool *p);
 ckpt_status io_pool_read(io_pool *p, ckpt_reader *r, const io_job *jobs, size_t njobs,
                          uint64_t piece, ckpt_error *err);
 
-/* A run of copies not yet issued (device.c, nccl.c): a copy that continues it in both
- * destination and source extends it (true); otherwise the caller issues the run and starts
- * a new one. */
+/* A run of copies not yet issued (device.c, nccl.c): a copy into the same destination
+ * buffer `buf` that continues the run in both destination and source extends it (true);
+ * otherwise the caller issues the run and starts a new one.  Copies into different buffers
+ * never merge, however adjacent their addresses: separate cudaMalloc blocks are often
+ * adjacent, and CUDA refuses one copy spanning two allocations ("invalid argument"). */
 typedef struct copy_run {
+    const uint8_t *buf;
     uint8_t *dst;
     const uint8_t *src;
     uint64_t len;
 } copy_run;
-static inline bool copy_run_extend(copy_run *r, uint8_t *dst, const uint8_t *src, uint64_t n) {
-    if (!r->len || r->dst + r->len != dst || r->src + r->len != src) return false;
+static inline bool copy_run_extend(copy_run *r, const uint8_t *buf, uint8_t *dst,
+                                   const uint8_t *src, uint64_t n) {
+    if (!r->len || r->buf != buf || r->dst + r->len != dst || r->src + r->len != src) return false;
     r->len += n;
     return true;
 }
@@ -80,11 +85,13 @@ uint64_t dev_sink_bytes(const dev_sink *s);
 /* Free room in the half being filled; when fewer than `want` bytes are free and the half is
  * not empty, moves to the other half first (waiting for its earlier copies).  NULL on error. */
 uint8_t *dev_sink_room(dev_sink *s, uint64_t want, uint64_t *avail, ckpt_error *err);
-/* The next n bytes of the room (filled by the caller) are copied to device address dst. */
-ckpt_status dev_sink_fill(dev_sink *s, uint8_t *dst, uint64_t n, ckpt_error *err);
-/* Copies n host bytes to device address dst through the sink. */
-ckpt_status dev_sink_put(dev_sink *s, uint8_t *dst, const uint8_t *src, uint64_t n,
-                         ckpt_error *err);
+/* The next n bytes of the room (filled by the caller) are copied to device address dst,
+ * which lies in the destination buffer (one allocation) starting at buf. */
+ckpt_status dev_sink_fill(dev_sink *s, const uint8_t *buf, uint8_t *dst, uint64_t n,
+                          ckpt_error *err);
+/* Copies n host bytes to device address dst (in buffer buf) through the sink. */
+ckpt_status dev_sink_put(dev_sink *s, const uint8_t *buf, uint8_t *dst, const uint8_t *src,
+                         uint64_t n, ckpt_error *err);
 /* Waits for every copy issued. */
 ckpt_status dev_sink_finish(dev_sink *s, ckpt_error *err);
 
@@ -107,11 +114,12 @@ ckpt_status nccl_link_reserve(nccl_link *x, uint64_t send, uint64_t recv, ckpt_e
 /* Queued: the first n bytes of the host window to its device twin. */
 ckpt_status nccl_link_upload(nccl_link *x, uint64_t n, ckpt_error *err);
 /* Queued device-to-device copies of n bytes: window[from] to send[to]; window[from] to dst;
- * recv[from] to dst. */
+ * recv[from] to dst (dst in the destination buffer starting at buf). */
 ckpt_status nccl_link_pack(nccl_link *x, uint64_t to, uint64_t from, uint64_t n, ckpt_error *err);
-ckpt_status nccl_link_place(nccl_link *x, uint8_t *dst, uint64_t from, uint64_t n, ckpt_error *err);
-ckpt_status nccl_link_deliver(nccl_link *x, uint8_t *dst, uint64_t from, uint64_t n,
-                              ckpt_error *err);
+ckpt_status nccl_link_place(nccl_link *x, const uint8_t *buf, uint8_t *dst, uint64_t from,
+                            uint64_t n, ckpt_error *err);
+ckpt_status nccl_link_deliver(nccl_link *x, const uint8_t *buf, uint8_t *dst, uint64_t from,
+                              uint64_t n, ckpt_error *err);
 /* One ncclGroupStart/End: to every other rank j, sc[j] bytes of send from sd[j]; from it,
  * rc[j] bytes into recv at rd[j]. */
 ckpt_status nccl_link_exchange(nccl_link *x, const int *sc, const int *sd, const int *rc,

@@ -4,7 +4,7 @@
  * round queues on its stream — the reader's window uploaded from pinned host memory to a
  * device window, device-to-device packing of what each rank needs, one ncclSend/ncclRecv
  * group, device-to-device placement of what arrived.  Copies that continue the previous one
- * in both source and destination (consecutive rows of a shard, say) are merged into one,
+ * in both source and destination buffer (consecutive rows of a shard, say) are merged into one,
  * issued before anything else is queued or waited for.  The round logic is exchange.c's;
  * this file owns every CUDA and NCCL call of the transport. */
 #include "load/load_i.h"
@@ -193,32 +193,33 @@ ckpt_status nccl_link_reserve(nccl_link *x, uint64_t send, uint64_t recv, ckpt_e
     return grow(&x->recv, &x->recv_bytes, recv, "device receive buffer", err);
 }
 
-static ckpt_status copy(nccl_link *x, uint8_t *dst, const uint8_t *src, uint64_t n,
-                        enum cudaMemcpyKind kind, ckpt_error *err) {
+/* dst lies in the device buffer starting at buf (one allocation). */
+static ckpt_status copy(nccl_link *x, const uint8_t *buf, uint8_t *dst, const uint8_t *src,
+                        uint64_t n, enum cudaMemcpyKind kind, ckpt_error *err) {
     if (!n) return CKPT_OK;
-    if (x->run_kind == kind && copy_run_extend(&x->run, dst, src, n)) return CKPT_OK;
+    if (x->run_kind == kind && copy_run_extend(&x->run, buf, dst, src, n)) return CKPT_OK;
     ckpt_status s = flush(x, err);
-    x->run = (copy_run){dst, src, n};
+    x->run = (copy_run){buf, dst, src, n};
     x->run_kind = kind;
     return s;
 }
 
 ckpt_status nccl_link_upload(nccl_link *x, uint64_t n, ckpt_error *err) {
-    return copy(x, x->win, x->host, n, cudaMemcpyHostToDevice, err);
+    return copy(x, x->win, x->win, x->host, n, cudaMemcpyHostToDevice, err);
 }
 
 ckpt_status nccl_link_pack(nccl_link *x, uint64_t to, uint64_t from, uint64_t n, ckpt_error *err) {
-    return copy(x, x->send + to, x->win + from, n, cudaMemcpyDeviceToDevice, err);
+    return copy(x, x->send, x->send + to, x->win + from, n, cudaMemcpyDeviceToDevice, err);
 }
 
-ckpt_status nccl_link_place(nccl_link *x, uint8_t *dst, uint64_t from, uint64_t n,
-                            ckpt_error *err) {
-    return copy(x, dst, x->win + from, n, cudaMemcpyDeviceToDevice, err);
+ckpt_status nccl_link_place(nccl_link *x, const uint8_t *buf, uint8_t *dst, uint64_t from,
+                            uint64_t n, ckpt_error *err) {
+    return copy(x, buf, dst, x->win + from, n, cudaMemcpyDeviceToDevice, err);
 }
 
-ckpt_status nccl_link_deliver(nccl_link *x, uint8_t *dst, uint64_t from, uint64_t n,
-                              ckpt_error *err) {
-    return copy(x, dst, x->recv + from, n, cudaMemcpyDeviceToDevice, err);
+ckpt_status nccl_link_deliver(nccl_link *x, const uint8_t *buf, uint8_t *dst, uint64_t from,
+                              uint64_t n, ckpt_error *err) {
+    return copy(x, buf, dst, x->recv + from, n, cudaMemcpyDeviceToDevice, err);
 }
 
 ckpt_status nccl_link_exchange(nccl_link *x, const int *sc, const int *sd, const int *rc,

@@ -32,17 +32,19 @@ uint8_t *dev_sink_room(dev_sink *s, uint64_t want, uint64_t *avail, ckpt_error *
     return NULL;
 }
 
-ckpt_status dev_sink_fill(dev_sink *s, uint8_t *dst, uint64_t n, ckpt_error *err) {
+ckpt_status dev_sink_fill(dev_sink *s, const uint8_t *buf, uint8_t *dst, uint64_t n,
+                          ckpt_error *err) {
     (void)s;
+    (void)buf;
     (void)dst;
     (void)n;
     return ckpt_fail(err, CKPT_E_UNSUPPORTED, "this build has no CUDA support");
 }
 
-ckpt_status dev_sink_put(dev_sink *s, uint8_t *dst, const uint8_t *src, uint64_t n,
-                         ckpt_error *err) {
+ckpt_status dev_sink_put(dev_sink *s, const uint8_t *buf, uint8_t *dst, const uint8_t *src,
+                         uint64_t n, ckpt_error *err) {
     (void)src;
-    return dev_sink_fill(s, dst, n, err);
+    return dev_sink_fill(s, buf, dst, n, err);
 }
 
 ckpt_status dev_sink_finish(dev_sink *s, ckpt_error *err) {

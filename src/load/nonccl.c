@@ -46,18 +46,19 @@ ckpt_status nccl_link_pack(nccl_link *x, uint64_t to, uint64_t from, uint64_t n,
     return unsupported(err);
 }
 
-ckpt_status nccl_link_place(nccl_link *x, uint8_t *dst, uint64_t from, uint64_t n,
-                            ckpt_error *err) {
+ckpt_status nccl_link_place(nccl_link *x, const uint8_t *buf, uint8_t *dst, uint64_t from,
+                            uint64_t n, ckpt_error *err) {
     (void)x;
+    (void)buf;
     (void)dst;
     (void)from;
     (void)n;
     return unsupported(err);
 }
 
-ckpt_status nccl_link_deliver(nccl_link *x, uint8_t *dst, uint64_t from, uint64_t n,
-                              ckpt_error *err) {
-    return nccl_link_place(x, dst, from, n, err);
+ckpt_status nccl_link_deliver(nccl_link *x, const uint8_t *buf, uint8_t *dst, uint64_t from,
+                              uint64_t n, ckpt_error *err) {
+    return nccl_link_place(x, buf, dst, from, n, err);
 }
 
 ckpt_status nccl_link_exchange(nccl_link *x, const int *sc, const int *sd, const int *rc,

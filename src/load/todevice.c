@@ -41,7 +41,7 @@ ckpt_status load_read_to_device(ckpt_load *l, const io_job *jobs, size_t njobs, 
             }
             uint64_t take = jobs[i].len - at;
             if (take > avail - used) take = avail - used;
-            batch[nb] = (io_job){jobs[i].file, jobs[i].off + at, take, room + used};
+            batch[nb] = (io_job){jobs[i].file, jobs[i].off + at, take, room + used, jobs[i].buf};
             dsts[nb++] = jobs[i].dst + at;
             used += take;
             at += take;
@@ -52,7 +52,7 @@ ckpt_status load_read_to_device(ckpt_load *l, const io_job *jobs, size_t njobs, 
         }
         if (s == CKPT_OK) s = io_pool_read(l->io, l->r, batch, nb, l->io_piece, err);
         for (size_t k = 0; s == CKPT_OK && k < nb; k++) {
-            s = dev_sink_fill(l->dev, dsts[k], batch[k].len, err);
+            s = dev_sink_fill(l->dev, batch[k].buf, dsts[k], batch[k].len, err);
             l->stats.bytes_device += batch[k].len;
         }
     }
@@ -70,7 +70,7 @@ ckpt_status load_region_to_device(ckpt_load *l, const lreq *q, ckpt_error *err) 
         if (!room) return err && err->code ? err->code : CKPT_E_IO;
         if (q->size) CKPT_TRY(ckpt_read_region(l->r, q->e, NULL, NULL, room, (size_t)q->size, err));
         l->stats.bytes_device += q->size;
-        return dev_sink_fill(l->dev, q->dst, q->size, err);
+        return dev_sink_fill(l->dev, q->dst, q->dst, q->size, err);
     }
     uint64_t half = dev_sink_bytes(l->dev) / 2;
     /* d: the outermost dimension whose inner block (dims after d, whole) fits a half */
@@ -102,7 +102,7 @@ ckpt_status load_region_to_device(ckpt_load *l, const lreq *q, ckpt_error *err) 
             return ckpt_fail(err, CKPT_E_LIMIT, "'%s': slab of %llu bytes over the staging half",
                              ckpt_entry_key(q->e), (unsigned long long)bytes);
         CKPT_TRY(ckpt_read_region(l->r, q->e, start, count, room, (size_t)bytes, err));
-        CKPT_TRY(dev_sink_fill(l->dev, q->dst + lin * inner[d], bytes, err));
+        CKPT_TRY(dev_sink_fill(l->dev, q->dst, q->dst + lin * inner[d], bytes, err));
         l->stats.bytes_device += bytes;
         /* next: advance idx[d] by k, carrying into outer dims */
         idx[d] += (int64_t)k;

@@ -4,8 +4,13 @@
  * would punish:
  *   - "device memory" is a reserved, inaccessible (PROT_NONE) address range: any host access
  *     to a device pointer crashes; its bytes live in a separate backing mapping;
+ *   - allocations are packed as the real allocator packs small ones: 256-byte aligned and
+ *     adjacent, with no gap, so a copy that runs from one allocation into the next is
+ *     possible, and refused;
  *   - every copy must lie inside one live allocation (device) or one cudaHostAlloc block;
- *     cudaMemcpyAsync host-to-device must come from pinned memory;
+ *     cudaMemcpyAsync host-to-device must come from pinned memory; a copy that breaks these
+ *     rules, or names a NULL pointer, is refused as the real runtime refuses it: it returns
+ *     cudaErrorInvalidValue ("invalid argument"), queues nothing, and says why on stderr;
  *   - asynchronous copies are deferred: a stream is a queue run only at cudaEventSynchronize
  *     (up to the event) or cudaStreamSynchronize, reading the pinned source *then*, so a
  *     staging buffer reused before its copies completed delivers wrong bytes; cudaMemcpy on
@@ -186,7 +191,7 @@ cudaError_t cudaMalloc(void **p, size_t size) {
     }
     dev_blocks[ndev_blocks++] = (block){(uintptr_t)(dev_base + at), size, 1};
     memset(dev_back + at, 0xA5, size); /* not zero: unwritten bytes show */
-    dev_used = at + size + 256;        /* a gap: adjacent overruns are not in any block */
+    dev_used = at + size; /* the next block follows at once (256-aligned), as on a GPU */
     *p = dev_base + at;
     pthread_mutex_unlock(&mu);
     return cudaSuccess;
@@ -269,41 +274,63 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void
     return cudaSuccess;
 }
 
-cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind) {
-    (void)kind;
-    pthread_mutex_lock(&mu);
-    op o = {0, dst, src, n, NULL, NULL};
-    run_copy(&o);
-    pthread_mutex_unlock(&mu);
+/* A copy the real runtime refuses: cudaErrorInvalidValue, and why on stderr. */
+static cudaError_t refuse(const char *call, const char *why, const void *p, size_t n) {
+    fprintf(stderr, "mock_cudart: %s refused: %s (pointer %p, %zu bytes)\n", call, why, p, n);
+    return fail(cudaErrorInvalidValue);
+}
+
+static int in_device_block(const void *p, size_t n) {
+    return in_dev_span(p) && find(dev_blocks, ndev_blocks, p, n);
+}
+
+/* Checks a copy (lock held): cudaSuccess or the refusal.  `pinned`: a host side must be
+ * pinned (asynchronous copies).  Both sides of every kind must lie inside one allocation:
+ * a device range inside one live cudaMalloc block, a pinned one inside one pinned block. */
+static cudaError_t check_copy(const char *call, void *dst, const void *src, size_t n,
+                              enum cudaMemcpyKind kind, int pinned) {
+    if (!dst || !src) return refuse(call, "NULL pointer", dst ? src : dst, n);
+    int dev_dst = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+    int dev_src = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+    if (kind != cudaMemcpyHostToDevice && kind != cudaMemcpyDeviceToHost &&
+        kind != cudaMemcpyDeviceToDevice)
+        return refuse(call, "a copy kind this stand-in does not model", dst, n);
+    if (dev_dst && !in_device_block(dst, n))
+        return refuse(call, "destination not inside one device allocation", dst, n);
+    if (dev_src && !in_device_block(src, n))
+        return refuse(call, "source not inside one device allocation", src, n);
+    if (!dev_dst && in_dev_span(dst))
+        return refuse(call, "host destination is device memory", dst, n);
+    if (!dev_src && in_dev_span(src)) return refuse(call, "host source is device memory", src, n);
+    if (pinned && !dev_src && !find(host_blocks, nhost_blocks, src, n))
+        return refuse(call, "host source not inside one pinned block", src, n);
+    if (pinned && !dev_dst && !find(host_blocks, nhost_blocks, dst, n))
+        return refuse(call, "host destination not inside one pinned block", dst, n);
     return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind) {
+    pthread_mutex_lock(&mu);
+    cudaError_t e = check_copy("cudaMemcpy", dst, src, n, kind, 0);
+    if (e == cudaSuccess) {
+        op o = {0, dst, src, n, NULL, NULL};
+        run_copy(&o);
+    }
+    pthread_mutex_unlock(&mu);
+    return e;
 }
 
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind,
                             cudaStream_t s) {
     pthread_mutex_lock(&mu);
     if (!s) die("cudaMemcpyAsync on the legacy stream", dst, n);
-    if (kind == cudaMemcpyHostToDevice) {
-        if (!find(host_blocks, nhost_blocks, src, n))
-            die("host-to-device cudaMemcpyAsync from memory that is not pinned", src, n);
-        if (!in_dev_span(dst) || !find(dev_blocks, ndev_blocks, dst, n))
-            die("host-to-device cudaMemcpyAsync to outside any device allocation", dst, n);
+    cudaError_t e = check_copy("cudaMemcpyAsync", dst, src, n, kind, 1);
+    if (e == cudaSuccess) {
+        copies[kind]++;
+        push(s, (op){0, dst, src, n, NULL, NULL});
     }
-    if (kind == cudaMemcpyDeviceToHost) {
-        if (!find(host_blocks, nhost_blocks, dst, n))
-            die("device-to-host cudaMemcpyAsync into memory that is not pinned", dst, n);
-        if (!in_dev_span(src) || !find(dev_blocks, ndev_blocks, src, n))
-            die("device-to-host cudaMemcpyAsync from outside any device allocation", src, n);
-    }
-    if (kind == cudaMemcpyDeviceToDevice) {
-        if (!in_dev_span(src) || !find(dev_blocks, ndev_blocks, src, n))
-            die("device-to-device cudaMemcpyAsync from outside any device allocation", src, n);
-        if (!in_dev_span(dst) || !find(dev_blocks, ndev_blocks, dst, n))
-            die("device-to-device cudaMemcpyAsync to outside any device allocation", dst, n);
-    }
-    if ((unsigned)kind < 4) copies[kind]++;
-    push(s, (op){0, dst, src, n, NULL, NULL});
     pthread_mutex_unlock(&mu);
-    return cudaSuccess;
+    return e;
 }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags) {
@@ -375,6 +402,7 @@ const char *cudaGetErrorString(cudaError_t e) {
     case cudaSuccess: return "no error (mock)";
     case cudaErrorNoDevice: return "no CUDA-capable device is detected (mock)";
     case cudaErrorMemoryAllocation: return "out of memory (mock)";
+    case cudaErrorInvalidValue: return "invalid argument (mock)";
     default: return "error (mock)";
     }
 }

@@ -368,6 +368,7 @@ static ncclResult_t add(int send, const void *buf, size_t count, ncclDataType_t 
     if (peer < 0 || peer >= c->size) return ncclInvalidArgument;
     if (!stream) die("%s on the legacy stream (rank %ld, peer %ld)", what, c->rank, peer);
     void *bytes = NULL;
+    if (count && !buf) return ncclInvalidArgument; /* as NCCL's argument check */
     if (count) {
         bytes = mock_cuda_device_bytes(buf, count * item);
         if (!bytes)

@@ -16,7 +16,10 @@ runs (NCCL refuses two ranks on one device): the communicator, the window upload
 device-to-device placement, but no send or receive.  Exits 77 with a ckpt built without NCCL.
 
 --part I/N: only every N-th fixture from the I-th (0-based), so that N runs can share a
-machine's cores."""
+machine's cores.
+
+Both modes also load a realistic checkpoint (realistic.py: the README demo's model, saved by
+4 ranks) at M = 1..8 (NCCL: one rank per device), dim0 and dim1, against torch."""
 
 from __future__ import annotations
 
@@ -28,6 +31,35 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mpi"))
 import test_load as tl  # noqa: E402  (helpers: mpirun, tensors, shard, check)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import realistic as rl  # noqa: E402  (the demo model, saved and read by torch)
+
+
+def realistic(transports, ms) -> tuple[int, int]:
+    """Issue #26: the README demo's model (many small tensors, each its own cudaMalloc, back
+    to back on the device) saved by 4 ranks, loaded at each M of `ms`, dim0 and dim1, over
+    each transport; every rank's shard equals torch's.  (runs, failures)"""
+    if not rl.DEMO:
+        print("realistic checkpoint: skipped (no DEMO_GPT_SAVE)")
+        return 0, 0
+    runs = failures = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        t = Path(tmp)
+        ckpt = rl.save_demo(t / "run", 4)
+        ref = rl.torch_reference(ckpt, t)
+        for transport in transports:
+            for m in ms:
+                for dim in (0, 1):
+                    try:
+                        rl.load_and_compare(ckpt, ref, m, dim, transport, t / "out")
+                    except AssertionError as e:
+                        failures += 1
+                        print(f"FAIL realistic {transport} M={m} dim{dim}: {str(e)[:400]}")
+                    runs += 1
+                    shutil.rmtree(t / "out", ignore_errors=True)
+    print(f"{runs - failures} of {runs} realistic-checkpoint loads equal torch")
+    return runs, failures
 
 
 def probe() -> bool:
@@ -106,7 +138,8 @@ def main_nccl() -> int:
                         shutil.rmtree(t / "dev", ignore_errors=True)
                         shutil.rmtree(t / "host", ignore_errors=True)
     print(f"{runs - failures} of {runs} NCCL loads equal the host path and torch")
-    return 1 if failures else 0
+    r2, f2 = realistic(["nccl"], range(1, max(1, min(8, ndev)) + 1))
+    return 1 if failures or f2 else 0
 
 
 def main() -> int:
@@ -147,7 +180,8 @@ def main() -> int:
                         shutil.rmtree(t / "dev", ignore_errors=True)
                         shutil.rmtree(t / "host", ignore_errors=True)
     print(f"{runs - failures} of {runs} device loads equal the host path and torch")
-    return 1 if failures else 0
+    r2, f2 = realistic(["mpi"], range(1, 9))
+    return 1 if failures or f2 else 0
 
 
 if __name__ == "__main__":

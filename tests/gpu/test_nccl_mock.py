@@ -25,6 +25,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mpi"))
 import test_load as tl  # noqa: E402  (helpers: mpirun, tensors, shard, check)
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import realistic as rl  # noqa: E402  (the demo model, saved and read by torch)
+
 FIXTURES = tl.FIXTURES
 NAMES = tl.NAMES
 TALLY = re.compile(r"mock_nccl rank (\d+)/(\d+): sent (\d+) B, received (\d+) B in (\d+) groups")
@@ -154,3 +157,19 @@ def test_missing_shard_fails_everywhere_over_nccl(tmp_path):
             timeout=60)
     assert r.returncode == 1, r.stdout + r.stderr
     assert victim.name in r.stderr and "rank" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_realistic_model_every_world_size(dim, tmp_path):
+    """Issue #26 over NCCL: the demo model's small tensors, each in its own device allocation
+    packed back to back, placed device to device at M = 1..8 (saved by 4): no copy spans two
+    allocations, and every rank's shard equals torch's."""
+    if not rl.DEMO:
+        pytest.skip("needs DEMO_GPT_SAVE (tools/demo/demo_gpt_save)")
+    ckpt = rl.save_demo(tmp_path / "run", 4)
+    ref = rl.torch_reference(ckpt, tmp_path)
+    for m in range(1, 9):
+        stats = rl.load_and_compare(ckpt, ref, m, dim, "nccl", tmp_path / f"m{m}")
+        per = stats["per_rank"]
+        assert [p["sent_nccl"] for p in per] == [p["sent"] for p in per], stats
+        shutil.rmtree(tmp_path / f"m{m}")
