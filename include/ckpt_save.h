@@ -39,9 +39,8 @@ typedef struct ckpt_save_options {
     /* Skip fsync of files and directories (tests, scratch space).  Default false: every data
      * file, `.metadata` and the directories involved are fsync'ed before the commit rename. */
     bool no_fsync;
-    /* Write TensorProperties as the 5-tuple of torch <= 2.14 instead of torch 2.15's 6-tuple
-     * (which appends the global tensor's contiguous strides).  Torch 2.15 reads both; older
-     * torch only the 5-tuple. */
+    /* Kept for source compatibility: the 5-tuple TensorProperties it asked for is now the
+     * default (see tensor_properties_strides).  Ignored. */
     bool legacy_tensor_properties;
     /* ckpt_save_commit also writes the integrity manifest `.ckptfs-manifest` (XXH3-64 of every
      * stored item and of `.metadata`, see ckpt_manifest.h) into the staging directory before
@@ -57,6 +56,13 @@ typedef struct ckpt_save_options {
      * halves: the GPU copies into one while the other is CRC'ed and written); allocated at
      * the first device piece.  0: 16 MiB; at least 512 bytes. */
     uint64_t device_staging_bytes;
+    /* Write TensorProperties as torch 2.15's 6-tuple (the global tensor's contiguous strides
+     * appended) instead of the 5-tuple.  Default false: the saver writes the oldest form that
+     * represents the data, and every tensor it writes has the default strides, so the
+     * 5-tuple says everything; torch 2.4 - 2.14 read only the 5-tuple (torch 2.11: "ValueError:
+     * too many values to unpack (expected 5)" on the 6-tuple), torch 2.15 reads both and uses
+     * the strides in no load.  Set it only for a reader that needs the field. */
+    bool tensor_properties_strides;
 } ckpt_save_options;
 
 /* Whether this build can save from CUDA device memory (the cuda meson feature). */

@@ -381,7 +381,8 @@ static ckpt_status build_pickle(const ckpt_save_desc *const *descs, size_t nd,
     }
     if (s != CKPT_OK) goto done;
 
-    bool legacy = opts && opts->legacy_tensor_properties;
+    /* the 5-tuple unless the 6th field is asked for (ckpt_save_options) */
+    bool legacy = !(opts && opts->tensor_properties_strides);
     pkw w;
     pkw_init(&w, opts && opts->metadata_protocol == 5 ? 5 : 4);
     new_obj(&w, MD_MODULE, "Metadata");

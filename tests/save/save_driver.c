@@ -4,7 +4,7 @@
  * retention.  test_save.py regenerates the same values in Python and checks what the ckpt
  * reader and real torch load.
  *
- * usage: save_driver PARENT STEP [--keep N] [--legacy] [--protocol5] [--many N]
+ * usage: save_driver PARENT STEP [--keep N] [--strides] [--protocol5] [--many N]
  *                                  [--mini] [--seal] [--crash-before-commit]
  *                                  [--abort-before-commit]
  * --crash-before-commit: writes every data file and the staging .metadata, then SIGKILLs
@@ -291,7 +291,7 @@ static int mini(const char *final_dir, const ckpt_save_options *opts) {
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: save_driver PARENT STEP [--keep N] [--legacy] "
+        fprintf(stderr, "usage: save_driver PARENT STEP [--keep N] [--strides] "
                         "[--crash-before-commit] [--abort-before-commit]\n");
         return 2;
     }
@@ -310,8 +310,8 @@ int main(int argc, char **argv) {
             mini_ckpt = true;
         else if (strcmp(argv[i], "--protocol5") == 0)
             opts.metadata_protocol = 5;
-        else if (strcmp(argv[i], "--legacy") == 0)
-            opts.legacy_tensor_properties = true;
+        else if (strcmp(argv[i], "--strides") == 0)
+            opts.tensor_properties_strides = true;
         else if (strcmp(argv[i], "--crash-before-commit") == 0)
             crash = true;
         else if (strcmp(argv[i], "--abort-before-commit") == 0)

@@ -162,7 +162,7 @@ def test_metadata_classes_and_dedup(ckpt_dir):
     w = sdm["model.layers.0.w"]
     assert [tuple(c.offsets) for c in w.chunks] == [(0, 0), (3, 0), (6, 0)]
     assert [tuple(c.sizes) for c in w.chunks] == [(3, 5), (3, 5), (1, 5)]
-    assert w.properties.strides == (5, 1)
+    assert w.properties.strides is None  # the 5-tuple: torch 2.4 - 2.14 read it too
     by_fqn = {}
     for idx, info in md.storage_data.items():
         by_fqn.setdefault(idx.fqn, []).append(info)
@@ -203,7 +203,9 @@ def test_same_bytes_as_torch_save(tmp_path, monkeypatch):
     import pickletools
     ours, theirs = tmp_path / "ours", tmp_path / "theirs"
     monkeypatch.chdir(tmp_path)  # relative checkpoint ids: one-string PosixPath on both sides
-    p = subprocess.run([DRIVER, ".", "ours", "--mini"], capture_output=True, text=True)
+    # --strides: torch 2.15's 6-field TensorProperties, as torch 2.15 itself writes
+    p = subprocess.run([DRIVER, ".", "ours", "--mini", "--strides"], capture_output=True,
+                       text=True)
     assert p.returncode == 0, p.stderr
     dcp.save({"lr": 0.01, "model": {"w": torch.arange(6, dtype=torch.float32).reshape(2, 3)}},
              checkpoint_id="theirs", no_dist=True)
@@ -323,14 +325,14 @@ def test_torch_dcp_load_dtensor(ckpt_dir, tmp_path, world):
              nprocs=world, join=True)
 
 
-@pytest.mark.parametrize("flag", ["--legacy", "--protocol5"])
-def test_legacy_properties_and_protocol5_load(tmp_path, flag):
+@pytest.mark.parametrize("flag", ["--strides", "--protocol5"])
+def test_strides_properties_and_protocol5_load(tmp_path, flag):
     run_driver(tmp_path, "step-7", flag)
     raw_md = (tmp_path / "step-7" / ".metadata").read_bytes()
     assert raw_md[:2] == (b"\x80\x05" if flag == "--protocol5" else b"\x80\x04")
     md = pickle.loads(raw_md)
     strides = md.state_dict_metadata["model.layers.0.w"].properties.strides
-    assert strides == (None if flag == "--legacy" else (5, 1))
+    assert strides == ((5, 1) if flag == "--strides" else None)
     sd = placeholder_state_dict()
     dcp.load(sd, checkpoint_id=str(tmp_path / "step-7"), no_dist=True)
     check_loaded(sd)
@@ -546,3 +548,40 @@ def test_real_model_and_adamw_round_trip(tmp_path):
         o.step()
     for a, b in zip(model.parameters(), model2.parameters()):
         assert bit_equal(a.detach(), b.detach())
+
+
+def _older_torch_setstate(self, state):
+    """TensorProperties.__setstate__ of torch 2.4 - 2.14 (checkpoint/metadata.py), which
+    unpacks exactly five fields: torch 2.11 fails on torch 2.15's 6-tuple with "ValueError:
+    too many values to unpack (expected 5)" (issue #23, seen on a GPU machine)."""
+    from torch.distributed.checkpoint.metadata import _MEM_FORMAT_ENCODING
+    (self.dtype, self.layout, self.requires_grad, mem_format_encoding,
+     self.pin_memory) = state
+    assert mem_format_encoding == _MEM_FORMAT_ENCODING.TORCH_CONTIGUOUS_FORMAT
+    self.memory_format = torch.contiguous_format
+
+
+def test_older_torch_reads_what_the_saver_and_reshard_write(tmp_path, monkeypatch):
+    """By default the saver and `ckpt reshard` write the 5-field TensorProperties: torch
+    2.4 - 2.14 (their __setstate__ stood in here) load both, values intact; with the 6th field
+    (--strides, `ckpt reshard --torch 2.15`) they fail as torch 2.11 did."""
+    from torch.distributed.checkpoint.metadata import TensorProperties
+    run_driver(tmp_path, "step-1")
+    run_driver(tmp_path, "step-2", "--strides")
+    r = subprocess.run([CKPT, "reshard", "--ranks", "3", "-q", str(tmp_path / "step-1"),
+                        str(tmp_path / "re")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([CKPT, "reshard", "--torch", "2.15", "-q", str(tmp_path / "step-1"),
+                        str(tmp_path / "re215")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([CKPT, "reshard", "--torch", "2.3", str(tmp_path / "step-1"),
+                        str(tmp_path / "re23")], capture_output=True, text=True)
+    assert r.returncode == 2 and "before 2.4" in r.stderr, r.stderr
+    monkeypatch.setattr(TensorProperties, "__setstate__", _older_torch_setstate)
+    for d in ("step-1", "re"):
+        sd = placeholder_state_dict()
+        dcp.load(sd, checkpoint_id=str(tmp_path / d), no_dist=True)
+        check_loaded(sd)
+    for d in ("step-2", "re215"):
+        with pytest.raises(ValueError, match="too many values to unpack"):
+            dcp.FileSystemReader(str(tmp_path / d)).read_metadata()

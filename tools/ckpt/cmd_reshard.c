@@ -33,17 +33,20 @@ void cmd_reshard_help(FILE *out) {
           "      --budget BYTES  under mpirun: tensor bytes loaded per round, job-wide\n"
           "                      (default 1G; alone, memory peaks at the largest share\n"
           "                      of one tensor)\n"
+          "      --torch VER     the torch release that will load it (default: any from\n"
+          "                      2.4 on): 2.15 and later add the strides field to every\n"
+          "                      TensorProperties, which torch 2.4 - 2.14 cannot read\n"
           "      --no-fsync      skip fsync (scratch space)\n"
           "  -q, --quiet         print nothing on success\n"
           "      --help          show this help\n",
           out);
 }
 
-enum { OPT_RANKS = 1, OPT_LAYOUT, OPT_BUDGET, OPT_NO_FSYNC, OPT_QUIET };
+enum { OPT_RANKS = 1, OPT_LAYOUT, OPT_BUDGET, OPT_NO_FSYNC, OPT_QUIET, OPT_TORCH };
 static const cli_opt reshard_opts[] = {
     {"ranks", 0, true, OPT_RANKS},    {"layout", 0, true, OPT_LAYOUT},
     {"budget", 0, true, OPT_BUDGET},  {"no-fsync", 0, false, OPT_NO_FSYNC},
-    {"quiet", 'q', false, OPT_QUIET},
+    {"quiet", 'q', false, OPT_QUIET}, {"torch", 0, true, OPT_TORCH},
 };
 
 static bool under_mpirun(void) {
@@ -104,7 +107,7 @@ static ckpt_status write_rank(ckpt_reader *r, const reshard_args *a, const char 
 static int reshard_single(const reshard_args *a) {
     ckpt_reader *r = cli_open(a->src);
     if (!r) return CLI_EXIT_FAIL;
-    ckpt_save_options o = {.no_fsync = a->no_fsync};
+    ckpt_save_options o = {.no_fsync = a->no_fsync, .tensor_properties_strides = a->strides};
     ckpt_error err = {0};
     ckpt_save_txn *txn = NULL;
     ckpt_save_desc **descs = calloc(a->ranks, sizeof *descs);
@@ -170,6 +173,9 @@ int cmd_reshard(int argc, char **argv) {
             break;
         case OPT_NO_FSYNC: a.no_fsync = true; break;
         case OPT_QUIET: a.quiet = true; break;
+        case OPT_TORCH:
+            if (reshard_parse_torch(arg, &a)) return CLI_EXIT_USAGE;
+            break;
         }
     }
     if (!a.src || !a.dst) return cli_usage_error("reshard", "missing SRC_DIR or DST_DIR");

@@ -132,7 +132,7 @@ static int run(const reshard_args *a, int rank, int size) {
     ckpt_error err = {0};
     ckpt_load *l = NULL;
     ckpt_save_mpi *s = NULL;
-    ckpt_save_options o = {.no_fsync = a->no_fsync};
+    ckpt_save_options o = {.no_fsync = a->no_fsync, .tensor_properties_strides = a->strides};
     uint64_t bytes = 0, total = 0;
     ckpt_status st = ckpt_load_open(MPI_COMM_WORLD, a->src, NULL, &l, &err); /* agreed */
     if (st == CKPT_OK) st = ckpt_save_mpi_begin(MPI_COMM_WORLD, a->dst, &o, NULL, &s, &err);

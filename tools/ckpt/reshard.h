@@ -12,7 +12,13 @@ typedef struct reshard_args {
     int dim;
     uint64_t budget; /* bytes of tensor data held at once (per process, single; job-wide, MPI) */
     bool no_fsync, quiet;
+    bool strides; /* --torch 2.15 or later: TensorProperties with strides (ckpt_save_options) */
 } reshard_args;
+
+/* --torch VERSION: the torch release that will load the result ("2.11", "2.15.0+cu132").
+ * Sets a->strides for 2.15 and later; 0, or a usage error (printed) for what no torch of
+ * that version can read or what is not a version. */
+int reshard_parse_torch(const char *arg, reshard_args *a);
 
 /* The saver key of entry `e`: its flat key and its planner_data path, where an element made
  * only of decimal digits becomes a list position.  `elems` receives the path (freed with

@@ -2,6 +2,7 @@
  * (flat key + planner_data path), the Shard(dim) box of a rank, and stored non-tensor values:
  * the item's archive bytes copied unchanged, or (transformed items) the decoded value
  * converted back into a saver value. */
+#include "cli.h"
 #include "reshard.h"
 
 #include "util/error.h"
@@ -10,6 +11,30 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+int reshard_parse_torch(const char *arg, reshard_args *a) {
+    char *end;
+    errno = 0;
+    unsigned long major = strtoul(arg, &end, 10);
+    unsigned long minor = 0;
+    bool ok = end != arg && *end == '.' && errno == 0;
+    if (ok) {
+        const char *m = end + 1;
+        minor = strtoul(m, &end, 10);
+        ok = end != m && errno == 0 &&
+             (*end == '\0' || *end == '.' || *end == '+' || *end == 'a' || *end == 'b' ||
+              *end == 'r' || *end == 'd');
+    }
+    if (!ok)
+        return cli_usage_error("reshard", "--torch wants a version such as 2.11, not '%s'", arg);
+    if (major < 2 || (major == 2 && minor < 4))
+        return cli_usage_error("reshard",
+                               "--torch %s: torch before 2.4 cannot read the .metadata ckpt "
+                               "writes (StorageMeta came in 2.4)",
+                               arg);
+    a->strides = major > 2 || minor >= 15;
+    return 0;
+}
 
 ckpt_status reshard_key(const ckpt_entry *e, ckpt_save_key *key, ckpt_save_elem **elems,
                         ckpt_error *err) {
