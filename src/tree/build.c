@@ -297,8 +297,7 @@ ckpt_status tree_ckpt_build(tree_ckpt *c, const ckpt_tree_options *o, ckpt_error
     return CKPT_OK;
 }
 
-void tree_ckpt_release(tree_ckpt *c) {
-    if (!c) return;
+void tree_ckpt_clear(tree_ckpt *c) {
     if (c->objects) {
         for (size_t i = 0; c->r && i < ckpt_reader_num_entries(c->r); i++)
             free(atomic_load(&c->objects[i].text));
@@ -322,6 +321,26 @@ void tree_ckpt_release(tree_ckpt *c) {
     ckpt_manifest_free(c->manifest);
     free((void *)c->verified);
     ckpt_reader_free(c->r);
+    c->objects = NULL;
+    c->raw = NULL;
+    c->nraw = 0;
+    c->st = NULL;
+    c->nst = 0;
+    c->nodes = NULL;
+    c->nnodes = 0;
+    c->kid_ids = NULL;
+    atomic_store(&c->specs, NULL);
+    atomic_store(&c->nspecs, 0);
+    atomic_store(&c->layout_mtime_ns, 0);
+    c->manifest = NULL;
+    c->verified = NULL;
+    c->r = NULL;
+    c->tensor_bytes = 0;
+}
+
+void tree_ckpt_release(tree_ckpt *c) {
+    if (!c) return;
+    tree_ckpt_clear(c);
     pthread_mutex_destroy(&c->open_lock);
     pthread_mutex_destroy(&c->spec_lock);
     free(c->dir);

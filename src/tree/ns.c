@@ -35,27 +35,64 @@ static tree_ckpt *ckpt_new(const char *dir, const char *name, uint32_t slot) {
     return c;
 }
 
-/* The built checkpoint of a slot; NULL with err filled when it does not exist or failed. */
-static tree_ckpt *get_ckpt(ckpt_tree *t, uint32_t slot, ckpt_error *err) {
-    tree_ckpt *c = NULL;
-    if (!t->multi) { /* one checkpoint, fixed at open: no lock on the read path */
-        c = slot == 0 ? t->slots[0] : NULL;
-    } else {
-        pthread_mutex_lock(&t->lock);
-        if (slot < t->nslots) c = t->slots[slot];
-        pthread_mutex_unlock(&t->lock);
+static int64_t ts_ns(struct timespec a) { return (int64_t)a.tv_sec * 1000000000 + a.tv_nsec; }
+
+/* The signature of a step directory: its entries (stat follows symbolic links; nothing is
+ * opened, so a FIFO cannot block), their sizes and the newest change time. */
+static void dir_signature(const char *dir, tree_dir_sig *s) {
+    memset(s, 0, sizeof *s);
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct stat st;
+    if (fstat(dirfd(d), &st) == 0) s->newest = st.st_ctim;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
+        s->n++;
+        if (fstatat(dirfd(d), de->d_name, &st, 0) != 0) continue;
+        s->bytes += (uint64_t)st.st_size;
+        if (ts_ns(st.st_ctim) > ts_ns(s->newest)) s->newest = st.st_ctim;
+        if (ts_ns(st.st_mtim) > ts_ns(s->newest)) s->newest = st.st_mtim;
     }
-    if (!c) {
-        ckpt_fail(err, CKPT_E_NOTFOUND, "no such inode");
-        return NULL;
-    }
+    closedir(d);
+}
+
+static bool same_sig(const tree_dir_sig *a, const tree_dir_sig *b) {
+    return a->n == b->n && a->bytes == b->bytes && ts_ns(a->newest) == ts_ns(b->newest);
+}
+
+/* A failed step of a directory is looked at again at most this often. */
+#define RETRY_INTERVAL_NS 1000000000LL
+
+/* Builds checkpoint c if it is not built yet, or, when a step of a directory failed and its
+ * files changed since (a copy finished), frees what the failed build made and builds it
+ * again; the state after (1 ok, 2 failed).  Takes c->open_lock. */
+static int build_slot(ckpt_tree *t, tree_ckpt *c) {
     int state = atomic_load(&c->state);
+    if (state == 1 || (state == 2 && !t->multi)) return state;
+    pthread_mutex_lock(&c->open_lock);
+    state = atomic_load(&c->state);
+    if (state == 2) {
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (ts_ns(now) - ts_ns(c->fail_checked) >= RETRY_INTERVAL_NS) {
+            c->fail_checked = now;
+            tree_dir_sig s;
+            dir_signature(c->dir, &s);
+            if (!same_sig(&s, &c->fail_sig)) {
+                tree_ckpt_clear(c);
+                state = 0;
+                atomic_store(&c->state, 0);
+            }
+        }
+    }
     if (state == 0) {
-        pthread_mutex_lock(&c->open_lock);
-        state = atomic_load(&c->state);
-        if (state == 0) {
+        {
             ckpt_error e = {0};
             uint64_t bad = 0;
+            /* taken before: a file that arrives during the build changes it */
+            tree_dir_sig before;
+            if (t->multi) dir_signature(c->dir, &before);
             ckpt_status bs = tree_ckpt_build(c, &t->opts, &e);
             /* a step of a directory is checked as the daemon checks a single checkpoint
              * before mounting: every shard present and long enough */
@@ -72,13 +109,38 @@ static tree_ckpt *get_ckpt(ckpt_tree *t, uint32_t slot, ckpt_error *err) {
                 c->open_error = e;
                 tree_log(&t->opts, "%s", e.message);
                 state = 2;
+                if (t->multi) {
+                    c->fail_sig = before;
+                    clock_gettime(CLOCK_MONOTONIC, &c->fail_checked);
+                }
             }
             atomic_store(&c->state, state);
         }
-        pthread_mutex_unlock(&c->open_lock);
     }
-    if (state == 2) {
-        if (err) *err = c->open_error;
+    pthread_mutex_unlock(&c->open_lock);
+    return state;
+}
+
+/* The built checkpoint of a slot; NULL with err filled when it does not exist or failed. */
+static tree_ckpt *get_ckpt(ckpt_tree *t, uint32_t slot, ckpt_error *err) {
+    tree_ckpt *c = NULL;
+    if (!t->multi) { /* one checkpoint, fixed at open: no lock on the read path */
+        c = slot == 0 ? t->slots[0] : NULL;
+    } else {
+        pthread_mutex_lock(&t->lock);
+        if (slot < t->nslots) c = t->slots[slot];
+        pthread_mutex_unlock(&t->lock);
+    }
+    if (!c) {
+        ckpt_fail(err, CKPT_E_NOTFOUND, "no such inode");
+        return NULL;
+    }
+    if (build_slot(t, c) == 2) {
+        if (err) {
+            pthread_mutex_lock(&c->open_lock); /* a retry may be rewriting it */
+            *err = c->open_error;
+            pthread_mutex_unlock(&c->open_lock);
+        }
         return NULL;
     }
     return c;
@@ -159,10 +221,66 @@ static bool read_marker(const char *dir, const char *file, char *buf, size_t cap
     return len > 0;
 }
 
-/* Makes the listed step called `name` (if any) the latest. */
-static void pick_named(ckpt_tree *t, const uint32_t *order, size_t n, const char *name) {
+/* The listed step called `name`, or 0. */
+static uint32_t find_named(ckpt_tree *t, const uint32_t *order, size_t n, const char *name) {
     for (size_t i = 0; i < n && *name; i++)
-        if (strcmp(t->slots[order[i]]->name, name) == 0) t->latest = order[i];
+        if (strcmp(t->slots[order[i]]->name, name) == 0) return order[i];
+    return 0;
+}
+
+static int by_newness(const void *a, const void *b, void *ctx) {
+    ckpt_tree *t = ctx;
+    const tree_ckpt *x = t->slots[*(const uint32_t *)a], *y = t->slots[*(const uint32_t *)b];
+    return newer(x, y) ? -1 : newer(y, x) ? 1 : 0;
+}
+
+/* Steps tried for `latest` in one scan: each is built (indexed and its ranges checked) first. */
+#define LATEST_TRIES 8
+
+/* Sets t->latest to the first complete step among: the one a `latest` file names (as the
+ * saver and DeepSpeed keep it), the one Megatron's latest_checkpointed_iteration.txt names
+ * (an iteration N for `iter_%07d`, or `release`), then the newest (trailing number, then
+ * time).  A candidate is built to know: one that fails (a copy still under way) is skipped
+ * and leaves the listing (*n shrinks) until its files change.  Caller holds t->lock. */
+static void pick_latest(ckpt_tree *t, uint32_t *order, size_t *n) {
+    t->latest = 0;
+    if (!*n) return;
+    uint32_t *cand = malloc((*n + 2) * sizeof *cand);
+    if (!cand) return;
+    size_t nc = 0;
+    char name[256];
+    if (read_marker(t->dir, "latest", name, sizeof name))
+        if ((cand[nc] = find_named(t, order, *n, name))) nc++;
+    if (read_marker(t->dir, "latest_checkpointed_iteration.txt", name, sizeof name)) {
+        char *end;
+        errno = 0;
+        long long it = strtoll(name, &end, 10);
+        if (end != name && !*end && !errno && it >= 0)
+            snprintf(name, sizeof name, "iter_%07lld", it);
+        else if (strcmp(name, "release") != 0)
+            name[0] = '\0';
+        if ((cand[nc] = find_named(t, order, *n, name))) nc++;
+    }
+    memcpy(cand + nc, order, *n * sizeof *cand);
+    qsort_r(cand + nc, *n, sizeof *cand, by_newness, t);
+    nc += *n;
+    for (size_t i = 0, tries = 0; i < nc && !t->latest && tries < LATEST_TRIES; i++) {
+        tree_ckpt *c = t->slots[cand[i]];
+        int state = atomic_load(&c->state);
+        if (state != 1) {
+            tries++;
+            state = build_slot(t, c);
+        }
+        if (state == 1) {
+            t->latest = cand[i];
+        } else { /* not complete: out of the listing */
+            size_t k = 0;
+            for (size_t j = 0; j < *n; j++)
+                if (order[j] != cand[i]) order[k++] = order[j];
+            *n = k;
+        }
+    }
+    free(cand);
 }
 
 /* Finds the checkpoints of a multi tree (new ones get new slots; slots are never reused).
@@ -187,6 +305,10 @@ static ckpt_status scan(ckpt_tree *t, ckpt_error *err) {
         for (uint32_t i = 1; i < t->nslots; i++) /* the name's newest slot */
             if (strcmp(t->slots[i]->name, de->d_name) == 0) slot = i;
         if (!settled && !slot) continue; /* being written: shown once it settles */
+        /* one that failed to build (incomplete) stays out of the listing until its files
+         * change and it builds */
+        if (slot && atomic_load(&t->slots[slot]->state) == 2 && build_slot(t, t->slots[slot]) == 2)
+            continue;
         /* rewritten since it was indexed (its mark, or an unmarked step's newest file, has
          * another time): once that settles, a new slot indexes it again (the old one, shown
          * until then, stays with its open shard files until unmount, for files opened
@@ -238,30 +360,13 @@ static ckpt_status scan(ckpt_tree *t, ckpt_error *err) {
         free(order);
         return s;
     }
+    uint32_t old_latest = t->latest;
+    pick_latest(t, order, &n);
     qsort_r(order, n, sizeof *order, by_version, t);
     bool changed = n != t->norder || (n && memcmp(order, t->order, n * sizeof *order) != 0);
-    uint32_t old_latest = t->latest;
     free(t->order);
     t->order = order;
     t->norder = (uint32_t)n;
-    t->latest = 0;
-    for (size_t i = 0; i < n; i++)
-        if (!t->latest || newer(t->slots[order[i]], t->slots[t->latest])) t->latest = order[i];
-    /* a tracker file naming a complete step wins: Megatron's
-     * latest_checkpointed_iteration.txt (an iteration N for `iter_%07d`, or `release`), and
-     * above it a `latest` file holding the step's name (as the saver and DeepSpeed keep it) */
-    char name[256];
-    if (read_marker(t->dir, "latest_checkpointed_iteration.txt", name, sizeof name)) {
-        char *end;
-        errno = 0;
-        long long it = strtoll(name, &end, 10);
-        if (end != name && !*end && !errno && it >= 0)
-            snprintf(name, sizeof name, "iter_%07lld", it);
-        else if (strcmp(name, "release") != 0)
-            name[0] = '\0';
-        pick_named(t, order, n, name);
-    }
-    if (read_marker(t->dir, "latest", name, sizeof name)) pick_named(t, order, n, name);
     /* The top level's mtime moves whenever what it shows changes (a step completing inside
      * its directory leaves the parent's mtime alone): the kernel keeps listings until the
      * directory's mtime changes (zero-message opendir, tools/ckptfs/ops.c). */
@@ -650,6 +755,16 @@ static ckpt_status lookup_ino(ckpt_tree *t, const obj *p, const char *name, ckpt
                 if (strcmp(t->slots[t->order[i]]->name, name) == 0) {
                     *out = tree_ino(t->order[i], 0, 0);
                     s = CKPT_OK;
+                }
+            /* a step that failed to build is not listed, but named it is there and reads
+             * as EIO with the reason (never as a missing directory): its newest slot */
+            for (uint32_t i = t->nslots; i-- > 1 && s != CKPT_OK;)
+                if (strcmp(t->slots[i]->name, name) == 0) {
+                    if (atomic_load(&t->slots[i]->state) == 2) {
+                        *out = tree_ino(i, 0, 0);
+                        s = CKPT_OK;
+                    }
+                    break;
                 }
         }
         pthread_mutex_unlock(&t->lock);

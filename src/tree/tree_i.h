@@ -105,6 +105,13 @@ typedef struct object_text {
     _Atomic(char *) text; /* rendered on first use (with a final newline); NULL until then */
 } object_text;
 
+/* What a step directory holds, cheaply compared: its entries, their total size, the newest
+ * modification time among them and the directory's own (ns.c). */
+typedef struct tree_dir_sig {
+    uint64_t n, bytes;
+    struct timespec newest;
+} tree_dir_sig;
+
 typedef struct tree_ckpt {
     char *dir;
     char *name; /* directory name in a tree of checkpoints; "" otherwise */
@@ -133,6 +140,11 @@ typedef struct tree_ckpt {
     _Atomic(layout_spec *) specs;
     _Atomic uint32_t nspecs;
     _Atomic uint64_t layout_mtime_ns; /* CLOCK_REALTIME of the last spec added; 0: none */
+    /* a step of a directory that failed to build (state 2): its files as they were when the
+     * build began, and when they were last compared (under open_lock); once they differ, the
+     * step is built again in place (ns.c) */
+    tree_dir_sig fail_sig;
+    struct timespec fail_checked; /* CLOCK_MONOTONIC */
 } tree_ckpt;
 
 struct ckpt_tree {
@@ -153,6 +165,9 @@ struct ckpt_tree {
 /* build.c */
 ckpt_status tree_ckpt_build(tree_ckpt *c, const ckpt_tree_options *opts, ckpt_error *err);
 void tree_ckpt_release(tree_ckpt *c);
+/* Frees what tree_ckpt_build made (c keeps its directory, name, slot and locks), so that it can
+ * be built again; only for a checkpoint no reader can reach (state 0 or 2). */
+void tree_ckpt_clear(tree_ckpt *c);
 /* Index of the kid of `dir` named `name` (exact), or UINT32_MAX. */
 uint32_t tree_find_kid(const tree_ckpt *c, uint32_t dir, const char *name, size_t len);
 /* Object text (rendered on first use); NULL with err filled on failure. */

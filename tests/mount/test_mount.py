@@ -564,15 +564,26 @@ def test_default_io_mode_follows_the_kernel():
             m.close()
 
 
-def expect_listed_but_eio(m, name):
-    """A step that fails to index is listed (once the top level is rescanned) and reads as
-    EIO, never as an empty or missing directory."""
+def listdir_errno(path) -> int:
+    try:
+        os.listdir(path)
+        return 0
+    except OSError as e:
+        return e.errno
+
+
+def expect_hidden_but_eio(m, name):
+    """A step that fails to index (incomplete or damaged) is not listed once it has been
+    looked at (the top level is rescanned at most once a second), and named directly it
+    reads as EIO, never as an empty or missing directory."""
     deadline = time.time() + 10
-    while name not in os.listdir(m.dir) and time.time() < deadline:
+    while listdir_errno(m.dir / name) != errno.EIO and time.time() < deadline:
         time.sleep(0.3)
-    with pytest.raises(OSError) as e:
-        os.listdir(m.dir / name)
-    assert e.value.errno == errno.EIO
+    assert listdir_errno(m.dir / name) == errno.EIO
+    while name in os.listdir(m.dir) and time.time() < deadline:
+        time.sleep(0.3)
+    assert name not in os.listdir(m.dir)
+    assert listdir_errno(m.dir / name) == errno.EIO
 
 
 def wait_latest(m, name: str, timeout: float = 10) -> None:
@@ -618,10 +629,10 @@ def test_directory_of_checkpoints(tmp_path):
         (root / "latest").write_text("step-999")  # names nothing: the newest is used
         wait_latest(m, "step-300")
         (root / "latest").unlink()
-        # a step whose metadata is damaged is listed, fails with EIO, and the rest still reads
+        # a step whose metadata is damaged is not listed, fails with EIO, and the rest reads
         shutil.copytree(FIXTURES / "fsdp2_ws1" / "ckpt", root / "step-50")
         (root / "step-50" / ".metadata").write_bytes(b"\x80\x04garbage")
-        expect_listed_but_eio(m, "step-50")
+        expect_hidden_but_eio(m, "step-50")
         assert os.readlink(m.dir / "latest") == "step-300"
         for p, v in ref1.tensors.items():
             assert (m.dir / "step-300" / p).read_bytes() == v[2]
@@ -645,6 +656,48 @@ def test_directory_of_checkpoints(tmp_path):
     finally:
         m.close()
     assert "step-50" in m.log() and ".metadata" in m.log()
+
+
+def test_step_copied_metadata_first(tmp_path):
+    """Issue #22: a step copied with its .metadata first (as rsync or cp may order it) is never
+    `latest` and not listed while incomplete, reads EIO if named, and once the copy finishes
+    it is indexed again within seconds, without remounting: listed, `latest`, and readable,
+    also through the path looked up while it was incomplete."""
+    root = tmp_path / "run"
+    root.mkdir()
+    shutil.copytree(FIXTURES / "fsdp2_ws1" / "ckpt", root / "step-100")
+    src = FIXTURES / "fsdp2_ws2" / "ckpt"
+    shards = sorted(f for f in src.iterdir() if f.name != ".metadata")
+    assert len(shards) >= 2
+    m = Mount(root)
+    try:
+        assert os.readlink(m.dir / "latest") == "step-100"
+        (root / "step-200").mkdir()
+        shutil.copy(src / ".metadata", root / "step-200")
+        shutil.copy(shards[0], root / "step-200")
+        # with no `latest` file the newest complete step stays `latest`
+        expect_hidden_but_eio(m, "step-200")
+        assert os.readlink(m.dir / "latest") == "step-100"
+        ref = Ref(FIXTURES / "fsdp2_ws2")
+        path = next(iter(ref.tensors))
+        with pytest.raises(OSError) as e:
+            (m.dir / "step-200" / path).read_bytes()
+        assert e.value.errno in (errno.EIO, errno.ENOENT)
+        # the copy finishes: within 5 s it is listed, `latest`, and every tensor reads
+        for f in shards[1:]:
+            shutil.copy(f, root / "step-200")
+        t0 = time.time()
+        while listdir_errno(m.dir / "step-200") != 0 and time.time() < t0 + 10:
+            time.sleep(0.2)
+        wait_latest(m, "step-200")
+        took = time.time() - t0
+        assert took <= 5, took
+        assert "step-200" in os.listdir(m.dir)
+        for p, v in ref.tensors.items():
+            assert (m.dir / "step-200" / p).read_bytes() == v[2], p
+            assert (m.dir / "latest" / p).read_bytes() == v[2], p
+    finally:
+        m.close()
 
 
 def test_directory_of_megatron_iterations(tmp_path):
@@ -744,11 +797,11 @@ def test_directory_of_huggingface_checkpoints(tmp_path):
             time.sleep(0.3)
         for p, v in refs["step-200"].tensors.items():
             assert (m.dir / "step-400" / p).read_bytes() == v[2], p
-        # a damaged header: listed, fails with EIO (never an empty directory), the rest reads
+        # a damaged header: not listed, fails with EIO (never an empty directory), the rest reads
         shutil.copytree(FIXTURES / "hf_sharded" / "ckpt", root / "step-50")
         with open(root / "step-50" / "shard-00002-model-00001-of-00001.safetensors", "r+b") as f:
             f.write(struct.pack("<Q", 1 << 40))
-        expect_listed_but_eio(m, "step-50")
+        expect_hidden_but_eio(m, "step-50")
         assert (m.dir / "step-200" / next(iter(refs["step-200"].tensors))).read_bytes()
     finally:
         m.close()
@@ -806,8 +859,9 @@ def test_page_cache_mode_raises_readahead():
 
 
 def test_directory_mode_checks_steps(tmp_path):
-    """A step whose shard is truncated fails with EIO (and is logged) instead of reading short;
-    a subdirectory named `latest` does not shadow the `latest` link."""
+    """A step whose shard is truncated fails with EIO (and is logged) instead of reading short,
+    is not listed and is never `latest`; a subdirectory named `latest` does not shadow the
+    `latest` link."""
     root = tmp_path / "run"
     root.mkdir()
     shutil.copytree(FIXTURES / "fsdp2_ws2" / "ckpt", root / "step-1")
@@ -817,8 +871,9 @@ def test_directory_mode_checks_steps(tmp_path):
     victim.write_bytes(victim.read_bytes()[:1000])
     m = Mount(root)
     try:
-        assert sorted(os.listdir(m.dir)) == ["latest", "step-1", "step-2"]
+        assert sorted(os.listdir(m.dir)) == ["latest", "step-1"]
         assert os.path.islink(m.dir / "latest")
+        assert os.readlink(m.dir / "latest") == "step-1"
         with pytest.raises(OSError) as e:
             os.listdir(m.dir / "step-2")
         assert e.value.errno == errno.EIO
