@@ -55,6 +55,15 @@ int32_t ckpt_files_intern(ckpt_reader *r, const char *name, const char **problem
     return (int32_t)r->nfiles++;
 }
 
+/* The status of a failed ckpt_files_fd (err may be NULL). */
+static ckpt_status files_fd_status(ckpt_reader *r, uint32_t file_id) {
+    if (file_id >= r->nfiles) return CKPT_E_INVAL;
+    pthread_mutex_lock(&r->lock);
+    int saved = r->files[file_id].open_errno;
+    pthread_mutex_unlock(&r->lock);
+    return saved == ENOENT ? CKPT_E_NOTFOUND : CKPT_E_IO;
+}
+
 int ckpt_files_fd(ckpt_reader *r, uint32_t file_id, ckpt_error *err) {
     if (file_id >= r->nfiles) {
         ckpt_fail(err, CKPT_E_INVAL, "no data file #%u", file_id);
@@ -91,7 +100,10 @@ ckpt_status ckpt_loc_source(ckpt_reader *r, const ckpt_loc *loc, const char *wha
         return ckpt_fail(err, CKPT_E_FORMAT, "%s: %s", what,
                          loc->problem ? loc->problem : "no storage location");
     int fd = ckpt_files_fd(r, (uint32_t)loc->file_id, err);
-    if (fd < 0) return ckpt_error_suffix(err, " (needed by %s)", what);
+    if (fd < 0) {
+        ckpt_error_suffix(err, " (needed by %s)", what);
+        return files_fd_status(r, (uint32_t)loc->file_id);
+    }
     struct stat st;
     if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
         (loc->offset > (uint64_t)st.st_size || loc->length > (uint64_t)st.st_size - loc->offset))

@@ -82,6 +82,7 @@ static int by_dst(const void *a, const void *b) {
 
 ckpt_status ckpt_plan_region(ckpt_reader *r, const ckpt_entry *e, const int64_t *start,
                              const int64_t *count, ckpt_plan **out, ckpt_error *err) {
+    CKPT_ERR_OR_LOCAL(err);
     *out = NULL;
     ckpt_plan *p = calloc(1, sizeof *p);
     if (!p) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
@@ -108,6 +109,7 @@ void ckpt_plan_free(ckpt_plan *p) {
 
 ckpt_status ckpt_plan_execute(ckpt_reader *r, const ckpt_entry *e, const ckpt_plan *p, void *dst,
                               size_t dst_size, ckpt_error *err) {
+    CKPT_ERR_OR_LOCAL(err);
     if (dst_size < p->bytes)
         return ckpt_fail(err, CKPT_E_INVAL, "buffer of %zu bytes, plan needs %llu", dst_size,
                          (unsigned long long)p->bytes);

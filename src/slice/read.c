@@ -130,6 +130,7 @@ static uint64_t region_size(const ckpt_entry *e, const int64_t *count) {
 
 ckpt_status ckpt_read_region(ckpt_reader *r, const ckpt_entry *e, const int64_t *start,
                              const int64_t *count, void *dst, size_t dst_size, ckpt_error *err) {
+    CKPT_ERR_OR_LOCAL(err);
     if (!r || !e || (!dst && dst_size))
         return ckpt_fail(err, CKPT_E_INVAL, "ckpt_read_region: NULL argument");
     if (e->kind == CKPT_ENTRY_TENSOR && !e->problem) {
@@ -147,5 +148,6 @@ ckpt_status ckpt_read_region(ckpt_reader *r, const ckpt_entry *e, const int64_t 
 
 ckpt_status ckpt_read_tensor(ckpt_reader *r, const ckpt_entry *e, void *dst, size_t dst_size,
                              ckpt_error *err) {
+    CKPT_ERR_OR_LOCAL(err);
     return ckpt_read_region(r, e, NULL, NULL, dst, dst_size, err);
 }

@@ -696,6 +696,7 @@ static ckpt_status stat_obj(ckpt_tree *t, const obj *o, ckpt_ino ino, ckpt_tree_
 }
 
 ckpt_status ckpt_tree_getattr(ckpt_tree *t, ckpt_ino ino, ckpt_tree_stat *out, ckpt_error *err) {
+    CKPT_ERR_OR_LOCAL(err);
     uint32_t slot, inst, node;
     tree_ino_split(ino, &slot, &inst, &node);
     if (t->multi && slot > 0 && inst == 0 && node == 0) { /* a checkpoint's root: no build */
@@ -826,6 +827,7 @@ static ckpt_status lookup_ino(ckpt_tree *t, const obj *p, const char *name, ckpt
 
 ckpt_status ckpt_tree_lookup(ckpt_tree *t, ckpt_ino parent, const char *name, ckpt_tree_stat *out,
                              ckpt_error *err) {
+    CKPT_ERR_OR_LOCAL(err);
     obj p;
     CKPT_TRY(resolve(t, parent, &p, err));
     ckpt_ino ino = 0;
@@ -848,6 +850,7 @@ static bool emit(ckpt_tree *t, ckpt_tree_dirent_fn fn, void *ctx, const char *na
 
 ckpt_status ckpt_tree_readdir(ckpt_tree *t, ckpt_ino dir, uint64_t cookie, ckpt_tree_dirent_fn fn,
                               void *ctx, ckpt_error *err) {
+    CKPT_ERR_OR_LOCAL(err);
     obj p;
     CKPT_TRY(resolve(t, dir, &p, err));
     ckpt_status s = CKPT_OK;
@@ -938,6 +941,7 @@ ckpt_status ckpt_tree_readdir(ckpt_tree *t, ckpt_ino dir, uint64_t cookie, ckpt_
 }
 
 ckpt_status ckpt_tree_open_file(ckpt_tree *t, ckpt_ino ino, ckpt_error *err) {
+    CKPT_ERR_OR_LOCAL(err);
     obj o;
     CKPT_TRY(resolve(t, ino, &o, err));
     if (o.kind == O_ENTRY && ckpt_entry_kind_of(o.e) != CKPT_ENTRY_TENSOR) {
@@ -948,6 +952,7 @@ ckpt_status ckpt_tree_open_file(ckpt_tree *t, ckpt_ino ino, ckpt_error *err) {
 }
 
 ckpt_status ckpt_tree_readlink(ckpt_tree *t, ckpt_ino ino, char **target, ckpt_error *err) {
+    CKPT_ERR_OR_LOCAL(err);
     obj o;
     CKPT_TRY(resolve(t, ino, &o, err));
     if (o.kind != O_LATEST) return ckpt_fail(err, CKPT_E_INVAL, "not a symlink");
@@ -1006,6 +1011,7 @@ static const char *const xattr_names[] = {"user.ckpt.key",    "user.ckpt.dtype",
 
 ckpt_status ckpt_tree_listxattr(ckpt_tree *t, ckpt_ino ino, char **names, size_t *len,
                                 ckpt_error *err) {
+    CKPT_ERR_OR_LOCAL(err);
     obj o;
     CKPT_TRY(resolve(t, ino, &o, err));
     ckpt_strbuf sb = CKPT_STRBUF_INIT, v = CKPT_STRBUF_INIT;
@@ -1024,6 +1030,7 @@ ckpt_status ckpt_tree_listxattr(ckpt_tree *t, ckpt_ino ino, char **names, size_t
 
 ckpt_status ckpt_tree_getxattr(ckpt_tree *t, ckpt_ino ino, const char *name, char **value,
                                size_t *len, ckpt_error *err) {
+    CKPT_ERR_OR_LOCAL(err);
     obj o;
     CKPT_TRY(resolve(t, ino, &o, err));
     ckpt_strbuf sb = CKPT_STRBUF_INIT;
@@ -1075,6 +1082,7 @@ static ckpt_status read_st(tree_read *x, tree_ckpt *c, st_file *f, uint64_t off,
 ckpt_status ckpt_tree_read(ckpt_tree *t, ckpt_ino ino, uint64_t off, size_t len, size_t max_segs,
                            size_t min_fd_run, ckpt_tree_scratch *s, const ckpt_tree_seg **segs,
                            size_t *nsegs, ckpt_error *err) {
+    CKPT_ERR_OR_LOCAL(err);
     *segs = NULL;
     *nsegs = 0;
     obj o;

@@ -36,8 +36,8 @@ ckpt_status ckpt_fail(ckpt_error *err, ckpt_status code, const char *fmt, ...) {
     return code;
 }
 
-ckpt_status ckpt_error_prefix(ckpt_error *err, const char *fmt, ...) {
-    if (!err) return CKPT_E_INVAL;
+void ckpt_error_prefix(ckpt_error *err, const char *fmt, ...) {
+    if (!err) return;
     char head[CKPT_ERROR_MSG_MAX];
     va_list ap;
     va_start(ap, fmt);
@@ -53,11 +53,10 @@ ckpt_status ckpt_error_prefix(ckpt_error *err, const char *fmt, ...) {
         joined[hl + ml] = '\0';
         memcpy(err->message, joined, sizeof joined);
     }
-    return err->code;
 }
 
-ckpt_status ckpt_error_suffix(ckpt_error *err, const char *fmt, ...) {
-    if (!err) return CKPT_E_INVAL;
+void ckpt_error_suffix(ckpt_error *err, const char *fmt, ...) {
+    if (!err) return;
     size_t used = strnlen(err->message, sizeof err->message);
     if (used + 1 < sizeof err->message) {
         va_list ap;
@@ -65,7 +64,6 @@ ckpt_status ckpt_error_suffix(ckpt_error *err, const char *fmt, ...) {
         vsnprintf(err->message + used, sizeof err->message - used, fmt, ap);
         va_end(ap);
     }
-    return err->code;
 }
 
 void ckpt_error_clear(ckpt_error *err) {

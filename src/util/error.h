@@ -12,14 +12,22 @@
 ckpt_status ckpt_fail(ckpt_error *err, ckpt_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 ckpt_status ckpt_vfail(ckpt_error *err, ckpt_status code, const char *fmt, va_list ap);
-/* Prepends context ("FILE: ") to an already-filled message.  Returns err->code (or
- * CKPT_E_INVAL if err is NULL). */
-ckpt_status ckpt_error_prefix(ckpt_error *err, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+/* Prepends context ("FILE: ") to an already-filled message; nothing when err is NULL.  They
+ * return nothing: the status is the caller's to return (err may be NULL, and then only the
+ * caller knows it). */
+void ckpt_error_prefix(ckpt_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Appends context (" (key 'K')"). */
-ckpt_status ckpt_error_suffix(ckpt_error *err, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+void ckpt_error_suffix(ckpt_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void ckpt_error_clear(ckpt_error *err);
+
+/* At a public entry point: callers may pass err = NULL, while internal helpers report a
+ * status through err (one that returns NULL or -1, say); this points err at a local one, so
+ * the caller still gets the right status. */
+#define CKPT_ERR_OR_LOCAL(err)                                                                     \
+    ckpt_error err##_local;                                                                        \
+    err##_local.code = CKPT_OK;                                                                    \
+    err##_local.message[0] = '\0';                                                                 \
+    if (!(err)) (err) = &err##_local
 
 /* Evaluates a ckpt_status expression and returns it from the caller on failure. */
 #define CKPT_TRY(expr)                                                                             \
