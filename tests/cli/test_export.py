@@ -122,3 +122,22 @@ def test_failed_export_leaves_nothing(tmp_path):
     r = export("--keys", "no/such/dir", FIXTURES / "fsdp2_ws1" / "ckpt", out)
     assert r.returncode == 1 and "no tensors" in r.stderr
     assert not out.exists() and not list(tmp_path.iterdir())
+
+
+def test_full_disk_names_the_output_file(tmp_path):
+    """Issue #22: on a file system that fills up, export fails naming its output file and the
+    cause (it said "error writing to standard output"), and leaves nothing behind."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4k", "tmpfs", str(disk)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    try:
+        out = disk / "model.safetensors"
+        r = export(FIXTURES / "fsdp2_ws1" / "ckpt", out)
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert "standard output" not in r.stderr, r.stderr
+        assert "model.safetensors" in r.stderr and "No space left on device" in r.stderr, r.stderr
+        assert not list(disk.iterdir())
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)

@@ -446,6 +446,24 @@ def test_daemonizes_and_unmounts(tmp_path):
     assert not os.path.ismount(mnt)
 
 
+def test_second_mount_on_the_same_point_is_refused():
+    """Issue #22: a second ckptfs on a mount point a FUSE file system already holds refuses
+    (exit 1, saying so) instead of stacking over the first; the first keeps serving."""
+    m = Mount(FIXTURES / "fsdp2_ws2" / "ckpt")
+    try:
+        r = subprocess.run([BIN, "-f", str(FIXTURES / "fsdp2_ws1" / "ckpt"), str(m.dir)],
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode != 0 and "mounted there already" in r.stderr, r.stderr
+        mounts = [ln for ln in Path("/proc/mounts").read_text().splitlines()
+                  if f" {m.dir} " in ln]
+        assert len(mounts) == 1, mounts
+        ref = Ref(FIXTURES / "fsdp2_ws2")
+        for p, v in ref.tensors.items():
+            assert (m.dir / p).read_bytes() == v[2]
+    finally:
+        m.close()
+
+
 def test_mount_t_fuse(tmp_path):
     """fstab / `mount -t fuse.ckptfs`: mount.fuse3 runs `ckptfs` from the default PATH, so the
     built binary is linked into /usr/local/bin for the test when nothing is there."""

@@ -127,11 +127,11 @@ uint64_t cli_slice_numel(const cli_slice *s);
 
 /* Reads the box `s` of tensor `e` in C order, in blocks of at most `limit` bytes (split along
  * the outermost dimensions; never less than one element), handing each block to `sink` in
- * order.  A sink returning false stops the read with CKPT_E_IO and "error writing to standard
- * output: <errno>" in `err`. */
+ * order.  A sink returning false (errno set) stops the read with CKPT_E_IO and "error writing
+ * to <dest>: <errno>" in `err` (dest: "standard output", the output file...). */
 typedef bool (*cli_block_sink)(void *ctx, const void *buf, size_t len);
 ckpt_status cli_read_blocks(ckpt_reader *r, const ckpt_entry *e, const cli_slice *s, uint64_t limit,
-                            cli_block_sink sink, void *ctx, ckpt_error *err);
+                            cli_block_sink sink, void *ctx, const char *dest, ckpt_error *err);
 
 /* ---- progress ---- */
 

@@ -433,7 +433,7 @@ static uint64_t sat_mul(uint64_t a, uint64_t b) {
 }
 
 ckpt_status cli_read_blocks(ckpt_reader *r, const ckpt_entry *e, const cli_slice *s, uint64_t limit,
-                            cli_block_sink sink, void *ctx, ckpt_error *err) {
+                            cli_block_sink sink, void *ctx, const char *dest, ckpt_error *err) {
     size_t item = ckpt_dtype_itemsize(ckpt_entry_dtype(e));
     int nd = s->ndim;
     if (item == 0) {
@@ -505,8 +505,7 @@ out:
     free(buf);
     return st;
 sink_failed:
-    snprintf(err->message, sizeof err->message, "error writing to standard output: %s",
-             strerror(errno));
+    snprintf(err->message, sizeof err->message, "error writing to %s: %s", dest, strerror(errno));
     free(buf);
     return err->code = CKPT_E_IO;
 }

@@ -71,7 +71,7 @@ static bool write_block(void *ctx, const void *buf, size_t len) {
 
 static int cat_raw(ckpt_reader *r, const ckpt_entry *e, const cli_slice *s, uint64_t limit) {
     ckpt_error err = {0};
-    ckpt_status st = cli_read_blocks(r, e, s, limit, write_block, NULL, &err);
+    ckpt_status st = cli_read_blocks(r, e, s, limit, write_block, NULL, "standard output", &err);
     if (st != CKPT_OK) return read_fail(&err);
     return CLI_EXIT_OK;
 }

@@ -275,7 +275,12 @@ int cmd_export(int argc, char **argv) {
     cli_progress_init(&prog, "export");
     if (quiet) prog.tty = false;
     sink_ctx sc = {.fd = fd, .total = at, .prog = &prog, .cast = malloc(BLOCK * 2)};
-    bool ok = sc.cast && cli_write_all(fd, len8, 8) && cli_write_all(fd, hdr, hdr_len);
+    bool ok = sc.cast != NULL;
+    if (!ok) cli_error("out of memory");
+    if (ok && !(cli_write_all(fd, len8, 8) && cli_write_all(fd, hdr, hdr_len))) {
+        cli_error("error writing to %s: %s", tmp, strerror(errno));
+        ok = false;
+    }
     free(hdr);
     ckpt_error err = {0};
     for (size_t i = 0; ok && i < m; i++) {
@@ -284,15 +289,21 @@ int cmd_export(int argc, char **argv) {
         cli_slice_full(&s, ckpt_entry_ndim(e), ckpt_entry_shape(e));
         sc.from = ckpt_entry_dtype(e);
         sc.to = items[i].out;
-        if (cli_read_blocks(r, e, &s, BLOCK, sink, &sc, &err) != CKPT_OK) {
+        if (cli_read_blocks(r, e, &s, BLOCK, sink, &sc, tmp, &err) != CKPT_OK) {
             cli_error("%s", err.message);
             ok = false;
         }
     }
     cli_progress_end(&prog);
     free(sc.cast);
-    if (ok && fsync(fd) != 0) ok = false;
-    if (close(fd) != 0) ok = false;
+    if (ok && fsync(fd) != 0) {
+        cli_error("error writing to %s: %s", tmp, strerror(errno));
+        ok = false;
+    }
+    if (close(fd) != 0 && ok) {
+        cli_error("error writing to %s: %s", tmp, strerror(errno));
+        ok = false;
+    }
     if (ok && rename(tmp, out) != 0) {
         cli_error("%s: %s", out, strerror(errno));
         ok = false;

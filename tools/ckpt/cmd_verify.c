@@ -163,7 +163,8 @@ static void check_entry(ckpt_reader *r, const ckpt_entry *e, vctx *v) {
         if (v->data && !v->flagged[idx]) {
             cli_slice s;
             cli_slice_full(&s, ckpt_entry_ndim(e), ckpt_entry_shape(e));
-            if (cli_read_blocks(r, e, &s, (uint64_t)64 << 20, discard, NULL, &err) != CKPT_OK)
+            if (cli_read_blocks(r, e, &s, (uint64_t)64 << 20, discard, NULL, "nothing", &err) !=
+                CKPT_OK)
                 report_err(v, e, &err);
         }
     }

@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
 #include <syslog.h>
 #include <unistd.h>
 
@@ -131,6 +133,19 @@ static int parse_size(const char *s, unsigned long long *out) {
  * /proc/sys/fs/pipe-max-size (1 MiB by default) that needs CAP_SYS_RESOURCE; if it fails,
  * libfuse copies that and every later large reply through a fresh buffer (4-5x slower), so
  * the daemon asks once, here, with the same credentials the threads will have. */
+#define FUSE_SUPER_MAGIC 0x65735546
+
+/* Whether `mnt` is the root of a FUSE mount already (its device differs from its parent's):
+ * mounting there again would stack a second daemon over the first. */
+static bool fuse_mounted_at(const char *mnt) {
+    struct statfs sf;
+    struct stat st, up;
+    char parent[PATH_MAX];
+    if (statfs(mnt, &sf) != 0 || sf.f_type != FUSE_SUPER_MAGIC || stat(mnt, &st) != 0) return false;
+    if ((size_t)snprintf(parent, sizeof parent, "%s/..", mnt) >= sizeof parent) return false;
+    return stat(parent, &up) == 0 && up.st_dev != st.st_dev;
+}
+
 static unsigned long pipe_limit(bool probe) {
     unsigned long pipe_max = 1ul << 20;
     FILE *f = fopen("/proc/sys/fs/pipe-max-size", "r");
@@ -198,6 +213,13 @@ int main(int argc, char **argv) {
     }
     fs.cfg.mountpoint = opts.mountpoint;
     fs.debug = opts.debug;
+    if (fuse_mounted_at(opts.mountpoint)) {
+        fprintf(stderr,
+                "ckptfs: cannot mount on %s: a FUSE file system is mounted there already "
+                "(fusermount3 -u %s first)\n",
+                opts.mountpoint, opts.mountpoint);
+        goto out;
+    }
     char *abs = realpath(fs.cfg.source, NULL);
     if (!abs) {
         fprintf(stderr, "ckptfs: cannot mount %s: %s\n", fs.cfg.source, strerror(errno));
