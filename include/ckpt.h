@@ -166,8 +166,14 @@ void ckpt_reader_get_info(const ckpt_reader *r, ckpt_reader_info *info);
 /* Entries in `state_dict_metadata` order. */
 size_t ckpt_reader_num_entries(const ckpt_reader *r);
 const ckpt_entry *ckpt_reader_entry(const ckpt_reader *r, size_t index);
-/* By flat key (`model.layers.0.w`) or by tree path (`model/layers.0.w`).  NULL if absent. */
+/* By flat key (`model.layers.0.w`) or by tree path (`model/layers.0.w`).  NULL if absent.
+ * The flat key wins when one entry's key spells another entry's path: to address an entry
+ * unambiguously, use ckpt_reader_find_key or ckpt_reader_find_path. */
 const ckpt_entry *ckpt_reader_find(const ckpt_reader *r, const char *key_or_path);
+/* By flat key only (the `state_dict_metadata` key). */
+const ckpt_entry *ckpt_reader_find_key(const ckpt_reader *r, const char *key);
+/* By tree path only (escaped, as ckpt_entry_path gives it). */
+const ckpt_entry *ckpt_reader_find_path(const ckpt_reader *r, const char *path);
 
 /* Data files referenced by storage_data, in first-seen order. */
 size_t ckpt_reader_num_files(const ckpt_reader *r);

@@ -195,13 +195,23 @@ static bool by_path_eq(const void *ctx, uint64_t v) {
     return strcmp(((const ckpt_reader *)c[0])->entries[v].path, (const char *)c[1]) == 0;
 }
 
+const ckpt_entry *ckpt_reader_find_key(const ckpt_reader *r, const char *key) {
+    if (!r || !key) return NULL;
+    uint64_t h = ckpt_hash_bytes(key, strlen(key), 0), v;
+    const void *ctx[2] = {r, key};
+    return ckpt_htab_find(&r->by_key, h, by_key_eq, ctx, &v) ? &r->entries[v] : NULL;
+}
+
+const ckpt_entry *ckpt_reader_find_path(const ckpt_reader *r, const char *path) {
+    if (!r || !path) return NULL;
+    uint64_t h = ckpt_hash_bytes(path, strlen(path), 0), v;
+    const void *ctx[2] = {r, path};
+    return ckpt_htab_find(&r->by_path, h, by_path_eq, ctx, &v) ? &r->entries[v] : NULL;
+}
+
 const ckpt_entry *ckpt_reader_find(const ckpt_reader *r, const char *key_or_path) {
-    if (!key_or_path) return NULL;
-    uint64_t h = ckpt_hash_bytes(key_or_path, strlen(key_or_path), 0), v;
-    const void *ctx[2] = {r, key_or_path};
-    if (ckpt_htab_find(&r->by_key, h, by_key_eq, ctx, &v)) return &r->entries[v];
-    if (ckpt_htab_find(&r->by_path, h, by_path_eq, ctx, &v)) return &r->entries[v];
-    return NULL;
+    const ckpt_entry *e = ckpt_reader_find_key(r, key_or_path);
+    return e ? e : ckpt_reader_find_path(r, key_or_path);
 }
 
 const char *ckpt_entry_key(const ckpt_entry *e) { return e->key; }

@@ -1120,3 +1120,32 @@ def test_directory_of_checkpoints_is_named(tmp_path):
     (run_dir / "latest").write_text("step-100\n")  # as the saver keeps it
     err = run("info", f"{run_dir}/", ok=(1,)).stderr.decode()
     assert f"e.g. {run_dir}/step-100 (the latest)" in err, err
+
+
+def test_a_key_that_spells_another_path_is_never_taken_silently(tmp_path):
+    """Issue #22: the top-level key 'model/x' (tree path 'model%2Fx') and the nested
+    model['x'] (key 'model.x', tree path 'model/x'), saved by torch.  `ckpt ls` prints
+    'model/x' for the nested tensor; `ckpt cat` of that name used to return the other entry
+    (its flat key).  Now the bare name is refused as ambiguous, --path and --key each take
+    the entry they say, and `ckpt diff` matches by tree path only."""
+    torch = pytest.importorskip("torch")
+    import torch.distributed.checkpoint as dcp
+    top = torch.arange(3, dtype=torch.float32)
+    nested = torch.arange(10, 15, dtype=torch.float32)
+    ck = tmp_path / "ck"
+    dcp.save({"model/x": top, "model": {"x": nested}}, checkpoint_id=str(ck), no_dist=True)
+    ls = out_text(run("ls", str(ck), "-R"))
+    assert "model%2Fx" in ls and "x" in ls, ls
+    p = run("cat", str(ck), "model/x", ok=(2,))
+    assert "ambiguous" in err_text(p) and "--path" in err_text(p), err_text(p)
+    assert run("cat", "--path", str(ck), "model/x").stdout == nested.numpy().tobytes()
+    assert run("cat", "--key", str(ck), "model/x").stdout == top.numpy().tobytes()
+    assert run("cat", str(ck), "model%2Fx").stdout == top.numpy().tobytes()
+    assert run("cat", str(ck), "model.x").stdout == nested.numpy().tobytes()
+    run("cat", "--key", str(ck), "model%2Fx", ok=(2,))  # a path, not a key
+    # diff pairs entries by tree path: a copy with the nested tensor changed differs there
+    ck2 = tmp_path / "ck2"
+    dcp.save({"model/x": top, "model": {"x": nested + 1}}, checkpoint_id=str(ck2), no_dist=True)
+    d = run("diff", str(ck), str(ck2), ok=(1,))
+    assert "changed" in out_text(d) and "model/x" in out_text(d), out_text(d)
+    assert "model%2Fx" not in out_text(d).replace("same", ""), out_text(d)

@@ -95,8 +95,11 @@ ckpt_reader *cli_open(const char *dir);
 /* When `dir` holds checkpoints in subdirectories (a training run's output), says which and
  * names the latest, as the mount's `latest` would (after an open failed with NOTFOUND). */
 void cli_hint_steps(const char *dir);
-/* Looks up KEY (flat key or tree path); prints an error naming both when absent. */
-const ckpt_entry *cli_find(const ckpt_reader *r, const char *key);
+/* How an entry was named on the command line. */
+typedef enum { CLI_BY_EITHER, CLI_BY_KEY, CLI_BY_PATH } cli_find_by;
+/* Looks up `name` as a flat key and/or a tree path; prints an error when absent, or when (by
+ * either) the key of one entry spells another's path (then --key or --path settles it). */
+const ckpt_entry *cli_find(const ckpt_reader *r, const char *name, cli_find_by by);
 /* Indented lines "    chunk I [a:b, c:d] FILE offset N length M" (objects: "    item ...") for
  * every chunk of `e`. */
 void cli_print_chunks(FILE *out, const ckpt_reader *r, const ckpt_entry *e);

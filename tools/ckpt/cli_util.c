@@ -210,10 +210,23 @@ ckpt_reader *cli_open(const char *dir) {
     return r;
 }
 
-const ckpt_entry *cli_find(const ckpt_reader *r, const char *key) {
-    const ckpt_entry *e = ckpt_reader_find(r, key);
-    if (!e) cli_error("%s: no entry with key or path '%s'", ckpt_reader_dir(r), key);
-    return e;
+const ckpt_entry *cli_find(const ckpt_reader *r, const char *name, cli_find_by by) {
+    const ckpt_entry *k = by == CLI_BY_PATH ? NULL : ckpt_reader_find_key(r, name);
+    const ckpt_entry *p = by == CLI_BY_KEY ? NULL : ckpt_reader_find_path(r, name);
+    if (k && p && k != p) {
+        cli_error("%s: '%s' is ambiguous: the flat key of '%s' and the tree path of '%s' "
+                  "(the key '%s'); say --key or --path",
+                  ckpt_reader_dir(r), name, ckpt_entry_path(k), ckpt_entry_path(p),
+                  ckpt_entry_key(p));
+        return NULL;
+    }
+    if (!k && !p)
+        cli_error("%s: no entry with %s '%s'", ckpt_reader_dir(r),
+                  by == CLI_BY_KEY    ? "flat key"
+                  : by == CLI_BY_PATH ? "tree path"
+                                      : "key or path",
+                  name);
+    return k ? k : p;
 }
 
 const char *cli_kind_name(ckpt_entry_kind k) {

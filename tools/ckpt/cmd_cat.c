@@ -32,16 +32,21 @@ void cmd_cat_help(FILE *out) {
           "  -f, --force         write raw bytes even when stdout is a terminal\n"
           "      --block-size N  read raw output in blocks of at most N bytes (default 1M;\n"
           "                      K/M/G suffixes)\n"
+          "      --key           KEY is a flat key only (never a tree path)\n"
+          "      --path          KEY is a tree path only, as `ckpt ls` prints it; without\n"
+          "                      either, a KEY that is one entry's key and another's path\n"
+          "                      is refused as ambiguous\n"
           "      --help          show this help\n",
           out);
 }
 
-enum { OPT_SLICE = 1, OPT_TEXT, OPT_JSON, OPT_VERBOSE, OPT_FORCE, OPT_BLOCK };
+enum { OPT_SLICE = 1, OPT_TEXT, OPT_JSON, OPT_VERBOSE, OPT_FORCE, OPT_BLOCK, OPT_KEY, OPT_PATH };
 
 static const cli_opt cat_opts[] = {
     {"slice", 's', true, OPT_SLICE},  {"text", 't', false, OPT_TEXT},
     {"json", 0, false, OPT_JSON},     {"verbose", 'v', false, OPT_VERBOSE},
     {"force", 'f', false, OPT_FORCE}, {"block-size", 0, true, OPT_BLOCK},
+    {"key", 0, false, OPT_KEY},       {"path", 0, false, OPT_PATH},
 };
 
 /* Small blocks stay in the CPU caches and avoid faulting in a large fresh buffer: measured
@@ -292,6 +297,7 @@ int cmd_cat(int argc, char **argv) {
     const char *slice = NULL, *operands[2] = {NULL, NULL}, *arg;
     bool text = false, json = false, verbose = false, force = false;
     uint64_t block = DEFAULT_BLOCK;
+    cli_find_by by = CLI_BY_EITHER;
     int nops = 0;
     for (int id; (id = cli_next(&p, cat_opts, sizeof cat_opts / sizeof cat_opts[0], &arg));) {
         switch (id) {
@@ -306,6 +312,12 @@ int cmd_cat(int argc, char **argv) {
         case OPT_JSON: json = true; break;
         case OPT_VERBOSE: verbose = true; break;
         case OPT_FORCE: force = true; break;
+        case OPT_KEY:
+        case OPT_PATH:
+            if (by != CLI_BY_EITHER)
+                return cli_usage_error("cat", "--key and --path are exclusive");
+            by = id == OPT_KEY ? CLI_BY_KEY : CLI_BY_PATH;
+            break;
         case OPT_BLOCK:
             if (!cli_parse_size(arg, &block) || block == 0)
                 return cli_usage_error("cat", "invalid --block-size '%s'", arg);
@@ -318,7 +330,7 @@ int cmd_cat(int argc, char **argv) {
     ckpt_reader *r = cli_open(operands[0]);
     if (!r) return CLI_EXIT_FAIL;
     int status = CLI_EXIT_OK;
-    const ckpt_entry *e = cli_find(r, operands[1]);
+    const ckpt_entry *e = cli_find(r, operands[1], by);
     if (!e) {
         status = CLI_EXIT_USAGE;
         goto out;

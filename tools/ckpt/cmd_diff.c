@@ -297,7 +297,7 @@ int cmd_diff(int argc, char **argv) {
     if (d.json) fputs("{\"entries\": [", stdout);
     for (size_t i = 0; i < ckpt_reader_num_entries(a.r); i++) {
         const ckpt_entry *ea = ckpt_reader_entry(a.r, i);
-        const ckpt_entry *eb = ckpt_reader_find(b.r, ckpt_entry_path(ea));
+        const ckpt_entry *eb = ckpt_reader_find_path(b.r, ckpt_entry_path(ea));
         if (eb && strcmp(ckpt_entry_path(eb), ckpt_entry_path(ea)) != 0) eb = NULL;
         if (!eb) {
             d.only_a++;
@@ -308,7 +308,7 @@ int cmd_diff(int argc, char **argv) {
     }
     for (size_t i = 0; i < ckpt_reader_num_entries(b.r); i++) {
         const ckpt_entry *eb = ckpt_reader_entry(b.r, i);
-        const ckpt_entry *ea = ckpt_reader_find(a.r, ckpt_entry_path(eb));
+        const ckpt_entry *ea = ckpt_reader_find_path(a.r, ckpt_entry_path(eb));
         if (ea && strcmp(ckpt_entry_path(ea), ckpt_entry_path(eb)) == 0) continue;
         d.only_b++;
         line(&d, "only-b", ckpt_entry_path(eb), NULL, NULL);
