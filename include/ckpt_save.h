@@ -247,9 +247,24 @@ ckpt_status ckpt_save_get_latest(const char *parent, char **name, ckpt_error *er
  * not starting with '.', that hold `.metadata`), ordered by the number their names end with
  * (then by name), deletes the oldest beyond `keep`, never `protect` (may be NULL) nor the step
  * `latest` names.  A step is first renamed to a hidden name, then removed, so a crash mid-way never
- * leaves a visible half-deleted step.  *removed (may be NULL) receives the count. */
+ * leaves a visible half-deleted step.  *removed (may be NULL) receives the count (steps only).
+ * It also removes the leftovers of earlier runs (ckpt_save_leftovers): every `.deleting`
+ * directory, and staging directories idle for CKPT_SAVE_STALE_S or more. */
 ckpt_status ckpt_save_retain(const char *parent, size_t keep, const char *protect, size_t *removed,
                              ckpt_error *err);
+
+/* Leftovers of saves and deletions that did not finish (a killed job): hidden staging
+ * directories `.<step>.tmp-<hex>` (ckpt_save_begin) and `.<step>.deleting` (retention).
+ * `idle_s` is how long nothing in it has changed (its newest modification), `bytes` what its
+ * files hold.  A staging directory may also belong to a save still running: only its age
+ * tells; CKPT_SAVE_STALE_S is the age from which ckpt_save_retain removes one. */
+typedef enum { CKPT_SAVE_LEFTOVER_STAGING, CKPT_SAVE_LEFTOVER_DELETING } ckpt_save_leftover_kind;
+typedef void (*ckpt_save_leftover_fn)(void *ctx, const char *name, ckpt_save_leftover_kind kind,
+                                      double idle_s, uint64_t bytes);
+#define CKPT_SAVE_STALE_S (24.0 * 3600)
+/* Calls fn for each leftover in `parent`, in name order. */
+ckpt_status ckpt_save_leftovers(const char *parent, ckpt_save_leftover_fn fn, void *ctx,
+                                ckpt_error *err);
 
 #ifdef __cplusplus
 }

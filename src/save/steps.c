@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define LATEST "latest"
@@ -126,6 +127,122 @@ static int step_cmp(const void *a, const void *b) {
     return strcmp(x->name, y->name);
 }
 
+/* A leftover's kind from its name: ".<step>.tmp-<hex>" or ".<step>.deleting"; -1 if neither
+ * (".latest.tmp-..." files of ckpt_save_set_latest are not directories and are skipped). */
+static int leftover_kind(const char *n) {
+    size_t len = strlen(n);
+    if (n[0] != '.' || len < 3) return -1;
+    static const char del[] = ".deleting";
+    if (len > sizeof del && strcmp(n + len - (sizeof del - 1), del) == 0)
+        return CKPT_SAVE_LEFTOVER_DELETING;
+    const char *t = strstr(n + 1, ".tmp-");
+    if (!t || t == n + 1 || !t[5]) return -1;
+    for (const char *h = t + 5; *h; h++)
+        if (!((*h >= '0' && *h <= '9') || (*h >= 'a' && *h <= 'f'))) return -1;
+    return CKPT_SAVE_LEFTOVER_STAGING;
+}
+
+static double ts_s(struct timespec t) { return (double)t.tv_sec + (double)t.tv_nsec * 1e-9; }
+
+/* The newest modification time and the total size of the regular files of directory `fd`
+ * (one level: the saver writes no subdirectories), the directory's own time included. */
+static void dir_age(int fd, double *newest, uint64_t *bytes) {
+    struct stat st;
+    *newest = fstat(fd, &st) == 0 ? ts_s(st.st_mtim) : 0;
+    *bytes = 0;
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        close(fd);
+        return;
+    }
+    struct dirent *de;
+    while ((de = readdir(d)))
+        if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
+            *bytes += (uint64_t)st.st_size;
+            if (ts_s(st.st_mtim) > *newest) *newest = ts_s(st.st_mtim);
+        }
+    closedir(d);
+}
+
+typedef struct leftover {
+    char *name;
+    int kind;
+    double idle;
+    uint64_t bytes;
+} leftover;
+
+static int leftover_cmp(const void *a, const void *b) {
+    return strcmp(((const leftover *)a)->name, ((const leftover *)b)->name);
+}
+
+ckpt_status ckpt_save_leftovers(const char *parent, ckpt_save_leftover_fn fn, void *ctx,
+                                ckpt_error *err) {
+    if (!parent || !fn) return ckpt_fail(err, CKPT_E_INVAL, "ckpt_save_leftovers: NULL argument");
+    DIR *d = opendir(parent);
+    if (!d) return ckpt_fail(err, CKPT_E_IO, "%s: %s", parent, strerror(errno));
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    leftover *v = NULL;
+    size_t n = 0, cap = 0;
+    ckpt_status s = CKPT_OK;
+    struct dirent *de;
+    while (s == CKPT_OK && (de = readdir(d))) {
+        int kind = leftover_kind(de->d_name);
+        struct stat st;
+        if (kind < 0 || fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+            !S_ISDIR(st.st_mode))
+            continue;
+        int fd = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0) continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 8;
+            leftover *m = realloc(v, cap * sizeof *m);
+            if (!m) {
+                close(fd);
+                s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+                break;
+            }
+            v = m;
+        }
+        double newest;
+        v[n] = (leftover){strdup(de->d_name), kind, 0, 0};
+        dir_age(fd, &newest, &v[n].bytes);
+        v[n].idle = ts_s(now) - newest;
+        if (!v[n].name) {
+            s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+            break;
+        }
+        n++;
+    }
+    closedir(d);
+    if (s == CKPT_OK) {
+        qsort(v, n, sizeof *v, leftover_cmp);
+        for (size_t i = 0; i < n; i++)
+            fn(ctx, v[i].name, (ckpt_save_leftover_kind)v[i].kind, v[i].idle, v[i].bytes);
+    }
+    for (size_t i = 0; i < n; i++)
+        free(v[i].name);
+    free(v);
+    return s;
+}
+
+typedef struct sweep_ctx {
+    const char *parent;
+    ckpt_status s;
+    ckpt_error *err;
+} sweep_ctx;
+
+static void sweep_one(void *ctx, const char *name, ckpt_save_leftover_kind kind, double idle_s,
+                      uint64_t bytes) {
+    (void)bytes;
+    sweep_ctx *c = ctx;
+    if (c->s != CKPT_OK || (kind == CKPT_SAVE_LEFTOVER_STAGING && idle_s < CKPT_SAVE_STALE_S))
+        return;
+    char *p = save_path_join(c->parent, name);
+    c->s = p ? save_remove_tree(p, c->err) : ckpt_fail(c->err, CKPT_E_NOMEM, "out of memory");
+    free(p);
+}
+
 ckpt_status ckpt_save_retain(const char *parent, size_t keep, const char *protect, size_t *removed,
                              ckpt_error *err) {
     if (removed) *removed = 0;
@@ -192,5 +309,10 @@ ckpt_status ckpt_save_retain(const char *parent, size_t keep, const char *protec
         free(steps[i].name);
     free(steps);
     free(latest);
+    if (s == CKPT_OK) { /* leftovers of killed saves and deletions */
+        sweep_ctx c = {parent, CKPT_OK, err};
+        s = ckpt_save_leftovers(parent, sweep_one, &c, err);
+        if (s == CKPT_OK) s = c.s;
+    }
     return s;
 }

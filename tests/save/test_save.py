@@ -14,6 +14,7 @@ import io
 import os
 import pickle
 import subprocess
+import time
 import zipfile
 
 import pytest
@@ -585,3 +586,28 @@ def test_older_torch_reads_what_the_saver_and_reshard_write(tmp_path, monkeypatc
     for d in ("step-2", "re215"):
         with pytest.raises(ValueError, match="too many values to unpack"):
             dcp.FileSystemReader(str(tmp_path / d)).read_metadata()
+
+
+def test_leftovers_of_killed_saves_are_reported_and_swept(tmp_path):
+    """Issue #22: a killed save leaves its hidden staging directory, a killed retention its
+    `.deleting` one.  `ckpt verify` on the run directory names them; the saver's retention
+    removes `.deleting` ones and staging directories idle for a day, and keeps a recent
+    staging directory (a save that may still be running)."""
+    run_driver(tmp_path, "step-1")
+    old = tmp_path / ".step-2.tmp-0123456789abcdef"
+    fresh = tmp_path / ".step-3.tmp-fedcba9876543210"
+    dele = tmp_path / ".step-0.deleting"
+    for d in (old, fresh, dele):
+        d.mkdir()
+        (d / "__0_0.distcp").write_bytes(b"x" * 1000)
+    two_days = time.time() - 2 * 86400
+    for p in (old / "__0_0.distcp", old):
+        os.utime(p, (two_days, two_days))
+    r = subprocess.run([CKPT, "verify", str(tmp_path)], capture_output=True, text=True)
+    assert r.returncode == 1
+    for d in (old, fresh, dele):
+        assert d.name in r.stderr, r.stderr
+    assert "safe to remove" in r.stderr and "once no save is running" in r.stderr, r.stderr
+    run_driver(tmp_path, "step-4", "--keep", "5")
+    assert not old.exists() and not dele.exists()
+    assert fresh.is_dir() and (tmp_path / "step-1").is_dir() and (tmp_path / "step-4").is_dir()

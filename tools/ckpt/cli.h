@@ -93,7 +93,8 @@ bool cli_parse_size(const char *s, uint64_t *out);
 /* Opens `dir`; on failure prints "ckpt: <library message>" and returns NULL. */
 ckpt_reader *cli_open(const char *dir);
 /* When `dir` holds checkpoints in subdirectories (a training run's output), says which and
- * names the latest, as the mount's `latest` would (after an open failed with NOTFOUND). */
+ * names the latest, as the mount's `latest` would (after an open failed with NOTFOUND); and
+ * reports the leftovers of saves that did not finish (ckpt_save_leftovers). */
 void cli_hint_steps(const char *dir);
 /* How an entry was named on the command line. */
 typedef enum { CLI_BY_EITHER, CLI_BY_KEY, CLI_BY_PATH } cli_find_by;

@@ -3,6 +3,7 @@
  * round-trip float formatting per dtype, and small JSON output helpers. */
 #include "cli.h"
 
+#include "ckpt_save.h"
 #include "ckpt_tree.h"
 
 #include <errno.h>
@@ -177,7 +178,27 @@ static bool add_step(void *ctx, const char *name, const ckpt_tree_stat *st, uint
     return true;
 }
 
+static void report_leftover(void *ctx, const char *name, ckpt_save_leftover_kind kind,
+                            double idle_s, uint64_t bytes) {
+    const char *dir = ctx;
+    char hs[32];
+    cli_human_size(bytes, hs, sizeof hs);
+    if (kind == CKPT_SAVE_LEFTOVER_DELETING)
+        fprintf(stderr,
+                "ckpt: %s/%s: a step retention was deleting when it stopped (%s); safe to "
+                "remove\n",
+                dir, name, hs);
+    else
+        fprintf(stderr,
+                "ckpt: %s/%s: staging directory of a save that did not finish (%s, nothing "
+                "written for %.1f h)%s\n",
+                dir, name, hs, idle_s / 3600,
+                idle_s >= CKPT_SAVE_STALE_S ? "; safe to remove, and the saver's retention will"
+                                            : "; remove it once no save is running");
+}
+
 void cli_hint_steps(const char *dir) {
+    ckpt_save_leftovers(dir, report_leftover, (void *)dir, NULL);
     ckpt_tree *t = NULL;
     if (ckpt_tree_open(dir, NULL, &t, NULL) != CKPT_OK) return;
     step_names s = {.len = 0};
