@@ -378,6 +378,12 @@ ckpt_status ckpt_walk_sdm(walk *w, ckpt_pairs p, size_t base, unsigned threads, 
                            w->file, base + i);
             goto done;
         }
+        if (strlen(key) != p.k[i * p.stride]->u.str.len) { /* two such keys would be one */
+            st = ckpt_fail(err, CKPT_E_FORMAT,
+                           "%s: state_dict_metadata key #%zu ('%s...') holds a NUL byte", w->file,
+                           base + i, key);
+            goto done;
+        }
         uint64_t h = key_hash(key);
         ckpt_entry *e = find_key_hashed(r, key, h);
         if (e) { /* made earlier: walked after the new ones, in order */
@@ -480,7 +486,11 @@ static ckpt_status set_path(ckpt_reader *r, ckpt_entry *e, const pk_value *path,
     char **esc = malloc(e->nelems * sizeof *esc);
     if (!esc) return ckpt_index_nomem(err);
     for (size_t i = 0; i < e->nelems; i++) {
-        esc[i] = ckpt_path_escape_elem(r->arena, e->elems[i], strlen(e->elems[i]));
+        /* from the element's own bytes: a NUL inside it is escaped, never a truncation */
+        const pk_value *el = usable ? pk_item(path, i) : NULL;
+        bool raw = el && el->type == PK_STR;
+        esc[i] = ckpt_path_escape_elem(r->arena, raw ? el->u.str.ptr : e->elems[i],
+                                       raw ? el->u.str.len : strlen(e->elems[i]));
         if (!esc[i]) {
             free(esc);
             return ckpt_index_nomem(err);
@@ -560,6 +570,11 @@ static ckpt_status fill_loc(walk *w, ckpt_loc *loc, const pk_value *info, ckpt_e
     loc->file_id = -1;
     if (!rel || off < 0 || len < 0) {
         loc->problem = "storage_data entry lacks relative_path/offset/length";
+        return CKPT_OK;
+    }
+    const pk_value *relv = pk_get_cached(info, "relative_path", &w->keys.relative_path);
+    if (strlen(rel) != relv->u.str.len) { /* "__0_0.distcp\0x" would name __0_0.distcp */
+        loc->problem = "relative_path holds a NUL byte";
         return CKPT_OK;
     }
     loc->offset = (uint64_t)off;

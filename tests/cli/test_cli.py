@@ -1149,3 +1149,25 @@ def test_a_key_that_spells_another_path_is_never_taken_silently(tmp_path):
     d = run("diff", str(ck), str(ck2), ok=(1,))
     assert "changed" in out_text(d) and "model/x" in out_text(d), out_text(d)
     assert "model%2Fx" not in out_text(d).replace("same", ""), out_text(d)
+
+
+def test_long_and_nul_names(tmp_path):
+    """Issue #22: a path element over NAME_MAX (255 bytes) is shortened to a unique valid name
+    (its first bytes, "%~" and a hash of the whole element), so both such entries stay
+    addressable; keys holding a NUL byte (which two truncations would merge into one) are
+    refused with a message naming the defect."""
+    torch = pytest.importorskip("torch")
+    import torch.distributed.checkpoint as dcp
+    a, b = torch.arange(4, dtype=torch.float32), torch.arange(4, 8, dtype=torch.float32)
+    ck = tmp_path / "long"
+    dcp.save({"w" * 300: a, "w" * 299 + "v": b}, checkpoint_id=str(ck), no_dist=True)
+    names = [n for n in out_text(run("ls", str(ck))).split() if n.startswith("www")]
+    assert len(names) == 2 and len(set(names)) == 2, names
+    assert all(len(n.encode()) <= 255 and "%~" in n for n in names), names
+    got = {run("cat", "--path", str(ck), n).stdout for n in names}
+    assert got == {a.numpy().tobytes(), b.numpy().tobytes()}
+    assert run("cat", "--key", str(ck), "w" * 300).stdout == a.numpy().tobytes()
+    nul = tmp_path / "nul"
+    dcp.save({"x\0a": a, "x\0b": b}, checkpoint_id=str(nul), no_dist=True)
+    p = run("ls", str(nul), ok=(1,))
+    assert "NUL byte" in err_text(p) and ".metadata" in err_text(p), err_text(p)

@@ -464,6 +464,28 @@ def test_second_mount_on_the_same_point_is_refused():
         m.close()
 
 
+def test_path_elements_over_name_max(tmp_path):
+    """Issue #22: one path element over 255 bytes made its whole directory unlistable.  It is
+    shortened to a unique name of at most 255 bytes ("%~" and a hash of the element), so the
+    directory lists, both long entries read their own bytes, and the short one still reads."""
+    torch = pytest.importorskip("torch")
+    import torch.distributed.checkpoint as dcp
+    a, b, c = (torch.arange(i, i + 4, dtype=torch.float32) for i in (0, 4, 8))
+    ck = tmp_path / "ck"
+    dcp.save({"m": {"w" * 300: a, "w" * 299 + "v": b, "short": c}}, checkpoint_id=str(ck),
+             no_dist=True)
+    m = Mount(ck)
+    try:
+        names = os.listdir(m.dir / "m")
+        assert len(names) == 3 and "short" in names, names
+        assert all(len(n.encode()) <= 255 for n in names), names
+        got = {(m.dir / "m" / n).read_bytes() for n in names if n != "short"}
+        assert got == {a.numpy().tobytes(), b.numpy().tobytes()}
+        assert (m.dir / "m" / "short").read_bytes() == c.numpy().tobytes()
+    finally:
+        m.close()
+
+
 def test_mount_t_fuse(tmp_path):
     """fstab / `mount -t fuse.ckptfs`: mount.fuse3 runs `ckptfs` from the default PATH, so the
     built binary is linked into /usr/local/bin for the test when nothing is there."""
