@@ -24,6 +24,7 @@ import errno
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -572,34 +573,81 @@ def test_direct_io_mode():
         m.close()
 
 
-def test_default_io_mode_follows_the_kernel():
+def test_default_io_mode_follows_the_kernel(tmp_path):
     """By default files use direct I/O when INIT allowed shared mmap of direct-I/O files (as
-    on this kernel: the -d log says so), else the page cache; -o page_cache and -o direct_io
-    override it.  Told apart by the file's pages in the cache after a read(2) and a shared
-    map (none with direct I/O: reads bypass the cache, and mapping drops what it held)."""
-    fixture = FIXTURES / "fsdp2_ws2"
-    ref = Ref(fixture)
-    path = max(ref.tensors, key=lambda p: len(ref.tensors[p][2]))
-    assert ref.tensors[path][2]
-    m = Mount(fixture / "ckpt", "debug")
+    on this kernel: the -d log says so), else the page cache; a file that one read request
+    returns whole (size <= max_read) goes through the page cache in the default mode (issue
+    #25: `cat` then costs OPEN + one READ, no second READ to learn EOF); -o page_cache and
+    -o direct_io apply to every file.  Told apart by the file's pages in the cache after a
+    read(2) and a shared map (none with direct I/O: reads bypass the cache, and mapping drops
+    what it held)."""
+    torch = pytest.importorskip("torch")
+    import torch.distributed.checkpoint as dcp
+    big_t = torch.arange(600_000, dtype=torch.float32)  # 2.4 MB: over max_read
+    small_t = torch.arange(100, dtype=torch.float32)
+    ck = tmp_path / "ck"
+    dcp.save({"big": big_t, "small": small_t}, checkpoint_id=str(ck), no_dist=True)
+    big, small = "big", "small"
+    want = {big: big_t.numpy().tobytes(), small: small_t.numpy().tobytes()}
+    m = Mount(ck, "debug")
     try:
         allowed = shared_mmap_allowed(m)
-        got = resident_after_read(m.dir / path)
+        got = resident_after_read(m.dir / big)
         assert (got == 0) == allowed, (got, m.log()[-2000:])
-        a = np.memmap(m.dir / path, dtype=np.uint8, mode="r")
-        assert a.tobytes() == ref.tensors[path][2]
-        del a
+        assert resident_after_read(m.dir / small) > 0
+        for p in (big, small):
+            a = np.memmap(m.dir / p, dtype=np.uint8, mode="r")
+            assert a.tobytes() == want[p]
+            del a
     finally:
         m.close()
-    m = Mount(fixture / "ckpt", "page_cache")
+    m = Mount(ck, "page_cache")
     try:
-        assert resident_after_read(m.dir / path) > 0
+        assert resident_after_read(m.dir / big) > 0
     finally:
         m.close()
     if allowed:  # (else a shared map of a direct-I/O file fails)
-        m = Mount(fixture / "ckpt", "direct_io")
+        m = Mount(ck, "direct_io")
         try:
-            assert resident_after_read(m.dir / path) == 0
+            assert resident_after_read(m.dir / big) == 0
+            assert resident_after_read(m.dir / small) == 0
+        finally:
+            m.close()
+
+
+def test_small_files_cost_one_read(tmp_path):
+    """Issue #25: `cat` of each small entry file costs OPEN and one READ (plus RELEASE after
+    close, off the read path), counted from the daemon's request trace; a second `cat` of
+    the same files costs no READ at all (the page cache holds them).  Under -o direct_io
+    every file takes a second READ to learn EOF, as before."""
+    fixture = FIXTURES / "fsdp2_ws2"
+    ref = Ref(fixture)
+    paths = [p for p, v in ref.tensors.items() if v[2]]
+    assert len(paths) > 20
+
+    def count(m, since):
+        log = m.log()[since:]
+        return {op: len(re.findall(rf"opcode: {op}\b", log)) for op in ("OPEN", "READ", "FLUSH")}
+
+    for opts, reads in ((("debug",), 1), (("debug", "direct_io"), 2)):
+        m = Mount(fixture / "ckpt", *opts)
+        try:
+            for p in paths:  # look every file up first: LOOKUPs are not counted
+                (m.dir / p).stat()
+            time.sleep(0.2)
+            at = len(m.log())
+            for p in paths:
+                assert subprocess.run(["cat", str(m.dir / p)], capture_output=True).stdout == \
+                    ref.tensors[p][2]
+            time.sleep(0.2)
+            c = count(m, at)
+            assert c == {"OPEN": len(paths), "READ": reads * len(paths), "FLUSH": 0}, c
+            if reads == 1:
+                at = len(m.log())
+                for p in paths:
+                    subprocess.run(["cat", str(m.dir / p)], capture_output=True, check=True)
+                time.sleep(0.2)
+                assert count(m, at)["READ"] == 0, count(m, at)
         finally:
             m.close()
 

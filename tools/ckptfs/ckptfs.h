@@ -67,6 +67,15 @@ extern const struct fuse_lowlevel_ops ckptfs_ops;
 static inline bool ckptfs_direct_io(ckptfs *fs) {
     return fs->cfg.direct_io < 0 ? atomic_load(&fs->direct_io_mmap) : fs->cfg.direct_io != 0;
 }
+/* Whether a file of `size` bytes is opened with direct I/O.  By default a file that one read
+ * request returns whole (size <= max_read) goes through the page cache even where direct I/O
+ * is the mode: the kernel then knows where it ends, so `cat` costs OPEN + one READ (direct
+ * I/O adds a READ only to learn EOF, and every re-read is a round trip), and the copy it
+ * keeps is small.  -o direct_io and -o page_cache apply to every file. */
+static inline bool ckptfs_direct_io_for(ckptfs *fs, uint64_t size) {
+    if (fs->cfg.direct_io < 0 && size <= fs->cfg.max_read) return false;
+    return ckptfs_direct_io(fs);
+}
 
 /* Logs to stderr, or to syslog once daemonized. */
 void ckptfs_log(const ckptfs *fs, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

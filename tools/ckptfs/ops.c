@@ -291,7 +291,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
         return;
     }
     if (!atomic_exchange(&fs->readahead_tuned, true)) ckptfs_tune_readahead(fs);
-    fi->direct_io = ckptfs_direct_io(fs);
+    fi->direct_io = ckptfs_direct_io_for(fs, st.size);
     /* a file's bytes never change: pages cached (page-cache reads, or mmap in either mode)
      * stay valid across opens */
     fi->keep_cache = 1;
