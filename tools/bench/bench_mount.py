@@ -48,6 +48,13 @@ what: stream (default all):
            first `ls -lR` vs first, again vs again, first getfattr vs first. Interleaved,
            best of --runs. --loop FLAGS (repeatable) compares daemon configurations (e.g.
            --loop '' --loop -s) in the same rounds. Needs root (mount -o loop).
+  realistic (not in the default set) the README demo's GPT model + AdamW state (403 MB, 280
+           entries, about half under 64 KiB; written by tools/demo/demo_gpt_save under mpirun
+           into --work): every entry file read through a fresh mount, 1 and 2 readers, vs
+           the shard files read through the same mount's .raw/ and directly, files/s and
+           GiB/s; requests per file from the daemon's -d trace (cat of every file: OPEN,
+           READ, RELEASE, FLUSH); `cp -r model/` vs `cp` of the shard files out of .raw/.
+           --daemon-b BUILD compares another build's daemon in the same rounds.
 --opt O (repeatable) adds -o O to every mount (e.g. --opt max_read=1032192).
 All reads use tools/bench/bench_read (C, 1 MiB read(2) calls into a reused buffer). Best of
 --runs for every cell. The checkpoint is written once by make_big_ckpt.py (real torch).
@@ -58,6 +65,7 @@ import argparse
 import os
 import resource
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -635,6 +643,124 @@ def bench_listing(a, build, out):
                        f"{lv:.2f} ({med[('', lk)]:.2f}) | {v / lv:.2f} | {v / ll:.2f} | "
                        f"{ev:.2f} ({med[('', ek)]:.2f}) | {v / ev:.2f} |")
 
+def entry_files(root: Path) -> list[Path]:
+    out = []
+    for top in sorted(p for p in root.iterdir() if not p.name.startswith(".")):
+        out += sorted(p for p in top.rglob("*") if p.is_file()) if top.is_dir() else [top]
+    return out
+
+
+def request_counts(daemon: Path, ckpt: Path, opts: list[str]) -> tuple[int, dict[str, float]]:
+    """Requests per entry file when `cat` reads every entry file once (after a stat of each,
+    so LOOKUP is not counted), from the daemon's -d trace."""
+    import re
+    log = tempfile.TemporaryFile()
+    mnt = Path(tempfile.mkdtemp(prefix="ckptfs-bench-"))
+    args = [str(daemon), "-d", str(ckpt), str(mnt)]
+    for o in opts:
+        args += ["-o", o]
+    proc = subprocess.Popen(args, stderr=log, stdout=subprocess.DEVNULL)
+    try:
+        t = time.time() + 30
+        while not os.path.ismount(mnt):
+            if proc.poll() is not None or time.time() > t:
+                raise SystemExit("mount failed")
+            time.sleep(0.02)
+        files = entry_files(mnt)
+        for f in files:
+            f.stat()
+        time.sleep(0.3)
+        at = log.tell()
+        for f in files:
+            subprocess.run(["cat", str(f)], stdout=subprocess.DEVNULL, check=True)
+        time.sleep(0.3)
+        log.seek(at)
+        text = log.read().decode(errors="replace")
+    finally:
+        subprocess.run(["fusermount3", "-u", str(mnt)], check=True)
+        proc.wait(timeout=60)
+        os.rmdir(mnt)
+    ops = {op: len(re.findall(rf"opcode: {op}\b", text)) / len(files)
+           for op in ("OPEN", "READ", "FLUSH", "RELEASE", "GETATTR", "LOOKUP")}
+    return len(files), ops
+
+
+def copy_time(src: list[Path], dst: Path) -> float:
+    shutil.rmtree(dst, ignore_errors=True)
+    dst.mkdir(parents=True)
+    t = time.perf_counter()
+    subprocess.run(["cp", "-r", *map(str, src), str(dst)], check=True)
+    dt = time.perf_counter() - t
+    shutil.rmtree(dst)
+    return dt
+
+
+def bench_realistic(a, build, tool, out):
+    work = Path(a.work)
+    run = work / "demo"
+    ckpt = run / "step-1000"
+    if not (ckpt / ".metadata").exists():
+        run.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "4",
+                        str(build / "tools/demo/demo_gpt_save"), str(run), "step-1000"],
+                       check=True, stdout=subprocess.DEVNULL)
+    daemons = {"this build": build / "tools/ckptfs/ckptfs"}
+    if a.daemon_b:
+        daemons["B"] = Path(a.daemon_b).resolve() / "tools/ckptfs/ckptfs"
+    shards = sorted(ckpt.glob("*.distcp"))
+    read_files(tool, shards)  # source hot
+    nbytes = sum(s.stat().st_size for s in shards)
+    out.append(f"\nrealistic checkpoint: {ckpt} ({nbytes / 2**20:.0f} MiB in {len(shards)} "
+               f"shard files), best of {a.runs}")
+    for name, daemon in daemons.items():
+        for opts in ([], ["direct_io"]):
+            n, ops = request_counts(daemon, ckpt, [*opts, *a.opt])
+            out.append(f"requests per entry file ({name}, {' '.join(opts) or 'default'}; cat of "
+                       f"each of {n} files): " + ", ".join(f"{k} {v:.2f}" for k, v in ops.items()))
+    out.append("| daemon | readers | entry files GiB/s | files/s | .raw GiB/s | direct GiB/s | "
+               "entries / .raw | cp -r model/ s | cp .raw shards s | cp model / cp shards |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|")
+    for name, daemon in daemons.items():
+        for jobs in (1, 2):
+            res = {"files": [], "raw": [], "src": [], "cp_model": [], "cp_raw": []}
+            nfiles = mbytes = 0
+            for _ in range(a.runs):
+                res["src"].append(read_files(tool, shards, jobs))
+                m = Mount(daemon, ckpt, *a.opt)
+                try:
+                    res["raw"].append(read_files(tool, [m.dir / ".raw" / s.name for s in shards],
+                                                 jobs))
+                finally:
+                    m.close()
+                m = Mount(daemon, ckpt, *a.opt)  # fresh: nothing of it cached
+                try:
+                    files = entry_files(m.dir)
+                    nfiles = len(files)
+                    mbytes = sum(f.stat().st_size for f in files)
+                    t = time.perf_counter()
+                    gib = read_files(tool, files, jobs)
+                    res["files"].append((gib, nfiles / (time.perf_counter() - t)))
+                finally:
+                    m.close()
+                if jobs == 1:
+                    m = Mount(daemon, ckpt, *a.opt)
+                    try:
+                        res["cp_model"].append(copy_time([m.dir / "model"], work / "cp-out"))
+                        res["cp_raw"].append(copy_time([m.dir / ".raw" / s.name for s in shards],
+                                                       work / "cp-out"))
+                    finally:
+                        m.close()
+            fg, fps = max(res["files"])
+            raw, src = max(res["raw"]), max(res["src"])
+            cp = (f"{min(res['cp_model']):.3f} | {min(res['cp_raw']):.3f} | "
+                  f"{min(res['cp_model']) and min(res['cp_raw']) / min(res['cp_model']):.2f}"
+                  if res["cp_model"] else "- | - | -")
+            out.append(f"| {name} | {jobs} | {fg:.2f} | {fps:.0f} | {raw:.2f} | {src:.2f} | "
+                       f"{fg / raw:.2f} | {cp} |")
+    out.append(f"({nfiles} entry files, {mbytes / 2**20:.0f} MiB; cp: seconds, lower is better, "
+               "last column = shards time / model time, >= 0.9 is the goal as a speed ratio)")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("what", nargs="*", default=["stream", "layout", "export"])
@@ -647,6 +773,8 @@ def main():
     ap.add_argument("--export-dir", default="/dev/shm/ckptfs-export" if os.path.isdir("/dev/shm")
                     else None, help="where both exports write (default: tmpfs)")
     ap.add_argument("--opt", action="append", default=[], help="extra -o option for every mount")
+    ap.add_argument("--daemon-b", default=None,
+                    help="realistic: another build directory whose daemon runs in the same rounds")
     ap.add_argument("--loop", action="append", default=[],
                     help="listing: daemon flags of one configuration, e.g. '-s' or "
                     "'-o max_idle_threads=1' (repeatable: interleaved in every round)")
@@ -654,7 +782,7 @@ def main():
     build = Path(a.build).resolve()
     daemon, tool = build / "tools/ckptfs/ckptfs", build / "tools/bench/bench_read"
     ckpt = Path(a.work) / f"ckpt-{a.gib}g-{a.world}"
-    big = set(a.what) - {"listing"}
+    big = set(a.what) - {"listing", "realistic"}
     if big and not (ckpt / ".metadata").exists():
         subprocess.run([sys.executable, str(HERE / "make_big_ckpt.py"), str(ckpt), str(a.gib),
                         str(a.world)], check=True)
@@ -675,6 +803,8 @@ def main():
         bench_strace(a, daemon, tool, ckpt, extra)
     if "listing" in a.what:
         bench_listing(a, build, extra)
+    if "realistic" in a.what:
+        bench_realistic(a, build, tool, extra)
     if big:
         print(f"\ncheckpoint: {ckpt} ({sum(f.stat().st_size for f in ckpt.iterdir()) / 2**30:.2f} "
               f"GiB, {a.world} ranks); best of {a.runs}; extra mount options: "
