@@ -216,7 +216,7 @@ ckpt_status ckpt_save_leftovers(const char *parent, ckpt_save_leftover_fn fn, vo
     }
     closedir(d);
     if (s == CKPT_OK) {
-        qsort(v, n, sizeof *v, leftover_cmp);
+        if (n) qsort(v, n, sizeof *v, leftover_cmp);
         for (size_t i = 0; i < n; i++)
             fn(ctx, v[i].name, (ckpt_save_leftover_kind)v[i].kind, v[i].idle, v[i].bytes);
     }
