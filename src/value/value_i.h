@@ -26,7 +26,7 @@
 /* pk_to_json renders whole `.metadata` files, which can be large: its budget is the larger of
  * this floor and CKPT_PK_JSON_RENDER_FACTOR times the decoded document's size (the caller
  * passes that size), for output bytes and nodes visited alike. */
-#define CKPT_PK_JSON_RENDER_MIN ((size_t)64 << 20)
+#define CKPT_PK_JSON_RENDER_MIN ((size_t)16 << 20)
 #define CKPT_PK_JSON_RENDER_FACTOR 64
 
 struct ckpt_value {

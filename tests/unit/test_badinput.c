@@ -1093,7 +1093,7 @@ Test(badinput, shared_dag_value_in_the_tree, .timeout = 60) {
 }
 
 /* `ckpt dump-metadata` of a .metadata holding that DAG: CKPT_E_LIMIT within a second (its
- * budget is proportional to the decoded document, 64 MiB at least), not 2**40 lists. */
+ * budget is proportional to the decoded document, 16 MiB at least), not 2**40 lists. */
 Test(badinput, shared_dag_metadata_dump_is_bounded, .timeout = 60) {
     char *dir = case_path("dag_metadata", "ckpt");
     char *json = NULL;
