@@ -823,6 +823,41 @@ def test_layout_example_loads_dtensors():
         m.close()
 
 
+@pytest.mark.skipif(torch is None, reason="torch not installed")
+def test_layout_example_raises_on_damage(tmp_path):
+    """Issue #22 item 7: docs/examples/layout_load.py over `-o verify` of a sealed checkpoint
+    whose first stored tensor chunk then had a byte flipped.  The rank whose shard holds it
+    gets OSError(EIO) (the example used np.fromfile, which swallows EIO and loads garbage);
+    the others load."""
+    fx = FIXTURES / "fsdp2_ws4"
+    src = tmp_path / "ckpt"
+    shutil.copytree(fx / "ckpt", src)
+    ckpt_bin = Path(BIN).parent.parent / "ckpt" / "ckpt"
+    if not ckpt_bin.exists():
+        pytest.skip("no ckpt binary beside ckptfs")
+    subprocess.run([str(ckpt_bin), "seal", "-q", str(src)], check=True)
+    meta = json.loads((fx / "reference.json").read_text())
+    st = next(c["storage"] for e in meta["entries"] if e["kind"] == "tensor"
+              and e["key"].startswith("model.") for c in e["chunks"]
+              if c.get("storage") and all(c["sizes"]))
+    with open(src / st["file"], "r+b") as f:
+        f.seek(st["offset"] + st["data_offset"])
+        b = f.read(1)
+        f.seek(st["offset"] + st["data_offset"])
+        f.write(bytes([b[0] ^ 0x40]))
+    m = Mount(src, "verify")
+    try:
+        driver = Path(__file__).resolve().parent / "layout_example_driver.py"
+        r = subprocess.run(["python3", "-m", "torch.distributed.run", "--standalone",
+                            "--nproc-per-node", "3", str(driver), str(m.dir), "--damaged"],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert r.stdout.count(": EIO") >= 1 and r.stdout.count(": loaded") >= 1, r.stdout
+    finally:
+        m.close()
+    assert "do not match the manifest" in m.log(), m.log()
+
+
 def test_page_cache_mode_raises_readahead():
     """Page-cache reads arrive as 1 MiB requests only when the mount's bdi read-ahead is raised
     after the kernel's INIT handling (which lowers it to 128 KiB)."""
