@@ -287,8 +287,13 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* Seconds a rendering may take to stop at its budget: about 0.2 s in a release build, up to
+ * 2.3 s measured under ASan+UBSan (debug, 2 test jobs); the unbounded renderer needed 16 s and
+ * 1 GB (release) for the 40-level DAG, far more for this one. */
+#define GIVE_UP_S 10.0
+
 /* The same DAG rendered: 2**200 lists as a tree.  Each rendering stops at the render budget
- * (16 MiB, 16 Mi nodes; pk_to_json: its own budget) with CKPT_E_LIMIT, in well under 2 s. */
+ * (16 MiB, 16 Mi nodes; pk_to_json: its own budget) with CKPT_E_LIMIT, within GIVE_UP_S. */
 Test(value, shared_dag_render_is_bounded, .timeout = 60) {
     pk_doc *doc = decode_vector("dag");
     ckpt_object *o = convert(doc, "dag");
@@ -304,7 +309,7 @@ Test(value, shared_dag_render_is_bounded, .timeout = 60) {
         cr_expect_eq(st, CKPT_E_LIMIT, "%s: status %d (%s)", names[kind], st, err.message);
         cr_expect_null(s, "%s", names[kind]);
         cr_expect(strstr(err.message, "too large to render"), "%s: %s", names[kind], err.message);
-        cr_expect_lt(dt, 2.0, "%s: %.2f s to give up", names[kind], dt);
+        cr_expect_lt(dt, GIVE_UP_S, "%s: %.2f s to give up", names[kind], dt);
     }
     ckpt_object_free(o);
     pk_doc_free(doc);
