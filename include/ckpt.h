@@ -336,6 +336,8 @@ size_t ckpt_value_len(const ckpt_value *v);
 const ckpt_value *ckpt_value_item(const ckpt_value *v, size_t i);
 const ckpt_value *ckpt_value_dict_key(const ckpt_value *v, size_t i);
 const ckpt_value *ckpt_value_dict_val(const ckpt_value *v, size_t i);
+/* SET: true for a frozenset. */
+bool ckpt_value_set_frozen(const ckpt_value *v);
 /* OBJECT: constructor arguments and state (NULL when absent). */
 const ckpt_value *ckpt_value_object_args(const ckpt_value *v);
 const ckpt_value *ckpt_value_object_state(const ckpt_value *v);
@@ -350,7 +352,10 @@ ckpt_status ckpt_value_tensor_read(const ckpt_value *v, void *dst, size_t dst_si
  * JSON: numbers, strings, lists/tuples as arrays, dicts as objects when every key is a
  * string (else {"__dict__": [[k, v], ...]}), tensors as
  * {"__tensor__": {"dtype":..., "shape": [...]}}, objects as {"__object__": "mod.Class", ...}.
- * Text: Python-like repr (`{'lr': 0.001, 'betas': (0.9, 0.999)}`). */
+ * Text: Python's repr (`{'lr': 0.001, 'betas': (0.9, 0.999)}`, `(1+2j)`, `frozenset({1})`,
+ * `range(0, 10)`), symbolic for other objects (`module.Class(args, attr=v)`).
+ * Both are bounded: past 16 MiB of output or 16 Mi nodes visited (a DAG of shared references
+ * expands exponentially as a tree) they fail with CKPT_E_LIMIT. */
 ckpt_status ckpt_value_to_json(const ckpt_value *v, char **out, ckpt_error *err);
 ckpt_status ckpt_value_to_text(const ckpt_value *v, char **out, ckpt_error *err);
 

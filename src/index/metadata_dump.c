@@ -22,7 +22,8 @@ static ckpt_status dump_file(const char *path, const ckpt_limits *l, char **out,
     *out = NULL;
     pk_doc *doc = NULL;
     CKPT_TRY(ckpt_metadata_decode_file(path, l, &doc, NULL, err));
-    ckpt_status s = pk_to_json(pk_doc_root(doc), l->max_depth, out, err);
+    ckpt_status s = pk_to_json(pk_doc_root(doc), l->max_depth,
+                               pk_json_budget(pk_doc_bytes_used(doc)), out, err);
     if (s != CKPT_OK) ckpt_error_prefix(err, "%s: ", path);
     pk_doc_free(doc);
     return s;

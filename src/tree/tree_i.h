@@ -103,6 +103,9 @@ typedef struct raw_file {
 
 typedef struct object_text {
     _Atomic(char *) text; /* rendered on first use (with a final newline); NULL until then */
+    /* A value over the render budget (CKPT_E_LIMIT, which no retry changes): its message,
+     * so that lookups, getattr and reads do not render it again; NULL until then. */
+    _Atomic(char *) limit_error;
 } object_text;
 
 /* What a step directory holds, cheaply compared: its entries, their total size, the newest

@@ -3,7 +3,7 @@
  * plain values:
  *   _codecs.encode(str, 'latin1')                 -> BYTES (latin-1 encoded)
  *   builtins.bytes()                              -> BYTES (empty)
- *   builtins.set / frozenset (list)               -> SET
+ *   builtins.set / frozenset (list)               -> SET (a frozenset marked frozen)
  *   collections.OrderedDict / defaultdict         -> DICT (args pairs, then SETITEMs; a
  *                                                    defaultdict's factory is dropped)
  *   torch.Size((...))                             -> TUPLE
@@ -15,9 +15,10 @@
  *   a persistent id outside a tensor              -> OBJECT "persistent_load" with args (pid,)
  *   anything else                                 -> OBJECT "module.name" + args/state/...
  * Module names are reported as Python 3 spells them (`__builtin__` -> `builtins`,
- * `copy_reg` -> `copyreg`).  Shared pickle nodes are converted once (a pointer map), so the
- * result is a DAG the size of the pickle; cycles and paths longer than CKPT_VALUE_MAX_DEPTH
- * (memoized subtrees counted with their height) fail with CKPT_E_LIMIT. */
+ * `copy_reg` -> `copyreg`, `__builtin__.xrange` -> `builtins.range`: pickle's fix_imports).  Shared
+ * pickle nodes are converted once (a pointer map), so the result is a DAG the size of the pickle;
+ * cycles and paths longer than CKPT_VALUE_MAX_DEPTH (memoized subtrees counted with their height)
+ * fail with CKPT_E_LIMIT. */
 #include "value/value.h"
 
 #include "util/error.h"
@@ -128,6 +129,26 @@ static const char *py3_module(const char *m) {
     if (strcmp(m, "__builtin__") == 0) return "builtins";
     if (strcmp(m, "copy_reg") == 0) return "copyreg";
     return m;
+}
+
+/* Python 3 spelling of a pickled global (module, name): pickle's fix_imports NAME_MAPPING for
+ * the builtins Python 2 named differently (protocol 2 writes `__builtin__.xrange` for range). */
+static void py3_global(const char *module, const char *name, const char **m3, const char **n3) {
+    static const char *const map[][3] = {
+        {"xrange", "builtins", "range"},   {"unicode", "builtins", "str"},
+        {"basestring", "builtins", "str"}, {"long", "builtins", "int"},
+        {"unichr", "builtins", "chr"},     {"raw_input", "builtins", "input"},
+        {"reduce", "functools", "reduce"}, {"intern", "sys", "intern"},
+    };
+    *m3 = py3_module(module);
+    *n3 = name;
+    if (!module || strcmp(module, "__builtin__") != 0 || !name) return;
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (strcmp(name, map[i][0]) == 0) {
+            *m3 = map[i][1];
+            *n3 = map[i][2];
+            return;
+        }
 }
 
 static bool global_is(const pk_value *g, const char *module, const char *name) {
@@ -416,10 +437,13 @@ static ckpt_status conv_idiom(conv_ctx *c, const pk_value *v, unsigned depth, ck
     }
     if (global_is(cls, "builtins", "bytes") && n == 0)
         return new_str(c, CKPT_VALUE_BYTES, "", 0, false, out);
-    if ((global_is(cls, "builtins", "set") || global_is(cls, "builtins", "frozenset")) &&
-        (n == 0 || (n == 1 && is_seq(a[0]))))
-        return conv_seq(c, CKPT_VALUE_SET, n ? a[0]->u.seq.items : NULL, n ? a[0]->u.seq.len : 0,
-                        depth, out, h);
+    bool frozen = global_is(cls, "builtins", "frozenset");
+    if ((frozen || global_is(cls, "builtins", "set")) && (n == 0 || (n == 1 && is_seq(a[0])))) {
+        CKPT_TRY(conv_seq(c, CKPT_VALUE_SET, n ? a[0]->u.seq.items : NULL, n ? a[0]->u.seq.len : 0,
+                          depth, out, h));
+        (*out)->u.seq.frozen = frozen;
+        return CKPT_OK;
+    }
     if (global_is(cls, "torch", "Size") && n == 1 && is_seq(a[0]))
         return conv_seq(c, CKPT_VALUE_TUPLE, a[0]->u.seq.items, a[0]->u.seq.len, depth, out, h);
     if (global_is(cls, "builtins", "getattr") && n == 2 && a[0]->type == PK_GLOBAL &&
@@ -505,7 +529,9 @@ static ckpt_status conv_node(conv_ctx *c, const pk_value *v, unsigned depth, ckp
     case PK_LIST: return conv_seq(c, CKPT_VALUE_LIST, v->u.seq.items, v->u.seq.len, depth, out, h);
     case PK_SET:
     case PK_FROZENSET:
-        return conv_seq(c, CKPT_VALUE_SET, v->u.seq.items, v->u.seq.len, depth, out, h);
+        CKPT_TRY(conv_seq(c, CKPT_VALUE_SET, v->u.seq.items, v->u.seq.len, depth, out, h));
+        (*out)->u.seq.frozen = v->type == PK_FROZENSET;
+        return CKPT_OK;
     case PK_DICT:
         if (!(r = new_value(c, CKPT_VALUE_DICT))) return oom(c);
         CKPT_TRY(conv_items(c, v->u.dict.keys, v->u.dict.len, depth, 1, &r->u.dict.keys, h));
@@ -513,7 +539,11 @@ static ckpt_status conv_node(conv_ctx *c, const pk_value *v, unsigned depth, ckp
         r->u.dict.len = v->u.dict.len;
         *out = r;
         return CKPT_OK;
-    case PK_GLOBAL: return new_ref(c, py3_module(v->u.global.module), v->u.global.name, NULL, out);
+    case PK_GLOBAL: {
+        const char *m3, *n3;
+        py3_global(v->u.global.module, v->u.global.name, &m3, &n3);
+        return new_ref(c, m3, n3, NULL, out);
+    }
     case PK_OBJECT: return conv_object(c, v, depth, out, h);
     case PK_PERSID: {
         /* What an unpickler would do with it: call persistent_load(pid). */

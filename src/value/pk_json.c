@@ -10,7 +10,9 @@
  *   dict, non-str key {"__dict__": [[k, v], ...]}
  *   tuple, set        [...]
  * One pass, no allocation besides the output buffer (and scratch for integers wider than
- * 64 bytes); shared nodes are rendered at each use, so the output size is capped. */
+ * 64 bytes); shared nodes are rendered at each use, so the output size and the nodes visited
+ * are capped by a budget (pk_json_budget: proportional to the decoded document, with a
+ * floor), past which it fails with CKPT_E_LIMIT. */
 #include "value/value.h"
 
 #include "util/error.h"
@@ -28,7 +30,8 @@
 typedef struct pkj_ctx {
     ckpt_strbuf sb;
     unsigned max_depth;
-    ckpt_status status; /* failures other than the buffer's own */
+    uint64_t steps, max_steps; /* nodes visited and the budget */
+    ckpt_status status;        /* failures other than the buffer's own */
     ckpt_error *err;
 } pkj_ctx;
 
@@ -150,6 +153,10 @@ static void put(pkj_ctx *c, const pk_value *v, unsigned depth) {
                               "pickle nested deeper than %u levels (or cyclic)", c->max_depth);
         return;
     }
+    if (++c->steps > c->max_steps) {
+        c->sb.status = CKPT_E_LIMIT; /* sticky, like the buffer's own cap */
+        return;
+    }
     ckpt_strbuf *sb = &c->sb;
     if (!v) {
         ckpt_strbuf_adds(sb, "null");
@@ -185,14 +192,32 @@ static void put(pkj_ctx *c, const pk_value *v, unsigned depth) {
     }
 }
 
-ckpt_status pk_to_json(const pk_value *v, unsigned max_depth, char **out, ckpt_error *err) {
+size_t pk_json_budget(uint64_t doc_bytes) {
+    uint64_t b = doc_bytes > SIZE_MAX / CKPT_PK_JSON_RENDER_FACTOR
+                     ? SIZE_MAX
+                     : doc_bytes * CKPT_PK_JSON_RENDER_FACTOR;
+    return b > CKPT_PK_JSON_RENDER_MIN ? (size_t)b : CKPT_PK_JSON_RENDER_MIN;
+}
+
+ckpt_status pk_to_json(const pk_value *v, unsigned max_depth, size_t budget, char **out,
+                       ckpt_error *err) {
     if (!out) return ckpt_fail(err, CKPT_E_INVAL, "pk_to_json: NULL argument");
     *out = NULL;
     if (!v) return ckpt_fail(err, CKPT_E_INVAL, "pk_to_json: NULL argument");
-    pkj_ctx c = {.max_depth = max_depth ? max_depth : PK_JSON_DEFAULT_DEPTH, .err = err};
-    ckpt_strbuf_init(&c.sb, CKPT_PK_JSON_RENDER_MAX);
+    if (!budget) budget = CKPT_PK_JSON_RENDER_MIN;
+    pkj_ctx c = {.max_depth = max_depth ? max_depth : PK_JSON_DEFAULT_DEPTH,
+                 .max_steps = budget,
+                 .err = err};
+    ckpt_strbuf_init(&c.sb, budget);
     put(&c, v, 1);
     ckpt_status st = c.status;
+    if (st == CKPT_OK && c.sb.status == CKPT_E_LIMIT) {
+        ckpt_strbuf_release(&c.sb);
+        return ckpt_fail(err, CKPT_E_LIMIT,
+                         "pickle too large to render as JSON (over %zu MiB or %zu nodes; shared "
+                         "references expand as a tree)",
+                         budget >> 20, budget);
+    }
     if (st == CKPT_OK) st = ckpt_strbuf_status(&c.sb, "rendering a pickle as JSON", err);
     if (st != CKPT_OK) {
         ckpt_strbuf_release(&c.sb);

@@ -8,6 +8,7 @@
  *   other object                -> {"__object__": "module.Class", "args": [...], "kwargs": {...},
  *                                   "state": ..., "listitems": [...], "dictitems": {...}}
  *                                  (absent parts omitted; a bare reference has only the name)
+ * Bounded like the text: CKPT_VALUE_RENDER_MAX bytes, CKPT_VALUE_RENDER_STEPS nodes.
  * Also the JSON pieces shared with pk_json.c (floats, bytes, dict-key checks). */
 #include "ckpt.h"
 
@@ -53,6 +54,7 @@ bool value_json_bytes(ckpt_strbuf *sb, const char *p, size_t len) {
 typedef struct json_ctx {
     ckpt_strbuf sb;
     bool too_deep;
+    uint64_t steps; /* nodes visited, against CKPT_VALUE_RENDER_STEPS */
 } json_ctx;
 
 static void put(json_ctx *c, const ckpt_value *v, unsigned depth);
@@ -106,6 +108,10 @@ static void put(json_ctx *c, const ckpt_value *v, unsigned depth) {
         c->too_deep = true;
         return;
     }
+    if (++c->steps > CKPT_VALUE_RENDER_STEPS) {
+        c->sb.status = CKPT_E_LIMIT; /* sticky, like the buffer's own cap */
+        return;
+    }
     ckpt_strbuf *sb = &c->sb;
     switch (v->type) {
     case CKPT_VALUE_NONE: ckpt_strbuf_adds(sb, "null"); break;
@@ -152,6 +158,13 @@ ckpt_status ckpt_value_to_json(const ckpt_value *v, char **out, ckpt_error *err)
         ckpt_strbuf_release(&c.sb);
         return ckpt_fail(err, CKPT_E_LIMIT, "value nested deeper than %d levels",
                          CKPT_VALUE_MAX_DEPTH);
+    }
+    if (c.sb.status == CKPT_E_LIMIT) {
+        ckpt_strbuf_release(&c.sb);
+        return ckpt_fail(err, CKPT_E_LIMIT,
+                         "value too large to render as JSON (over %zu MiB or %llu nodes; shared "
+                         "references expand as a tree)",
+                         CKPT_VALUE_RENDER_MAX >> 20, (unsigned long long)CKPT_VALUE_RENDER_STEPS);
     }
     ckpt_status st = ckpt_strbuf_status(&c.sb, "rendering a value as JSON", err);
     if (st != CKPT_OK) {

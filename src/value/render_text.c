@@ -1,6 +1,7 @@
 /* render_text.c — ckpt_value_to_text: the value tree as Python's repr() would print it
- * (`{'lr': 0.001, 'betas': (0.9, 0.999)}`, `(1,)`, `set()`, `b'\x00'`, `True`, `None`), with
- * these spellings for what has no Python literal:
+ * (`{'lr': 0.001, 'betas': (0.9, 0.999)}`, `(1,)`, `set()`, `b'\x00'`, `True`, `None`),
+ * complex, range, slice, bytearray and frozenset included (`(1+2j)`, `range(0, 10, 2)`,
+ * `frozenset({1})`), with these spellings for what has no Python literal:
  *   tensor            tensor(dtype=float32, shape=[2, 3])
  *   reference         module.Name                      (class, function, dtype, enum member)
  *   object            module.Class(arg, ..., kw=v, ..., attr=v, ..., items=...)
@@ -10,7 +11,9 @@
  * Strings follow CPython's unicode repr: single quotes unless the text has ' but no ", escapes
  * \\ \n \r \t, \xNN for other control characters, and \xNN / \uNNNN / \UNNNNNNNN for the
  * non-printable non-ASCII characters of Unicode categories Cc Cf Cs Co Zs Zl Zp and the
- * noncharacters.  Unassigned code points (also non-printable to Python) are kept raw. */
+ * noncharacters.  Unassigned code points (also non-printable to Python) are kept raw.
+ * The output is bounded by CKPT_VALUE_RENDER_MAX bytes and CKPT_VALUE_RENDER_STEPS nodes
+ * (CKPT_E_LIMIT past either): a DAG of shared references never expands unboundedly. */
 #include "ckpt.h"
 
 #include "util/error.h"
@@ -19,6 +22,7 @@
 #include "value/value_i.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <string.h>
 
 /* Non-printable, assigned code points above U+007F (Unicode 14, categories Cc Cf Cs Co Zs Zl
@@ -126,17 +130,18 @@ static void put_str(ckpt_strbuf *sb, const char *p, size_t len) {
     ckpt_strbuf_addc(sb, quote);
 }
 
-static void put_bytes(ckpt_strbuf *sb, const char *p, size_t len) {
-    char quote = pick_quote(p, len);
+/* bytes repr; `bytearray`: CPython's bytearray repr, which escapes ' whatever the quotes. */
+static void put_bytes(ckpt_strbuf *sb, const char *p, size_t len, bool bytearray) {
+    char quote = pick_quote(p, len), esc = bytearray ? '\'' : quote;
     if (!ckpt_strbuf_grow(sb, len + 3)) return;
     ckpt_strbuf_addc(sb, 'b');
     ckpt_strbuf_addc(sb, quote);
     size_t run = 0;
     for (size_t i = 0; i < len; i++) {
         unsigned c = (unsigned char)p[i];
-        if (c >= 0x20 && c < 0x7f && c != (unsigned char)quote && c != '\\') continue;
+        if (c >= 0x20 && c < 0x7f && c != (unsigned char)esc && c != '\\') continue;
         ckpt_strbuf_add(sb, p + run, i - run);
-        put_ascii_escape(sb, c, quote);
+        put_ascii_escape(sb, c, esc);
         run = i + 1;
     }
     ckpt_strbuf_add(sb, p + run, len - run);
@@ -146,6 +151,7 @@ static void put_bytes(ckpt_strbuf *sb, const char *p, size_t len) {
 typedef struct text_ctx {
     ckpt_strbuf sb;
     bool too_deep;
+    uint64_t steps; /* nodes visited, against CKPT_VALUE_RENDER_STEPS */
 } text_ctx;
 
 static void put(text_ctx *c, const ckpt_value *v, unsigned depth);
@@ -195,7 +201,76 @@ static void put_named(text_ctx *c, const char *name, const ckpt_value *v, unsign
     put(c, v, depth + 1);
 }
 
+static bool name_is(const ckpt_value *v, const char *name) {
+    return v->u.obj.name_len == strlen(name) && memcmp(v->u.obj.name, name, v->u.obj.name_len) == 0;
+}
+
+/* One part of a complex: Python's float repr without the ".0" of integral values, with a
+ * sign when `sign` (CPython's complex_repr: format 'r', Py_DTSF_SIGN for the imaginary part;
+ * a NaN's sign is never shown). */
+static void put_complex_part(ckpt_strbuf *sb, double d, bool sign) {
+    char buf[FLOAT_REPR_MAX];
+    size_t n = float_repr(d, FLOAT_REPR_PYTHON, buf);
+    if (n >= 2 && buf[n - 2] == '.' && buf[n - 1] == '0') n -= 2;
+    if (sign && buf[0] != '-') ckpt_strbuf_addc(sb, '+');
+    ckpt_strbuf_add(sb, buf, n);
+}
+
+static bool is_int(const ckpt_value *v) {
+    return v->type == CKPT_VALUE_INT || v->type == CKPT_VALUE_BIGINT;
+}
+
+/* Builtins whose repr Python spells without the module: complex, range, slice, bytearray,
+ * when their arguments have the shape pickle gives them.  false (nothing written) else. */
+static bool put_builtin(text_ctx *c, const ckpt_value *v, unsigned depth) {
+    const ckpt_value *args = v->u.obj.args;
+    if (!args || args->type != CKPT_VALUE_TUPLE || v->u.obj.kwargs || v->u.obj.state ||
+        v->u.obj.listitems || v->u.obj.dictitems)
+        return false;
+    ckpt_value *const *a = args->u.seq.items;
+    size_t n = args->u.seq.len;
+    ckpt_strbuf *sb = &c->sb;
+    bool first = true;
+    if (name_is(v, "builtins.complex") && n == 2 && a[0]->type == CKPT_VALUE_FLOAT &&
+        a[1]->type == CKPT_VALUE_FLOAT) {
+        double re = a[0]->u.f, im = a[1]->u.f;
+        bool plain = re == 0 && !signbit(re); /* +0 real part: the imaginary part alone */
+        if (!plain) {
+            ckpt_strbuf_addc(sb, '(');
+            put_complex_part(sb, re, false);
+        }
+        put_complex_part(sb, im, !plain);
+        ckpt_strbuf_adds(sb, plain ? "j" : "j)");
+        return true;
+    }
+    if (name_is(v, "builtins.range") && n == 3 && is_int(a[0]) && is_int(a[1]) && is_int(a[2])) {
+        bool unit = a[2]->type == CKPT_VALUE_INT && a[2]->u.i == 1;
+        ckpt_strbuf_adds(sb, "range(");
+        put_items(c, a, unit ? 2 : 3, depth, &first);
+        ckpt_strbuf_addc(sb, ')');
+        return true;
+    }
+    if (name_is(v, "builtins.slice") && n == 3) {
+        ckpt_strbuf_adds(sb, "slice(");
+        put_items(c, a, 3, depth, &first);
+        ckpt_strbuf_addc(sb, ')');
+        return true;
+    }
+    if (name_is(v, "builtins.bytearray") &&
+        (n == 0 || (n == 1 && a[0]->type == CKPT_VALUE_BYTES))) {
+        ckpt_strbuf_adds(sb, "bytearray(");
+        if (n)
+            put_bytes(sb, a[0]->u.str.ptr, a[0]->u.str.len, true);
+        else
+            ckpt_strbuf_adds(sb, "b''");
+        ckpt_strbuf_addc(sb, ')');
+        return true;
+    }
+    return false;
+}
+
 static void put_object(text_ctx *c, const ckpt_value *v, unsigned depth) {
+    if (put_builtin(c, v, depth)) return;
     ckpt_strbuf_add(&c->sb, v->u.obj.name, v->u.obj.name_len);
     const ckpt_value *args = v->u.obj.args, *kw = v->u.obj.kwargs, *st = v->u.obj.state;
     if (!args && !kw && !st && !v->u.obj.listitems && !v->u.obj.dictitems) return;
@@ -218,6 +293,10 @@ static void put(text_ctx *c, const ckpt_value *v, unsigned depth) {
         c->too_deep = true;
         return;
     }
+    if (++c->steps > CKPT_VALUE_RENDER_STEPS) {
+        c->sb.status = CKPT_E_LIMIT; /* sticky, like the buffer's own cap */
+        return;
+    }
     ckpt_strbuf *sb = &c->sb;
     bool first = true;
     switch (v->type) {
@@ -231,7 +310,7 @@ static void put(text_ctx *c, const ckpt_value *v, unsigned depth) {
         break;
     }
     case CKPT_VALUE_STRING: put_str(sb, v->u.str.ptr, v->u.str.len); break;
-    case CKPT_VALUE_BYTES: put_bytes(sb, v->u.str.ptr, v->u.str.len); break;
+    case CKPT_VALUE_BYTES: put_bytes(sb, v->u.str.ptr, v->u.str.len, false); break;
     case CKPT_VALUE_LIST:
         ckpt_strbuf_addc(sb, '[');
         put_items(c, v->u.seq.items, v->u.seq.len, depth, &first);
@@ -244,12 +323,12 @@ static void put(text_ctx *c, const ckpt_value *v, unsigned depth) {
         break;
     case CKPT_VALUE_SET:
         if (v->u.seq.len == 0) {
-            ckpt_strbuf_adds(sb, "set()");
+            ckpt_strbuf_adds(sb, v->u.seq.frozen ? "frozenset()" : "set()");
             break;
         }
-        ckpt_strbuf_addc(sb, '{');
+        ckpt_strbuf_adds(sb, v->u.seq.frozen ? "frozenset({" : "{");
         put_items(c, v->u.seq.items, v->u.seq.len, depth, &first);
-        ckpt_strbuf_addc(sb, '}');
+        ckpt_strbuf_adds(sb, v->u.seq.frozen ? "})" : "}");
         break;
     case CKPT_VALUE_DICT:
         ckpt_strbuf_addc(sb, '{');
@@ -284,6 +363,13 @@ ckpt_status ckpt_value_to_text(const ckpt_value *v, char **out, ckpt_error *err)
         ckpt_strbuf_release(&c.sb);
         return ckpt_fail(err, CKPT_E_LIMIT, "value nested deeper than %d levels",
                          CKPT_VALUE_MAX_DEPTH);
+    }
+    if (c.sb.status == CKPT_E_LIMIT) {
+        ckpt_strbuf_release(&c.sb);
+        return ckpt_fail(err, CKPT_E_LIMIT,
+                         "value too large to render as text (over %zu MiB or %llu nodes; shared "
+                         "references expand as a tree)",
+                         CKPT_VALUE_RENDER_MAX >> 20, (unsigned long long)CKPT_VALUE_RENDER_STEPS);
     }
     ckpt_status st = ckpt_strbuf_status(&c.sb, "rendering a value as text", err);
     if (st != CKPT_OK) {

@@ -84,6 +84,10 @@ const ckpt_value *ckpt_value_dict_val(const ckpt_value *v, size_t i) {
     return v && v->type == CKPT_VALUE_DICT && i < v->u.dict.len ? v->u.dict.vals[i] : NULL;
 }
 
+bool ckpt_value_set_frozen(const ckpt_value *v) {
+    return v && v->type == CKPT_VALUE_SET && v->u.seq.frozen;
+}
+
 const ckpt_value *ckpt_value_object_args(const ckpt_value *v) {
     return v && v->type == CKPT_VALUE_OBJECT ? v->u.obj.args : NULL;
 }

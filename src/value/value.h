@@ -18,7 +18,13 @@ ckpt_status ckpt_object_from_item(ts_item *item, ckpt_object **out, ckpt_error *
 ckpt_status ckpt_object_from_pickle(const pk_value *root, ckpt_object **out, ckpt_error *err);
 
 /* JSON rendering of a raw pickle tree (for `ckpt dump-metadata`), malloc'ed.  Depth is bounded
- * by max_depth (cycles and hostile nesting end in CKPT_E_LIMIT). */
-ckpt_status pk_to_json(const pk_value *v, unsigned max_depth, char **out, ckpt_error *err);
+ * by max_depth (cycles and hostile nesting end in CKPT_E_LIMIT), output bytes and nodes visited
+ * by `budget` (0: CKPT_PK_JSON_RENDER_MIN; shared memo references can expand a small pickle
+ * exponentially, which then ends in CKPT_E_LIMIT). */
+ckpt_status pk_to_json(const pk_value *v, unsigned max_depth, size_t budget, char **out,
+                       ckpt_error *err);
+/* The budget pk_to_json gets for a document of doc_bytes decoded bytes (pk_doc_bytes_used):
+ * CKPT_PK_JSON_RENDER_FACTOR times that, at least CKPT_PK_JSON_RENDER_MIN. */
+size_t pk_json_budget(uint64_t doc_bytes);
 
 #endif

@@ -1082,7 +1082,8 @@ def test_synthetic_summarised_text(synthetic):
 @pytest.mark.parametrize("case", CORRUPT_CASES)
 def test_corrupt_case(case):
     r = Ref(case, CORRUPT)
-    intact = case == "base" or case.startswith("overlap_")
+    # dag_value's data is intact: its hostile value is valid, only too large to render
+    intact = case in ("base", "dag_value") or case.startswith("overlap_")
     p = run("verify", r.dir, ok=(0,) if intact else (1,))
     out = out_text(p)
     if not intact:
@@ -1104,6 +1105,38 @@ def test_corrupt_case(case):
             run("cat", r.dir, g["key"], ok=(0, 1))
             run("cat", "--text", "--slice", "...", r.dir, g["key"], ok=(0, 1, 2))
             run("cat", "--json", r.dir, g["key"], ok=(0, 1))
+
+
+def peak_rss_mb(*args, timeout=60):
+    """Runs ckpt ARGS in a fresh Python parent and returns (completed process, seconds, the
+    child's peak RSS in MB)."""
+    code = ("import resource, subprocess, sys, time\n"
+            "t = time.monotonic()\n"
+            "r = subprocess.run(sys.argv[1:], capture_output=True)\n"
+            "t = time.monotonic() - t\n"
+            "sys.stderr.buffer.write(r.stderr)\n"
+            "print(r.returncode, len(r.stdout), t,\n"
+            "      resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)\n")
+    p = subprocess.run(["python3", "-c", code, BIN, *map(str, args)], capture_output=True,
+                       text=True, timeout=timeout)
+    rc, nout, secs, mb = p.stdout.split()
+    return int(rc), int(nout), p.stderr, float(secs), float(mb)
+
+
+def test_shared_dag_value_is_bounded():
+    """Issue #22 item 5: step's value is 40 levels of `a = [a, a]` (1.5 KB stored, 2**40 lists
+    as a tree).  `ckpt cat` (text and JSON) ends within seconds with an error naming the key and
+    the render budget, in bounded memory (it used to grow past 600 MB); so does dump-metadata
+    of a .metadata holding the same DAG."""
+    d = CORRUPT / "dag_value" / "ckpt"
+    for opts in ([], ["--json"]):
+        rc, nout, err, secs, mb = peak_rss_mb("cat", *opts, d, "step")
+        assert rc == 1 and nout == 0, (rc, nout, err)
+        assert "step: value too large to render" in err, err
+        assert secs < 5 and mb < 256, (opts, secs, mb)
+    rc, nout, err, secs, mb = peak_rss_mb("dump-metadata", CORRUPT / "dag_metadata" / "ckpt")
+    assert rc == 1 and "pickle too large to render as JSON" in err, (rc, err)
+    assert secs < 5 and mb < 256, (secs, mb)
 
 
 def test_directory_of_checkpoints_is_named(tmp_path):

@@ -1,7 +1,9 @@
 """test_diff.py — `ckpt diff` on checkpoints written by real torch that differ in known
 ways (a value nudged by a known amount, a dtype, a shape, a non-tensor value, keys removed
-and added), on a checkpoint against its own copy (identical; by hash once both are sealed,
-without reading the data), and its exit statuses (0 same, 1 different, 2 trouble)."""
+and added), on a checkpoint against its own copy (identical, sealed or not), on a sealed
+checkpoint against a copy with one flipped stored byte (the copy carries the original's
+manifest: diff compares the data, not the hashes, and reports the tensor changed), and its
+exit statuses (0 same, 1 different, 2 trouble)."""
 
 from __future__ import annotations
 
@@ -63,13 +65,12 @@ def test_known_differences(pair):
     assert by["lr"]["status"] == "changed" and by["lr"]["a"] == 0.1 and by["lr"]["b"] == 0.2
     assert by["model/same"]["status"] == "same" and by["betas"]["status"] == "same"
     assert by["model/gone"]["status"] == "only-a" and by["model/new"]["status"] == "only-b"
-    assert doc["counts"] == {"same": 2, "changed": 4, "only_a": 1, "only_b": 1,
-                             "same_by_hash": 0}
+    assert doc["counts"] == {"same": 2, "changed": 4, "only_a": 1, "only_b": 1}
     text = diff(root / "a", root / "b").stdout
     assert "changed  model/w  max_abs=0.25" in text and "only-a   model/gone" in text
 
 
-def test_identical_and_by_hash(tmp_path):
+def test_identical_sealed_or_not(tmp_path):
     src = FIXTURES / "fsdp2_ws3" / "ckpt"
     copy = tmp_path / "copy"
     shutil.copytree(src, copy)
@@ -81,12 +82,45 @@ def test_identical_and_by_hash(tmp_path):
         assert subprocess.run([BIN, "seal", "-q", d]).returncode == 0
     r = diff("--json", a, copy)
     doc = json.loads(r.stdout)
-    assert r.returncode == 0 and doc["identical"]
-    tensors = sum(1 for line in (FIXTURES / "fsdp2_ws3" / "reference.tsv").read_text()
-                  .splitlines() if line.startswith("T"))
-    assert doc["counts"]["same_by_hash"] == tensors - sum(
-        1 for line in (FIXTURES / "fsdp2_ws3" / "reference.tsv").read_text().splitlines()
-        if line.startswith("T") and line.split("\t")[5] == "0")
+    assert r.returncode == 0 and doc["identical"] and doc["counts"]["changed"] == 0, r.stdout
+    assert "same_by_hash" not in doc["counts"]
+
+
+def test_sealed_copy_with_a_flipped_byte(tmp_path):
+    """Issue #22 item 6: a sealed checkpoint and a copy of it (manifest included) with one
+    stored data byte flipped.  The manifests agree, the data does not: diff reports the tensor
+    changed and exits 1 (it used to trust the copied manifest: `same (by hash)`, exit 0)."""
+    fx = FIXTURES / "fsdp2_ws3"
+    a = tmp_path / "a"
+    shutil.copytree(fx / "ckpt", a)
+    assert subprocess.run([BIN, "seal", "-q", a]).returncode == 0
+    b = tmp_path / "b"
+    shutil.copytree(a, b)
+    assert (b / ".ckptfs-manifest").read_bytes() == (a / ".ckptfs-manifest").read_bytes()
+    meta = json.loads((fx / "reference.json").read_text())
+    entry, st = next((e, c["storage"]) for e in meta["entries"] if e["kind"] == "tensor"
+                     and e["dtype"] == "float32" for c in e["chunks"]
+                     if c.get("storage") and all(c["sizes"]))
+    at = st["offset"] + st.get("data_offset", 0)
+    with open(b / st["file"], "r+b") as f:
+        f.seek(at)
+        byte = f.read(1)
+        f.seek(at)
+        f.write(bytes([byte[0] ^ 0x01]))
+    path = "/".join(map(str, entry["path"]))
+    r = diff("--json", "-a", a, b)
+    assert r.returncode == 1, r.stdout + r.stderr
+    doc = json.loads(r.stdout)
+    changed = [e["path"] for e in doc["entries"] if e["status"] == "changed"]
+    assert changed == [path], changed
+    assert not doc["identical"]
+    r = diff(a, b)
+    assert r.returncode == 1 and f"changed  {path}  max_abs=" in r.stdout, r.stdout
+    assert "by hash" not in r.stdout
+    # ckpt verify --data still tells which copy is damaged
+    assert subprocess.run([BIN, "verify", "--data", a], capture_output=True).returncode == 0
+    v = subprocess.run([BIN, "verify", "--data", b], capture_output=True, text=True)
+    assert v.returncode == 1 and "FAIL: " + st["file"] in v.stdout + v.stderr, v.stdout + v.stderr
 
 
 def test_same_values_different_sharding(tmp_path):

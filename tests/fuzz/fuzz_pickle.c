@@ -2,15 +2,20 @@
  * the resulting tree (shared and cyclic values included) is walked without recursion, touching
  * every field and calling the consumer helpers, so bad pointers or lengths show up under ASan.
  * Then it is decoded again with batches of every labelled dict handed to another thread
- * (split decoding, tests/lib/split_check.c): the same document or the same error, or abort. */
+ * (split decoding, tests/lib/split_check.c): the same document or the same error, or abort.
+ * The decoded tree is also converted and rendered (text, JSON, raw JSON): bounded time per
+ * input, whatever sharing the pickle's memo references make. */
+#include "ckpt.h"
 #include "pickle/pickle.h"
 #include "split_check.h"
+#include "value/value.h"
 
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -92,6 +97,40 @@ static size_t walk(const pk_value *root) {
     return sink;
 }
 
+/* The value renderers over the decoded tree: conversion, text, JSON and the raw pickle's
+ * JSON each succeed or fail with a message, and each is bounded by its render budget whatever
+ * the input (a DAG of memo references expands exponentially): at most 10 s per input here,
+ * sanitizers included (a few tenths of a second without). */
+static void render(const pk_doc *doc) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    ckpt_object *o = NULL;
+    ckpt_error err = {0};
+    if (ckpt_object_from_pickle(pk_doc_root(doc), &o, &err) == CKPT_OK) {
+        char *s = NULL;
+        if (ckpt_value_to_text(ckpt_object_root(o), &s, &err) == CKPT_OK && (!s || !*s)) abort();
+        free(s);
+        s = NULL;
+        if (ckpt_value_to_json(ckpt_object_root(o), &s, &err) == CKPT_OK && (!s || !*s)) abort();
+        free(s);
+        ckpt_object_free(o);
+    } else if (o || !err.message[0]) {
+        abort();
+    }
+    char *j = NULL;
+    if (pk_to_json(pk_doc_root(doc), 0, pk_json_budget(pk_doc_bytes_used(doc)), &j, &err) ==
+            CKPT_OK &&
+        (!j || !*j))
+        abort();
+    free(j);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double dt = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    if (dt > 10.0) {
+        fprintf(stderr, "fuzz_pickle: rendering took %.2f s\n", dt);
+        abort();
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     pk_limits lim = {
         .max_bytes = 32u << 20, .max_items = 1u << 20, .max_depth = 64, .max_memo = 1u << 16};
@@ -104,6 +143,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     } else {
         volatile size_t sum = walk(pk_doc_root(doc));
         (void)sum;
+        render(doc);
         pk_doc_free(doc);
     }
     split_consumer c;

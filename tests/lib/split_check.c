@@ -1,6 +1,7 @@
 /* split_check.c — the split-decoding test harness (see split_check.h). */
 #include "split_check.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,10 +109,45 @@ void split_consumer_fini(split_consumer *c) {
 
 #define MAX_DEPTH 800
 
-/* The pairs being compared on the way down: meeting one again is a cycle, equal so far. */
+/* The pairs being compared on the way down: meeting one again is a cycle, equal so far.  And
+ * the pairs already found equal (open addressing, at most half full): memo references make a
+ * DAG whose expansion as a tree is exponential (40 levels of a = [a, a]), compared once each. */
 typedef struct cmp_path {
     const pk_value *a[MAX_DEPTH], *b[MAX_DEPTH];
+    const pk_value **eq; /* pairs: eq[2i], eq[2i + 1] */
+    size_t eq_cap, eq_len;
 } cmp_path;
+
+static size_t eq_slot(const cmp_path *p, const pk_value *a, const pk_value *b) {
+    uint64_t h = ((uint64_t)(uintptr_t)a * 0x9E3779B97F4A7C15u) ^ (uint64_t)(uintptr_t)b;
+    h ^= h >> 29;
+    size_t i = (size_t)h & (p->eq_cap - 1);
+    while (p->eq[2 * i] && (p->eq[2 * i] != a || p->eq[2 * i + 1] != b))
+        i = (i + 1) & (p->eq_cap - 1);
+    return i;
+}
+
+static bool eq_known(const cmp_path *p, const pk_value *a, const pk_value *b) {
+    return p->eq_cap && p->eq[2 * eq_slot(p, a, b)] == a;
+}
+
+static void eq_add(cmp_path *p, const pk_value *a, const pk_value *b) {
+    if ((p->eq_len + 1) * 2 > p->eq_cap) {
+        cmp_path old = *p;
+        p->eq_cap = p->eq_cap ? 2 * p->eq_cap : 1024;
+        p->eq = calloc(2 * p->eq_cap, sizeof *p->eq);
+        if (!p->eq) abort();
+        p->eq_len = 0;
+        for (size_t i = 0; i < old.eq_cap; i++)
+            if (old.eq[2 * i]) eq_add(p, old.eq[2 * i], old.eq[2 * i + 1]);
+        free(old.eq);
+    }
+    size_t i = eq_slot(p, a, b);
+    if (p->eq[2 * i]) return;
+    p->eq[2 * i] = a;
+    p->eq[2 * i + 1] = b;
+    p->eq_len++;
+}
 
 static bool same(cmp_path *p, const pk_value *a, const pk_value *b, int depth);
 
@@ -165,16 +201,20 @@ static bool same(cmp_path *p, const pk_value *a, const pk_value *b, int depth) {
     if (depth >= MAX_DEPTH || a->type != b->type) return false;
     for (int i = 0; i < depth; i++)
         if (p->a[i] == a && p->b[i] == b) return true;
+    if (eq_known(p, a, b)) return true;
     p->a[depth] = a;
     p->b[depth] = b;
-    return same_node(p, a, b, depth);
+    if (!same_node(p, a, b, depth)) return false;
+    eq_add(p, a, b);
+    return true;
 }
 
 bool split_same_doc(const pk_value *a, const pk_value *b) {
     if (!a || !b) return a == b;
-    cmp_path *p = malloc(sizeof *p);
+    cmp_path *p = calloc(1, sizeof *p);
     if (!p) abort();
     bool r = same(p, a, b, 0);
+    free(p->eq);
     free(p);
     return r;
 }

@@ -915,6 +915,40 @@ def test_valgrind_cycle():
     assert rc == 0, m.log()
 
 
+def vm_hwm_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+def test_shared_dag_value_is_bounded():
+    """Issue #22 item 5: a value of 40 levels of `a = [a, a]` (1.5 KB stored, 2**40 lists as a
+    tree; tests/fixtures/corrupt/dag_value).  `ls -l` of its directory returns within 2 s with
+    the daemon's peak RSS under 256 MB (it used to take 32 s and 1 GB: the size is rendered at
+    lookup), the file shows size 0 and reading it fails with EIO, logged with the key."""
+    m = Mount(CORRUPT / "dag_value" / "ckpt")
+    try:
+        t = time.monotonic()
+        r = subprocess.run(["ls", "-l", str(m.dir)], capture_output=True, text=True, timeout=60)
+        dt = time.monotonic() - t
+        assert r.returncode == 0 and " step\n" in r.stdout, r.stdout + r.stderr
+        assert dt < 2, f"ls -l took {dt:.2f} s"
+        t = time.monotonic()
+        for _ in range(20):  # the failure is kept: later stats cost nothing
+            assert os.stat(m.dir / "step").st_size == 0
+        assert time.monotonic() - t < 1
+        with pytest.raises(OSError) as e:
+            (m.dir / "step").read_bytes()
+        assert e.value.errno == errno.EIO
+        assert (m.dir / "a").stat().st_size == 48 and len((m.dir / "b").read_bytes()) == 40
+        hwm = vm_hwm_mb(m.proc.pid)
+        assert hwm < 256, f"daemon peak RSS {hwm:.0f} MB"
+    finally:
+        m.close()
+    assert "value 'step': value too large to render" in m.log(), m.log()
+
+
 @pytest.mark.skipif(torch is None, reason="torch not installed")
 def test_layout_example_loads_dtensors():
     """docs/examples/layout_load.py, run by 3 gloo ranks over a checkpoint saved by 4."""
@@ -928,6 +962,41 @@ def test_layout_example_loads_dtensors():
         assert r.stdout.count("tensors OK") == 3, r.stdout
     finally:
         m.close()
+
+
+@pytest.mark.skipif(torch is None, reason="torch not installed")
+def test_layout_example_raises_on_damage(tmp_path):
+    """Issue #22 item 7: docs/examples/layout_load.py over `-o verify` of a sealed checkpoint
+    whose first stored tensor chunk then had a byte flipped.  The rank whose shard holds it
+    gets OSError(EIO) (the example used np.fromfile, which swallows EIO and loads garbage);
+    the others load."""
+    fx = FIXTURES / "fsdp2_ws4"
+    src = tmp_path / "ckpt"
+    shutil.copytree(fx / "ckpt", src)
+    ckpt_bin = Path(BIN).parent.parent / "ckpt" / "ckpt"
+    if not ckpt_bin.exists():
+        pytest.skip("no ckpt binary beside ckptfs")
+    subprocess.run([str(ckpt_bin), "seal", "-q", str(src)], check=True)
+    meta = json.loads((fx / "reference.json").read_text())
+    st = next(c["storage"] for e in meta["entries"] if e["kind"] == "tensor"
+              and e["key"].startswith("model.") for c in e["chunks"]
+              if c.get("storage") and all(c["sizes"]))
+    with open(src / st["file"], "r+b") as f:
+        f.seek(st["offset"] + st["data_offset"])
+        b = f.read(1)
+        f.seek(st["offset"] + st["data_offset"])
+        f.write(bytes([b[0] ^ 0x40]))
+    m = Mount(src, "verify")
+    try:
+        driver = Path(__file__).resolve().parent / "layout_example_driver.py"
+        r = subprocess.run(["python3", "-m", "torch.distributed.run", "--standalone",
+                            "--nproc-per-node", "3", str(driver), str(m.dir), "--damaged"],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert r.stdout.count(": EIO") >= 1 and r.stdout.count(": loaded") >= 1, r.stdout
+    finally:
+        m.close()
+    assert "do not match the manifest" in m.log(), m.log()
 
 
 def test_page_cache_mode_raises_readahead():

@@ -327,6 +327,19 @@ def test_transformed_values_pickled_again_like_torch(tmp_path, mpi):
     assert all(a[k] == b[k] for k in a), [k for k in a if a[k] != b[k]]
 
 
+def test_transformed_frozenset_stays_frozen(tmp_path):
+    """A frozenset in a zstd-transformed item is pickled again as a frozenset (the reader
+    marks it, ckpt_value_set_frozen): it used to come back as a set."""
+    sd = {"f": frozenset({"a", "b"}), "s": {1, 2}, "nested": [frozenset()]}
+    z, dst = tmp_path / "z", tmp_path / "dst"
+    dcp.save(sd, storage_writer=zstd_writer(z), no_dist=True)
+    p = reshard(z, dst, 2, False, leak=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    got = load_like(dst, sd)
+    check_values(got, sd)
+    deep_types(got, sd)
+
+
 @pytest.mark.parametrize("mpi", [False, True])
 @pytest.mark.parametrize("key", ["ns", "when"])
 def test_object_in_transformed_item_fails_cleanly(tmp_path, mpi, key):

@@ -240,7 +240,7 @@ static size_t trickle_read(void *ctx, uint8_t *dst, uint64_t off, size_t n) {
 static char *json_of(const pk_doc *doc) {
     char *j;
     ckpt_error err;
-    cr_assert_eq(pk_to_json(pk_doc_root(doc), 512, &j, &err), CKPT_OK, "%s", err.message);
+    cr_assert_eq(pk_to_json(pk_doc_root(doc), 512, 0, &j, &err), CKPT_OK, "%s", err.message);
     return j;
 }
 

@@ -276,7 +276,7 @@ Test(save, values_of_every_kind, .init = mk_tmp, .fini = rm_tmp) {
     char *text = round_trip_text(d);
     cr_assert_str_eq(text,
                      "{1: None, '1': 2.5, (2, b'\\x00\\xff'): -18446744073709551616, "
-                     "{'a'}: {9223372036854775808, -9223372036854775808}, None: b''}",
+                     "frozenset({'a'}): {9223372036854775808, -9223372036854775808}, None: b''}",
                      "%s", text);
     free(text);
 }

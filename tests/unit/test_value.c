@@ -128,7 +128,7 @@ static void check_vector(const char *name, const char *vstatus, const char *psta
 
     if (strcmp(pstatus, "skip") != 0) {
         char *got = NULL;
-        st = pk_to_json(root, 0, &got, &err);
+        st = pk_to_json(root, 0, 0, &got, &err);
         if (strcmp(pstatus, "limit") == 0) {
             cr_expect_eq(st, CKPT_E_LIMIT, "%s: pk_to_json gave %d, want CKPT_E_LIMIT", name, st);
             cr_expect_null(got);
@@ -281,6 +281,71 @@ Test(value, shared_dag_is_converted_once, .timeout = 30) {
     ckpt_object_free(o);
 }
 
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Seconds a rendering may take to stop at its budget: about 0.2 s in a release build, up to
+ * 2.3 s measured under ASan+UBSan (debug, 2 test jobs); the unbounded renderer needed 16 s and
+ * 1 GB (release) for the 40-level DAG, far more for this one. */
+#define GIVE_UP_S 10.0
+
+/* The same DAG rendered: 2**200 lists as a tree.  Each rendering stops at the render budget
+ * (16 MiB, 16 Mi nodes; pk_to_json: its own budget) with CKPT_E_LIMIT, within GIVE_UP_S. */
+Test(value, shared_dag_render_is_bounded, .timeout = 60) {
+    pk_doc *doc = decode_vector("dag");
+    ckpt_object *o = convert(doc, "dag");
+    for (int kind = 0; kind < 3; kind++) {
+        static const char *const names[] = {"text", "json", "pk_to_json"};
+        char *s = (char *)"x";
+        ckpt_error err = {0};
+        double t0 = now_s();
+        ckpt_status st = kind == 0   ? ckpt_value_to_text(ckpt_object_root(o), &s, &err)
+                         : kind == 1 ? ckpt_value_to_json(ckpt_object_root(o), &s, &err)
+                                     : pk_to_json(pk_doc_root(doc), 0, 0, &s, &err);
+        double dt = now_s() - t0;
+        cr_expect_eq(st, CKPT_E_LIMIT, "%s: status %d (%s)", names[kind], st, err.message);
+        cr_expect_null(s, "%s", names[kind]);
+        cr_expect(strstr(err.message, "too large to render"), "%s: %s", names[kind], err.message);
+        cr_expect_lt(dt, GIVE_UP_S, "%s: %.2f s to give up", names[kind], dt);
+    }
+    ckpt_object_free(o);
+    pk_doc_free(doc);
+}
+
+/* A large plain value (a million ints, ~7 MB of text) is under the budget: rendered whole. */
+Test(value, large_plain_value_renders, .timeout = 60) {
+    size_t n = 1000000, len = 2 + 1 + 1 + n * 5 + 1 + 1;
+    unsigned char *p = malloc(len), *q = p;
+    cr_assert(p);
+    *q++ = 0x80, *q++ = 2, *q++ = ']', *q++ = '('; /* PROTO 2, EMPTY_LIST, MARK */
+    for (size_t i = 0; i < n; i++) {
+        uint32_t v = (uint32_t)(i * 7919u % 1000003u);
+        *q++ = 'J'; /* BININT */
+        memcpy(q, &v, 4);
+        q += 4;
+    }
+    *q++ = 'e', *q++ = '.'; /* APPENDS, STOP */
+    pk_limits lim = {0};
+    pk_doc *doc = NULL;
+    ckpt_error err = {0};
+    cr_assert_eq(pk_decode(p, len, &lim, &doc, &err), CKPT_OK, "%s", err.message);
+    free(p);
+    ckpt_object *o = convert(doc, "million ints");
+    char *t = to_text(ckpt_object_root(o)), *j = to_json(ckpt_object_root(o));
+    size_t tl = strlen(t);
+    cr_expect_gt(tl, 6000000);
+    cr_expect(strncmp(t, "[0, 7919, 15838, ", 17) == 0, "%.40s", t);
+    cr_expect(t[tl - 1] == ']');
+    cr_expect_eq(strlen(j), tl - 2 * (n - 1) + (n - 1), "JSON: ',' where text has ', '");
+    free(t);
+    free(j);
+    ckpt_object_free(o);
+    pk_doc_free(doc);
+}
+
 Test(value, tensors_inside_a_torch_save_item) {
     size_t len;
     char *zip = read_file("tensor_item", ".zip", &len);
@@ -389,7 +454,7 @@ Test(value, huge_integer_is_a_limit) {
     cr_expect_eq(ckpt_object_from_pickle(pk_doc_root(doc), &o, &err), CKPT_E_LIMIT);
     cr_expect_null(o);
     char *s = NULL;
-    cr_expect_eq(pk_to_json(pk_doc_root(doc), 0, &s, &err), CKPT_E_LIMIT);
+    cr_expect_eq(pk_to_json(pk_doc_root(doc), 0, 0, &s, &err), CKPT_E_LIMIT);
     cr_expect_null(s);
     pk_doc_free(doc);
     free(p);
@@ -399,9 +464,9 @@ Test(value, depth_bound_of_pk_to_json) {
     pk_doc *doc = decode_vector("deep200");
     char *s = NULL;
     ckpt_error err = {0};
-    cr_expect_eq(pk_to_json(pk_doc_root(doc), 100, &s, &err), CKPT_E_LIMIT);
+    cr_expect_eq(pk_to_json(pk_doc_root(doc), 100, 0, &s, &err), CKPT_E_LIMIT);
     cr_expect_null(s);
-    cr_expect_eq(pk_to_json(pk_doc_root(doc), 201, &s, &err), CKPT_OK, "%s", err.message);
+    cr_expect_eq(pk_to_json(pk_doc_root(doc), 201, 0, &s, &err), CKPT_OK, "%s", err.message);
     free(s);
     pk_doc_free(doc);
 }
@@ -412,7 +477,7 @@ Test(value, null_arguments) {
     cr_expect_eq(ckpt_value_to_json(NULL, &s, &err), CKPT_E_INVAL);
     cr_expect_null(s);
     cr_expect_eq(ckpt_value_to_text(NULL, NULL, &err), CKPT_E_INVAL);
-    cr_expect_eq(pk_to_json(NULL, 0, NULL, NULL), CKPT_E_INVAL);
+    cr_expect_eq(pk_to_json(NULL, 0, 0, NULL, NULL), CKPT_E_INVAL);
     ckpt_object *o = (ckpt_object *)&err;
     cr_expect_eq(ckpt_object_from_pickle(NULL, &o, &err), CKPT_E_INVAL);
     cr_expect_null(o);
@@ -550,7 +615,9 @@ Test(value, pk_to_json_big_document, .timeout = 300) {
     cr_assert_eq(pk_decode(pkl, len, &lim, &doc, &err), CKPT_OK, "%s", err.message);
     free(pkl);
     char *json = NULL;
-    cr_assert_eq(pk_to_json(pk_doc_root(doc), 0, &json, &err), CKPT_OK, "%s", err.message);
+    cr_assert_eq(
+        pk_to_json(pk_doc_root(doc), 0, pk_json_budget(pk_doc_bytes_used(doc)), &json, &err),
+        CKPT_OK, "%s", err.message);
     const char *first = "{\"k0000000\":{\"__object__\":\"mod.Entry\",\"args\":[],"
                         "\"state\":{\"i\":0,\"name\":\"w\"}},";
     cr_expect_eq(strncmp(json, first, strlen(first)), 0, "starts %.100s", json);

@@ -262,7 +262,8 @@ static int cat_object(ckpt_reader *r, const ckpt_entry *e, bool json) {
                           : ckpt_value_to_text(ckpt_object_root(o), &text, &err);
     int status = CLI_EXIT_OK;
     if (st != CKPT_OK) {
-        status = read_fail(&err);
+        cli_error("%s: %s", ckpt_entry_key(e), err.message[0] ? err.message : ckpt_strerror(st));
+        status = CLI_EXIT_FAIL;
     } else {
         fputs(text, stdout);
         fputc('\n', stdout);

@@ -1,9 +1,9 @@
 /* cmd_diff.c — `ckpt diff A B`: compares two checkpoints entry by entry, by tree path,
  * whatever their sharding: same / changed (dtype, shape, or values with the largest absolute
- * difference and the relative L2 difference) / only in A / only in B.  When both checkpoints
- * are sealed and a tensor is stored in identically laid out chunks, equal chunk hashes prove
- * it unchanged without reading it.  Exit status like diff(1): 0 same, 1 different, 2 trouble. */
-#include "ckpt_manifest.h"
+ * difference and the relative L2 difference) / only in A / only in B.  Every tensor's bytes
+ * are read and compared: a manifest (.ckptfs-manifest) is not evidence about the bytes beside
+ * it (a copied or damaged checkpoint carries the original's manifest), so diff never says
+ * "same" from hashes.  Exit status like diff(1): 0 same, 1 different, 2 trouble. */
 #include "cli.h"
 
 #include <math.h>
@@ -19,8 +19,8 @@ void cmd_diff_help(FILE *out) {
           "  changed PATH  dtype float32 -> bfloat16 (or shape, kind, value)\n"
           "  only-a PATH / only-b PATH\n"
           "  same PATH                              (with -a)\n"
-          "and a summary.  When both checkpoints carry a manifest (ckpt seal) and a tensor's\n"
-          "chunks are laid out alike, equal hashes settle it without reading the data.\n"
+          "and a summary.  Every tensor's bytes are read and compared (manifests are not\n"
+          "trusted: a copy carries its original's manifest whatever happened to its data).\n"
           "Exit status: 0 identical, 1 different, 2 trouble (unreadable input, bad usage).\n"
           "\n"
           "Options:\n"
@@ -39,14 +39,9 @@ static const cli_opt diff_opts[] = {
 #define BLOCK_BYTES ((uint64_t)16 << 20)
 enum { EXIT_SAME = 0, EXIT_DIFFERENT = 1, EXIT_TROUBLE = 2 };
 
-typedef struct side {
-    ckpt_reader *r;
-    ckpt_manifest *m; /* NULL when not sealed */
-} side;
-
 typedef struct dctx {
     bool all, json;
-    uint64_t same, changed, only_a, only_b, by_hash;
+    uint64_t same, changed, only_a, only_b;
     bool first;
     bool trouble;
 } dctx;
@@ -63,29 +58,6 @@ static void line(dctx *d, const char *status, const char *path, const char *deta
         printf("%-8s %s%s%s\n", status, path, detail_text ? "  " : "",
                detail_text ? detail_text : "");
     }
-}
-
-/* Chunks laid out alike in both and every stored item's hash equal. */
-static bool same_by_hash(const side *a, const ckpt_entry *ea, const side *b, const ckpt_entry *eb) {
-    if (!a->m || !b->m || ckpt_entry_num_chunks(ea) != ckpt_entry_num_chunks(eb)) return false;
-    int nd = ckpt_entry_ndim(ea);
-    for (size_t i = 0; i < ckpt_entry_num_chunks(ea); i++) {
-        ckpt_chunk_info ca, cb;
-        if (ckpt_entry_chunk(ea, i, &ca) != CKPT_OK || ckpt_entry_chunk(eb, i, &cb) != CKPT_OK)
-            return false;
-        if (ca.numel != cb.numel) return false;
-        for (int k = 0; k < nd; k++)
-            if (ca.offsets[k] != cb.offsets[k] || ca.sizes[k] != cb.sizes[k]) return false;
-        if (!ca.numel) continue;
-        if (ca.file_id < 0 || cb.file_id < 0 || ca.transforms || cb.transforms) return false;
-        const ckpt_manifest_record *ra = ckpt_manifest_find(
-            a->m, ckpt_reader_file_name(a->r, (uint32_t)ca.file_id), ca.file_offset);
-        const ckpt_manifest_record *rb = ckpt_manifest_find(
-            b->m, ckpt_reader_file_name(b->r, (uint32_t)cb.file_id), cb.file_offset);
-        if (!ra || !rb || ra->length < ca.length || rb->length < cb.length || ra->hash != rb->hash)
-            return false;
-    }
-    return true;
 }
 
 typedef struct stats {
@@ -179,7 +151,8 @@ static char *object_text(ckpt_reader *r, const ckpt_entry *e, ckpt_error *err) {
     return t;
 }
 
-static void compare_entry(dctx *d, side *a, const ckpt_entry *ea, side *b, const ckpt_entry *eb) {
+static void compare_entry(dctx *d, ckpt_reader *a, const ckpt_entry *ea, ckpt_reader *b,
+                          const ckpt_entry *eb) {
     const char *path = ckpt_entry_path(ea);
     char text[1100], json[1200];
     ckpt_error err = {0};
@@ -193,7 +166,7 @@ static void compare_entry(dctx *d, side *a, const ckpt_entry *ea, side *b, const
         return;
     }
     if (ckpt_entry_kind_of(ea) == CKPT_ENTRY_OBJECT) {
-        char *ta = object_text(a->r, ea, &err), *tb = ta ? object_text(b->r, eb, &err) : NULL;
+        char *ta = object_text(a, ea, &err), *tb = ta ? object_text(b, eb, &err) : NULL;
         if (!ta || !tb) {
             cli_error("%s: %s", path, err.message);
             d->trouble = true;
@@ -231,14 +204,8 @@ static void compare_entry(dctx *d, side *a, const ckpt_entry *ea, side *b, const
         line(d, "changed", path, text, json);
         return;
     }
-    if (same_by_hash(a, ea, b, eb)) {
-        d->same++;
-        d->by_hash++;
-        if (d->all) line(d, "same", path, "(by hash)", "\"by_hash\": true");
-        return;
-    }
     stats s = {.bits_equal = true};
-    if (compare_values(a->r, ea, b->r, eb, &s, &err) != CKPT_OK) {
+    if (compare_values(a, ea, b, eb, &s, &err) != CKPT_OK) {
         cli_error("%s: %s", path, err.message);
         d->trouble = true;
         return;
@@ -256,12 +223,6 @@ static void compare_entry(dctx *d, side *a, const ckpt_entry *ea, side *b, const
              isfinite(s.max_abs) ? s.max_abs : 1e308, isfinite(rel) ? rel : 1e308,
              s.nan_mismatch ? "true" : "false");
     line(d, "changed", path, text, json);
-}
-
-static void open_side(side *s, const char *dir) {
-    s->r = cli_open(dir);
-    ckpt_error err = {0};
-    if (s->r && ckpt_manifest_load(dir, &s->m, &err) != CKPT_OK) s->m = NULL;
 }
 
 int cmd_diff(int argc, char **argv) {
@@ -286,29 +247,26 @@ int cmd_diff(int argc, char **argv) {
         }
     }
     if (!da || !db) return cli_usage_error("diff", "usage: ckpt diff A B");
-    side a = {0}, b = {0};
-    open_side(&a, da);
-    if (a.r) open_side(&b, db);
-    if (!a.r || !b.r) {
-        ckpt_reader_free(a.r);
-        ckpt_manifest_free(a.m);
+    ckpt_reader *a = cli_open(da), *b = a ? cli_open(db) : NULL;
+    if (!a || !b) {
+        ckpt_reader_free(a);
         return EXIT_TROUBLE;
     }
     if (d.json) fputs("{\"entries\": [", stdout);
-    for (size_t i = 0; i < ckpt_reader_num_entries(a.r); i++) {
-        const ckpt_entry *ea = ckpt_reader_entry(a.r, i);
-        const ckpt_entry *eb = ckpt_reader_find_path(b.r, ckpt_entry_path(ea));
+    for (size_t i = 0; i < ckpt_reader_num_entries(a); i++) {
+        const ckpt_entry *ea = ckpt_reader_entry(a, i);
+        const ckpt_entry *eb = ckpt_reader_find_path(b, ckpt_entry_path(ea));
         if (eb && strcmp(ckpt_entry_path(eb), ckpt_entry_path(ea)) != 0) eb = NULL;
         if (!eb) {
             d.only_a++;
             line(&d, "only-a", ckpt_entry_path(ea), NULL, NULL);
         } else {
-            compare_entry(&d, &a, ea, &b, eb);
+            compare_entry(&d, a, ea, b, eb);
         }
     }
-    for (size_t i = 0; i < ckpt_reader_num_entries(b.r); i++) {
-        const ckpt_entry *eb = ckpt_reader_entry(b.r, i);
-        const ckpt_entry *ea = ckpt_reader_find_path(a.r, ckpt_entry_path(eb));
+    for (size_t i = 0; i < ckpt_reader_num_entries(b); i++) {
+        const ckpt_entry *eb = ckpt_reader_entry(b, i);
+        const ckpt_entry *ea = ckpt_reader_find_path(a, ckpt_entry_path(eb));
         if (ea && strcmp(ckpt_entry_path(ea), ckpt_entry_path(eb)) == 0) continue;
         d.only_b++;
         line(&d, "only-b", ckpt_entry_path(eb), NULL, NULL);
@@ -316,21 +274,18 @@ int cmd_diff(int argc, char **argv) {
     bool identical = !d.changed && !d.only_a && !d.only_b && !d.trouble;
     if (d.json) {
         printf("%s], \"identical\": %s, \"counts\": {\"same\": %llu, \"changed\": %llu, "
-               "\"only_a\": %llu, \"only_b\": %llu, \"same_by_hash\": %llu}}\n",
+               "\"only_a\": %llu, \"only_b\": %llu}}\n",
                d.first ? "" : "\n", identical ? "true" : "false", (unsigned long long)d.same,
                (unsigned long long)d.changed, (unsigned long long)d.only_a,
-               (unsigned long long)d.only_b, (unsigned long long)d.by_hash);
-    } else {
-        printf("%llu same (%llu by hash), %llu changed, %llu only in A, %llu only in B\n",
-               (unsigned long long)d.same, (unsigned long long)d.by_hash,
-               (unsigned long long)d.changed, (unsigned long long)d.only_a,
                (unsigned long long)d.only_b);
+    } else {
+        printf("%llu same, %llu changed, %llu only in A, %llu only in B\n",
+               (unsigned long long)d.same, (unsigned long long)d.changed,
+               (unsigned long long)d.only_a, (unsigned long long)d.only_b);
     }
     int status = d.trouble ? EXIT_TROUBLE : identical ? EXIT_SAME : EXIT_DIFFERENT;
     if (!cli_flush_stdout()) status = EXIT_TROUBLE;
-    ckpt_manifest_free(a.m);
-    ckpt_manifest_free(b.m);
-    ckpt_reader_free(a.r);
-    ckpt_reader_free(b.r);
+    ckpt_reader_free(a);
+    ckpt_reader_free(b);
     return status;
 }

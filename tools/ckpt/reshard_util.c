@@ -97,10 +97,10 @@ static ckpt_save_value *convert(const ckpt_value *v, const char **why) {
     case CKPT_VALUE_TUPLE:
     case CKPT_VALUE_SET: {
         ckpt_value_type t = ckpt_value_type_of(v);
-        /* the reader does not tell frozenset from set: a set it is */
-        ckpt_save_value *seq = t == CKPT_VALUE_LIST    ? ckpt_save_value_list()
-                               : t == CKPT_VALUE_TUPLE ? ckpt_save_value_tuple()
-                                                       : ckpt_save_value_pyset(false);
+        ckpt_save_value *seq = t == CKPT_VALUE_LIST ? ckpt_save_value_list()
+                               : t == CKPT_VALUE_TUPLE
+                                   ? ckpt_save_value_tuple()
+                                   : ckpt_save_value_pyset(ckpt_value_set_frozen(v));
         for (size_t i = 0; seq && i < ckpt_value_len(v); i++) {
             ckpt_save_value *item = convert(ckpt_value_item(v, i), why);
             if (!item || ckpt_save_value_append(seq, item) != CKPT_OK) {

@@ -177,9 +177,11 @@ class Ref:
 
 
 class Obj:
-    def __init__(self, name, args, kwargs=None, state=None, listitems=None, dictitems=None):
+    def __init__(self, name, args, kwargs=None, state=None, listitems=None, dictitems=None,
+                 spell=None):
         self.name, self.args, self.kwargs, self.state = name, args, kwargs, state
         self.listitems, self.dictitems = listitems, dictitems
+        self.spell = spell  # builtins Python's repr spells its own way: complex, range, ...
 
 
 def numpy_scalar(v):
@@ -211,7 +213,14 @@ def normalize(v, proto):
     if isinstance(v, dtype):
         return Ref("torch." + v.name)
     if type(v) is bytearray and proto < 5:  # pickle's save_bytearray
-        return Obj("builtins.bytearray", (bytes(v),) if v else ())
+        return Obj("builtins.bytearray", (bytes(v),) if v else (), spell="bytearray")
+    if type(v) is complex:  # complex.__reduce__: builtins.complex(real, imag)
+        return Obj("builtins.complex", (v.real, v.imag), spell="complex")
+    if type(v) is range:  # range.__reduce__; protocol 2 names it __builtin__.xrange
+        return Obj("builtins.range", (v.start, v.stop, v.step), spell="range")
+    if type(v) is slice:
+        return Obj("builtins.slice", tuple(normalize(x, proto) for x in (v.start, v.stop, v.step)),
+                   spell="slice")
     if isinstance(v, Size):
         return tuple(normalize(x, proto) for x in v)
     if type(v) in (collections.OrderedDict, collections.defaultdict):
@@ -221,7 +230,7 @@ def normalize(v, proto):
     if type(v) is list:
         return [normalize(x, proto) for x in v]
     if type(v) in (set, frozenset):
-        return {"__set__": [normalize(x, proto) for x in v]}
+        return {"__set__": [normalize(x, proto) for x in v], "frozen": type(v) is frozenset}
     if type(v) is dict:
         return {"__pairs__": [(normalize(k, proto), normalize(x, proto)) for k, x in v.items()]}
     # anything else: what pickle's save_reduce writes
@@ -280,6 +289,14 @@ def to_text(n):
         return "[" + ", ".join(map(to_text, n)) + "]"
     if isinstance(n, Ref):
         return n.name
+    if isinstance(n, Obj) and n.spell == "complex":
+        return repr(complex(*n.args))
+    if isinstance(n, Obj) and n.spell == "range":
+        return repr(range(*n.args))
+    if isinstance(n, Obj) and n.spell == "bytearray":
+        return repr(bytearray(*n.args))  # escapes ' even inside "..."
+    if isinstance(n, Obj) and n.spell == "slice":
+        return "slice(%s)" % ", ".join(map(to_text, n.args))
     if isinstance(n, Obj):
         parts = [to_text(a) for a in n.args]
         for key, part in (("kwargs", n.kwargs), ("state", n.state)):
@@ -295,7 +312,10 @@ def to_text(n):
                 parts.append("items=" + to_text(part))
         return "%s(%s)" % (n.name, ", ".join(parts))
     if isinstance(n, dict) and "__set__" in n:
-        return "{" + ", ".join(map(to_text, n["__set__"])) + "}" if n["__set__"] else "set()"
+        body = "{" + ", ".join(map(to_text, n["__set__"])) + "}" if n["__set__"] else ""
+        if n["frozen"]:
+            return "frozenset(%s)" % body
+        return body or "set()"
     if isinstance(n, dict):
         return "{" + ", ".join("%s: %s" % (to_text(k), to_text(x)) for k, x in n["__pairs__"]) + "}"
     return repr(n)
@@ -460,6 +480,21 @@ def vectors():
         yield "numpy", nps, 2
         yield "numpy_p4", nps, 4
     yield "floats_random", random_floats(), 4
+    # values whose text must be Python's own repr (checked against repr(pickle.loads(...)) in
+    # main): the builtins Python spells without a module, nested in containers
+    reprs = {"complex": [complex(1, 2), complex(0, 2), complex(-0.0, 1), complex(1, -0.0),
+                         complex(1.5, nan), complex(inf, -inf), 0j, complex(1e20, 1e-5),
+                         complex(100, -1), complex(-nan, 0.1)],
+             "frozenset": [frozenset(), frozenset({1, 2}), frozenset({(1, "a")}),
+                           {frozenset({3})}, (frozenset(),)],
+             "range": [range(10), range(0, 10, 2), range(5, -5, -1), range(0), range(2 ** 70),
+                       range(-2 ** 65, 3, 7)],
+             "slice": [slice(1, 2, None), slice(None, None, -1), slice("a", (1,), 2.5)],
+             "bytearray": [bytearray(b"xy'"), bytearray()],
+             "floats": [nan, inf, -inf, -0.0, 1e16, 0.1],
+             "bytes": [b"", b"\x00'\"", set(), {1: (2,)}]}
+    yield "repr", reprs, 2
+    yield "repr_p4", reprs, 4
     shared = [1, "s"]
     yield "shared", {"a": shared, "b": shared, "c": [shared, shared]}, 2
     deep = []
@@ -484,7 +519,7 @@ def vectors():
     dag = [1]
     for _ in range(200):
         dag = [dag, dag]
-    yield "dag", dag, 4, "convert", "skip"
+    yield "dag", dag, 4, "convert", "limit"  # pk_to_json: past its render budget
     # a DCP-like .metadata (protocol 4): dataclasses, TensorProperties' tuple state, enums by
     # name, torch.Size, and a storage_data dict keyed by objects
     props = dcpm.TensorProperties()
@@ -575,6 +610,10 @@ def main():
         data = pickle.dumps(value, protocol=proto)
         write(name, data, value, proto, vstatus, pstatus)
         names.append("%s %s %s" % (name, vstatus, pstatus))
+        if name.startswith("repr"):  # the referee: Python's own repr of what it unpickles
+            want = repr(pickle.loads(data))
+            got = to_text(normalize(value, proto))
+            assert got == want, (name, got, want)
     buf = io.BytesIO()
     PersidPickler(buf, protocol=2).dump({"t": "storage:0", "u": ["storage:1"]})
     pid_value = Obj("persistent_load",
