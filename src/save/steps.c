@@ -283,8 +283,8 @@ ckpt_status ckpt_save_retain(const char *parent, size_t keep, const char *protec
     closedir(d);
     if (s == CKPT_OK && n > keep) {
         qsort(steps, n, sizeof *steps, step_cmp);
-        size_t excess = n - keep;
-        for (size_t i = 0; i < n && excess > 0 && s == CKPT_OK; i++) {
+        /* the oldest n - keep go, except a protected one: the newest `keep` always stay */
+        for (size_t i = 0; i < n - keep && s == CKPT_OK; i++) {
             const char *nm = steps[i].name;
             if ((protect && strcmp(nm, protect) == 0) || (latest && strcmp(nm, latest) == 0))
                 continue;
@@ -296,10 +296,7 @@ ckpt_status ckpt_save_retain(const char *parent, size_t keep, const char *protec
                 s = ckpt_fail(err, CKPT_E_IO, "rename %s -> %s: %s", from, to, strerror(errno));
             } else {
                 s = save_remove_tree(to, err);
-                if (s == CKPT_OK) {
-                    excess--;
-                    if (removed) (*removed)++;
-                }
+                if (s == CKPT_OK && removed) (*removed)++;
             }
             free(from);
             free(to);

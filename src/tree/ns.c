@@ -245,11 +245,13 @@ static int by_newness(const void *a, const void *b, void *ctx) {
 static void pick_latest(ckpt_tree *t, uint32_t *order, size_t *n) {
     t->latest = 0;
     if (!*n) return;
-    uint32_t *cand = malloc((*n + 2) * sizeof *cand);
+    uint32_t *cand = malloc((*n + 3) * sizeof *cand);
     if (!cand) return;
     size_t nc = 0;
     char name[256];
     if (read_marker(t->dir, "latest", name, sizeof name))
+        if ((cand[nc] = find_named(t, order, *n, name))) nc++;
+    if (read_marker(t->dir, "newest", name, sizeof name)) /* SageMaker's, like `latest` */
         if ((cand[nc] = find_named(t, order, *n, name))) nc++;
     if (read_marker(t->dir, "latest_checkpointed_iteration.txt", name, sizeof name)) {
         char *end;

@@ -1204,3 +1204,30 @@ def test_long_and_nul_names(tmp_path):
     dcp.save({"x\0a": a, "x\0b": b}, checkpoint_id=str(nul), no_dist=True)
     p = run("ls", str(nul), ok=(1,))
     assert "NUL byte" in err_text(p) and ".metadata" in err_text(p), err_text(p)
+
+
+def test_run_directories(tmp_path):
+    """Issue #23: `ckpt` takes RUN@STEP and RUN@latest (latest as the mount picks it: a
+    `latest` file, SageMaker's `newest`, else the newest complete step); `ckpt prune --keep N`
+    deletes the oldest complete steps, never the latest nor an incomplete one."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    for i, fx in ((100, "fsdp2_ws1"), (200, "fsdp2_ws2"), (300, "fsdp2_ws3")):
+        shutil.copytree(FIXTURES / fx / "ckpt", run_dir / f"step-{i}")
+    (run_dir / "step-400").mkdir()  # being written: no .metadata
+    shutil.copy(FIXTURES / "fsdp2_ws1" / "ckpt" / "__0_0.distcp", run_dir / "step-400")
+
+    def files_of(d):
+        return out_text(run("info", "--json", str(d)))
+
+    assert files_of(f"{run_dir}@latest") == files_of(run_dir / "step-300")
+    assert files_of(f"{run_dir}@step-100") == files_of(run_dir / "step-100")
+    (run_dir / "newest").write_text("step-200\n")
+    assert files_of(f"{run_dir}@latest") == files_of(run_dir / "step-200")
+    p = run("info", f"{run_dir}@step-999", ok=(1,))
+    assert "step-999" in err_text(p)
+    # prune: keep 1 -> step-200 (named by `newest`) must stay as well as the newest
+    run("prune", "--keep", "1", str(run_dir))
+    left = sorted(p.name for p in run_dir.iterdir())
+    assert left == ["newest", "step-200", "step-300", "step-400"], left
+    run("prune", "--keep", "0", str(run_dir), ok=(2,))

@@ -419,11 +419,13 @@ Test(save, latest_and_retention, .init = mk_tmp, .fini = rm_tmp) {
     free(name);
     size_t removed = 99;
     cr_assert_eq(ckpt_save_retain(tmp, 1, "step-5", &removed, &err), CKPT_OK, "%s", err.message);
-    /* keep 1 of 4 complete steps; step-3 (latest) and step-5 (protected) survive */
-    cr_assert_eq(removed, 2u);
+    /* keep the newest 1 of 4 complete steps (step-20); of the older ones step-3 (latest)
+     * and step-5 (protected) survive: only iter_0000007 goes (a newer step is never deleted
+     * for an older protected one) */
+    cr_assert_eq(removed, 1u);
     char p[160];
-    snprintf(p, sizeof p, "%s/step-20", tmp);
-    cr_assert(!exists(p));
+    snprintf(p, sizeof p, "%s/step-20/.metadata", tmp);
+    cr_assert(exists(p));
     snprintf(p, sizeof p, "%s/iter_0000007", tmp);
     cr_assert(!exists(p));
     snprintf(p, sizeof p, "%s/step-3/.metadata", tmp);
@@ -431,7 +433,7 @@ Test(save, latest_and_retention, .init = mk_tmp, .fini = rm_tmp) {
     snprintf(p, sizeof p, "%s/step-5/.metadata", tmp);
     cr_assert(exists(p));
     cr_assert(exists(junk), "incomplete directories are not touched");
-    cr_assert_eq(count_entries(tmp), 5u); /* latest, step-1 link, step-3, step-5, step-100 */
+    cr_assert_eq(count_entries(tmp), 6u); /* latest, step-1 link, step-3, -5, -20, -100 */
 }
 
 /* xorshift for reproducible random layouts */

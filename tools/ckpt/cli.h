@@ -33,6 +33,7 @@ int cmd_cat(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_dump_metadata(int argc, char **argv);
 int cmd_seal(int argc, char **argv);
+int cmd_prune(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_diff(int argc, char **argv);
 int cmd_load(int argc, char **argv); /* with MPI only */
@@ -43,6 +44,7 @@ void cmd_cat_help(FILE *out);
 void cmd_verify_help(FILE *out);
 void cmd_dump_metadata_help(FILE *out);
 void cmd_seal_help(FILE *out);
+void cmd_prune_help(FILE *out);
 void cmd_export_help(FILE *out);
 void cmd_diff_help(FILE *out);
 void cmd_load_help(FILE *out);
@@ -96,6 +98,15 @@ ckpt_reader *cli_open(const char *dir);
  * names the latest, as the mount's `latest` would (after an open failed with NOTFOUND); and
  * reports the leftovers of saves that did not finish (ckpt_save_leftovers). */
 void cli_hint_steps(const char *dir);
+/* A checkpoint operand: a directory as given, or, when no such path exists, RUN@STEP (the
+ * step directory STEP of a run directory) or RUN@latest (the step the mount's `latest` names
+ * there: a `latest` or `newest` file, Megatron's tracker, else the newest complete step). */
+typedef struct cli_dir {
+    char buf[4096];
+} cli_dir;
+/* The directory `arg` names (arg itself, or out->buf); NULL after printing why not. */
+const char *cli_step_dir(const char *arg, cli_dir *out);
+
 /* How an entry was named on the command line. */
 typedef enum { CLI_BY_EITHER, CLI_BY_KEY, CLI_BY_PATH } cli_find_by;
 /* Looks up `name` as a flat key and/or a tree path; prints an error when absent, or when (by

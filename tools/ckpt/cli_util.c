@@ -12,6 +12,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* ------------------------------------------------------------------ messages */
@@ -218,6 +219,50 @@ void cli_hint_steps(const char *dir) {
     }
     free(latest);
     ckpt_tree_free(t);
+}
+
+const char *cli_step_dir(const char *arg, cli_dir *out) {
+    struct stat st;
+    const char *at = strrchr(arg, '@');
+    if (!at || stat(arg, &st) == 0) return arg;
+    size_t rl = (size_t)(at - arg);
+    const char *step = at + 1;
+    if (!rl || !*step || strchr(step, '/')) {
+        cli_error("%s: no such checkpoint (RUN@STEP wants a run directory and a step name)", arg);
+        return NULL;
+    }
+    char run[4096];
+    if (rl >= sizeof run) {
+        cli_error("%s: path too long", arg);
+        return NULL;
+    }
+    memcpy(run, arg, rl);
+    run[rl] = '\0';
+    char *name = NULL;
+    if (strcmp(step, "latest") == 0) {
+        ckpt_tree *t = NULL;
+        ckpt_error err = {0};
+        ckpt_tree_stat ts;
+        if (ckpt_tree_open(run, NULL, &t, &err) != CKPT_OK) {
+            cli_error("%s: %s", arg, err.message);
+            return NULL;
+        }
+        if (ckpt_tree_reader(t) || ckpt_tree_lookup(t, CKPT_TREE_ROOT, "latest", &ts, NULL) ||
+            ckpt_tree_readlink(t, ts.ino, &name, NULL)) {
+            cli_error("%s: %s holds no complete step to be the latest", arg, run);
+            ckpt_tree_free(t);
+            return NULL;
+        }
+        ckpt_tree_free(t);
+        step = name;
+    }
+    int n = snprintf(out->buf, sizeof out->buf, "%s/%s", run, step);
+    free(name);
+    if (n < 0 || (size_t)n >= sizeof out->buf) {
+        cli_error("%s: path too long", arg);
+        return NULL;
+    }
+    return out->buf;
 }
 
 ckpt_reader *cli_open(const char *dir) {

@@ -328,7 +328,9 @@ int cmd_cat(int argc, char **argv) {
     if (nops < 2)
         return cli_usage_error("cat", nops ? "missing KEY" : "missing CHECKPOINT_DIR and KEY");
     if (text && json) return cli_usage_error("cat", "--text and --json are exclusive");
-    ckpt_reader *r = cli_open(operands[0]);
+    cli_dir d0;
+    const char *dir0 = cli_step_dir(operands[0], &d0);
+    ckpt_reader *r = dir0 ? cli_open(dir0) : NULL;
     if (!r) return CLI_EXIT_FAIL;
     int status = CLI_EXIT_OK;
     const ckpt_entry *e = cli_find(r, operands[1], by);

@@ -247,6 +247,8 @@ int cmd_diff(int argc, char **argv) {
         }
     }
     if (!da || !db) return cli_usage_error("diff", "usage: ckpt diff A B");
+    cli_dir dda, ddb;
+    if (!(da = cli_step_dir(da, &dda)) || !(db = cli_step_dir(db, &ddb))) return EXIT_TROUBLE;
     ckpt_reader *a = cli_open(da), *b = a ? cli_open(db) : NULL;
     if (!a || !b) {
         ckpt_reader_free(a);

@@ -56,6 +56,8 @@ int cmd_dump_metadata(int argc, char **argv) {
         }
     }
     if (!dir) return cli_usage_error("dump-metadata", "missing CHECKPOINT_DIR");
+    cli_dir dd;
+    if (!(dir = cli_step_dir(dir, &dd))) return CLI_EXIT_FAIL;
     char *json = NULL;
     ckpt_error err = {0};
     if (ckpt_metadata_dump_json(dir, NULL, &json, &err) != CKPT_OK) {

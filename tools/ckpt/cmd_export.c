@@ -171,6 +171,8 @@ int cmd_export(int argc, char **argv) {
         }
     }
     if (!dir || !out) return cli_usage_error("export", "usage: ckpt export DIR OUT.safetensors");
+    cli_dir dd;
+    if (!(dir = cli_step_dir(dir, &dd))) return CLI_EXIT_FAIL;
     ckpt_reader *r = cli_open(dir);
     if (!r) return CLI_EXIT_FAIL;
     size_t n = ckpt_reader_num_entries(r), m = 0;

@@ -146,6 +146,8 @@ int cmd_info(int argc, char **argv) {
         }
     }
     if (!dir) return cli_usage_error("info", "missing CHECKPOINT_DIR");
+    cli_dir dd;
+    if (!(dir = cli_step_dir(dir, &dd))) return CLI_EXIT_FAIL;
     ckpt_reader *r = cli_open(dir);
     if (!r) return CLI_EXIT_FAIL;
     ckpt_reader_info in;

@@ -253,6 +253,8 @@ static int run(int argc, char **argv, int rank, int size) {
         }
     }
     if (!dir) return cli_usage_error("load", "missing CHECKPOINT_DIR");
+    cli_dir dd;
+    if (!(dir = cli_step_dir(dir, &dd))) return CLI_EXIT_FAIL;
     if (pick_device(cuda, rank) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
     ckpt_load *l = NULL;
     ckpt_error err = {0};

@@ -272,7 +272,9 @@ int cmd_ls(int argc, char **argv) {
         return CLI_EXIT_FAIL;
     }
 
-    ckpt_reader *r = cli_open(operands[0]);
+    cli_dir d0;
+    const char *dir0 = cli_step_dir(operands[0], &d0);
+    ckpt_reader *r = dir0 ? cli_open(dir0) : NULL;
     if (!r) {
         free(pre);
         return CLI_EXIT_FAIL;

@@ -179,6 +179,8 @@ int cmd_reshard(int argc, char **argv) {
         }
     }
     if (!a.src || !a.dst) return cli_usage_error("reshard", "missing SRC_DIR or DST_DIR");
+    cli_dir sd;
+    if (!(a.src = cli_step_dir(a.src, &sd))) return CLI_EXIT_FAIL;
     if (under_mpirun()) {
 #ifdef CKPT_WITH_MPI
         return reshard_mpi(&a);

@@ -54,6 +54,8 @@ int cmd_seal(int argc, char **argv) {
         }
     }
     if (!dir) return cli_usage_error("seal", "missing CHECKPOINT_DIR");
+    cli_dir dd;
+    if (!(dir = cli_step_dir(dir, &dd))) return CLI_EXIT_FAIL;
     ckpt_reader *r = cli_open(dir);
     if (!r) return CLI_EXIT_FAIL;
     uint64_t failures = 0;

@@ -200,6 +200,8 @@ int cmd_verify(int argc, char **argv) {
         }
     }
     if (!dir) return cli_usage_error("verify", "missing CHECKPOINT_DIR");
+    cli_dir dd;
+    if (!(dir = cli_step_dir(dir, &dd))) return CLI_EXIT_FAIL;
 
     if (v.json && !v.quiet) fputs("{\"problems\": [", stdout);
     ckpt_reader *r = NULL;

@@ -14,6 +14,7 @@ static const cli_command commands[] = {
     {"export", "write the tensors as one safetensors file (streaming)", cmd_export,
      cmd_export_help},
     {"diff", "compare two checkpoints entry by entry", cmd_diff, cmd_diff_help},
+    {"prune", "delete the oldest steps of a run directory, keeping N", cmd_prune, cmd_prune_help},
     {"reshard", "write a copy laid out for M ranks (one process, or under mpirun)", cmd_reshard,
      cmd_reshard_help},
 #ifdef CKPT_WITH_MPI
