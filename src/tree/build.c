@@ -5,6 +5,7 @@
 #include "index/metadata_files.h"
 #include "tree/tree_i.h"
 #include "util/error.h"
+#include "util/source.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -193,7 +194,7 @@ static ckpt_status list_raw(tree_ckpt *c, const ckpt_tree_options *o, ckpt_error
         /* HuggingFace storage has no metadata pickle; its index, when it has one */
         const char *md = info.hf_storage ? CKPT_HF_INDEX_JSON : ".metadata";
         snprintf(path, sizeof path, "%s/%s", c->dir, md);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        int fd = ckpt_open_regular(path, NULL);
         if (fd < 0 && info.hf_storage && errno == ENOENT) goto data;
         ckpt_status s = add_raw(c, md, fd, -1, o, err);
         if (s != CKPT_OK || (c->nraw && c->raw[c->nraw - 1].fd != fd)) {
@@ -208,7 +209,7 @@ static ckpt_status list_raw(tree_ckpt *c, const ckpt_tree_options *o, ckpt_error
             char name[64];
             snprintf(name, sizeof name, "__%lld.metadata", ranks[i]);
             snprintf(path, sizeof path, "%s/%s", c->dir, name);
-            int fd = open(path, O_RDONLY | O_CLOEXEC);
+            int fd = ckpt_open_regular(path, NULL);
             uint32_t before = c->nraw;
             ckpt_status s = add_raw(c, name, fd, -1, o, err);
             if (c->nraw == before && fd >= 0) close(fd);

@@ -147,7 +147,7 @@ static bool ts_after(struct timespec a, struct timespec b) {
 static bool read_marker(const char *dir, const char *file, char *buf, size_t cap) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, file);
-    FILE *f = fopen(path, "r");
+    FILE *f = ckpt_fopen_regular(path); /* a FIFO named `latest` must not block a scan */
     if (!f) return false;
     size_t len = fread(buf, 1, cap - 1, f);
     fclose(f);
