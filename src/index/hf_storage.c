@@ -599,8 +599,9 @@ static ckpt_status read_header(const char *path, uint64_t max, uint8_t **buf, ui
         s = ckpt_source_read(&src, 0, head, 8, err);
     *n = s == CKPT_OK ? ts_safetensors_len_prefix(head) : 0;
     if (s == CKPT_OK && *n > max)
-        s = ckpt_fail(err, CKPT_E_LIMIT, "%s: safetensors header length %llu exceeds the limit",
-                      path, (unsigned long long)*n);
+        s = ckpt_fail(err, CKPT_E_LIMIT,
+                      "%s: not a safetensors file (its 8-byte header length exceeds the limit)",
+                      path);
     if (s == CKPT_OK && !(*buf = malloc((size_t)*n + 8))) s = nomem(err);
     if (s == CKPT_OK) s = ckpt_source_read(&src, 0, *buf, *n + 8, err);
     close(fd);
