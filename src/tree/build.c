@@ -285,6 +285,7 @@ ckpt_status tree_ckpt_build(tree_ckpt *c, const ckpt_tree_options *o, ckpt_error
     if (!c->objects) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
     CKPT_TRY(list_raw(c, o, err));
     CKPT_TRY(list_st(c, err));
+    CKPT_TRY(tree_access_build(c, err));
     if (o && o->verify) {
         ckpt_status ms = ckpt_manifest_load(c->dir, &c->manifest, err);
         if (ms == CKPT_E_NOTFOUND)
@@ -317,6 +318,7 @@ void tree_ckpt_release(tree_ckpt *c) {
         free(c->st[i].begin);
     }
     free(c->st);
+    free(c->file_cls);
     free(c->nodes);
     free(c->kid_ids);
     free(atomic_load(&c->specs));
