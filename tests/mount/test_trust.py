@@ -237,22 +237,32 @@ def test_refused_after_chmod(users, base):
 
 
 def test_acl_denies_user(users, base):
+    """An ACL entry refusing one user is honoured, whether present at mount (shown modes:
+    owner only) or set afterwards (the daemon's faccessat as the caller evaluates it)."""
     if not shutil.which("setfacl"):
         pytest.skip("setfacl not installed (package acl)")
-    ck = base / "ck"
-    shutil.copytree(FIXTURES / "fsdp2_ws1" / "ckpt", ck)
-    r = subprocess.run(["setfacl", "-m", f"u:{USERS[1]}:---", str(ck / "__0_0.distcp")],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"this file system takes no ACLs: {r.stderr.strip()}")
+    uid, gid = users[USERS[0]]
     ref = Ref(FIXTURES / "fsdp2_ws1")
-    m = Mount(ck, "allow_other")
-    try:
-        f = m.dir / sorted(ref.tensors)[0]
-        assert reads(USERS[1], f) == ["EACCES"]
-        assert reads(USERS[0], f) == ["OK"]  # the ACL names USERS[1] only
-    finally:
-        m.close()
+    for when in ("before", "after"):
+        ck = base / when
+        shutil.copytree(FIXTURES / "fsdp2_ws1" / "ckpt", ck)
+        chown_tree(ck, uid, gid, dmode=0o755, fmode=0o644)
+        deny = ["setfacl", "-m", f"u:{USERS[1]}:---", str(ck / "__0_0.distcp")]
+        if when == "before":
+            r = subprocess.run(deny, capture_output=True, text=True)
+            if r.returncode != 0:
+                pytest.skip(f"this file system takes no ACLs: {r.stderr.strip()}")
+        m = Mount(ck, "allow_other")
+        try:
+            f = m.dir / sorted(ref.tensors)[0]
+            if when == "after":
+                assert reads(USERS[1], f) == ["OK"]
+                subprocess.run(deny, check=True)
+            assert reads(USERS[1], f) == ["EACCES"], when
+            assert reads(USERS[0], f) == ["OK"], when  # the owner; the ACL names USERS[1]
+            assert f.read_bytes() == ref.tensors[sorted(ref.tensors)[0]][2]
+        finally:
+            m.close()
 
 
 # ------------------------------------------------------------------ FIFOs
