@@ -4,12 +4,13 @@ as non-root users created here (useradd; reads through `setpriv --reuid/--regid
 --init-groups`).
 
 Checked: a step whose shard is a symlink to a root-only file gives its reader EACCES through
-`.raw/` and the tensor files while root still reads it, and a symlink to a file the user may
-read keeps working; a 0700 checkpoint of 0600 files opens for its owner only and `stat` shows
+`.raw/` and the tensor files while root still reads it (likewise a HuggingFace `.safetensors`
+file linked to a root-only one), and a symlink to a file the user may read keeps working; a 0700 checkpoint of 0600 files opens for its owner only and `stat` shows
 no group/other bits; 0600 shards under a readable `.metadata` refuse their tensors and values
 to others; a shard made unreadable after mounting is refused at open (the daemon's own check,
 past the kernel's cached modes); a POSIX ACL denying a user is honoured; a FIFO in place of a
-shard fails (naming it) instead of hanging `ls`, `stat`, `ckpt ls` and `ckpt verify`, and other
+shard fails (naming it) instead of hanging `ls` and `stat` in the mount, the mount itself,
+`ckpt cat` and `ckpt export` (`ckpt verify` fails, `ckpt ls` lists), and other
 steps stay readable; an error about a file that is not safetensors does not echo its bytes.
 
 Environment: CKPTFS_BIN, CKPT_BIN (the built tools); CKPT_FIXTURES / CKPT_FIXTURES_DEFAULT.
@@ -161,6 +162,33 @@ def test_symlink_to_root_only_file(users, base):
         ok.append(m.dir / "step-100" / ".raw" / "__0_0.distcp")
         assert set(reads(USERS[0], *ok)) == {"OK"}
         assert set(reads(USERS[1], *ok)) == {"OK"}
+    finally:
+        m.close()
+
+
+def test_symlinked_safetensors_to_root_only_file(users, base):
+    """The same with HuggingFace storage: a `.safetensors` file linked to a root-only one."""
+    uid, gid = users[USERS[0]]
+    secret = base / "secret"
+    secret.mkdir(mode=0o700)
+    hf = base / "hf"
+    shutil.copytree(FIXTURES / "hf_sharded" / "ckpt", hf)
+    shards = sorted(hf.glob("*.safetensors"))
+    victim = shards[0]
+    shutil.move(victim, secret / victim.name)
+    os.chmod(secret / victim.name, 0o600)
+    victim.symlink_to(secret / victim.name)
+    chown_tree(hf, uid, gid)
+    ref = Ref(FIXTURES / "hf_sharded")
+    m = Mount(hf, "allow_other")
+    try:
+        tensors = [m.dir / p for p in sorted(ref.tensors)]
+        got = reads(USERS[0], m.dir / ".raw" / victim.name, m.dir / ".raw" / shards[1].name,
+                    *tensors)
+        assert got[:2] == ["EACCES", "OK"], got
+        assert "EACCES" in got[2:] and "OK" in got[2:], got  # the victim's tensors only
+        for p, v in ref.tensors.items():  # root reads everything
+            assert (m.dir / p).read_bytes() == v[2], p
     finally:
         m.close()
 
