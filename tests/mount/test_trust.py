@@ -5,10 +5,11 @@ as non-root users created here (useradd; reads through `setpriv --reuid/--regid
 
 Checked: a step whose shard is a symlink to a root-only file gives its reader EACCES through
 `.raw/` and the tensor files while root still reads it (likewise a HuggingFace `.safetensors`
-file linked to a root-only one), and a symlink to a file the user may read keeps working; a 0700 checkpoint of 0600 files opens for its owner only and `stat` shows
-no group/other bits; 0600 shards under a readable `.metadata` refuse their tensors and values
-to others; a shard made unreadable after mounting is refused at open (the daemon's own check,
-past the kernel's cached modes); a POSIX ACL denying a user is honoured; a FIFO in place of a
+file linked to a root-only one), and a symlink to a file the user may read keeps working;
+a 0700 checkpoint of 0600 files opens for its owner only and `stat` shows no group/other
+bits; 0600 shards under a readable `.metadata` refuse their tensors and values to others; a shard made unreadable after mounting is refused at open (the daemon's own check,
+past the kernel's cached modes); a group-readable checkpoint opens for a member (through a
+supplementary group) and not for others; a POSIX ACL denying a user is honoured; a FIFO in place of a
 shard fails (naming it) instead of hanging `ls` and `stat` in the mount, the mount itself,
 `ckpt cat` and `ckpt export` (`ckpt verify` fails, `ckpt ls` lists), and other
 steps stay readable; an error about a file that is not safetensors does not echo its bytes.
@@ -18,17 +19,14 @@ Environment: CKPTFS_BIN, CKPT_BIN (the built tools); CKPT_FIXTURES / CKPT_FIXTUR
 
 from __future__ import annotations
 
-import errno
 import grp
 import os
 import pwd
 import shutil
-import stat
 import struct
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -40,14 +38,14 @@ CLI = os.environ.get("CKPT_BIN")
 USERS = ("ckpttrust_a", "ckpttrust_b")
 GROUP = "ckpttrust_g"
 READER = r"""
-import os, sys
+import errno, sys
 for p in sys.argv[1:]:
     try:
         with open(p, "rb") as f:
             f.read(1)
         print("OK")
     except OSError as e:
-        print(errno_name := __import__("errno").errorcode.get(e.errno, str(e.errno)))
+        print(errno.errorcode.get(e.errno, str(e.errno)))
 """
 
 if os.geteuid() != 0:
@@ -242,6 +240,27 @@ def test_private_shards_public_metadata(users, base):
         st = os.stat(data[0])
         assert st.st_mode & 0o777 == 0o400 and st.st_uid == uid
         assert os.stat(m.dir / ".raw" / ".metadata").st_mode & 0o777 == 0o444
+    finally:
+        m.close()
+
+
+def test_group_readable_checkpoint(users, base):
+    """0750/0640 with a group: a member through a supplementary group reads (the daemon
+    checks with the caller's groups), a stranger does not, and modes show the group class."""
+    uid, _ = users[USERS[0]]
+    gid = grp.getgrnam(GROUP).gr_gid
+    ck = base / "ck"
+    shutil.copytree(FIXTURES / "fsdp2_ws2" / "ckpt", ck)
+    chown_tree(ck, uid, gid, dmode=0o750, fmode=0o640)
+    ref = Ref(FIXTURES / "fsdp2_ws2")
+    m = Mount(ck, "allow_other")
+    try:
+        files = [m.dir / p for p in sorted(ref.tensors)[:5]] + [m.dir / ".raw" / ".metadata"]
+        assert set(reads(USERS[1], *files)) == {"OK"}  # in GROUP as a supplementary group
+        assert set(reads("nobody", *files)) == {"EACCES"}
+        st = os.stat(files[0])
+        assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (uid, gid, 0o440)
+        assert os.stat(m.dir / "model").st_mode & 0o777 == 0o550
     finally:
         m.close()
 
