@@ -5,14 +5,15 @@ as non-root users created here (useradd; reads through `setpriv --reuid/--regid
 
 Checked: a step whose shard is a symlink to a root-only file gives its reader EACCES through
 `.raw/` and the tensor files while root still reads it (likewise a HuggingFace `.safetensors`
-file linked to a root-only one), and a symlink to a file the user may read keeps working;
-a 0700 checkpoint of 0600 files opens for its owner only and `stat` shows no group/other
-bits; 0600 shards under a readable `.metadata` refuse their tensors and values to others; a shard made unreadable after mounting is refused at open (the daemon's own check,
-past the kernel's cached modes); a group-readable checkpoint opens for a member (through a
-supplementary group) and not for others; a POSIX ACL denying a user is honoured; a FIFO in place of a
-shard fails (naming it) instead of hanging `ls` and `stat` in the mount, the mount itself,
-`ckpt cat` and `ckpt export` (`ckpt verify` fails, `ckpt ls` lists), and other
-steps stay readable; an error about a file that is not safetensors does not echo its bytes.
+file linked to a root-only one), and a symlink to a file the user may read keeps working; a 0700
+checkpoint of 0600 files opens for its owner only and `stat` shows no group/other bits; 0600
+shards under a readable `.metadata` refuse their tensors and values to others; a shard made
+unreadable after mounting is refused at open (the daemon's own check, past the kernel's cached
+modes); a group-readable checkpoint opens for a member (through a supplementary group) and not
+for others; a POSIX ACL denying a user is honoured; a FIFO in place of a shard fails (naming it)
+instead of hanging `ls` and `stat` in the mount, the mount itself, `ckpt cat` and `ckpt export`
+(`ckpt verify` fails, `ckpt ls` lists), and other steps stay readable; an error about a file
+that is not safetensors does not echo its bytes.
 
 Environment: CKPTFS_BIN, CKPT_BIN (the built tools); CKPT_FIXTURES / CKPT_FIXTURES_DEFAULT.
 """
