@@ -28,6 +28,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -282,6 +283,53 @@ def test_refused_after_chmod(users, base):
         assert f.read_bytes() == ref.tensors[sorted(ref.tensors)[0]][2]  # root still reads
     finally:
         m.close()
+
+
+def user_allow_other() -> bool:
+    try:
+        lines = Path("/etc/fuse.conf").read_text().splitlines()
+    except OSError:
+        return False
+    return any(line.strip() == "user_allow_other" for line in lines)
+
+
+def test_user_daemon(users, base):
+    """A daemon run by a user with allow_other: that user and root read everything, another
+    user is decided from mode bits at each open (here after a chmod the kernel has not seen:
+    ckpt_tree_may_read in the daemon, not the kernel's check of the shown modes)."""
+    if not user_allow_other():
+        pytest.skip("/etc/fuse.conf lacks user_allow_other (needed for a user's allow_other)")
+    if os.stat("/dev/fuse").st_mode & 0o006 != 0o006:
+        pytest.skip("/dev/fuse is not open to other users: no unprivileged mounts here")
+    uid, gid = users[USERS[0]]
+    ck = base / "ck"
+    shutil.copytree(FIXTURES / "fsdp2_ws1" / "ckpt", ck)
+    chown_tree(ck, uid, gid, dmode=0o755, fmode=0o644)
+    mnt = base / "mnt"
+    mnt.mkdir()
+    os.chown(mnt, uid, gid)
+    ref = Ref(FIXTURES / "fsdp2_ws1")
+    log = tempfile.TemporaryFile()
+    proc = subprocess.Popen(["setpriv", f"--reuid={uid}", f"--regid={gid}", "--init-groups",
+                             BIN, "-f", "-o", "allow_other", str(ck), str(mnt)], stderr=log)
+    try:
+        deadline = time.time() + 30
+        while not os.path.ismount(mnt):
+            assert proc.poll() is None and time.time() < deadline, "no mount"
+            time.sleep(0.05)
+        f = mnt / sorted(ref.tensors)[0]
+        assert os.stat(f).st_uid == uid
+        assert reads(USERS[1], f) == ["OK"]
+        os.chmod(ck / "__0_0.distcp", 0o600)
+        assert reads(USERS[1], f) == ["EACCES"]
+        assert reads(USERS[0], f) == ["OK"]
+        assert f.read_bytes() == ref.tensors[sorted(ref.tensors)[0]][2]  # root
+    finally:
+        subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True)
+        proc.wait(timeout=60)
+        log.seek(0)
+        text = log.read().decode(errors="replace")
+        assert "Sanitizer" not in text and "runtime error:" not in text, text
 
 
 def test_acl_denies_user(users, base):
