@@ -102,18 +102,40 @@ static int set_fs_creds(uid_t uid, gid_t gid, const gid_t *groups, int n) {
     return 0;
 }
 
-typedef struct check_ctx {
-    ckptfs *fs;
-    int err;
-    char refused[512];
-} check_ctx;
+/* The source paths of an object, gathered before the credentials are switched (so that
+ * nothing is indexed or opened with a caller's credentials). */
+typedef struct path_list {
+    char **v;
+    size_t n, cap;
+    bool nomem;
+} path_list;
 
-static bool check_as_caller(void *ctx, const char *path) {
-    check_ctx *c = ctx;
-    if (faccessat(AT_FDCWD, path, R_OK, AT_EACCESS) == 0) return true;
-    c->err = errno == ENOENT ? EACCES : errno;
-    snprintf(c->refused, sizeof c->refused, "%s", path);
-    return false;
+static bool add_path(void *ctx, const char *path) {
+    path_list *l = ctx;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 8;
+        char **v = realloc(l->v, cap * sizeof *v);
+        if (!v) return !(l->nomem = true);
+        l->v = v;
+        l->cap = cap;
+    }
+    if (!(l->v[l->n] = strdup(path))) return !(l->nomem = true);
+    l->n++;
+    return true;
+}
+
+static void free_paths(path_list *l) {
+    for (size_t i = 0; i < l->n; i++)
+        free(l->v[i]);
+    free(l->v);
+}
+
+/* faccessat(R_OK, AT_EACCESS) by the kernel itself (faccessat2): glibc would emulate it with
+ * stat and the effective uid where the system call is missing, which ignores the fs uid. */
+static int may_read_as_current_fs_creds(const char *path) {
+    long r = syscall(SYS_faccessat2, AT_FDCWD, path, R_OK, AT_EACCESS);
+    if (r == 0) return 0;
+    return errno == ENOENT || errno == ENOSYS ? EACCES : errno;
 }
 
 int ckptfs_may_open(ckptfs *fs, fuse_req_t req, fuse_ino_t ino) {
@@ -138,23 +160,29 @@ int ckptfs_may_open(ckptfs *fs, fuse_req_t req, fuse_ino_t ino) {
         }
         return ckptfs_errno(s);
     }
-    check_ctx c = {.fs = fs};
+    path_list l = {0};
+    ckpt_status s = ckpt_tree_sources(fs->tree, ino, add_path, &l, &err);
+    if (s != CKPT_OK || l.nomem) {
+        free_paths(&l);
+        return s != CKPT_OK ? ckptfs_errno(s) : ENOMEM;
+    }
     if (set_fs_creds(ctx->uid, ctx->gid, groups, n) != 0) {
         /* a half-switched thread must not go on: back to the daemon's, or stop */
         if (set_fs_creds(fs->uid, fs->gid, fs->groups, fs->ngroups) != 0) abort();
+        free_paths(&l);
         return EACCES;
     }
-    ckpt_status s = ckpt_tree_sources(fs->tree, ino, check_as_caller, &c, &err);
+    int e = 0;
+    size_t i = 0;
+    for (; i < l.n && !e; i++)
+        e = may_read_as_current_fs_creds(l.v[i]);
     if (set_fs_creds(fs->uid, fs->gid, fs->groups, fs->ngroups) != 0) {
         ckptfs_log(fs, "cannot restore the daemon's credentials after an access check: abort");
         abort();
     }
-    if (s != CKPT_OK) return ckptfs_errno(s);
-    if (c.err) {
-        if (fs->debug)
-            ckptfs_log(fs, "open of inode %llu by uid %u: %s: %s", (unsigned long long)ino,
-                       (unsigned)ctx->uid, c.refused, strerror(c.err));
-        return c.err;
-    }
-    return 0;
+    if (e && fs->debug)
+        ckptfs_log(fs, "open of inode %llu by uid %u: %s: %s", (unsigned long long)ino,
+                   (unsigned)ctx->uid, l.v[i - 1], strerror(e));
+    free_paths(&l);
+    return e;
 }
