@@ -82,7 +82,7 @@ ckpt_status ckpt_save_get_latest(const char *parent, char **name, ckpt_error *er
     *name = NULL;
     char *p = save_path_join(parent, LATEST);
     if (!p) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
-    FILE *f = ckpt_fopen_regular(p);
+    FILE *f = ckpt_fopen_regular(p, false);
     if (!f) {
         ckpt_status s = ckpt_fail(err, errno == ENOENT ? CKPT_E_NOTFOUND : CKPT_E_IO, "%s: %s", p,
                                   ckpt_open_strerror(errno));

@@ -148,7 +148,9 @@ static bool ts_after(struct timespec a, struct timespec b) {
 static bool read_marker(const char *dir, const char *file, char *buf, size_t cap) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, file);
-    FILE *f = ckpt_fopen_regular(path); /* a FIFO named `latest` must not block a scan */
+    /* a FIFO named `latest` must not block a scan; a symlink must not let whoever can write
+     * here steer `latest` by the first line of a file they may not read */
+    FILE *f = ckpt_fopen_regular(path, true);
     if (!f) return false;
     size_t len = fread(buf, 1, cap - 1, f);
     fclose(f);

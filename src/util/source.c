@@ -41,8 +41,8 @@ ckpt_status ckpt_source_read(const ckpt_source *src, uint64_t off, void *buf, ui
     return CKPT_OK;
 }
 
-int ckpt_open_regular(const char *path, struct stat *st) {
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+static int open_regular(const char *path, int flags, struct stat *st) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC | flags);
     if (fd < 0) return -1;
     struct stat own;
     if (!st) st = &own;
@@ -61,8 +61,10 @@ int ckpt_open_regular(const char *path, struct stat *st) {
     return fd;
 }
 
-FILE *ckpt_fopen_regular(const char *path) {
-    int fd = ckpt_open_regular(path, NULL);
+int ckpt_open_regular(const char *path, struct stat *st) { return open_regular(path, 0, st); }
+
+FILE *ckpt_fopen_regular(const char *path, bool nofollow) {
+    int fd = open_regular(path, nofollow ? O_NOFOLLOW : 0, NULL);
     if (fd < 0) return NULL;
     FILE *f = fdopen(fd, "r");
     if (!f) {

@@ -6,6 +6,7 @@
 #include "ckpt.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/stat.h>
@@ -33,8 +34,10 @@ ckpt_status ckpt_source_read(const ckpt_source *src, uint64_t off, void *buf, ui
  * cannot hang the reader.  O_NONBLOCK is cleared again on the regular file.  Returns the
  * descriptor, or -1 with errno set; *st (if not NULL) receives the file's attributes. */
 int ckpt_open_regular(const char *path, struct stat *st);
-/* fopen(path, "r") through ckpt_open_regular. */
-FILE *ckpt_fopen_regular(const char *path);
+/* fopen(path, "r") through ckpt_open_regular; with `nofollow`, a symlink is refused too
+ * (ELOOP): for small files whose content steers a privileged reader (the `latest` trackers of
+ * a directory of checkpoints), which must not be borrowed from a file elsewhere. */
+FILE *ckpt_fopen_regular(const char *path, bool nofollow);
 /* strerror(e), or "not a regular file" for CKPT_ENOTREG. */
 const char *ckpt_open_strerror(int e);
 

@@ -193,6 +193,24 @@ def test_symlinked_safetensors_to_root_only_file(users, base):
         m.close()
 
 
+def test_latest_tracker_symlink_is_not_followed(base):
+    """`latest` must not tell the first line of a file elsewhere (a root-only one, say) to
+    whoever may write a tracker into a directory of steps: a symlinked tracker is ignored."""
+    secret = base / "secret"
+    secret.mkdir(mode=0o700)
+    (secret / "note").write_text("step-100\n")
+    run = base / "run"
+    run.mkdir()
+    shutil.copytree(FIXTURES / "fsdp2_ws1" / "ckpt", run / "step-100")
+    shutil.copytree(FIXTURES / "fsdp2_ws1" / "ckpt", run / "step-200")
+    (run / "latest").symlink_to(secret / "note")
+    m = Mount(run)
+    try:
+        assert os.readlink(m.dir / "latest") == "step-200"  # the highest step, as without it
+    finally:
+        m.close()
+
+
 # ------------------------------------------------------------------ source permissions
 
 

@@ -43,7 +43,7 @@ Test(access, open_regular_refuses_fifo_without_blocking) {
     clock_gettime(CLOCK_MONOTONIC, &b);
     cr_assert_lt(b.tv_sec - a.tv_sec, 2, "blocked on a FIFO");
     cr_assert(strstr(ckpt_open_strerror(CKPT_ENOTREG), "not a regular file"));
-    cr_assert_null(ckpt_fopen_regular(path));
+    cr_assert_null(ckpt_fopen_regular(path, false));
     cr_assert_eq(ckpt_open_regular(dir, NULL), -1, "a directory is no source");
     cr_assert_eq(errno, CKPT_ENOTREG);
     unlink(path);
@@ -56,6 +56,15 @@ Test(access, open_regular_refuses_fifo_without_blocking) {
     cr_assert(S_ISREG(st.st_mode));
     cr_assert_eq(fcntl(fd, F_GETFL) & O_NONBLOCK, 0, "O_NONBLOCK is cleared again");
     close(fd);
+    char link[300];
+    snprintf(link, sizeof link, "%s/link", dir);
+    cr_assert_eq(symlink(path, link), 0);
+    FILE *f = ckpt_fopen_regular(link, false);
+    cr_assert_not_null(f);
+    fclose(f);
+    cr_assert_null(ckpt_fopen_regular(link, true), "nofollow refuses a symlink");
+    cr_assert_eq(errno, ELOOP);
+    unlink(link);
     unlink(path);
     rmdir(dir);
 }
