@@ -13,7 +13,8 @@ modes); a group-readable checkpoint opens for a member (through a supplementary 
 for others; a POSIX ACL denying a user is honoured; a FIFO in place of a shard fails (naming it)
 instead of hanging `ls` and `stat` in the mount, the mount itself, `ckpt cat` and `ckpt export`
 (`ckpt verify` fails, `ckpt ls` lists), and other steps stay readable; an error about a file
-that is not safetensors does not echo its bytes.
+that is not safetensors does not echo its bytes; a symlinked `latest` tracker is not followed; a
+daemon run by a user decides other users from mode bits.
 
 Environment: CKPTFS_BIN, CKPT_BIN (the built tools); CKPT_FIXTURES / CKPT_FIXTURES_DEFAULT.
 """
