@@ -491,3 +491,32 @@ def test_no_bytes_of_a_non_safetensors_file_in_messages(base):
     assert victim.name in text, text  # the message still names the file
     for s in leaked:
         assert s not in text, (s, text)
+
+
+def test_no_bytes_of_a_non_pickle_metadata_in_messages(base):
+    """The same for a `.metadata` that is no pickle: the decoder's messages (opcode bytes,
+    argument lengths read from the file) are not reached."""
+    secret = base / "secret"
+    secret.mkdir(mode=0o700)
+    payload = b"Pa55w0rd" + b"-top-secret-" * 8
+    (secret / "key").write_bytes(payload)
+    ck = base / "ck"
+    shutil.copytree(FIXTURES / "fsdp2_ws1" / "ckpt", ck)
+    (ck / ".metadata").unlink()
+    (ck / ".metadata").symlink_to(secret / "key")
+    mnt = Path(tempfile.mkdtemp(prefix="ckptfs-mnt-"))
+    try:
+        r = subprocess.run([BIN, "-f", str(ck), str(mnt)], capture_output=True, text=True,
+                           timeout=30)
+        assert r.returncode != 0
+    finally:
+        if os.path.ismount(mnt):
+            subprocess.run(["fusermount3", "-u", str(mnt)])
+        os.rmdir(mnt)
+    text = r.stderr
+    if CLI:
+        for cmd in (["ls"], ["dump-metadata"]):
+            c = subprocess.run([CLI, *cmd, str(ck)], capture_output=True, text=True, timeout=30)
+            text += c.stdout + c.stderr
+    assert ".metadata" in text and "not a pickle" in text, text
+    assert "opcode" not in text and "0x50" not in text and "Pa55" not in text, text
