@@ -931,22 +931,17 @@ ckpt_status ckpt_tree_sources(ckpt_tree *t, ckpt_ino ino, ckpt_tree_source_fn fn
         for (uint32_t i = 0; i < nfiles; i++)
             emit_path(&w, c->dir, ckpt_reader_file_name(c->r, i));
     } else if (o.kind == O_ENTRY) {
-        /* each file once: the chunks of one entry usually share a few files */
+        /* each file once, in the order first used (a tensor may have thousands of chunks) */
         const ckpt_entry *e = o.e;
-        size_t n = e->nchunks + 1, k = 0;
-        int32_t *ids = malloc(n * sizeof *ids);
-        if (!ids) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
-        if (e->loc.file_id >= 0) ids[k++] = e->loc.file_id;
-        for (size_t i = 0; i < e->nchunks; i++)
-            if (e->chunks[i].loc.file_id >= 0) ids[k++] = e->chunks[i].loc.file_id;
-        for (size_t i = 0; i < k; i++) {
-            bool seen = false;
-            for (size_t j = 0; j < i && !seen; j++)
-                seen = ids[j] == ids[i];
-            if (!seen && (size_t)ids[i] < nfiles)
-                emit_path(&w, c->dir, ckpt_reader_file_name(c->r, (uint32_t)ids[i]));
+        uint8_t *seen = calloc(nfiles ? nfiles : 1, 1);
+        if (!seen) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        for (size_t i = 0; i <= e->nchunks; i++) {
+            int32_t id = i < e->nchunks ? e->chunks[i].loc.file_id : e->loc.file_id;
+            if (id < 0 || (size_t)id >= nfiles || seen[id]) continue;
+            seen[id] = 1;
+            emit_path(&w, c->dir, ckpt_reader_file_name(c->r, (uint32_t)id));
         }
-        free(ids);
+        free(seen);
     }
     return CKPT_OK;
 }
