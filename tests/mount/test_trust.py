@@ -35,7 +35,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_mount import BIN, FIXTURES, Mount, Ref  # noqa: E402
+from test_mount import BIN, FIXTURES, SANITIZER_MARKERS, Mount, Ref  # noqa: E402
 
 CLI = os.environ.get("CKPT_BIN")
 USERS = ("ckpttrust_a", "ckpttrust_b")
@@ -402,6 +402,7 @@ def run_or_unblock(argv, fifo: Path, timeout: float = 20) -> subprocess.Complete
         p.kill()
         p.communicate()
         pytest.fail(f"{' '.join(map(str, argv))} hangs on a FIFO shard")
+    assert not any(m in err for m in SANITIZER_MARKERS), err
     return subprocess.CompletedProcess(argv, p.returncode, out, err)
 
 
@@ -488,6 +489,7 @@ def test_no_bytes_of_a_non_safetensors_file_in_messages(base):
             r = subprocess.run([CLI, *cmd, str(hf)], capture_output=True, text=True, timeout=30)
             outs.append(r.stdout + r.stderr)
     text = "\n".join(outs)
+    assert not any(m in text for m in SANITIZER_MARKERS), text
     assert victim.name in text, text  # the message still names the file
     for s in leaked:
         assert s not in text, (s, text)
@@ -518,5 +520,6 @@ def test_no_bytes_of_a_non_pickle_metadata_in_messages(base):
         for cmd in (["ls"], ["dump-metadata"]):
             c = subprocess.run([CLI, *cmd, str(ck)], capture_output=True, text=True, timeout=30)
             text += c.stdout + c.stderr
+    assert not any(m in text for m in SANITIZER_MARKERS), text
     assert ".metadata" in text and "not a pickle" in text, text
     assert "opcode" not in text and "0x50" not in text and "Pa55" not in text, text
