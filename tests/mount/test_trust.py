@@ -57,10 +57,11 @@ if os.geteuid() != 0:
 
 @pytest.fixture(scope="module")
 def users():
-    made = []
+    made, made_group = [], False
     try:
         if subprocess.run(["getent", "group", GROUP], capture_output=True).returncode != 0:
             subprocess.run(["groupadd", GROUP], check=True, capture_output=True)
+            made_group = True
         for u in USERS:
             if subprocess.run(["id", u], capture_output=True).returncode != 0:
                 subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin",
@@ -72,7 +73,8 @@ def users():
     yield {u: (pwd.getpwnam(u).pw_uid, pwd.getpwnam(u).pw_gid) for u in USERS}
     for u in made:
         subprocess.run(["userdel", u], capture_output=True)
-    subprocess.run(["groupdel", GROUP], capture_output=True)
+    if made_group:
+        subprocess.run(["groupdel", GROUP], capture_output=True)
 
 
 def as_user(user: str, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
