@@ -55,6 +55,13 @@ typedef struct ckpt_tree_stat {
     uint32_t nlink; /* 2 + subdirectories for dirs, 1 otherwise */
     uint32_t flags; /* CKPT_TREE_CHANGES */
     struct timespec mtime;
+    /* Who may read it, told truthfully (see "Who can read what" in docs/mount.md): the owner
+     * and group of its source files when they agree, else of the checkpoint directory, and
+     * permission bits (0-0777) that grant read (and, for directories, search) to a class of
+     * users only if every source file (and every directory on the way to it, symlink targets
+     * included) grants it to that class by its mode bits; a file with a POSIX ACL grants
+     * nothing beyond its owner here.  Conservative: never a bit the source would refuse. */
+    uint32_t uid, gid, mode;
 } ckpt_tree_stat;
 
 typedef struct ckpt_tree_options {
@@ -96,6 +103,37 @@ ckpt_status ckpt_tree_readdir(ckpt_tree *t, ckpt_ino dir, uint64_t cookie, ckpt_
 /* Checks that a file can be read before it is opened: a non-tensor value that cannot be
  * decoded (or fails verification) is reported here, since its size shows as 0. */
 ckpt_status ckpt_tree_open_file(ckpt_tree *t, ckpt_ino ino, ckpt_error *err);
+
+/* ---------------------------------------------------------------- who may read what */
+
+/* Calls fn with the full path of every source file that `ino` draws bytes from, each once:
+ * the checkpoint's metadata files (`.metadata`, `__<r>.metadata`, the HuggingFace index) for
+ * everything whose structure comes from them, the shard files holding a tensor's chunks or a
+ * value's bytes, every shard for a `.safetensors` view, the file itself under `.raw`; for a
+ * directory, the checkpoint directory itself and its metadata files.  The paths are as the
+ * checkpoint names them (symlinks not resolved), so that an access check of each path
+ * (faccessat) decides as the kernel would for a direct open.  fn returns false to stop. */
+typedef bool (*ckpt_tree_source_fn)(void *ctx, const char *path);
+ckpt_status ckpt_tree_sources(ckpt_tree *t, ckpt_ino ino, ckpt_tree_source_fn fn, void *ctx,
+                              ckpt_error *err);
+
+/* A caller's credentials: user, primary group, supplementary groups. */
+typedef struct ckpt_tree_cred {
+    uint32_t uid, gid;
+    const uint32_t *groups;
+    size_t ngroups;
+} ckpt_tree_cred;
+
+/* Whether `cred` may read every source of `ino` (ckpt_tree_sources), decided from mode bits
+ * without switching credentials: search permission on every directory of each source's real
+ * path (symlinks resolved), read permission on the file; a file or directory with a POSIX
+ * ACL is granted to its owner only (conservative: ACLs are not evaluated).  uid 0 may read
+ * everything.  CKPT_OK or CKPT_E_ACCESS naming the first file refused. */
+ckpt_status ckpt_tree_may_read(ckpt_tree *t, ckpt_ino ino, const ckpt_tree_cred *cred,
+                               ckpt_error *err);
+
+/* Whether `cred` may read the file at `path` by the rules of ckpt_tree_may_read. */
+bool ckpt_path_may_read(const char *path, const ckpt_tree_cred *cred);
 
 /* A symlink's target (malloc'ed). */
 ckpt_status ckpt_tree_readlink(ckpt_tree *t, ckpt_ino ino, char **target, ckpt_error *err);

@@ -17,7 +17,7 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 
 apt_pkgs=(build-essential meson ninja-build pkg-config libzstd-dev libxxhash-dev
           libfuse3-dev fuse3 libcriterion-dev libopenmpi-dev openmpi-bin
-          clang libclang-rt-14-dev valgrind attr python3 python3-pip)
+          clang libclang-rt-14-dev valgrind attr acl python3 python3-pip)
 missing=()
 for p in "${apt_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -3,6 +3,7 @@
 #include "index/reader_i.h"
 
 #include "util/error.h"
+#include "util/source.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -75,7 +76,7 @@ int ckpt_files_fd(ckpt_reader *r, uint32_t file_id, ckpt_error *err) {
     if (fd < 0) {
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", r->dir, f->name);
-        fd = open(path, O_RDONLY | O_CLOEXEC);
+        fd = ckpt_open_regular(path, NULL); /* never blocks on a FIFO or device */
         if (fd < 0)
             f->open_errno = errno;
         else
@@ -85,7 +86,7 @@ int ckpt_files_fd(ckpt_reader *r, uint32_t file_id, ckpt_error *err) {
     pthread_mutex_unlock(&r->lock);
     if (fd < 0)
         ckpt_fail(err, saved == ENOENT ? CKPT_E_NOTFOUND : CKPT_E_IO, "%s/%s: cannot open: %s",
-                  r->dir, f->name, strerror(saved));
+                  r->dir, f->name, ckpt_open_strerror(saved));
     return fd;
 }
 

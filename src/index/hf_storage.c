@@ -21,6 +21,7 @@
 #include "index/metadata_files.h"
 #include "torchsave/safetensors.h"
 #include "util/error.h"
+#include "util/source.h"
 #include "util/json.h"
 #include "util/strbuf.h"
 
@@ -105,10 +106,10 @@ static ckpt_status slurp(const char *path, uint64_t max, char **text, size_t *le
                          ckpt_error *err) {
     *text = NULL;
     *len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = ckpt_open_regular(path, NULL);
     if (fd < 0)
         return ckpt_fail(err, errno == ENOENT ? CKPT_E_NOTFOUND : CKPT_E_IO, "%s: %s", path,
-                         strerror(errno));
+                         ckpt_open_strerror(errno));
     struct stat st;
     ckpt_status s = CKPT_OK;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
@@ -583,8 +584,8 @@ ckpt_status ckpt_index_add_hf(ckpt_reader *r, ckpt_error *err) {
 static ckpt_status read_header(const char *path, uint64_t max, uint8_t **buf, uint64_t *n,
                                ckpt_error *err) {
     *buf = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ckpt_fail(err, CKPT_E_IO, "%s: %s", path, strerror(errno));
+    int fd = ckpt_open_regular(path, NULL);
+    if (fd < 0) return ckpt_fail(err, CKPT_E_IO, "%s: %s", path, ckpt_open_strerror(errno));
     struct stat st;
     uint8_t head[8];
     ckpt_status s = CKPT_OK;
@@ -598,8 +599,9 @@ static ckpt_status read_header(const char *path, uint64_t max, uint8_t **buf, ui
         s = ckpt_source_read(&src, 0, head, 8, err);
     *n = s == CKPT_OK ? ts_safetensors_len_prefix(head) : 0;
     if (s == CKPT_OK && *n > max)
-        s = ckpt_fail(err, CKPT_E_LIMIT, "%s: safetensors header length %llu exceeds the limit",
-                      path, (unsigned long long)*n);
+        s = ckpt_fail(err, CKPT_E_LIMIT,
+                      "%s: not a safetensors file (its 8-byte header length exceeds the limit)",
+                      path);
     if (s == CKPT_OK && !(*buf = malloc((size_t)*n + 8))) s = nomem(err);
     if (s == CKPT_OK) s = ckpt_source_read(&src, 0, *buf, *n + 8, err);
     close(fd);

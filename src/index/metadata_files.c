@@ -51,6 +51,24 @@ ckpt_status ckpt_metadata_decode_file_watched(const char *path, const ckpt_limit
     CKPT_TRY(ckpt_metadata_stream_open(path, l->max_metadata_bytes, &ms, err));
     const pk_input *in = ckpt_metadata_stream_input(ms);
     if (len) *len = in->len;
+    /* torch pickles its metadata with protocol 2 or later: PROTO (0x80) and the protocol.
+     * Anything else is not a metadata file, and the decoder's messages (opcode bytes,
+     * argument lengths) would echo bytes of it: say so without them. */
+    uint8_t head[2];
+    if (in->len < 2 || in->read(in->ctx, head, 0, 2) != 2 || head[0] != 0x80 || head[1] < 2 ||
+        head[1] > 5) {
+        ckpt_error read_err;
+        ckpt_status rs = ckpt_metadata_stream_finish(ms, &read_err);
+        ckpt_metadata_stream_free(ms);
+        if (rs != CKPT_OK) {
+            if (err) *err = read_err;
+            return rs;
+        }
+        return ckpt_fail(err, CKPT_E_FORMAT,
+                         "%s: not a pickle of protocol 2-5 (as torch writes metadata): not a "
+                         "checkpoint metadata file",
+                         path);
+    }
     pk_limits pl = ckpt_metadata_pk_limits(l, in->len);
     ckpt_status s = pk_decode_watched(in, &pl, watch, doc, err);
     if (s != CKPT_OK) ckpt_error_prefix(err, "%s: ", path);

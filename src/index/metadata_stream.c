@@ -3,6 +3,7 @@
 #include "index/metadata_stream.h"
 
 #include "util/error.h"
+#include "util/source.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -43,12 +44,12 @@ ckpt_status ckpt_metadata_stream_open(const char *path, uint64_t max, ckpt_metad
         free(s);
         return ckpt_fail(err, CKPT_E_NOMEM, "out of memory opening %s", path);
     }
-    s->fd = open(path, O_RDONLY | O_CLOEXEC);
+    s->fd = ckpt_open_regular(path, NULL); /* never blocks on a FIFO or device */
     if (s->fd < 0) {
         int e = errno;
         ckpt_metadata_stream_free(s);
         return ckpt_fail(err, e == ENOENT ? CKPT_E_NOTFOUND : CKPT_E_IO, "%s: cannot open: %s",
-                         path, strerror(e));
+                         path, ckpt_open_strerror(e));
     }
     struct stat st;
     if (fstat(s->fd, &st) < 0 || !S_ISREG(st.st_mode)) {

@@ -15,6 +15,7 @@
 #include "index/reader_i.h"
 #include "manifest/manifest_i.h"
 #include "util/error.h"
+#include "util/source.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -211,10 +212,11 @@ ckpt_status ckpt_manifest_load(const char *dir, ckpt_manifest **out, ckpt_error 
     *out = NULL;
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, CKPT_MANIFEST_FILE);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = ckpt_open_regular(path, NULL);
     if (fd < 0)
         return ckpt_fail(err, errno == ENOENT ? CKPT_E_NOTFOUND : CKPT_E_IO, "%s: %s%s", path,
-                         strerror(errno), errno == ENOENT ? " (ckpt seal creates it)" : "");
+                         ckpt_open_strerror(errno),
+                         errno == ENOENT ? " (ckpt seal creates it)" : "");
     struct stat st;
     if (fstat(fd, &st) != 0 || (uint64_t)st.st_size > MAX_FILE_BYTES) {
         close(fd);

@@ -3,6 +3,7 @@
  * progress reported in bytes. */
 #include "manifest/manifest_i.h"
 #include "util/error.h"
+#include "util/source.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -86,12 +87,13 @@ static void *worker(void *arg) {
             if (fd >= 0) close(fd);
             char path[4096];
             snprintf(path, sizeof path, "%s/%s", p->dir, j->rec->file);
-            fd = open(path, O_RDONLY | O_CLOEXEC);
+            fd = ckpt_open_regular(path, NULL);
             open_name = j->rec->file;
             if (fd >= 0) posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
         }
         if (fd < 0) {
-            j->status = ckpt_fail(&j->err, CKPT_E_IO, "%s: %s", j->rec->file, strerror(errno));
+            j->status =
+                ckpt_fail(&j->err, CKPT_E_IO, "%s: %s", j->rec->file, ckpt_open_strerror(errno));
             open_name = NULL;
             continue;
         }

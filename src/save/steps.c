@@ -3,6 +3,7 @@
 #include "save/save_i.h"
 
 #include "util/error.h"
+#include "util/source.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -82,10 +83,10 @@ ckpt_status ckpt_save_get_latest(const char *parent, char **name, ckpt_error *er
     *name = NULL;
     char *p = save_path_join(parent, LATEST);
     if (!p) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
-    FILE *f = fopen(p, "re");
+    FILE *f = ckpt_fopen_regular(p, false);
     if (!f) {
         ckpt_status s = ckpt_fail(err, errno == ENOENT ? CKPT_E_NOTFOUND : CKPT_E_IO, "%s: %s", p,
-                                  strerror(errno));
+                                  ckpt_open_strerror(errno));
         free(p);
         return s;
     }

@@ -292,16 +292,16 @@ static ckpt_status open_blob(const ckpt_source *src, uint64_t offset, uint64_t m
     if (n > max_header) {
         free(owned);
         return ckpt_fail(err, CKPT_E_LIMIT,
-                         "safetensors at offset %llu: header length %llu exceeds the %llu-byte "
-                         "limit",
-                         (ull)X, (ull)n, (ull)max_header);
+                         "safetensors at offset %llu: not a safetensors file (its 8-byte header "
+                         "length exceeds the %llu-byte limit)",
+                         (ull)X, (ull)max_header);
     }
     if (n > avail - 8) {
         free(owned);
         return ckpt_fail(err, CKPT_E_RANGE,
-                         "safetensors at offset %llu: header of %llu bytes passes the end of the "
-                         "%llu-byte source",
-                         (ull)X, (ull)n, (ull)src->len);
+                         "safetensors at offset %llu: not a safetensors file (its 8-byte header "
+                         "length passes the end of the %llu-byte source)",
+                         (ull)X, (ull)src->len);
     }
     if (owned && 8 + n > have) {
         uint8_t *bigger = realloc(owned, (size_t)(8 + n));

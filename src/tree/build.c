@@ -5,6 +5,7 @@
 #include "index/metadata_files.h"
 #include "tree/tree_i.h"
 #include "util/error.h"
+#include "util/source.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -193,7 +194,7 @@ static ckpt_status list_raw(tree_ckpt *c, const ckpt_tree_options *o, ckpt_error
         /* HuggingFace storage has no metadata pickle; its index, when it has one */
         const char *md = info.hf_storage ? CKPT_HF_INDEX_JSON : ".metadata";
         snprintf(path, sizeof path, "%s/%s", c->dir, md);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        int fd = ckpt_open_regular(path, NULL);
         if (fd < 0 && info.hf_storage && errno == ENOENT) goto data;
         ckpt_status s = add_raw(c, md, fd, -1, o, err);
         if (s != CKPT_OK || (c->nraw && c->raw[c->nraw - 1].fd != fd)) {
@@ -208,7 +209,7 @@ static ckpt_status list_raw(tree_ckpt *c, const ckpt_tree_options *o, ckpt_error
             char name[64];
             snprintf(name, sizeof name, "__%lld.metadata", ranks[i]);
             snprintf(path, sizeof path, "%s/%s", c->dir, name);
-            int fd = open(path, O_RDONLY | O_CLOEXEC);
+            int fd = ckpt_open_regular(path, NULL);
             uint32_t before = c->nraw;
             ckpt_status s = add_raw(c, name, fd, -1, o, err);
             if (c->nraw == before && fd >= 0) close(fd);
@@ -284,6 +285,7 @@ ckpt_status tree_ckpt_build(tree_ckpt *c, const ckpt_tree_options *o, ckpt_error
     if (!c->objects) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
     CKPT_TRY(list_raw(c, o, err));
     CKPT_TRY(list_st(c, err));
+    CKPT_TRY(tree_access_build(c, err));
     if (o && o->verify) {
         ckpt_status ms = ckpt_manifest_load(c->dir, &c->manifest, err);
         if (ms == CKPT_E_NOTFOUND)
@@ -317,6 +319,7 @@ void tree_ckpt_clear(tree_ckpt *c) {
         free(c->st[i].begin);
     }
     free(c->st);
+    free(c->file_cls);
     free(c->nodes);
     free(c->kid_ids);
     free(atomic_load(&c->specs));
@@ -328,6 +331,7 @@ void tree_ckpt_clear(tree_ckpt *c) {
     c->nraw = 0;
     c->st = NULL;
     c->nst = 0;
+    c->file_cls = NULL;
     c->nodes = NULL;
     c->nnodes = 0;
     c->kid_ids = NULL;

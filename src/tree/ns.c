@@ -5,6 +5,7 @@
 #include "index/metadata_files.h"
 #include "tree/tree_i.h"
 #include "util/error.h"
+#include "util/source.h"
 #include "util/strbuf.h"
 
 #include <dirent.h>
@@ -209,7 +210,9 @@ static bool ts_after(struct timespec a, struct timespec b) {
 static bool read_marker(const char *dir, const char *file, char *buf, size_t cap) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, file);
-    FILE *f = fopen(path, "r");
+    /* a FIFO named `latest` must not block a scan; a symlink must not let whoever can write
+     * here steer `latest` by the first line of a file they may not read */
+    FILE *f = ckpt_fopen_regular(path, true);
     if (!f) return false;
     size_t len = fread(buf, 1, cap - 1, f);
     fclose(f);
@@ -441,6 +444,7 @@ ckpt_status ckpt_tree_open(const char *dir, const ckpt_tree_options *opts, ckpt_
     } else {
         t->multi = true;
         t->nslots = 1; /* slot 0: the top level */
+        tree_dir_access(dir, &t->top_uid, &t->top_gid, &t->top_cls);
         s = scan(t, err);
         if (s != CKPT_OK) goto fail;
         if (t->norder == 0) {
@@ -619,8 +623,58 @@ static ckpt_status entry_size(const obj *o, uint64_t *size, ckpt_error *err) {
     return CKPT_OK;
 }
 
+/* The classes (TREE_CLS_*) that may read every source of entry e: its chunks' files. */
+static unsigned entry_cls(const tree_ckpt *c, const ckpt_entry *e) {
+    unsigned cls = c->base_cls;
+    size_t nfiles = ckpt_reader_num_files(c->r);
+    if (e->loc.file_id >= 0 && (size_t)e->loc.file_id < nfiles) cls &= c->file_cls[e->loc.file_id];
+    for (size_t i = 0; cls && i < e->nchunks; i++) {
+        int32_t id = e->chunks[i].loc.file_id;
+        if (id >= 0 && (size_t)id < nfiles) cls &= c->file_cls[id];
+    }
+    return cls;
+}
+
+/* Owner, group and permission bits of o (docs/mount.md "Who can read what"). */
+static void obj_access(const ckpt_tree *t, const obj *o, ckpt_tree_stat *st) {
+    if (!o->c) { /* the top level of a directory of checkpoints, `latest` */
+        st->uid = t->top_uid;
+        st->gid = t->top_gid;
+        st->mode = o->kind == O_LATEST ? 0777 : tree_cls_mode(t->top_cls, true);
+        return;
+    }
+    const tree_ckpt *c = o->c;
+    st->uid = c->own_uid;
+    st->gid = c->own_gid;
+    unsigned cls = c->base_cls;
+    switch (o->kind) {
+    case O_ENTRY: cls = entry_cls(c, o->e); break;
+    case O_RAWFILE: {
+        int32_t id = c->raw[o->node - 1].file_id;
+        if (id >= 0) cls &= c->file_cls[id];
+        break;
+    }
+    case O_STFILE: /* a view over shards: every shard (conservative) */
+        for (size_t i = 0; i < ckpt_reader_num_files(c->r); i++)
+            cls &= c->file_cls[i];
+        break;
+    default: break;
+    }
+    st->mode = tree_cls_mode(cls, st->type == CKPT_NODE_DIR);
+}
+
+static ckpt_status stat_obj_raw(ckpt_tree *t, const obj *o, ckpt_ino ino, ckpt_tree_stat *st,
+                                ckpt_error *err);
+
 static ckpt_status stat_obj(ckpt_tree *t, const obj *o, ckpt_ino ino, ckpt_tree_stat *st,
                             ckpt_error *err) {
+    ckpt_status s = stat_obj_raw(t, o, ino, st, err);
+    if (s == CKPT_OK) obj_access(t, o, st);
+    return s;
+}
+
+static ckpt_status stat_obj_raw(ckpt_tree *t, const obj *o, ckpt_ino ino, ckpt_tree_stat *st,
+                                ckpt_error *err) {
     memset(st, 0, sizeof *st);
     st->ino = ino;
     st->nlink = 1;
@@ -713,6 +767,9 @@ ckpt_status ckpt_tree_getattr(ckpt_tree *t, ckpt_ino ino, ckpt_tree_stat *out, c
                                     .nlink = 2,
                                     .mtime = c->mtime,
                                     .flags = CKPT_TREE_CHANGES};
+            uint8_t cls;
+            tree_dir_access(c->dir, &out->uid, &out->gid, &cls);
+            out->mode = tree_cls_mode(cls, true);
             return CKPT_OK;
         }
     }
@@ -951,6 +1008,80 @@ ckpt_status ckpt_tree_open_file(ckpt_tree *t, ckpt_ino ino, ckpt_error *err) {
         if (!tree_object_text(o.c, o.e, &len, err)) return err ? err->code : CKPT_E_IO;
     }
     return CKPT_OK;
+}
+
+/* ------------------------------------------------------------------ sources */
+
+typedef struct src_walk {
+    ckpt_tree_source_fn fn;
+    void *ctx;
+    bool stopped;
+} src_walk;
+
+static void emit_path(src_walk *w, const char *dir, const char *name) {
+    if (w->stopped) return;
+    char path[8192];
+    if (name)
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+    else
+        snprintf(path, sizeof path, "%s", dir);
+    if (!w->fn(w->ctx, path)) w->stopped = true;
+}
+
+ckpt_status ckpt_tree_sources(ckpt_tree *t, ckpt_ino ino, ckpt_tree_source_fn fn, void *ctx,
+                              ckpt_error *err) {
+    obj o;
+    CKPT_TRY(resolve(t, ino, &o, err));
+    src_walk w = {.fn = fn, .ctx = ctx};
+    if (!o.c) {
+        if (o.kind == O_TOPROOT) emit_path(&w, t->dir, NULL);
+        return CKPT_OK;
+    }
+    tree_ckpt *c = o.c;
+    size_t nfiles = ckpt_reader_num_files(c->r);
+    bool is_dir = o.kind != O_ENTRY && o.kind != O_RAWFILE && o.kind != O_STFILE;
+    if (is_dir) emit_path(&w, c->dir, NULL);
+    int32_t raw_id = o.kind == O_RAWFILE ? c->raw[o.node - 1].file_id : -1;
+    /* a data file under .raw draws from itself only; everything else from the metadata */
+    if (o.kind != O_RAWFILE || raw_id < 0)
+        for (uint32_t i = 0; i < c->nraw; i++)
+            if (c->raw[i].file_id < 0 && (o.kind != O_RAWFILE || i == o.node - 1))
+                emit_path(&w, c->dir, c->raw[i].name);
+    if (raw_id >= 0) emit_path(&w, c->dir, ckpt_reader_file_name(c->r, (uint32_t)raw_id));
+    if (o.kind == O_STFILE) {
+        for (uint32_t i = 0; i < nfiles; i++)
+            emit_path(&w, c->dir, ckpt_reader_file_name(c->r, i));
+    } else if (o.kind == O_ENTRY) {
+        /* each file once, in the order first used (a tensor may have thousands of chunks) */
+        const ckpt_entry *e = o.e;
+        uint8_t *seen = calloc(nfiles ? nfiles : 1, 1);
+        if (!seen) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        for (size_t i = 0; i <= e->nchunks; i++) {
+            int32_t id = i < e->nchunks ? e->chunks[i].loc.file_id : e->loc.file_id;
+            if (id < 0 || (size_t)id >= nfiles || seen[id]) continue;
+            seen[id] = 1;
+            emit_path(&w, c->dir, ckpt_reader_file_name(c->r, (uint32_t)id));
+        }
+        free(seen);
+    }
+    return CKPT_OK;
+}
+
+static bool check_one(void *ctx, const char *path) {
+    void **a = ctx;
+    const ckpt_tree_cred *cred = a[0];
+    if (ckpt_path_may_read(path, cred)) return true;
+    ckpt_fail(a[1], CKPT_E_ACCESS, "%s: uid %u may not read it", path, (unsigned)cred->uid);
+    a[2] = (void *)1;
+    return false;
+}
+
+ckpt_status ckpt_tree_may_read(ckpt_tree *t, ckpt_ino ino, const ckpt_tree_cred *cred,
+                               ckpt_error *err) {
+    ckpt_error local = {0};
+    void *a[3] = {(void *)cred, err ? err : &local, NULL};
+    CKPT_TRY(ckpt_tree_sources(t, ino, check_one, a, err));
+    return a[2] ? CKPT_E_ACCESS : CKPT_OK;
 }
 
 ckpt_status ckpt_tree_readlink(ckpt_tree *t, ckpt_ino ino, char **target, ckpt_error *err) {

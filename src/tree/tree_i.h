@@ -134,6 +134,12 @@ typedef struct tree_ckpt {
     st_file *st;
     uint32_t nst;
     uint64_t tensor_bytes;
+    /* who may read (access.c), computed at build: the owner shown, the classes (TREE_CLS_*)
+     * that may list the checkpoint (search and read its directory, read its metadata) and,
+     * per data file, read that file */
+    uint32_t own_uid, own_gid;
+    uint8_t base_cls;
+    uint8_t *file_cls;
     /* -o verify: the manifest and, per record, 0 unchecked / 1 good / 2 bad */
     ckpt_manifest *manifest;
     _Atomic unsigned char *verified;
@@ -163,7 +169,25 @@ struct ckpt_tree {
     uint32_t *order; /* multi: slots of complete checkpoints in name order */
     uint32_t norder;
     uint32_t latest; /* slot of the newest complete checkpoint, 0 when none */
+    /* multi: the top level's owner and the classes that may list it (access.c), at open */
+    uint32_t top_uid, top_gid;
+    uint8_t top_cls;
 };
+
+/* access.c: classes of users relative to a shown owner and group */
+#define TREE_CLS_OWNER 1u
+#define TREE_CLS_GROUP 2u
+#define TREE_CLS_OTHER 4u
+#define TREE_CLS_ALL 7u
+/* The classes (relative to owner uid, group gid) whose every user may open `path` for `need`
+ * (4 read, 5 read and search) and search every directory on its real path, by mode bits. */
+unsigned tree_path_cls(const char *path, unsigned need, uint32_t uid, uint32_t gid);
+/* Permission bits that grant exactly the classes `cls`: r-- for files, r-x for directories. */
+uint32_t tree_cls_mode(unsigned cls, bool dir);
+/* Fills c->own_uid/own_gid, base_cls and file_cls (after the reader and .raw are built). */
+ckpt_status tree_access_build(tree_ckpt *c, ckpt_error *err);
+/* A directory's owner and the classes that may list it (multi top level, unbuilt steps). */
+void tree_dir_access(const char *dir, uint32_t *uid, uint32_t *gid, uint8_t *cls);
 
 /* build.c */
 ckpt_status tree_ckpt_build(tree_ckpt *c, const ckpt_tree_options *opts, ckpt_error *err);

@@ -16,6 +16,7 @@ const char *ckpt_strerror(ckpt_status code) {
     case CKPT_E_RANGE: return "out of range";
     case CKPT_E_INVAL: return "invalid argument";
     case CKPT_E_CHECKSUM: return "checksum mismatch";
+    case CKPT_E_ACCESS: return "permission denied";
     }
     return "unknown error";
 }

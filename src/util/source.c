@@ -4,6 +4,7 @@
 #include "util/error.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -38,4 +39,43 @@ ckpt_status ckpt_source_read(const ckpt_source *src, uint64_t off, void *buf, ui
         done += (uint64_t)n;
     }
     return CKPT_OK;
+}
+
+static int open_regular(const char *path, int flags, struct stat *st) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC | flags);
+    if (fd < 0) return -1;
+    struct stat own;
+    if (!st) st = &own;
+    int e = 0;
+    if (fstat(fd, st) != 0)
+        e = errno;
+    else if (!S_ISREG(st->st_mode))
+        e = CKPT_ENOTREG;
+    if (e) {
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    return fd;
+}
+
+int ckpt_open_regular(const char *path, struct stat *st) { return open_regular(path, 0, st); }
+
+FILE *ckpt_fopen_regular(const char *path, bool nofollow) {
+    int fd = open_regular(path, nofollow ? O_NOFOLLOW : 0, NULL);
+    if (fd < 0) return NULL;
+    FILE *f = fdopen(fd, "r");
+    if (!f) {
+        int e = errno;
+        close(fd);
+        errno = e;
+    }
+    return f;
+}
+
+const char *ckpt_open_strerror(int e) {
+    return e == CKPT_ENOTREG ? "not a regular file (a FIFO, device, socket or directory)"
+                             : strerror(e);
 }

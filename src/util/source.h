@@ -5,7 +5,11 @@
 
 #include "ckpt.h"
 
+#include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <sys/stat.h>
 
 typedef struct ckpt_source {
     int fd;             /* -1 for memory sources */
@@ -19,5 +23,22 @@ typedef struct ckpt_source {
  * the range leaves the window and CKPT_E_IO on a short read (message names file + offset). */
 ckpt_status ckpt_source_read(const ckpt_source *src, uint64_t off, void *buf, uint64_t len,
                              ckpt_error *err);
+
+/* errno of ckpt_open_regular for a path that names no regular file (a FIFO, a device, a
+ * socket, a directory); ckpt_open_strerror words it. */
+#define CKPT_ENOTREG EMEDIUMTYPE
+
+/* Opens a source file (a shard, metadata, an index, a manifest) read-only without ever
+ * blocking: O_NONBLOCK|O_NOCTTY|O_CLOEXEC, then fstat; anything but a regular file is closed
+ * and refused (-1, errno CKPT_ENOTREG), so a FIFO or a device in place of a checkpoint file
+ * cannot hang the reader.  O_NONBLOCK is cleared again on the regular file.  Returns the
+ * descriptor, or -1 with errno set; *st (if not NULL) receives the file's attributes. */
+int ckpt_open_regular(const char *path, struct stat *st);
+/* fopen(path, "r") through ckpt_open_regular; with `nofollow`, a symlink is refused too
+ * (ELOOP): for small files whose content steers a privileged reader (the `latest` trackers of
+ * a directory of checkpoints), which must not be borrowed from a file elsewhere. */
+FILE *ckpt_fopen_regular(const char *path, bool nofollow);
+/* strerror(e), or "not a regular file" for CKPT_ENOTREG. */
+const char *ckpt_open_strerror(int e);
 
 #endif

@@ -224,9 +224,8 @@ static ckpt_status read_trailer(const ckpt_source *src, unsigned *reads, zip_vie
             CKPT_TRY(get_small(src, reads, tail, z64, ZIP64_EOCD_LEN, tmp, &r, err));
             if (rd32(r) != SIG_Z64_EOCD)
                 return ckpt_fail(err, CKPT_E_FORMAT,
-                                 "zip offset %llu: bad zip64 end of central directory signature "
-                                 "0x%08x",
-                                 (ull)z64, (unsigned)rd32(r));
+                                 "zip offset %llu: bad zip64 end of central directory signature",
+                                 (ull)z64);
             uint64_t rec_size = rd64(r + 4);
             if (rec_size < ZIP64_EOCD_LEN - 12 || rec_size > loc - z64 - 12)
                 return ckpt_fail(err, CKPT_E_FORMAT,
@@ -266,9 +265,8 @@ static ckpt_status parse_cdh(const uint8_t *p, uint64_t avail, uint64_t at, zip_
         return ckpt_fail(err, CKPT_E_FORMAT,
                          "zip offset %llu: central directory ends inside a record header", (ull)at);
     if (rd32(p) != SIG_CDH)
-        return ckpt_fail(err, CKPT_E_FORMAT,
-                         "zip offset %llu: bad central directory signature 0x%08x", (ull)at,
-                         (unsigned)rd32(p));
+        return ckpt_fail(err, CKPT_E_FORMAT, "zip offset %llu: bad central directory signature",
+                         (ull)at);
     uint16_t flags = rd16(p + 8), method = rd16(p + 10);
     uint64_t comp = rd32(p + 20), size = rd32(p + 24);
     uint16_t nlen = rd16(p + 28), xlen = rd16(p + 30), clen = rd16(p + 32);
@@ -352,9 +350,8 @@ static int cmp_by_lho(const void *a, const void *b, void *ctx) {
 /* Records the data start from the local header `h` of e (PyTorch's getRecordOffset). */
 static ckpt_status local_header(zip_entry *e, const uint8_t *h, ckpt_error *err) {
     if (rd32(h) != SIG_LFH)
-        return ckpt_fail(err, CKPT_E_FORMAT,
-                         "zip offset %llu: bad local header signature 0x%08x for '%s'", (ull)e->lho,
-                         (unsigned)rd32(h), e->pub.name);
+        return ckpt_fail(err, CKPT_E_FORMAT, "zip offset %llu: bad local header signature for '%s'",
+                         (ull)e->lho, e->pub.name);
     e->pub.data_offset = e->lho + ZIP_LFH_LEN + rd16(h + 26) + rd16(h + 28);
     return CKPT_OK;
 }

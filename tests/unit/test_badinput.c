@@ -801,6 +801,11 @@ Test(badinput, truncated_metadata_every_offset, .timeout = 240) {
                      err.message);
         cr_expect_null(r, "truncated to %zu bytes: *out not NULL", k);
         if (s == CKPT_OK && r) ckpt_reader_free(r);
+        if (k < 2) { /* not even the PROTO header: refused without running the decoder */
+            if (!strstr(err.message, p) || !strstr(err.message, "not a pickle of protocol 2-5"))
+                cr_expect_fail("truncated to %zu bytes: message \"%s\"", k, err.message);
+            continue;
+        }
         if (!strstr(err.message, p) || !strstr(err.message, "pickle offset") ||
             !strstr(err.message, "truncated")) {
             cr_expect_fail("truncated to %zu bytes: message \"%s\" should name %s, the pickle "

@@ -57,6 +57,16 @@ typedef struct ckptfs {
     atomic_bool readahead_tuned;  /* set by the first open (see readahead.c) */
     _Atomic uint64_t init_unique; /* the kernel's INIT request, while its reply is due */
     atomic_bool direct_io_mmap;   /* INIT asked for shared mmap of direct-I/O files */
+    /* the daemon's own credentials, read at start (access.c): a root daemon checks each open
+     * with the caller's, switching its handling thread's fs credentials and back */
+    uid_t uid;
+    gid_t gid;
+    gid_t *groups;
+    int ngroups;
+    /* callers' supplementary groups, remembered for a second per (pid, uid, gid): reading
+     * them (/proc/<pid>/status) is most of the cost of an open check */
+    pthread_mutex_t groups_lock;
+    struct caller_groups *groups_cache;
 } ckptfs;
 
 extern const struct fuse_lowlevel_ops ckptfs_ops;
@@ -86,6 +96,12 @@ void ckptfs_tune_readahead(ckptfs *fs);
  * of direct-I/O files (FUSE_DIRECT_IO_ALLOW_MMAP) when it offers that; 0 or -errno.  Call
  * after fuse_session_mount, before the loop. */
 int ckptfs_init_ext(struct fuse_session *se);
+/* Reads the daemon's credentials into fs (before the loop); 0 or -1 (out of memory). */
+int ckptfs_access_init(ckptfs *fs);
+/* Whether the caller of req may read every source file of ino (docs/mount.md "Who can read
+ * what"): 0, or EACCES (logged with the file refused when -d) or another errno. */
+int ckptfs_may_open(ckptfs *fs, fuse_req_t req, fuse_ino_t ino);
+
 /* errno for a libckpt status. */
 int ckptfs_errno(ckpt_status s);
 

@@ -257,6 +257,11 @@ int main(int argc, char **argv) {
         goto out;
     }
 
+    if (ckptfs_access_init(&fs) != 0) {
+        fprintf(stderr, "ckptfs: out of memory\n");
+        goto out;
+    }
+
     /* open and check the checkpoint before mounting, so errors reach the terminal */
     ckpt_tree_options topts = {.log = log_to_stderr, .log_ctx = &fs, .verify = fs.cfg.verify};
     ckpt_error err = {0};
@@ -332,6 +337,8 @@ out:
     free(opts.mountpoint);
     free(fs.cfg.source);
     free(fs.cfg.cache_size);
+    free(fs.groups);
+    free(fs.groups_cache);
     fuse_opt_free_args(&args);
     if (fs.use_syslog) closelog();
     return ret;

@@ -64,12 +64,14 @@ static void to_stat(const ckpt_tree_stat *t, struct stat *st) {
     st->st_mtim = t->mtime;
     st->st_ctim = t->mtime;
     st->st_atim = t->mtime;
-    st->st_uid = getuid();
-    st->st_gid = getgid();
+    /* owner, group and bits that tell the truth about who may read the sources (the kernel
+     * enforces them: -o default_permissions) */
+    st->st_uid = t->uid;
+    st->st_gid = t->gid;
     switch (t->type) {
-    case CKPT_NODE_DIR: st->st_mode = S_IFDIR | 0555; break;
+    case CKPT_NODE_DIR: st->st_mode = S_IFDIR | (t->mode & 0555); break;
     case CKPT_NODE_SYMLINK: st->st_mode = S_IFLNK | 0777; break;
-    default: st->st_mode = S_IFREG | 0444; break;
+    default: st->st_mode = S_IFREG | (t->mode & 0444); break;
     }
 }
 
@@ -283,6 +285,12 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
     }
     if (st.type == CKPT_NODE_DIR) {
         fuse_reply_err(req, EISDIR);
+        return;
+    }
+    /* the caller must be allowed to read every source file (access.c) */
+    int denied = ckptfs_may_open(fs, req, ino);
+    if (denied) {
+        fuse_reply_err(req, denied);
         return;
     }
     if (ckpt_tree_open_file(fs->tree, ino, &err) != CKPT_OK) {

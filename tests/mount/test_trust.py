@@ -1,0 +1,527 @@
+"""test_trust.py — who can read what through a mount (issue #22, docs/mount.md "Who can read
+what"), with real FUSE mounts served by a root daemon with `-o allow_other` and reads made
+as non-root users created here (useradd; reads through `setpriv --reuid/--regid
+--init-groups`).
+
+Checked: a step whose shard is a symlink to a root-only file gives its reader EACCES through
+`.raw/` and the tensor files while root still reads it (likewise a HuggingFace `.safetensors`
+file linked to a root-only one), and a symlink to a file the user may read keeps working; a 0700
+checkpoint of 0600 files opens for its owner only and `stat` shows no group/other bits; 0600
+shards under a readable `.metadata` refuse their tensors and values to others; a shard made
+unreadable after mounting is refused at open (the daemon's own check, past the kernel's cached
+modes); a group-readable checkpoint opens for a member (through a supplementary group) and not
+for others; a POSIX ACL denying a user is honoured; a FIFO in place of a shard fails (naming it)
+instead of hanging `ls` and `stat` in the mount, the mount itself, `ckpt cat` and `ckpt export`
+(`ckpt verify` fails, `ckpt ls` lists), and other steps stay readable; an error about a file
+that is not safetensors does not echo its bytes; a symlinked `latest` tracker is not followed; a
+daemon run by a user decides other users from mode bits.
+
+Environment: CKPTFS_BIN, CKPT_BIN (the built tools); CKPT_FIXTURES / CKPT_FIXTURES_DEFAULT.
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_mount import BIN, FIXTURES, SANITIZER_MARKERS, Mount, Ref  # noqa: E402
+
+CLI = os.environ.get("CKPT_BIN")
+USERS = ("ckpttrust_a", "ckpttrust_b")
+GROUP = "ckpttrust_g"
+READER = r"""
+import errno, sys
+for p in sys.argv[1:]:
+    try:
+        with open(p, "rb") as f:
+            f.read(1)
+        print("OK")
+    except OSError as e:
+        print(errno.errorcode.get(e.errno, str(e.errno)))
+"""
+
+if os.geteuid() != 0:
+    pytest.skip("needs root (creates users, mounts with allow_other)", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def users():
+    made, made_group = [], False
+    try:
+        if subprocess.run(["getent", "group", GROUP], capture_output=True).returncode != 0:
+            subprocess.run(["groupadd", GROUP], check=True, capture_output=True)
+            made_group = True
+        for u in USERS:
+            if subprocess.run(["id", u], capture_output=True).returncode != 0:
+                subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin",
+                                u], check=True, capture_output=True)
+                made.append(u)
+        subprocess.run(["usermod", "-aG", GROUP, USERS[1]], check=True, capture_output=True)
+    except (OSError, subprocess.CalledProcessError) as e:
+        pytest.skip(f"cannot create test users on this machine: {e}")
+    yield {u: (pwd.getpwnam(u).pw_uid, pwd.getpwnam(u).pw_gid) for u in USERS}
+    for u in made:
+        subprocess.run(["userdel", u], capture_output=True)
+    if made_group:
+        subprocess.run(["groupdel", GROUP], capture_output=True)
+
+
+def as_user(user: str, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    uid, gid = pwd.getpwnam(user).pw_uid, pwd.getpwnam(user).pw_gid
+    return subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={gid}", "--init-groups",
+                           *argv], capture_output=True, text=True, timeout=timeout,
+                          env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                               "PYTHONDONTWRITEBYTECODE": "1"})
+
+
+def reads(user: str, *paths) -> list[str]:
+    """For each path: "OK" if `user` can open and read it, else the errno name."""
+    r = as_user(user, sys.executable, "-c", READER, *map(str, paths))
+    assert r.returncode == 0, r.stderr
+    return r.stdout.split()
+
+
+@pytest.fixture
+def base():
+    """A scratch directory every user may search (pytest's tmp_path is root-only)."""
+    d = Path(tempfile.mkdtemp(prefix="ckpt-trust-", dir="/tmp"))
+    os.chmod(d, 0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def chown_tree(p: Path, uid: int, gid: int, dmode: int | None = None, fmode: int | None = None):
+    for root, dirs, files in os.walk(p):
+        os.chown(root, uid, gid)
+        if dmode is not None:
+            os.chmod(root, dmode)
+        for f in files:
+            os.chown(os.path.join(root, f), uid, gid, follow_symlinks=False)
+            if fmode is not None:
+                os.chmod(os.path.join(root, f), fmode)
+
+
+# ------------------------------------------------------------------ symlinks
+
+
+def test_symlink_to_root_only_file(users, base):
+    """Issue #22 item 1: a user who can make a step in a mounted directory of steps links a
+    shard to a root-only file; reading it through the mount must be refused to that user."""
+    uid, gid = users[USERS[0]]
+    secret = base / "secret"
+    secret.mkdir(mode=0o700)
+    shutil.copy(FIXTURES / "fsdp2_ws2" / "ckpt" / "__0_0.distcp", secret / "__0_0.distcp")
+    os.chmod(secret / "__0_0.distcp", 0o600)
+    blobs = base / "blobs"  # a hub-style blob store the user owns: links there must work
+    blobs.mkdir()
+    shutil.copy(FIXTURES / "fsdp2_ws1" / "ckpt" / "__0_0.distcp", blobs / "blob0")
+    run = base / "run"
+    run.mkdir()
+    good = run / "step-100"
+    shutil.copytree(FIXTURES / "fsdp2_ws1" / "ckpt", good)
+    (good / "__0_0.distcp").unlink()
+    (good / "__0_0.distcp").symlink_to(blobs / "blob0")
+    evil = run / "step-200"
+    evil.mkdir()
+    shutil.copy(FIXTURES / "fsdp2_ws2" / "ckpt" / ".metadata", evil / ".metadata")
+    shutil.copy(FIXTURES / "fsdp2_ws2" / "ckpt" / "__1_0.distcp", evil / "__1_0.distcp")
+    (evil / "__0_0.distcp").symlink_to(secret / "__0_0.distcp")
+    chown_tree(blobs, uid, gid)
+    chown_tree(good, uid, gid)
+    chown_tree(evil, uid, gid)
+    ref = Ref(FIXTURES / "fsdp2_ws2")
+    m = Mount(run, "allow_other")
+    try:
+        assert os.readlink(m.dir / "latest") == "step-200"
+        raw = m.dir / "latest" / ".raw" / "__0_0.distcp"
+        tensors = [m.dir / "latest" / p for p in sorted(ref.tensors)]
+        got = reads(USERS[0], raw, *tensors, m.dir / "latest" / ".safetensors" / "@all.safetensors")
+        assert got[0] == "EACCES", got
+        assert got[-1] == "EACCES", got
+        # every tensor with a chunk in the linked shard is refused (fsdp2_ws2: rank 0 holds
+        # the first half of every sharded tensor)
+        refused = [p for p, g in zip(tensors, got[1:-1]) if g == "EACCES"]
+        assert refused and all(g in ("OK", "EACCES") for g in got[1:-1]), got
+        # the shown modes say so: no read bit for anyone but root on the raw file
+        assert raw.stat().st_mode & 0o444 == 0, oct(raw.stat().st_mode)
+        # root still reads it all, byte for byte
+        assert raw.read_bytes() == (secret / "__0_0.distcp").read_bytes()
+        for p, v in ref.tensors.items():
+            assert (m.dir / "latest" / p).read_bytes() == v[2], p
+        # a link to a file the user may read keeps working, for everyone
+        ref1 = Ref(FIXTURES / "fsdp2_ws1")
+        ok = [m.dir / "step-100" / p for p in sorted(ref1.tensors)]
+        ok.append(m.dir / "step-100" / ".raw" / "__0_0.distcp")
+        assert set(reads(USERS[0], *ok)) == {"OK"}
+        assert set(reads(USERS[1], *ok)) == {"OK"}
+    finally:
+        m.close()
+
+
+def test_symlinked_safetensors_to_root_only_file(users, base):
+    """The same with HuggingFace storage: a `.safetensors` file linked to a root-only one."""
+    uid, gid = users[USERS[0]]
+    secret = base / "secret"
+    secret.mkdir(mode=0o700)
+    hf = base / "hf"
+    shutil.copytree(FIXTURES / "hf_sharded" / "ckpt", hf)
+    shards = sorted(hf.glob("*.safetensors"))
+    victim = shards[0]
+    shutil.move(victim, secret / victim.name)
+    os.chmod(secret / victim.name, 0o600)
+    victim.symlink_to(secret / victim.name)
+    chown_tree(hf, uid, gid)
+    ref = Ref(FIXTURES / "hf_sharded")
+    m = Mount(hf, "allow_other")
+    try:
+        tensors = [m.dir / p for p in sorted(ref.tensors)]
+        got = reads(USERS[0], m.dir / ".raw" / victim.name, m.dir / ".raw" / shards[1].name,
+                    *tensors)
+        assert got[:2] == ["EACCES", "OK"], got
+        assert "EACCES" in got[2:] and "OK" in got[2:], got  # the victim's tensors only
+        for p, v in ref.tensors.items():  # root reads everything
+            assert (m.dir / p).read_bytes() == v[2], p
+    finally:
+        m.close()
+
+
+def test_latest_tracker_symlink_is_not_followed(base):
+    """`latest` must not tell the first line of a file elsewhere (a root-only one, say) to
+    whoever may write a tracker into a directory of steps: a symlinked tracker is ignored."""
+    secret = base / "secret"
+    secret.mkdir(mode=0o700)
+    (secret / "note").write_text("step-100\n")
+    run = base / "run"
+    run.mkdir()
+    shutil.copytree(FIXTURES / "fsdp2_ws1" / "ckpt", run / "step-100")
+    shutil.copytree(FIXTURES / "fsdp2_ws1" / "ckpt", run / "step-200")
+    (run / "latest").symlink_to(secret / "note")
+    m = Mount(run)
+    try:
+        assert os.readlink(m.dir / "latest") == "step-200"  # the highest step, as without it
+    finally:
+        m.close()
+
+
+# ------------------------------------------------------------------ source permissions
+
+
+def test_private_checkpoint(users, base):
+    """Issue #22 item 2: a 0700 checkpoint of 0600 files is its owner's only."""
+    uid, gid = users[USERS[0]]
+    ck = base / "ck"
+    shutil.copytree(FIXTURES / "fsdp2_ws2" / "ckpt", ck)
+    chown_tree(ck, uid, gid, dmode=0o700, fmode=0o600)
+    ref = Ref(FIXTURES / "fsdp2_ws2")
+    m = Mount(ck, "allow_other")
+    try:
+        files = [m.dir / p for p in sorted(ref.tensors)] + [m.dir / p for p in sorted(ref.objects)]
+        files += [m.dir / ".npy" / (p + ".npy") for p in sorted(ref.tensors)]
+        files += [m.dir / ".raw" / ".metadata", m.dir / ".raw" / "__0_0.distcp",
+                  m.dir / ".safetensors" / "@all.safetensors",
+                  m.dir / ".layout" / "dim0-of-2" / "1" / sorted(ref.tensors)[0]]
+        assert set(reads(USERS[1], *files)) == {"EACCES"}
+        assert set(reads(USERS[0], *files)) == {"OK"}
+        # modes that tell the truth: the owner's, no group or other bits anywhere
+        for root, dirs, fs in os.walk(m.dir):
+            for n in dirs + fs:
+                st = os.lstat(os.path.join(root, n))
+                assert st.st_uid == uid and st.st_gid == gid, (root, n)
+                assert st.st_mode & 0o077 == 0, (root, n, oct(st.st_mode))
+        assert os.stat(m.dir).st_mode & 0o777 == 0o500
+        assert os.stat(m.dir / sorted(ref.tensors)[0]).st_mode & 0o777 == 0o400
+    finally:
+        m.close()
+
+
+def test_private_shards_public_metadata(users, base):
+    """0600 shards beside a 0644 .metadata: others may list, not read tensors or values."""
+    uid, gid = users[USERS[0]]
+    ck = base / "ck"
+    shutil.copytree(FIXTURES / "fsdp2_ws2" / "ckpt", ck)
+    chown_tree(ck, uid, gid, dmode=0o755, fmode=0o600)
+    os.chmod(ck / ".metadata", 0o644)
+    ref = Ref(FIXTURES / "fsdp2_ws2")
+    m = Mount(ck, "allow_other")
+    try:
+        data = [m.dir / p for p in sorted(ref.tensors)]
+        data += [m.dir / p for p in sorted(ref.objects)]  # values are stored in the shards
+        assert set(reads(USERS[1], *data)) == {"EACCES"}
+        assert reads(USERS[1], m.dir / ".raw" / ".metadata") == ["OK"]
+        assert set(reads(USERS[0], *data)) == {"OK"}
+        st = os.stat(data[0])
+        assert st.st_mode & 0o777 == 0o400 and st.st_uid == uid
+        assert os.stat(m.dir / ".raw" / ".metadata").st_mode & 0o777 == 0o444
+    finally:
+        m.close()
+
+
+def test_group_readable_checkpoint(users, base):
+    """0750/0640 with a group: a member through a supplementary group reads (the daemon
+    checks with the caller's groups), a stranger does not, and modes show the group class."""
+    uid, _ = users[USERS[0]]
+    gid = grp.getgrnam(GROUP).gr_gid
+    ck = base / "ck"
+    shutil.copytree(FIXTURES / "fsdp2_ws2" / "ckpt", ck)
+    chown_tree(ck, uid, gid, dmode=0o750, fmode=0o640)
+    ref = Ref(FIXTURES / "fsdp2_ws2")
+    m = Mount(ck, "allow_other")
+    try:
+        files = [m.dir / p for p in sorted(ref.tensors)[:5]] + [m.dir / ".raw" / ".metadata"]
+        assert set(reads(USERS[1], *files)) == {"OK"}  # in GROUP as a supplementary group
+        assert set(reads("nobody", *files)) == {"EACCES"}
+        st = os.stat(files[0])
+        assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (uid, gid, 0o440)
+        assert os.stat(m.dir / "model").st_mode & 0o777 == 0o550
+    finally:
+        m.close()
+
+
+def test_refused_after_chmod(users, base):
+    """The open check asks at each open: a shard made private after mounting is refused
+    although the kernel still holds the modes it had (0444) when it was listed."""
+    ck = base / "ck"
+    shutil.copytree(FIXTURES / "fsdp2_ws1" / "ckpt", ck)
+    ref = Ref(FIXTURES / "fsdp2_ws1")
+    m = Mount(ck, "allow_other")
+    try:
+        f = m.dir / sorted(ref.tensors)[0]
+        assert os.stat(f).st_mode & 0o444 == 0o444
+        assert reads(USERS[1], f) == ["OK"]
+        os.chmod(ck / "__0_0.distcp", 0o600)
+        assert reads(USERS[1], f) == ["EACCES"]
+        assert f.read_bytes() == ref.tensors[sorted(ref.tensors)[0]][2]  # root still reads
+    finally:
+        m.close()
+
+
+def user_allow_other() -> bool:
+    try:
+        lines = Path("/etc/fuse.conf").read_text().splitlines()
+    except OSError:
+        return False
+    return any(line.strip() == "user_allow_other" for line in lines)
+
+
+def test_user_daemon(users, base):
+    """A daemon run by a user with allow_other: that user and root read everything, another
+    user is decided from mode bits at each open (here after a chmod the kernel has not seen:
+    ckpt_tree_may_read in the daemon, not the kernel's check of the shown modes)."""
+    if not user_allow_other():
+        pytest.skip("/etc/fuse.conf lacks user_allow_other (needed for a user's allow_other)")
+    if os.stat("/dev/fuse").st_mode & 0o006 != 0o006:
+        pytest.skip("/dev/fuse is not open to other users: no unprivileged mounts here")
+    uid, gid = users[USERS[0]]
+    ck = base / "ck"
+    shutil.copytree(FIXTURES / "fsdp2_ws1" / "ckpt", ck)
+    chown_tree(ck, uid, gid, dmode=0o755, fmode=0o644)
+    mnt = base / "mnt"
+    mnt.mkdir()
+    os.chown(mnt, uid, gid)
+    ref = Ref(FIXTURES / "fsdp2_ws1")
+    log = tempfile.TemporaryFile()
+    proc = subprocess.Popen(["setpriv", f"--reuid={uid}", f"--regid={gid}", "--init-groups",
+                             BIN, "-f", "-o", "allow_other", str(ck), str(mnt)], stderr=log)
+    try:
+        deadline = time.time() + 30
+        while not os.path.ismount(mnt):
+            assert proc.poll() is None and time.time() < deadline, "no mount"
+            time.sleep(0.05)
+        f = mnt / sorted(ref.tensors)[0]
+        assert os.stat(f).st_uid == uid
+        assert reads(USERS[1], f) == ["OK"]
+        os.chmod(ck / "__0_0.distcp", 0o600)
+        assert reads(USERS[1], f) == ["EACCES"]
+        assert reads(USERS[0], f) == ["OK"]
+        assert f.read_bytes() == ref.tensors[sorted(ref.tensors)[0]][2]  # root
+    finally:
+        subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True)
+        proc.wait(timeout=60)
+        log.seek(0)
+        text = log.read().decode(errors="replace")
+        assert "Sanitizer" not in text and "runtime error:" not in text, text
+
+
+def test_acl_denies_user(users, base):
+    """An ACL entry refusing one user is honoured, whether present at mount (shown modes:
+    owner only) or set afterwards (the daemon's faccessat as the caller evaluates it)."""
+    if not shutil.which("setfacl"):
+        pytest.skip("setfacl not installed (package acl)")
+    uid, gid = users[USERS[0]]
+    ref = Ref(FIXTURES / "fsdp2_ws1")
+    for when in ("before", "after"):
+        ck = base / when
+        shutil.copytree(FIXTURES / "fsdp2_ws1" / "ckpt", ck)
+        chown_tree(ck, uid, gid, dmode=0o755, fmode=0o644)
+        deny = ["setfacl", "-m", f"u:{USERS[1]}:---", str(ck / "__0_0.distcp")]
+        if when == "before":
+            r = subprocess.run(deny, capture_output=True, text=True)
+            if r.returncode != 0:
+                pytest.skip(f"this file system takes no ACLs: {r.stderr.strip()}")
+        m = Mount(ck, "allow_other")
+        try:
+            f = m.dir / sorted(ref.tensors)[0]
+            if when == "after":
+                assert reads(USERS[1], f) == ["OK"]
+                subprocess.run(deny, check=True)
+            assert reads(USERS[1], f) == ["EACCES"], when
+            assert reads(USERS[0], f) == ["OK"], when  # the owner; the ACL names USERS[1]
+            assert f.read_bytes() == ref.tensors[sorted(ref.tensors)[0]][2]
+        finally:
+            m.close()
+
+
+# ------------------------------------------------------------------ FIFOs
+
+
+def unblock(fifo: Path) -> None:
+    """Releases a reader stuck opening fifo (an unfixed daemon), so cleanup can unmount."""
+    try:
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError:
+        pass
+
+
+def run_or_unblock(argv, fifo: Path, timeout: float = 20) -> subprocess.CompletedProcess:
+    """Runs argv; if it hangs (an unfixed build), releases the FIFO so that it can end, and
+    fails.  (subprocess.run would wait forever for a child stuck in the kernel.)"""
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        unblock(fifo)
+        p.kill()
+        p.communicate()
+        pytest.fail(f"{' '.join(map(str, argv))} hangs on a FIFO shard")
+    assert not any(m in err for m in SANITIZER_MARKERS), err
+    return subprocess.CompletedProcess(argv, p.returncode, out, err)
+
+
+def test_fifo_shard_does_not_hang(base):
+    run = base / "run"
+    run.mkdir()
+    shutil.copytree(FIXTURES / "fsdp2_ws1" / "ckpt", run / "step-100")
+    bad = run / "step-200"
+    shutil.copytree(FIXTURES / "fsdp2_ws2" / "ckpt", bad)
+    (bad / "__1_0.distcp").unlink()
+    os.mkfifo(bad / "__1_0.distcp")
+    m = Mount(run)
+    try:
+        for argv in (["ls", str(m.dir / "step-200")], ["stat", str(m.dir / "step-200" / "model")]):
+            r = run_or_unblock(argv, bad / "__1_0.distcp")
+            assert r.returncode != 0, r.stdout
+        assert "__1_0.distcp" in m.log() and "not a regular file" in m.log(), m.log()
+        ref1 = Ref(FIXTURES / "fsdp2_ws1")
+        for p, v in ref1.tensors.items():
+            assert (m.dir / "step-100" / p).read_bytes() == v[2], p
+    finally:
+        unblock(bad / "__1_0.distcp")
+        m.close()
+    # a single checkpoint with a FIFO shard: refused at mount, naming the file
+    mnt = Path(tempfile.mkdtemp(prefix="ckptfs-mnt-"))
+    try:
+        r = run_or_unblock([BIN, "-f", str(bad), str(mnt)], bad / "__1_0.distcp", 30)
+    finally:
+        if os.path.ismount(mnt):
+            subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True)
+        os.rmdir(mnt)
+    assert r.returncode != 0 and "__1_0.distcp" in r.stderr, r.stderr
+
+
+@pytest.mark.skipif(not CLI, reason="CKPT_BIN is not set")
+@pytest.mark.parametrize("cmd", ["cat", "export", "verify", "ls"])
+def test_fifo_shard_cli(base, cmd):
+    """The CLI opens shards without blocking too: commands that read a FIFO shard fail
+    naming it (cat and export hung before), and ls (metadata only) still lists."""
+    bad = base / "ck"
+    shutil.copytree(FIXTURES / "fsdp2_ws2" / "ckpt", bad)
+    (bad / "__1_0.distcp").unlink()
+    os.mkfifo(bad / "__1_0.distcp")
+    argv = {"cat": [CLI, "cat", str(bad), "model.output.weight"],
+            "export": [CLI, "export", str(bad), str(base / "out.safetensors")],
+            "verify": [CLI, "verify", str(bad)], "ls": [CLI, "ls", str(bad)]}[cmd]
+    r = run_or_unblock(argv, bad / "__1_0.distcp")
+    if cmd == "ls":
+        assert r.returncode == 0 and "model" in r.stdout, r.stderr
+    else:
+        assert r.returncode != 0, r.stdout
+        assert "__1_0.distcp" in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+# ------------------------------------------------------------------ messages
+
+
+def test_no_bytes_of_a_non_safetensors_file_in_messages(base):
+    secret = base / "secret"
+    secret.mkdir(mode=0o700)
+    payload = b"Pa55w0rd" + b"-top-secret-" * 8
+    (secret / "key").write_bytes(payload)
+    os.chmod(secret / "key", 0o600)
+    hf = base / "hf"
+    shutil.copytree(FIXTURES / "hf_sharded" / "ckpt", hf)
+    victim = sorted(hf.glob("*.safetensors"))[0]
+    victim.unlink()
+    victim.symlink_to(secret / "key")
+    leaked = [str(struct.unpack("<Q", payload[:8])[0]), hex(struct.unpack("<Q", payload[:8])[0]),
+              "Pa55w0rd", payload[:8].hex()]
+    outs = []
+    mnt = Path(tempfile.mkdtemp(prefix="ckptfs-mnt-"))
+    try:
+        r = subprocess.run([BIN, "-f", str(hf), str(mnt)], capture_output=True, text=True,
+                           timeout=30)
+        outs.append(r.stderr)
+        assert r.returncode != 0
+    finally:
+        if os.path.ismount(mnt):
+            subprocess.run(["fusermount3", "-u", str(mnt)])
+        os.rmdir(mnt)
+    if CLI:
+        for cmd in (["ls"], ["info"], ["verify"]):
+            r = subprocess.run([CLI, *cmd, str(hf)], capture_output=True, text=True, timeout=30)
+            outs.append(r.stdout + r.stderr)
+    text = "\n".join(outs)
+    assert not any(m in text for m in SANITIZER_MARKERS), text
+    assert victim.name in text, text  # the message still names the file
+    for s in leaked:
+        assert s not in text, (s, text)
+
+
+def test_no_bytes_of_a_non_pickle_metadata_in_messages(base):
+    """The same for a `.metadata` that is no pickle: the decoder's messages (opcode bytes,
+    argument lengths read from the file) are not reached."""
+    secret = base / "secret"
+    secret.mkdir(mode=0o700)
+    payload = b"Pa55w0rd" + b"-top-secret-" * 8
+    (secret / "key").write_bytes(payload)
+    ck = base / "ck"
+    shutil.copytree(FIXTURES / "fsdp2_ws1" / "ckpt", ck)
+    (ck / ".metadata").unlink()
+    (ck / ".metadata").symlink_to(secret / "key")
+    mnt = Path(tempfile.mkdtemp(prefix="ckptfs-mnt-"))
+    try:
+        r = subprocess.run([BIN, "-f", str(ck), str(mnt)], capture_output=True, text=True,
+                           timeout=30)
+        assert r.returncode != 0
+    finally:
+        if os.path.ismount(mnt):
+            subprocess.run(["fusermount3", "-u", str(mnt)])
+        os.rmdir(mnt)
+    text = r.stderr
+    if CLI:
+        for cmd in (["ls"], ["dump-metadata"]):
+            c = subprocess.run([CLI, *cmd, str(ck)], capture_output=True, text=True, timeout=30)
+            text += c.stdout + c.stderr
+    assert not any(m in text for m in SANITIZER_MARKERS), text
+    assert ".metadata" in text and "not a pickle" in text, text
+    assert "opcode" not in text and "0x50" not in text and "Pa55" not in text, text

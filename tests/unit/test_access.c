@@ -1,0 +1,200 @@
+/* test_access.c — who may read what (docs/mount.md "Who can read what"), without a mount:
+ * ckpt_open_regular refuses FIFOs at once; ckpt_path_may_read decides from mode bits along
+ * the real path (groups, search bits, symlink targets); the tree names each object's source
+ * files (ckpt_tree_sources), shows owners and modes that never grant a class of users more
+ * than the sources do, and ckpt_tree_may_read refuses a stranger naming the file. */
+#include <criterion/criterion.h>
+
+#include "ckpt_tree.h"
+#include "fixture_copy.h"
+#include "util/source.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static void need_root(void) {
+    if (geteuid() != 0) cr_skip_test("needs root (files owned by other users)");
+}
+
+static void write_file(const char *path, mode_t mode) {
+    FILE *f = fopen(path, "w");
+    cr_assert(f, "%s: %s", path, strerror(errno));
+    fputs("hello", f);
+    fclose(f);
+    cr_assert_eq(chmod(path, mode), 0);
+}
+
+Test(access, open_regular_refuses_fifo_without_blocking) {
+    char dir[] = "/tmp/ckpt-acc-XXXXXX", path[256];
+    cr_assert(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/fifo", dir);
+    cr_assert_eq(mkfifo(path, 0600), 0);
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    errno = 0;
+    cr_assert_eq(ckpt_open_regular(path, NULL), -1);
+    cr_assert_eq(errno, CKPT_ENOTREG);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    cr_assert_lt(b.tv_sec - a.tv_sec, 2, "blocked on a FIFO");
+    cr_assert(strstr(ckpt_open_strerror(CKPT_ENOTREG), "not a regular file"));
+    cr_assert_null(ckpt_fopen_regular(path, false));
+    cr_assert_eq(ckpt_open_regular(dir, NULL), -1, "a directory is no source");
+    cr_assert_eq(errno, CKPT_ENOTREG);
+    unlink(path);
+    cr_assert_eq(ckpt_open_regular(path, NULL), -1);
+    cr_assert_eq(errno, ENOENT);
+    write_file(path, 0644);
+    struct stat st;
+    int fd = ckpt_open_regular(path, &st);
+    cr_assert_geq(fd, 0);
+    cr_assert(S_ISREG(st.st_mode));
+    cr_assert_eq(fcntl(fd, F_GETFL) & O_NONBLOCK, 0, "O_NONBLOCK is cleared again");
+    close(fd);
+    char link[300];
+    snprintf(link, sizeof link, "%s/link", dir);
+    cr_assert_eq(symlink(path, link), 0);
+    FILE *f = ckpt_fopen_regular(link, false);
+    cr_assert_not_null(f);
+    fclose(f);
+    cr_assert_null(ckpt_fopen_regular(link, true), "nofollow refuses a symlink");
+    cr_assert_eq(errno, ELOOP);
+    unlink(link);
+    unlink(path);
+    rmdir(dir);
+}
+
+Test(access, path_may_read_by_mode_bits) {
+    need_root();
+    char dir[] = "/tmp/ckpt-acc-XXXXXX", f[256], priv[256], hidden[256], link[256];
+    cr_assert(mkdtemp(dir));
+    cr_assert_eq(chmod(dir, 0755), 0);
+    snprintf(f, sizeof f, "%s/f", dir);
+    write_file(f, 0640);
+    cr_assert_eq(chown(f, 1234, 5678), 0);
+    uint32_t other_groups[] = {77, 5678};
+    ckpt_tree_cred owner = {.uid = 1234, .gid = 1}, member = {.uid = 999, .gid = 5678},
+                   supp = {.uid = 999, .gid = 1, .groups = other_groups, .ngroups = 2},
+                   stranger = {.uid = 999, .gid = 1}, root = {0};
+    cr_assert(ckpt_path_may_read(f, &owner));
+    cr_assert(ckpt_path_may_read(f, &member));
+    cr_assert(ckpt_path_may_read(f, &supp));
+    cr_assert_not(ckpt_path_may_read(f, &stranger));
+    cr_assert(ckpt_path_may_read(f, &root));
+    /* a readable file in a directory the caller may not search, reached through a link */
+    snprintf(priv, sizeof priv, "%s/priv", dir);
+    cr_assert_eq(mkdir(priv, 0700), 0);
+    snprintf(hidden, sizeof hidden, "%s/priv/h", dir);
+    write_file(hidden, 0644);
+    snprintf(link, sizeof link, "%s/link", dir);
+    cr_assert_eq(symlink(hidden, link), 0);
+    cr_assert_not(ckpt_path_may_read(link, &stranger));
+    cr_assert(ckpt_path_may_read(link, &root));
+    cr_assert_eq(chown(priv, 999, 1), 0);
+    cr_assert(ckpt_path_may_read(link, &stranger), "its owner may search it");
+    unlink(link);
+    unlink(hidden);
+    rmdir(priv);
+    unlink(f);
+    rmdir(dir);
+}
+
+typedef struct names {
+    char list[16][512];
+    int n;
+} names;
+
+static bool collect(void *ctx, const char *path) {
+    names *s = ctx;
+    cr_assert_lt(s->n, 16);
+    snprintf(s->list[s->n++], sizeof s->list[0], "%s", path);
+    return true;
+}
+
+static bool has_suffix(const names *s, const char *suffix) {
+    for (int i = 0; i < s->n; i++) {
+        size_t a = strlen(s->list[i]), b = strlen(suffix);
+        if (a >= b && strcmp(s->list[i] + a - b, suffix) == 0) return true;
+    }
+    return false;
+}
+
+static ckpt_ino lookup(ckpt_tree *t, ckpt_ino at, const char *path, ckpt_tree_stat *st) {
+    char *copy = strdup(path), *save = NULL;
+    for (char *el = strtok_r(copy, "/", &save); el; el = strtok_r(NULL, "/", &save)) {
+        ckpt_error err = {0};
+        cr_assert_eq(ckpt_tree_lookup(t, at, el, st, &err), CKPT_OK, "%s: %s", path, err.message);
+        at = st->ino;
+    }
+    free(copy);
+    return at;
+}
+
+Test(access, tree_sources_modes_and_may_read) {
+    need_root();
+    fx_copy c;
+    fx_copy_make(&c, "fsdp2_ws2");
+    cr_assert_eq(chmod(c.root, 0755), 0);
+    const char *files[] = {".metadata", "__0_0.distcp", "__1_0.distcp"};
+    for (size_t i = 0; i < 3; i++) {
+        char p[512];
+        fx_copy_path(&c, files[i], p, sizeof p);
+        cr_assert_eq(chown(p, 4242, 4343), 0);
+        cr_assert_eq(chmod(p, i == 0 ? 0644 : 0600), 0);
+    }
+    cr_assert_eq(chown(c.dir, 4242, 4343), 0);
+    ckpt_tree *t = NULL;
+    ckpt_error err = {0};
+    cr_assert_eq(ckpt_tree_open(c.dir, NULL, &t, &err), CKPT_OK, "%s", err.message);
+
+    ckpt_tree_stat st;
+    cr_assert_eq(ckpt_tree_getattr(t, CKPT_TREE_ROOT, &st, &err), CKPT_OK);
+    cr_assert_eq(st.uid, 4242);
+    cr_assert_eq(st.gid, 4343);
+    cr_assert_eq(st.mode, 0555, "listing needs the directory and .metadata: %o", st.mode);
+    ckpt_ino w = lookup(t, CKPT_TREE_ROOT, "model/output.weight", &st);
+    cr_assert_eq(st.mode, 0400, "%o", st.mode);
+    ckpt_ino md = lookup(t, CKPT_TREE_ROOT, ".raw/.metadata", &st);
+    cr_assert_eq(st.mode, 0444, "%o", st.mode);
+    ckpt_ino raw0 = lookup(t, CKPT_TREE_ROOT, ".raw/__0_0.distcp", &st);
+    cr_assert_eq(st.mode, 0400, "%o", st.mode);
+    ckpt_ino all = lookup(t, CKPT_TREE_ROOT, ".safetensors/@all.safetensors", &st);
+    cr_assert_eq(st.mode, 0400, "%o", st.mode);
+
+    names s = {0};
+    cr_assert_eq(ckpt_tree_sources(t, w, collect, &s, &err), CKPT_OK);
+    cr_assert(has_suffix(&s, "/.metadata"));
+    cr_assert(has_suffix(&s, "_0.distcp"));
+    for (int i = 0; i < s.n; i++)
+        for (int j = 0; j < i; j++)
+            cr_assert_str_neq(s.list[i], s.list[j], "each source once");
+    memset(&s, 0, sizeof s);
+    cr_assert_eq(ckpt_tree_sources(t, raw0, collect, &s, &err), CKPT_OK);
+    cr_assert_eq(s.n, 1);
+    cr_assert(has_suffix(&s, "/__0_0.distcp"));
+    memset(&s, 0, sizeof s);
+    cr_assert_eq(ckpt_tree_sources(t, all, collect, &s, &err), CKPT_OK);
+    cr_assert_eq(s.n, 3, "the metadata and both shards");
+
+    ckpt_tree_cred owner = {.uid = 4242, .gid = 4343}, stranger = {.uid = 5151, .gid = 5151};
+    cr_assert_eq(ckpt_tree_may_read(t, w, &owner, &err), CKPT_OK, "%s", err.message);
+    cr_assert_eq(ckpt_tree_may_read(t, md, &stranger, &err), CKPT_OK, "%s", err.message);
+    cr_assert_eq(ckpt_tree_may_read(t, w, &stranger, &err), CKPT_E_ACCESS);
+    cr_assert(strstr(err.message, ".distcp"), "%s", err.message);
+    ckpt_tree_free(t);
+
+    /* the directory private too: nothing for anyone else, even listing */
+    cr_assert_eq(chmod(c.dir, 0700), 0);
+    cr_assert_eq(ckpt_tree_open(c.dir, NULL, &t, &err), CKPT_OK, "%s", err.message);
+    cr_assert_eq(ckpt_tree_getattr(t, CKPT_TREE_ROOT, &st, &err), CKPT_OK);
+    cr_assert_eq(st.mode, 0500, "%o", st.mode);
+    lookup(t, CKPT_TREE_ROOT, ".raw/.metadata", &st);
+    cr_assert_eq(st.mode, 0400, "%o", st.mode);
+    ckpt_tree_free(t);
+    fx_copy_remove(&c);
+}
