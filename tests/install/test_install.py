@@ -108,14 +108,19 @@ def test_only_the_public_api_is_exported(dest):
         assert "ckpt_load_open" in got and "ckpt_reader_open" in got
 
 
-def test_a_program_built_with_pkg_config_reads_a_checkpoint(dest, tmp_path):
-    exe = tmp_path / "reader_demo"
-    cflags = pkgconfig(dest, "--cflags", "ckpt")
-    libs = pkgconfig(dest, "--libs", "ckpt")
-    r = subprocess.run(["cc", "-std=c17", "-Wall", "-Werror", *CC_SAN, *cflags,
-                        str(SRC / "tests/install/reader_demo.c"), "-o", str(exe), *libs],
-                       capture_output=True, text=True)
+def build_demo(dest: Path, tmp_path: Path, name: str, package: str) -> Path:
+    """tests/install/NAME.c compiled and linked with `pkg-config PACKAGE` alone."""
+    exe = tmp_path / name
+    r = subprocess.run(["cc", "-std=c17", "-Wall", "-Werror", *CC_SAN,
+                        *pkgconfig(dest, "--cflags", package),
+                        str(SRC / "tests" / "install" / f"{name}.c"), "-o", str(exe),
+                        *pkgconfig(dest, "--libs", package)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+    return exe
+
+
+def test_a_program_built_with_pkg_config_reads_a_checkpoint(dest, tmp_path):
+    exe = build_demo(dest, tmp_path, "reader_demo", "ckpt")
     env = dict(os.environ, LD_LIBRARY_PATH=str(libdir(dest)))
     fx = FIXTURES / "fsdp2_ws4"
     r = subprocess.run([str(exe), str(fx / "ckpt")], capture_output=True, text=True, env=env)
@@ -137,13 +142,7 @@ def test_a_program_built_with_pkg_config_reads_a_checkpoint(dest, tmp_path):
 def test_an_mpi_program_built_with_pkg_config_loads(dest, tmp_path):
     if not (libdir(dest) / "libckpt_mpi.so").exists() or not shutil.which("mpirun"):
         pytest.skip("not an MPI build")
-    exe = tmp_path / "load_demo"
-    cflags = pkgconfig(dest, "--cflags", "ckpt-load")
-    libs = pkgconfig(dest, "--libs", "ckpt-load")
-    r = subprocess.run(["cc", "-std=c17", "-Wall", "-Werror", *CC_SAN, *cflags,
-                        str(SRC / "tests/install/load_demo.c"), "-o", str(exe), *libs],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    exe = build_demo(dest, tmp_path, "load_demo", "ckpt-load")
     fx = FIXTURES / "fsdp2_ws4"
     key, shape, raw = None, None, None
     blob = (fx / "reference.bin").read_bytes()
