@@ -60,12 +60,14 @@ def coord_of(mesh, rank):
     return list(reversed(c))
 
 
-def expected_local(full, spec, rank):
-    """The local tensor rank `rank` holds of `full` (any tensor) under `spec`."""
+def expected_local(full, spec, rank, ndim=None):
+    """The local tensor rank `rank` holds of `full` (any tensor) under `spec`; with `ndim`,
+    `full` is a tensor of that many dims with trailing dims added (the bytes of each element),
+    which are never sharded."""
     mesh, _ = parse_spec(spec)
     coord = coord_of(mesh, rank)
     local = full
-    for i, p in enumerate(torch_placements(spec, full.dim())):
+    for i, p in enumerate(torch_placements(spec, full.dim() if ndim is None else ndim)):
         if isinstance(p, Replicate):
             continue
         shards, _ = p._split_tensor(local, mesh[i], with_padding=False, contiguous=True)
