@@ -143,3 +143,21 @@ def test_bad_layout_map(tmp_path):
     (tmp_path / "m.json").write_text('["2:S0"]')
     r = mpirun(2, FIXTURES / "fsdp2_ws2" / "ckpt", "--layout-map", tmp_path / "m.json")
     assert r.returncode == 2 and "not a JSON object" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("spec", ["2x2:S1s2,S0", "2:S0s2", "3x2:S1s3,R", "5:S0"])
+def test_c_api_box_lists(spec):
+    """ckpt_load_request_layout and ckpt_load_request_boxes (load_boxes.c) fill one buffer
+    with the boxes in order, equal to the reader's own reads; failed requests keep nothing."""
+    drv = os.environ.get("CKPT_LOAD_BOXES")
+    if not drv:
+        pytest.skip("needs CKPT_LOAD_BOXES")
+    keys = ["model/tok_embeddings.weight", "model/layers.0.attention.wo.weight", "model/mix",
+            "optim/state/mix/step", "optim/state/layers.0.mlp.0.bias/exp_avg"]
+    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca",
+           "btl_vader_single_copy_mechanism", "none", "-np", str(ranks(spec)), drv,
+           str(FIXTURES / "fsdp2_ws4" / "ckpt"), spec, *keys]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.startswith("ok:"), r.stdout + r.stderr
+    if "s" in spec.split(":")[1]:
+        assert int(r.stdout.split()[1]) > len(keys) * ranks(spec), r.stdout  # several per shard
