@@ -140,6 +140,12 @@ def test_bad_layout_map(tmp_path):
     r = mpirun(2, FIXTURES / "fsdp2_ws2" / "ckpt", "--layout-map", tmp_path / "m.json")
     assert r.returncode == 2 and "'model'" in r.stderr and "expected a placement" in r.stderr, \
         r.stderr
+    (tmp_path / "m.json").write_text('{"model\\u0000x": "2:S0"}')
+    r = mpirun(2, FIXTURES / "fsdp2_ws2" / "ckpt", "--layout-map", tmp_path / "m.json")
+    assert r.returncode == 2 and "a key with a NUL character" in r.stderr, r.stderr
+    (tmp_path / "m.json").write_text('{"model": 3}')
+    r = mpirun(2, FIXTURES / "fsdp2_ws2" / "ckpt", "--layout-map", tmp_path / "m.json")
+    assert r.returncode == 2 and "the spec is not a string" in r.stderr, r.stderr
     (tmp_path / "m.json").write_text('["2:S0"]')
     r = mpirun(2, FIXTURES / "fsdp2_ws2" / "ckpt", "--layout-map", tmp_path / "m.json")
     assert r.returncode == 2 and "not a JSON object" in r.stderr, r.stderr

@@ -235,6 +235,8 @@ static int layout_map_load(const char *file, int size, layout_map *m, ckpt_layou
         const ckpt_json_member *mb = &root->u.members[i];
         char what[600];
         snprintf(what, sizeof what, "--layout-map %s: '%.512s'", file, mb->key);
+        if (strlen(mb->key) != mb->key_len)
+            return cli_usage_error("load", "%s: a key with a NUL character", what);
         if (mb->value.type != CKPT_JSON_STRING || strlen(mb->value.u.str) != mb->value.len)
             return cli_usage_error("load", "%s: the spec is not a string", what);
         ckpt_layout l;
