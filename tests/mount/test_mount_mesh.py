@@ -1,5 +1,5 @@
 """test_mount_mesh.py — `.layout/<spec>/<rank>/<path>` for DTensor layouts (a device mesh and
-placements: `2x2:S0s2,S0`, docs/mount.md) through real FUSE mounts: for 2x2:S0,S1,
+placements: `2x2:S0s2,S0`, docs/mount.md) through real FUSE mounts of every fixture: for 2x2:S0,S1,
 2x2:S0s2,S0, 2x3:R,S0, 3x2:S1,R, 2:S0s2 and 5:S0 every rank's file is exactly what torch's
 DTensor holds on that rank (tests/lib/dtensor_ref.py: torch's own splitting code, checked
 against real DTensor under gloo by tests/unit/gen_mesh_vectors.py), read whole and in pieces
@@ -23,7 +23,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
-from test_mount import FIXTURES, Mount, Ref, np_dtype  # noqa: E402
+from test_mount import FIXTURES, NAMES, Mount, Ref, np_dtype  # noqa: E402
 
 torch = pytest.importorskip("torch")
 import dtensor_ref  # noqa: E402
@@ -45,7 +45,7 @@ def full_bytes(ref, path):
     return torch.from_numpy(np.frombuffer(data, dtype=np.uint8).copy().reshape(*shape, item))
 
 
-@pytest.fixture(scope="module", params=["fsdp2_ws3", "hsdp", "dtypes"])
+@pytest.fixture(scope="module", params=NAMES)
 def mounted(request):
     fixture = FIXTURES / request.param
     m = Mount(fixture / "ckpt")
