@@ -62,7 +62,7 @@ def check(fx: Path, spec: str, out: Path, extra=(), opts=(), layout=None, leak=F
             assert got == expect(raw, dtype, shape, spec, k), (fx.name, spec, path, shape, k)
             checked += 1
     assert checked
-    return checked
+    return stats
 
 
 @pytest.mark.parametrize("name", NAMES)
