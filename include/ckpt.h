@@ -271,9 +271,95 @@ void ckpt_plan_free(ckpt_plan *p);
  * DTensor Shard(`dim`), with torch.chunk semantics: chunk = ceil(shape[dim] / nranks), rank r
  * holds rows [r*chunk, min((r+1)*chunk, shape[dim])) — trailing ranks may hold zero rows
  * (start is then clamped to shape[dim]).  When dim >= ndim the tensor is replicated and the box
- * is the whole tensor.  Fills ndim values of start and count. */
+ * is the whole tensor.  Fills ndim values of start and count.  The 1-D special case of the
+ * layouts below: the one box of layout `<nranks>:S<dim>` (`dim<dim>-of-<nranks>`). */
 ckpt_status ckpt_shard_box(int ndim, const int64_t *shape, int dim, uint32_t nranks, uint32_t rank,
                            int64_t *start, int64_t *count);
+
+/* ---------------------------------------------------------------- layouts */
+
+/* A layout: a device mesh shape and one DTensor placement per mesh dimension, with exactly
+ * DTensor's local-shard semantics — what `distribute_tensor(full, mesh, placements,
+ * src_data_rank=None).to_local()` holds on each rank (torch.chunk splits, uneven and empty
+ * shards, several mesh dims sharding one tensor dim left to right, _StridedShard's
+ * interleaving).  Ranks map to mesh coordinates row-major, as init_device_mesh does.
+ *
+ * Spec strings (docs/loader.md): mesh sizes joined by `x`, a colon, one placement per mesh
+ * dim joined by `,`: `R` (Replicate), `S<d>` (Shard(d)), `S<d>s<k>` (_StridedShard(d,
+ * split_factor=k)).  `2x2:S0s2,S0`, `2x3:R,S0`, `8:S0`.  `dim<d>-of-<N>` is an alias of
+ * `<N>:S<d>`.  Numbers are decimal without leading zeros.
+ *
+ * Where torch refuses a placement whose d is not a dim of the tensor (0-d tensors, S1 on a
+ * 1-D tensor), a layout replicates the tensor along that mesh dim instead. */
+#define CKPT_LAYOUT_MAX_MESH_NDIM 8
+#define CKPT_LAYOUT_MAX_RANKS (1u << 20)        /* product of the mesh sizes */
+#define CKPT_LAYOUT_MAX_SPLIT_FACTOR (1u << 16) /* k of S<d>s<k> */
+#define CKPT_LAYOUT_SPEC_MAX 128                /* longest spec accepted, NUL included */
+
+typedef enum ckpt_placement_kind {
+    CKPT_PLACEMENT_REPLICATE = 0,
+    CKPT_PLACEMENT_SHARD = 1,
+    CKPT_PLACEMENT_STRIDED_SHARD = 2,
+} ckpt_placement_kind;
+
+typedef struct ckpt_placement {
+    ckpt_placement_kind kind;
+    int dim;               /* tensor dim (Shard, _StridedShard) */
+    uint32_t split_factor; /* _StridedShard's split_factor (>= 1); 1 otherwise */
+} ckpt_placement;
+
+typedef struct ckpt_layout {
+    int mesh_ndim; /* 1..CKPT_LAYOUT_MAX_MESH_NDIM */
+    uint32_t mesh[CKPT_LAYOUT_MAX_MESH_NDIM];
+    ckpt_placement placements[CKPT_LAYOUT_MAX_MESH_NDIM];
+} ckpt_layout;
+
+/* Parses a spec (above).  CKPT_E_INVAL naming what is wrong for a malformed spec,
+ * CKPT_E_LIMIT when a bound (mesh dims, ranks, split factor, tensor dim < CKPT_MAX_NDIM,
+ * length) is exceeded. */
+ckpt_status ckpt_layout_parse(const char *spec, ckpt_layout *out, ckpt_error *err);
+/* Writes the canonical spec (`2x2:S0s2,S0`; never the alias) into buf, NUL-terminated and
+ * truncated to size; returns the length it needs (without the NUL). */
+size_t ckpt_layout_format(const ckpt_layout *l, char *buf, size_t size);
+/* The number of ranks: the product of the mesh sizes. */
+uint32_t ckpt_layout_nranks(const ckpt_layout *l);
+/* The mesh coordinate (mesh_ndim values) of `rank`, row-major.  CKPT_E_INVAL if out of range. */
+ckpt_status ckpt_layout_coord(const ckpt_layout *l, uint32_t rank, uint32_t *coord);
+
+/* The local shard one mesh coordinate holds of a tensor: torch's local shape and global
+ * offset (compute_local_shape_and_global_offset: the first global index held along each
+ * sharded dim, the dim's global size when the shard is empty, 0 along unsharded dims), and a
+ * list of boxes whose C-order contents, concatenated in list order, are the local tensor.  A
+ * Shard-only layout holds one box; a _StridedShard one may hold several (`2:S0s2` on [8, 3]:
+ * rank 1 holds rows 2-3 then 6-7).  An empty local shard is one box of zero elements
+ * (start = the global offset).  Boxes are computed on demand, never stored. */
+typedef struct ckpt_layout_shard ckpt_layout_shard;
+
+/* coord: mesh_ndim values, each below its mesh size.  shape: ndim values >= 0 (NULL for
+ * 0-d).  CKPT_E_LIMIT when a dim would be held as more than 2^20 separate runs or the
+ * tensor's element count overflows. */
+ckpt_status ckpt_layout_shard_new(const ckpt_layout *l, int ndim, const int64_t *shape,
+                                  const uint32_t *coord, ckpt_layout_shard **out, ckpt_error *err);
+void ckpt_layout_shard_free(ckpt_layout_shard *s);
+int ckpt_layout_shard_ndim(const ckpt_layout_shard *s);
+const int64_t *ckpt_layout_shard_local_shape(const ckpt_layout_shard *s);   /* ndim values */
+const int64_t *ckpt_layout_shard_global_offset(const ckpt_layout_shard *s); /* ndim values */
+uint64_t ckpt_layout_shard_numel(const ckpt_layout_shard *s);     /* of the local tensor */
+uint64_t ckpt_layout_shard_num_boxes(const ckpt_layout_shard *s); /* >= 1 */
+/* Box i (< num_boxes): ndim values of start and count; *elem_offset (may be NULL) is where
+ * it begins in the local tensor, in elements. */
+void ckpt_layout_shard_box(const ckpt_layout_shard *s, uint64_t i, int64_t *start, int64_t *count,
+                           uint64_t *elem_offset);
+/* The index of the box holding local element `elem` (< numel; 0 when numel is 0). */
+uint64_t ckpt_layout_shard_find_box(const ckpt_layout_shard *s, uint64_t elem);
+
+/* The boxes rank `rank` (row-major) holds, materialized: up to `cap` boxes into
+ * starts/counts (ndim values per box, box i at [i * ndim]), their number into *nboxes
+ * (CKPT_E_LIMIT when above cap: *nboxes then says how many are needed); local_shape and
+ * global_offset (ndim values each) may be NULL. */
+ckpt_status ckpt_layout_boxes(const ckpt_layout *l, int ndim, const int64_t *shape, uint32_t rank,
+                              int64_t *starts, int64_t *counts, size_t cap, size_t *nboxes,
+                              int64_t *local_shape, int64_t *global_offset, ckpt_error *err);
 
 /* An open read-only file descriptor of data file `file_id` (owned by the reader; do not
  * close), for zero-copy users (splice).  -1 with `err` filled on failure. */

@@ -1,7 +1,8 @@
 /* ckpt_load.h — the collective loader (built when MPI is found): the ranks of an MPI job,
  * in any layout, load their parts of a checkpoint with every needed stored byte read from
  * storage exactly once across the job.  Each rank describes what it wants (a region of a
- * tensor, a Shard(d)-of-N slice with torch.chunk semantics, or the whole tensor) and where it
+ * tensor, a list of boxes, the local shard of a DTensor layout (device mesh and placements),
+ * a Shard(d)-of-N slice with torch.chunk semantics, or the whole tensor) and where it
  * goes; one collective call plans who reads what (the union of all requests split into
  * contiguous, byte-balanced ranges of the shard files), reads it with large preads, and moves
  * every piece to the ranks that need it over MPI (or, between device buffers in builds with
@@ -124,6 +125,19 @@ ckpt_status ckpt_load_request_mem(ckpt_load *l, const char *key, const int64_t *
 /* The slice rank `rank` of `nranks` holds under Shard(dim) (see ckpt_shard_box). */
 ckpt_status ckpt_load_request_shard(ckpt_load *l, const char *key, int dim, uint32_t nranks,
                                     uint32_t rank, void *dst, size_t dst_size, ckpt_error *err);
+/* Boxes of one tensor into one buffer: box i (starts/counts: ndim values each, at [i * ndim])
+ * goes right after box i-1, in C order; dst_size >= the sum of their bytes.  Made as one
+ * request per box (on failure none is kept). */
+ckpt_status ckpt_load_request_boxes(ckpt_load *l, const char *key, size_t nboxes,
+                                    const int64_t *starts, const int64_t *counts, void *dst,
+                                    size_t dst_size, ckpt_load_memory mem, ckpt_error *err);
+/* The local shard mesh coordinate `coord` holds under `layout` (ckpt.h "layouts": DTensor's
+ * to_local() of distribute_tensor(full, mesh, placements, src_data_rank=None)), in torch's
+ * order; dst_size >= its bytes.  One request per box of ckpt_layout_shard_box (a
+ * _StridedShard may make several; on failure none is kept). */
+ckpt_status ckpt_load_request_layout(ckpt_load *l, const char *key, const ckpt_layout *layout,
+                                     const uint32_t *coord, void *dst, size_t dst_size,
+                                     ckpt_load_memory mem, ckpt_error *err);
 
 /* Collective: fills every requested buffer of every rank (a rank with no requests takes part
  * all the same), then forgets the requests.  `opts` may be NULL. */

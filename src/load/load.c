@@ -160,6 +160,72 @@ ckpt_status ckpt_load_request_shard(ckpt_load *l, const char *key, int dim, uint
     return ckpt_load_request(l, key, start, count, dst, dst_size, err);
 }
 
+ckpt_status ckpt_load_request_boxes(ckpt_load *l, const char *key, size_t nboxes,
+                                    const int64_t *starts, const int64_t *counts, void *dst,
+                                    size_t dst_size, ckpt_load_memory mem, ckpt_error *err) {
+    const ckpt_entry *e = ckpt_reader_find(l->r, key);
+    if (!e || ckpt_entry_kind_of(e) != CKPT_ENTRY_TENSOR)
+        return ckpt_fail(err, CKPT_E_NOTFOUND, "no tensor '%s'", key);
+    int nd = ckpt_entry_ndim(e);
+    if (nd && nboxes && (!starts || !counts))
+        return ckpt_fail(err, CKPT_E_INVAL, "'%s': NULL boxes", key);
+    size_t keep = l->nreqs, item = ckpt_dtype_itemsize(ckpt_entry_dtype(e)), at = 0;
+    ckpt_status s = CKPT_OK;
+    for (size_t i = 0; s == CKPT_OK && i < nboxes; i++) {
+        const int64_t *st = nd ? starts + i * (size_t)nd : NULL,
+                      *ct = nd ? counts + i * (size_t)nd : NULL;
+        uint64_t bytes = item;
+        for (int d = 0; d < nd; d++)
+            bytes *= ct[d] > 0 ? (uint64_t)ct[d] : 0;
+        if (bytes > dst_size - at) {
+            s = ckpt_fail(err, CKPT_E_INVAL, "'%s': buffer of %zu bytes, the boxes need more", key,
+                          dst_size);
+            break;
+        }
+        s = ckpt_load_request_mem(l, key, st, ct, bytes ? (uint8_t *)dst + at : dst, (size_t)bytes,
+                                  mem, err);
+        at += (size_t)bytes;
+    }
+    if (s != CKPT_OK) l->nreqs = keep;
+    return s;
+}
+
+ckpt_status ckpt_load_request_layout(ckpt_load *l, const char *key, const ckpt_layout *layout,
+                                     const uint32_t *coord, void *dst, size_t dst_size,
+                                     ckpt_load_memory mem, ckpt_error *err) {
+    const ckpt_entry *e = ckpt_reader_find(l->r, key);
+    if (!e || ckpt_entry_kind_of(e) != CKPT_ENTRY_TENSOR)
+        return ckpt_fail(err, CKPT_E_NOTFOUND, "no tensor '%s'", key);
+    ckpt_layout_shard *sh;
+    ckpt_status ls =
+        ckpt_layout_shard_new(layout, ckpt_entry_ndim(e), ckpt_entry_shape(e), coord, &sh, err);
+    if (ls != CKPT_OK) {
+        ckpt_error_suffix(err, " (tensor '%s')", key);
+        return ls;
+    }
+    int nd = ckpt_entry_ndim(e);
+    size_t keep = l->nreqs, item = ckpt_dtype_itemsize(ckpt_entry_dtype(e));
+    uint64_t need = ckpt_layout_shard_numel(sh) * item, n = ckpt_layout_shard_num_boxes(sh);
+    ckpt_status s = CKPT_OK;
+    if (dst_size < need)
+        s = ckpt_fail(err, CKPT_E_INVAL, "'%s': buffer of %zu bytes, its local shard needs %llu",
+                      key, dst_size, (unsigned long long)need);
+    for (uint64_t i = 0; s == CKPT_OK && i < n; i++) {
+        int64_t st[CKPT_MAX_NDIM], ct[CKPT_MAX_NDIM];
+        uint64_t at;
+        ckpt_layout_shard_box(sh, i, st, ct, &at);
+        uint64_t bytes = item;
+        for (int d = 0; d < nd; d++)
+            bytes *= (uint64_t)ct[d];
+        s = ckpt_load_request_mem(l, key, nd ? st : NULL, nd ? ct : NULL,
+                                  bytes ? (uint8_t *)dst + at * item : dst, (size_t)bytes, mem,
+                                  err);
+    }
+    ckpt_layout_shard_free(sh);
+    if (s != CKPT_OK) l->nreqs = keep;
+    return s;
+}
+
 /* Plans this rank's requests into pieces; requests with decoded or byte-swapped pieces are
  * marked local. */
 static ckpt_status plan_local(ckpt_load *l, gpiece **out, size_t *n, ckpt_error *err) {

@@ -1,37 +1,14 @@
-/* layout.c — the `.layout/` view's names and inode numbers: `dim<d>-of-<N>` spec directories
- * (a small table of the specs in use, so `ls .layout` can list them) and the computed inodes of
+/* layout.c — the `.layout/` view's names and inode numbers: spec directories (`2x2:S0s2,S0`,
+ * `dim<d>-of-<N>`: ckpt_layout_parse; a small table of the specs in use, so `ls .layout` can
+ * list them) and the computed inodes of
  * every rank directory and file below them (tree_i.h), which need no per-rank state. */
 #include "tree/tree_i.h"
 #include "util/error.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static bool parse_uint(const char **p, uint64_t max, uint64_t *out) {
-    const char *s = *p;
-    if (*s < '0' || *s > '9' || (s[0] == '0' && s[1] >= '0' && s[1] <= '9')) return false;
-    uint64_t v = 0;
-    for (; *s >= '0' && *s <= '9'; s++) {
-        v = v * 10 + (uint64_t)(*s - '0');
-        if (v > max) return false;
-    }
-    *out = v;
-    *p = s;
-    return true;
-}
-
-bool tree_layout_parse(const char *name, int *dim, uint32_t *n) {
-    uint64_t d, k;
-    if (strncmp(name, "dim", 3) != 0) return false;
-    const char *p = name + 3;
-    if (!parse_uint(&p, CKPT_MAX_NDIM - 1, &d) || strncmp(p, "-of-", 4) != 0) return false;
-    p += 4;
-    if (!parse_uint(&p, TREE_LAYOUT_MAX_RANKS, &k) || *p || k == 0) return false;
-    *dim = (int)d;
-    *n = (uint32_t)k;
-    return true;
-}
 
 /* Bits of the node field: enough for every plain node (at least 1). */
 static uint32_t node_bits(const tree_ckpt *c) {
@@ -50,11 +27,16 @@ static uint32_t max_specs(const tree_ckpt *c) {
     return 1u << sb;
 }
 
-ckpt_status tree_layout_spec(tree_ckpt *c, int dim, uint32_t n, uint32_t *spec, ckpt_error *err) {
+ckpt_status tree_layout_spec(tree_ckpt *c, const char *name, uint32_t *spec, ckpt_error *err) {
+    ckpt_layout lay;
+    if (strnlen(name, CKPT_LAYOUT_SPEC_MAX) >= CKPT_LAYOUT_SPEC_MAX ||
+        ckpt_layout_parse(name, &lay, NULL) != CKPT_OK)
+        return ckpt_fail(err, CKPT_E_NOTFOUND, "no such file or directory");
+    uint32_t n = ckpt_layout_nranks(&lay);
     layout_spec *t = atomic_load_explicit(&c->specs, memory_order_acquire);
     uint32_t k = atomic_load_explicit(&c->nspecs, memory_order_acquire);
     for (uint32_t i = 0; t && i < k; i++) /* few specs are in use at a time */
-        if (t[i].dim == (uint32_t)dim && t[i].n == n) {
+        if (strcmp(t[i].name, name) == 0) {
             *spec = i;
             return CKPT_OK;
         }
@@ -71,18 +53,20 @@ ckpt_status tree_layout_spec(tree_ckpt *c, int dim, uint32_t n, uint32_t *spec, 
     }
     k = atomic_load_explicit(&c->nspecs, memory_order_relaxed);
     for (uint32_t i = 0; i < k; i++) /* another thread may have added it */
-        if (t[i].dim == (uint32_t)dim && t[i].n == n) {
+        if (strcmp(t[i].name, name) == 0) {
             *spec = i;
             goto out;
         }
     if (k >= max_specs(c)) {
         s = ckpt_fail(err, CKPT_E_LIMIT,
-                      "dim%d-of-%u: %u layout specs are in use, the most this checkpoint "
+                      "%s: %u layout specs are in use, the most this checkpoint "
                       "(%u tree nodes) allows",
-                      dim, n, k, c->nnodes);
+                      name, k, c->nnodes);
         goto out;
     }
-    t[k] = (layout_spec){(uint32_t)dim, n};
+    t[k].layout = lay;
+    t[k].n = n;
+    snprintf(t[k].name, sizeof t[k].name, "%s", name);
     atomic_store_explicit(&c->nspecs, k + 1, memory_order_release);
     /* `.layout` lists the specs in use: its mtime moves so the kernel drops its listing */
     struct timespec now;
@@ -103,7 +87,7 @@ bool tree_layout_spec_get(tree_ckpt *c, uint32_t spec, layout_inst *out) {
     uint32_t k = atomic_load_explicit(&c->nspecs, memory_order_acquire);
     layout_spec *t = atomic_load_explicit(&c->specs, memory_order_acquire);
     if (!t || spec >= k) return false;
-    *out = (layout_inst){(int)t[spec].dim, t[spec].n, -1, spec};
+    *out = (layout_inst){&t[spec], t[spec].n, -1, spec};
     return true;
 }
 

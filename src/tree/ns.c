@@ -511,7 +511,7 @@ typedef enum obj_kind {
     O_STDIR,
     O_STFILE,
     O_LAYOUTDIR, /* `.layout` */
-    O_SPECDIR,   /* `.layout/dim<d>-of-<N>` */
+    O_SPECDIR,   /* `.layout/<spec>` */
 } obj_kind;
 
 typedef enum view_kind { V_PLAIN, V_NPY, V_LAYOUT } view_kind;
@@ -583,17 +583,38 @@ static ckpt_status resolve(ckpt_tree *t, ckpt_ino ino, obj *o, ckpt_error *err) 
     return CKPT_OK;
 }
 
-/* The box a layout rank holds of tensor e. */
-static void layout_box(const layout_inst *li, const ckpt_entry *e, int64_t *start, int64_t *count) {
-    ckpt_shard_box(ckpt_entry_ndim(e), ckpt_entry_shape(e), li->dim, li->n, (uint32_t)li->rank,
-                   start, count);
+/* The local shard a layout rank holds of tensor e (ckpt_layout_shard_free it). */
+static ckpt_status layout_shard(const layout_inst *li, const ckpt_entry *e, ckpt_layout_shard **out,
+                                ckpt_error *err) {
+    uint32_t coord[CKPT_LAYOUT_MAX_MESH_NDIM];
+    if (ckpt_layout_coord(&li->def->layout, (uint32_t)li->rank, coord) != CKPT_OK)
+        return ckpt_fail(err, CKPT_E_INVAL, "rank %d outside layout %s", li->rank, li->def->name);
+    return ckpt_layout_shard_new(&li->def->layout, ckpt_entry_ndim(e), ckpt_entry_shape(e), coord,
+                                 out, err);
 }
 
-static uint64_t box_bytes(const ckpt_entry *e, const int64_t *count) {
-    uint64_t n = ckpt_dtype_itemsize(ckpt_entry_dtype(e));
-    for (int d = 0; d < ckpt_entry_ndim(e); d++)
-        n *= (uint64_t)count[d];
-    return n;
+/* Bytes [off, off + len) of a layout rank's file of tensor e, into the reply: the
+ * concatenation of its shard's boxes. */
+static ckpt_status read_layout(tree_read *x, const layout_inst *li, const ckpt_entry *e,
+                               uint64_t off, uint64_t len, ckpt_error *err) {
+    ckpt_layout_shard *sh;
+    CKPT_TRY(layout_shard(li, e, &sh, err));
+    uint64_t item = ckpt_dtype_itemsize(ckpt_entry_dtype(e)), dst = 0;
+    ckpt_status s = CKPT_OK;
+    for (uint64_t i = ckpt_layout_shard_find_box(sh, off / item); s == CKPT_OK && len; i++) {
+        int64_t start[CKPT_MAX_NDIM], count[CKPT_MAX_NDIM];
+        uint64_t at, n = item;
+        ckpt_layout_shard_box(sh, i, start, count, &at);
+        for (int d = 0; d < ckpt_entry_ndim(e); d++)
+            n *= (uint64_t)count[d];
+        uint64_t in = off - at * item, k = n - in < len ? n - in : len;
+        s = tree_read_tensor(x, e, start, count, in, k, dst, err);
+        off += k;
+        dst += k;
+        len -= k;
+    }
+    ckpt_layout_shard_free(sh);
+    return s;
 }
 
 static ckpt_status entry_size(const obj *o, uint64_t *size, ckpt_error *err) {
@@ -614,9 +635,10 @@ static ckpt_status entry_size(const obj *o, uint64_t *size, ckpt_error *err) {
         break;
     }
     case V_LAYOUT: {
-        int64_t start[CKPT_MAX_NDIM], count[CKPT_MAX_NDIM];
-        layout_box(&o->li, e, start, count);
-        *size = box_bytes(e, count);
+        ckpt_layout_shard *sh;
+        CKPT_TRY(layout_shard(&o->li, e, &sh, err));
+        *size = ckpt_layout_shard_numel(sh) * ckpt_dtype_itemsize(ckpt_entry_dtype(e));
+        ckpt_layout_shard_free(sh);
         break;
     }
     }
@@ -866,11 +888,8 @@ static ckpt_status lookup_ino(ckpt_tree *t, const obj *p, const char *name, ckpt
             }
         return not_found(err);
     case O_LAYOUTDIR: {
-        int dim;
-        uint32_t n;
-        if (!tree_layout_parse(name, &dim, &n)) return not_found(err);
         uint32_t spec;
-        CKPT_TRY(tree_layout_spec(p->c, dim, n, &spec, err));
+        CKPT_TRY(tree_layout_spec(p->c, name, &spec, err));
         *out = tree_ino(p->slot, INST_LAYOUT, spec + 1);
         return CKPT_OK;
     }
@@ -981,9 +1000,8 @@ ckpt_status ckpt_tree_readdir(ckpt_tree *t, ckpt_ino dir, uint64_t cookie, ckpt_
         for (uint64_t i = cookie; i < tree_layout_nspecs(p.c); i++) {
             layout_inst li;
             if (!tree_layout_spec_get(p.c, (uint32_t)i, &li)) return s;
-            char name[64];
-            snprintf(name, sizeof name, "dim%d-of-%u", li.dim, li.n);
-            if (!emit(t, fn, ctx, name, tree_ino(p.slot, INST_LAYOUT, (uint32_t)i + 1), i + 1))
+            if (!emit(t, fn, ctx, li.def->name, tree_ino(p.slot, INST_LAYOUT, (uint32_t)i + 1),
+                      i + 1))
                 return s;
         }
         return s;
@@ -1120,22 +1138,25 @@ static bool entry_xattr(const obj *o, const char *name, ckpt_strbuf *sb) {
         }
         return ckpt_strbuf_addf(sb, "%zu", n), true;
     }
-    int64_t start[CKPT_MAX_NDIM], count[CKPT_MAX_NDIM];
-    if (o->view == V_LAYOUT) layout_box(&o->li, e, start, count);
-    if (strcmp(name, "user.ckpt.shape") == 0) {
-        add_shape(sb, ckpt_entry_ndim(e), o->view == V_LAYOUT ? count : ckpt_entry_shape(e));
+    if (o->view != V_LAYOUT) {
+        if (strcmp(name, "user.ckpt.shape") != 0) return false;
+        add_shape(sb, ckpt_entry_ndim(e), ckpt_entry_shape(e));
         return true;
     }
-    if (o->view != V_LAYOUT) return false;
     if (strcmp(name, "user.ckpt.global_shape") == 0) {
         add_shape(sb, ckpt_entry_ndim(e), ckpt_entry_shape(e));
         return true;
     }
-    if (strcmp(name, "user.ckpt.offset") == 0) {
-        add_shape(sb, ckpt_entry_ndim(e), start);
-        return true;
-    }
-    return false;
+    bool shape = strcmp(name, "user.ckpt.shape") == 0;
+    ckpt_layout_shard *sh;
+    if ((!shape && strcmp(name, "user.ckpt.offset") != 0) ||
+        layout_shard(&o->li, e, &sh, NULL) != CKPT_OK)
+        return false;
+    /* the local shape, and torch's global offset (compute_local_shape_and_global_offset) */
+    add_shape(sb, ckpt_entry_ndim(e),
+              shape ? ckpt_layout_shard_local_shape(sh) : ckpt_layout_shard_global_offset(sh));
+    ckpt_layout_shard_free(sh);
+    return true;
 }
 
 static const char *const xattr_names[] = {"user.ckpt.key",    "user.ckpt.dtype",
@@ -1268,9 +1289,7 @@ ckpt_status ckpt_tree_read(ckpt_tree *t, ckpt_ino ino, uint64_t off, size_t len,
             if (rs == CKPT_OK)
                 rs = tree_read_tensor(&x, o.e, NULL, NULL, toff, len - dst, dst, err);
         } else {
-            int64_t start[CKPT_MAX_NDIM], count[CKPT_MAX_NDIM];
-            layout_box(&o.li, o.e, start, count);
-            rs = tree_read_tensor(&x, o.e, start, count, off, len, 0, err);
+            rs = read_layout(&x, &o.li, o.e, off, len, err);
         }
         break;
     case O_RAWFILE: {

@@ -17,11 +17,12 @@
  * the k-th checkpoint found).  An instance is one view of a checkpoint; a node indexes that
  * view's objects (plain tree nodes for the plain and .npy views).
  *
- * The objects of `.layout/dim<d>-of-<N>/<rank>/` are computed, not stored: bit 47 set, then
+ * The objects of `.layout/<spec>/<rank>/` are computed, not stored: bit 47 set, then
  *   ino - 1 = slot << 48 | 1 << 47 | spec << (20 + nb) | rank << nb | node
- * where spec indexes the checkpoint's table of (d, N) pairs in use (one entry per spec
- * directory, never per rank), rank < N <= 2^20 and nb = tree_layout_node_bits (enough bits
- * for every plain node).  So any rank of any N resolves in O(1) with no per-rank state. */
+ * where spec indexes the checkpoint's table of spec directories in use (one entry per spec
+ * directory, never per rank), rank < N <= 2^20 (N: the mesh's ranks) and nb = tree_layout_node_bits
+ * (enough bits for every plain node).  So any rank of any N resolves in O(1) with no per-rank
+ * state. */
 enum {
     INST_PLAIN = 0,     /* node: plain tree node (0 = checkpoint root) */
     INST_NPY = 1,       /* node: plain tree node (0 = the `.npy` directory) */
@@ -34,7 +35,7 @@ enum {
 #define TREE_LAYOUT_BIT (1ull << 47)
 #define TREE_LAYOUT_RANK_BITS 20
 #define TREE_LAYOUT_MAX_RANKS (1u << TREE_LAYOUT_RANK_BITS)
-/* Spec directories (distinct dim<d>-of-<N>) per checkpoint, at most; fewer when the plain
+/* Spec directories (distinct names) per checkpoint, at most; fewer when the plain
  * tree has over 2^17 nodes (the spec field shares 27 bits with the node). */
 #define TREE_LAYOUT_MAX_SPECS 1024u
 
@@ -67,16 +68,18 @@ typedef struct tnode {
     uint32_t nsubdirs; /* directories among the kids */
 } tnode;
 
-/* A spec `dim<d>-of-<n>` in use (an entry of tree_ckpt.specs). */
+/* A spec directory in use (an entry of tree_ckpt.specs): its name (`2x2:S0s2,S0`, or the
+ * alias `dim<d>-of-<N>`) and the layout it names; never changed once published. */
 typedef struct layout_spec {
-    uint32_t dim;
-    uint32_t n;
+    ckpt_layout layout;
+    uint32_t n; /* ranks */
+    char name[CKPT_LAYOUT_SPEC_MAX];
 } layout_spec;
 
-/* A layout view instance: the spec directory `dim<d>-of-<n>` (rank -1), or one rank's tree. */
+/* A layout view instance: a spec directory (rank -1), or one rank's tree. */
 typedef struct layout_inst {
-    int dim;
-    uint32_t n;
+    const layout_spec *def;
+    uint32_t n; /* ranks */
     int32_t rank;
     uint32_t spec; /* index in tree_ckpt.specs */
 } layout_inst;
@@ -206,11 +209,10 @@ void tree_log(const ckpt_tree_options *o, const char *fmt, ...)
 ckpt_status tree_verify_item(tree_ckpt *c, const ckpt_loc *loc, ckpt_error *err);
 
 /* layout.c */
-/* Parses "dim<d>-of-<n>"; false if it is not one. */
-bool tree_layout_parse(const char *name, int *dim, uint32_t *n);
-/* Index of spec (dim, n) in c->specs, added on first use; CKPT_E_LIMIT when the table (or
- * the inode encoding) has no room for another. */
-ckpt_status tree_layout_spec(tree_ckpt *c, int dim, uint32_t n, uint32_t *spec, ckpt_error *err);
+/* Index of the spec directory `name` (a layout spec, ckpt_layout_parse) in c->specs, added on
+ * first use; CKPT_E_NOTFOUND when name is not a spec, CKPT_E_LIMIT when the table (or the
+ * inode encoding) has no room for another. */
+ckpt_status tree_layout_spec(tree_ckpt *c, const char *name, uint32_t *spec, ckpt_error *err);
 /* Spec `spec` as an instance with rank -1, or false. */
 bool tree_layout_spec_get(tree_ckpt *c, uint32_t spec, layout_inst *out);
 /* Specs in use (the table never holds anything per rank). */

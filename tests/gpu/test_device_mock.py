@@ -51,6 +51,24 @@ def test_device_layouts_equal_torch(name, tmp_path):
 
 
 @pytest.mark.parametrize("name", ["fsdp2_ws4", "zstd", "dtypes"])
+def test_device_mesh_layouts_equal_dtensor(name, tmp_path):
+    """DTensor layouts (tests/mpi/test_load_mesh.py) into device memory: a rank's boxes, one
+    request each, fill one device buffer in torch's order (strided shards of several boxes,
+    on dim 0 and dim 1); every requested byte goes through the pinned staging."""
+    pytest.importorskip("torch")
+    import test_load_mesh as tm  # noqa: E402  (needs torch)
+    fx = FIXTURES / name
+    if not fx.is_dir():
+        pytest.skip(f"no fixture {name}")
+    for i, spec in enumerate(("2x2:S0s2,S0", "2x2:S1s2,R", "2:S0s2", "3x2:S1,R")):
+        stats = tm.check(fx, spec, tmp_path / f"s{i}",
+                         extra=("--device", "cuda", "--transport", "mpi",
+                                "--direct-min", "never" if i % 2 else "1"))
+        per = stats["per_rank"]
+        assert [p["device"] for p in per] == [p["requested"] for p in per], stats
+
+
+@pytest.mark.parametrize("name", ["fsdp2_ws4", "zstd", "dtypes"])
 def test_device_tiny_staging(name, tmp_path):
     """A 2 KiB budget: many rounds and 256-byte pinned halves (the minimum), so the sink
     flips between halves many times and decoded regions go in many slabs."""

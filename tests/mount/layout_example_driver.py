@@ -1,6 +1,7 @@
-"""layout_example_driver.py MOUNT [--damaged] — run under torchrun (gloo, CPU): loads model/
-through docs/examples/layout_load.py on every rank and checks each DTensor's full tensor against
-the plain file of the mount (the whole tensor, assembled by ckptfs from the original shards).
+"""layout_example_driver.py MOUNT [SPEC] [--damaged] — run under torchrun (gloo, CPU): loads
+model/ through docs/examples/layout_load.py on every rank — Shard(0) over the world, or the
+mesh and placements of SPEC (`2x2:S0s2,S0`) — and checks each DTensor's full tensor against the
+plain file of the mount (the whole tensor, assembled by ckptfs from the original shards).
 With --damaged (a mount with `-o verify` of a checkpoint whose data was changed after sealing)
 the ranks whose shard holds the damage must get OSError(EIO) from the example, the others load,
 and at least one rank fails."""
@@ -14,13 +15,30 @@ from torch.distributed.device_mesh import init_device_mesh
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "docs", "examples"))
 from layout_load import load_sharded, read_exact  # noqa: E402
+from torch.distributed.tensor import Replicate, Shard  # noqa: E402
+from torch.distributed.tensor.placement_types import _StridedShard  # noqa: E402
+
+
+def placement(p):
+    if p == "R":
+        return Replicate()
+    d, _, k = p[1:].partition("s")
+    return _StridedShard(int(d), split_factor=int(k)) if k else Shard(int(d))
+
 
 dist.init_process_group("gloo")
-mesh = init_device_mesh("cpu", (dist.get_world_size(),))
 mount = sys.argv[1]
+args = [a for a in sys.argv[2:] if a != "--damaged"]
+if args:
+    sizes, places = args[0].split(":")
+    mesh = init_device_mesh("cpu", tuple(int(x) for x in sizes.split("x")))
+    placements = [placement(p) for p in places.split(",")]
+else:
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    placements = [Shard(0)]
 if "--damaged" in sys.argv[2:]:
     try:
-        sd = load_sharded(mount, "model", mesh)
+        sd = load_sharded(mount, "model", mesh, placements)
         failed = 0
     except OSError as e:
         assert e.errno == errno.EIO, e
@@ -32,7 +50,7 @@ if "--damaged" in sys.argv[2:]:
     dist.barrier()  # every rank past the all_reduce before any tears gloo down
     dist.destroy_process_group()
     sys.exit(0)
-sd = load_sharded(mount, "model", mesh)
+sd = load_sharded(mount, "model", mesh, placements)
 assert sd, "nothing loaded"
 for name, dt in sd.items():
     full = dt.full_tensor()

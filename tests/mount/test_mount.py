@@ -950,16 +950,20 @@ def test_shared_dag_value_is_bounded():
 
 
 @pytest.mark.skipif(torch is None, reason="torch not installed")
-def test_layout_example_loads_dtensors():
-    """docs/examples/layout_load.py, run by 3 gloo ranks over a checkpoint saved by 4."""
+@pytest.mark.parametrize("nproc,spec", [(3, None), (4, "2x2:S0s2,S0"), (4, "2x2:S1,R")])
+def test_layout_example_loads_dtensors(nproc, spec):
+    """docs/examples/layout_load.py, run by 3 gloo ranks (Shard(0)) over a checkpoint saved by
+    4, and by 4 on a 2x2 mesh as FSDP2 over TP (_StridedShard) and with Shard(1), Replicate:
+    full_tensor() of every DTensor equals the whole tensor."""
     m = Mount(FIXTURES / "fsdp2_ws4" / "ckpt")
     try:
         driver = Path(__file__).resolve().parent / "layout_example_driver.py"
         r = subprocess.run(["python3", "-m", "torch.distributed.run", "--standalone",
-                            "--nproc-per-node", "3", str(driver), str(m.dir)],
+                            "--nproc-per-node", str(nproc), str(driver), str(m.dir),
+                            *([spec] if spec else [])],
                            capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stdout + r.stderr
-        assert r.stdout.count("tensors OK") == 3, r.stdout
+        assert r.stdout.count("tensors OK") == nproc, r.stdout
     finally:
         m.close()
 

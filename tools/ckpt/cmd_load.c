@@ -1,11 +1,15 @@
-/* cmd_load.c — `mpirun -np M ckpt load DIR --layout dimD`: every rank loads its Shard(D)
- * slice of every tensor (or of --keys) with the collective loader (each stored byte read once
- * across the job), prints the job's counters, and with --dump writes each rank's local shards
- * as raw files OUTDIR/rank<k>/<path> for validation; with --device cuda the buffers are
- * device memory (CUDA builds), and --transport picks MPI or NCCL between ranks.  Built when
- * MPI is found. */
+/* cmd_load.c — `mpirun -np M ckpt load DIR --layout SPEC`: every rank loads its DTensor local
+ * shard (a device mesh and placements, `2x2:S0s2,S0`; `dimD` is Shard(D) over the M ranks) of
+ * every tensor (or of --keys; per key with --layout-map) with the collective loader (each stored
+ * byte read once across the job), prints the job's counters, and with --dump writes each rank's
+ * local shards as raw files OUTDIR/rank<k>/<path> for validation; with --device cuda the buffers
+ * are device memory (CUDA builds), and --transport picks MPI or NCCL between ranks.  Built when MPI
+ * is found. */
 #include "ckpt_load.h"
 #include "cli.h"
+#include "util/arena.h"
+#include "util/error.h"
+#include "util/json.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -19,13 +23,20 @@ void cmd_load_help(FILE *out) {
     fputs("Usage: mpirun -np M ckpt load [options] CHECKPOINT_DIR\n"
           "\n"
           "Load the checkpoint into a new layout across the M ranks of an MPI job: rank k\n"
-          "gets its Shard(D) slice (torch.chunk semantics) of every tensor, every needed\n"
-          "stored byte being read from storage once across the job and sent to the ranks\n"
-          "that need it.  Prints the counters; a one-rank run works without mpirun.\n"
+          "gets the local shard DTensor gives it (distribute_tensor(..., src_data_rank=None)\n"
+          ".to_local(), ranks row-major on the mesh) of every tensor, every needed stored\n"
+          "byte being read from storage once across the job and sent to the ranks that need\n"
+          "it.  Prints the counters; a one-rank run works without mpirun.\n"
           "\n"
           "Options:\n"
-          "      --layout dimD   shard along dimension D (default dim0); tensors with at most\n"
-          "                      D dimensions are loaded whole on every rank\n"
+          "      --layout SPEC   mesh sizes joined by 'x', ':', one placement per mesh dim\n"
+          "                      joined by ',': R, S<d> (Shard(d)) or S<d>s<k>\n"
+          "                      (_StridedShard(d, split_factor=k)); the mesh has M ranks:\n"
+          "                      2x2:S0s2,S0, 2x3:R,S0, 8:S0.  dimD (default dim0) is M:SD.\n"
+          "                      A tensor without dim d is replicated along that mesh dim\n"
+          "      --layout-map F  per-key specs from JSON file F: {\"*\": SPEC (default: the\n"
+          "                      --layout), \"KEY or PATH or DIR\": SPEC, ...}; the longest\n"
+          "                      matching key, path or directory wins\n"
           "      --keys A,B,...  only these entries (flat keys or tree paths) or directories\n"
           "      --mode M        collective (default) or independent (every rank reads its\n"
           "                      own overlaps: the baseline)\n"
@@ -61,10 +72,12 @@ enum {
     OPT_DIRECT_MIN,
     OPT_IO_THREADS,
     OPT_IO_PIECE,
-    OPT_TRANSPORT
+    OPT_TRANSPORT,
+    OPT_LAYOUT_MAP
 };
 static const cli_opt load_opts[] = {
     {"layout", 0, true, OPT_LAYOUT},
+    {"layout-map", 0, true, OPT_LAYOUT_MAP},
     {"keys", 0, true, OPT_KEYS},
     {"mode", 0, true, OPT_MODE},
     {"budget", 0, true, OPT_BUDGET},
@@ -163,6 +176,99 @@ static int pick_device(bool cuda, int rank) {
     return anybad ? CLI_EXIT_FAIL : CLI_EXIT_OK;
 }
 
+/* --layout: `dimD` is Shard(D) over the job's ranks; anything else is a spec of exactly as many
+ * ranks as the job (ckpt_layout_parse). */
+static int layout_arg(const char *what, const char *arg, int size, ckpt_layout *out) {
+    char spec[CKPT_LAYOUT_SPEC_MAX + 32];
+    const char *text = arg;
+    if (strncmp(arg, "dim", 3) == 0 && !strchr(arg, '-')) {
+        snprintf(spec, sizeof spec, "%d:S%s", size, arg + 3);
+        text = spec;
+    }
+    ckpt_error err = {0};
+    if (ckpt_layout_parse(text, out, &err) != CKPT_OK)
+        return cli_usage_error("load", "%s '%s': %s", what, arg, err.message);
+    if (ckpt_layout_nranks(out) != (uint32_t)size)
+        return cli_usage_error("load", "%s '%s' has %u ranks but the job has %d", what, arg,
+                               ckpt_layout_nranks(out), size);
+    return CLI_EXIT_OK;
+}
+
+typedef struct map_item {
+    const char *key; /* flat key, tree path or directory of paths */
+    size_t len;
+    ckpt_layout layout;
+} map_item;
+
+typedef struct layout_map {
+    ckpt_arena *arena;
+    map_item *v;
+    size_t n;
+} layout_map;
+
+#define LAYOUT_MAP_MAX_BYTES (64u << 20)
+
+/* --layout-map FILE: a JSON object of key/path/directory -> spec; "*" replaces the default. */
+static int layout_map_load(const char *file, int size, layout_map *m, ckpt_layout *def) {
+    FILE *f = fopen(file, "rb");
+    if (!f) return cli_usage_error("load", "--layout-map %s: %s", file, strerror(errno));
+    char *text = malloc(LAYOUT_MAP_MAX_BYTES + 1);
+    size_t len = text ? fread(text, 1, LAYOUT_MAP_MAX_BYTES + 1, f) : 0;
+    fclose(f);
+    if (!text || len > LAYOUT_MAP_MAX_BYTES) {
+        free(text);
+        return cli_usage_error("load", "--layout-map %s: %s", file,
+                               text ? "larger than 64 MiB" : "out of memory");
+    }
+    const ckpt_json *root = NULL;
+    ckpt_error err = {0};
+    m->arena = ckpt_arena_new(4 * (uint64_t)len + (1u << 20));
+    ckpt_status st = m->arena ? ckpt_json_parse(m->arena, text, len, 0, &root, &err)
+                              : ckpt_fail(&err, CKPT_E_NOMEM, "out of memory");
+    free(text);
+    if (st != CKPT_OK) return cli_usage_error("load", "--layout-map %s: %s", file, err.message);
+    if (root->type != CKPT_JSON_OBJECT)
+        return cli_usage_error("load", "--layout-map %s: not a JSON object of specs", file);
+    m->v = calloc(root->len ? root->len : 1, sizeof *m->v);
+    if (!m->v) return cli_usage_error("load", "out of memory");
+    for (size_t i = 0; i < root->len; i++) {
+        const ckpt_json_member *mb = &root->u.members[i];
+        char what[600];
+        snprintf(what, sizeof what, "--layout-map %s: '%.512s'", file, mb->key);
+        if (strlen(mb->key) != mb->key_len)
+            return cli_usage_error("load", "%s: a key with a NUL character", what);
+        if (mb->value.type != CKPT_JSON_STRING || strlen(mb->value.u.str) != mb->value.len)
+            return cli_usage_error("load", "%s: the spec is not a string", what);
+        ckpt_layout l;
+        int rc = layout_arg(what, mb->value.u.str, size, &l);
+        if (rc != CLI_EXIT_OK) return rc;
+        if (strcmp(mb->key, "*") == 0)
+            *def = l;
+        else
+            m->v[m->n++] = (map_item){mb->key, mb->key_len, l};
+    }
+    return CLI_EXIT_OK;
+}
+
+static void layout_map_free(layout_map *m) {
+    free(m->v);
+    ckpt_arena_free(m->arena);
+}
+
+/* The layout of entry e: the longest map item naming its key, its path or a directory of it. */
+static const ckpt_layout *layout_of(const layout_map *m, const ckpt_entry *e,
+                                    const ckpt_layout *def) {
+    const char *key = ckpt_entry_key(e), *path = ckpt_entry_path(e);
+    const map_item *best = NULL;
+    for (size_t i = 0; i < m->n; i++) {
+        const map_item *it = &m->v[i];
+        bool hit = strcmp(key, it->key) == 0 || (strncmp(path, it->key, it->len) == 0 &&
+                                                 (path[it->len] == '\0' || path[it->len] == '/'));
+        if (hit && (!best || it->len >= best->len)) best = it;
+    }
+    return best ? &best->layout : def;
+}
+
 typedef struct buf {
     const ckpt_entry *e;
     uint8_t *data;
@@ -172,8 +278,8 @@ typedef struct buf {
 static int run(int argc, char **argv, int rank, int size) {
     cli_parser p;
     cli_parser_init(&p, "load", argc, argv);
-    const char *dir = NULL, *keys = NULL, *dump = NULL, *arg;
-    int dim = 0;
+    const char *dir = NULL, *keys = NULL, *dump = NULL, *arg, *layout_text = "dim0",
+               *map_file = NULL;
     bool json = false, quiet = false, cuda = false;
     ckpt_load_options o = {0};
     for (int id; (id = cli_next(&p, load_opts, sizeof load_opts / sizeof *load_opts, &arg));) {
@@ -186,14 +292,8 @@ static int run(int argc, char **argv, int rank, int size) {
             if (dir) return cli_usage_error("load", "too many arguments ('%s')", arg);
             dir = arg;
             break;
-        case OPT_LAYOUT: {
-            char *end;
-            long d = strtol(arg + 3, &end, 10);
-            if (strncmp(arg, "dim", 3) != 0 || *end || end == arg + 3 || d < 0 || d >= 64)
-                return cli_usage_error("load", "--layout wants dim0, dim1, ..., not '%s'", arg);
-            dim = (int)d;
-            break;
-        }
+        case OPT_LAYOUT: layout_text = arg; break;
+        case OPT_LAYOUT_MAP: map_file = arg; break;
         case OPT_KEYS: keys = arg; break;
         case OPT_MODE:
             if (strcmp(arg, "collective") == 0)
@@ -255,11 +355,22 @@ static int run(int argc, char **argv, int rank, int size) {
     if (!dir) return cli_usage_error("load", "missing CHECKPOINT_DIR");
     cli_dir dd;
     if (!(dir = cli_step_dir(dir, &dd))) return CLI_EXIT_FAIL;
-    if (pick_device(cuda, rank) != CLI_EXIT_OK) return CLI_EXIT_FAIL;
+    ckpt_layout def;
+    layout_map map = {0};
+    int rc = layout_arg("--layout", layout_text, size, &def);
+    if (rc == CLI_EXIT_OK && map_file) rc = layout_map_load(map_file, size, &map, &def);
+    if (rc != CLI_EXIT_OK) {
+        layout_map_free(&map);
+        return rc;
+    }
+    char spec_text[CKPT_LAYOUT_SPEC_MAX];
+    ckpt_layout_format(&def, spec_text, sizeof spec_text);
     ckpt_load *l = NULL;
     ckpt_error err = {0};
-    if (ckpt_load_open(MPI_COMM_WORLD, dir, NULL, &l, &err) != CKPT_OK) {
-        if (rank == 0) cli_error("%s", err.message);
+    if (pick_device(cuda, rank) != CLI_EXIT_OK ||
+        ckpt_load_open(MPI_COMM_WORLD, dir, NULL, &l, &err) != CKPT_OK) {
+        if (rank == 0 && err.code) cli_error("%s", err.message);
+        layout_map_free(&map);
         return CLI_EXIT_FAIL;
     }
     ckpt_reader *r = ckpt_load_reader(l);
@@ -269,17 +380,23 @@ static int run(int argc, char **argv, int rank, int size) {
     for (size_t i = 0; status == CLI_EXIT_OK && i < n; i++) {
         const ckpt_entry *e = ckpt_reader_entry(r, i);
         if (ckpt_entry_kind_of(e) != CKPT_ENTRY_TENSOR || !selected(e, keys)) continue;
-        int64_t start[CKPT_MAX_NDIM], count[CKPT_MAX_NDIM];
-        ckpt_shard_box(ckpt_entry_ndim(e), ckpt_entry_shape(e), dim, (uint32_t)size, (uint32_t)rank,
-                       start, count);
-        size_t bytes = ckpt_dtype_itemsize(ckpt_entry_dtype(e));
-        for (int d = 0; d < ckpt_entry_ndim(e); d++)
-            bytes *= (size_t)count[d];
+        const ckpt_layout *lay = layout_of(&map, e, &def);
+        uint32_t coord[CKPT_LAYOUT_MAX_MESH_NDIM];
+        ckpt_layout_shard *sh = NULL;
+        if (ckpt_layout_coord(lay, (uint32_t)rank, coord) != CKPT_OK ||
+            ckpt_layout_shard_new(lay, ckpt_entry_ndim(e), ckpt_entry_shape(e), coord, &sh, &err) !=
+                CKPT_OK) {
+            cli_error("%s: %s", ckpt_entry_key(e), err.message);
+            status = CLI_EXIT_FAIL;
+            break;
+        }
+        size_t bytes = ckpt_dtype_itemsize(ckpt_entry_dtype(e)) * ckpt_layout_shard_numel(sh);
+        ckpt_layout_shard_free(sh);
         bufs[nb] = (buf){e, buf_alloc(bytes, cuda), bytes};
         if (!bufs[nb].data ||
-            ckpt_load_request_mem(l, ckpt_entry_key(e), start, count, bufs[nb].data, bytes,
-                                  cuda ? CKPT_LOAD_MEM_CUDA : CKPT_LOAD_MEM_HOST,
-                                  &err) != CKPT_OK) {
+            ckpt_load_request_layout(l, ckpt_entry_key(e), lay, coord, bufs[nb].data, bytes,
+                                     cuda ? CKPT_LOAD_MEM_CUDA : CKPT_LOAD_MEM_HOST,
+                                     &err) != CKPT_OK) {
             cli_error("%s", bufs[nb].data ? err.message : "out of memory");
             status = CLI_EXIT_FAIL;
         }
@@ -346,9 +463,10 @@ static int run(int argc, char **argv, int rank, int size) {
             printf("]}\n");
         } else {
             char a[32], b[32], c[32], d[32];
-            printf("loaded %s into %d ranks (layout dim%d, %s) in %.3f s: read %s from storage "
+            printf("loaded %s into %d ranks (layout %s, %s) in %.3f s: read %s from storage "
                    "(needed %s once), sent %s between ranks%s\n",
-                   cli_human_size(sum.bytes_requested, a, sizeof a), size, dim,
+                   cli_human_size(sum.bytes_requested, a, sizeof a), size,
+                   map_file ? "per key" : spec_text,
                    o.mode == CKPT_LOAD_INDEPENDENT ? "independent" : "collective", wall,
                    cli_human_size(sum.bytes_read + sum.bytes_local, b, sizeof b),
                    cli_human_size(all[0].union_bytes, c, sizeof c),
@@ -362,6 +480,7 @@ static int run(int argc, char **argv, int rank, int size) {
         buf_free(bufs[i].data, cuda);
     free(bufs);
     ckpt_load_free(l);
+    layout_map_free(&map);
     return status;
 }
 
