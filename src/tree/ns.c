@@ -88,35 +88,34 @@ static int build_slot(ckpt_tree *t, tree_ckpt *c) {
         }
     }
     if (state == 0) {
-        {
-            ckpt_error e = {0};
-            uint64_t bad = 0;
-            /* taken before: a file that arrives during the build changes it */
-            tree_dir_sig before;
-            if (t->multi) dir_signature(c->dir, &before);
-            ckpt_status bs = tree_ckpt_build(c, &t->opts, &e);
-            /* a step of a directory is checked as the daemon checks a single checkpoint
-             * before mounting: every shard present and long enough */
-            if (bs == CKPT_OK && ckpt_reader_check_ranges(c->r, NULL, NULL, &bad) != CKPT_OK)
-                bs = ckpt_fail(&e, CKPT_E_RANGE,
-                               "%s: not a complete checkpoint (%llu stored ranges missing or "
-                               "outside their files; ckpt verify lists them)",
-                               c->dir, (unsigned long long)bad);
-            if (bs == CKPT_OK) {
-                state = 1;
-            } else {
-                /* listed, so it exists: a file gone since must not read as "no such entry" */
-                if (e.code == CKPT_E_NOTFOUND) e.code = CKPT_E_IO;
-                c->open_error = e;
-                tree_log(&t->opts, "%s", e.message);
-                state = 2;
-                if (t->multi) {
-                    c->fail_sig = before;
-                    clock_gettime(CLOCK_MONOTONIC, &c->fail_checked);
-                }
+        ckpt_error e = {0};
+        uint64_t bad = 0;
+        /* taken before: a file that arrives during the build changes it */
+        tree_dir_sig before = {0};
+        if (t->multi) dir_signature(c->dir, &before);
+        ckpt_status bs = tree_ckpt_build(c, &t->opts, &e);
+        /* a step of a directory is checked as the daemon checks a single checkpoint
+         * before mounting: every shard present and long enough */
+        if (bs == CKPT_OK && ckpt_reader_check_ranges(c->r, NULL, NULL, &bad) != CKPT_OK)
+            bs = ckpt_fail(&e, CKPT_E_RANGE,
+                           "%s: not a complete checkpoint (%llu stored ranges missing or "
+                           "outside their files; ckpt verify lists them)",
+                           c->dir, (unsigned long long)bad);
+        if (bs == CKPT_OK) {
+            state = 1;
+        } else {
+            /* listed, so it exists: a file gone since must not read as "no such entry" */
+            if (e.code == CKPT_E_NOTFOUND) e.code = CKPT_E_IO;
+            /* a step retried while its copy goes on fails alike each time: logged once */
+            if (strcmp(e.message, c->open_error.message) != 0) tree_log(&t->opts, "%s", e.message);
+            c->open_error = e;
+            state = 2;
+            if (t->multi) {
+                c->fail_sig = before;
+                clock_gettime(CLOCK_MONOTONIC, &c->fail_checked);
             }
-            atomic_store(&c->state, state);
         }
+        atomic_store(&c->state, state);
     }
     pthread_mutex_unlock(&c->open_lock);
     return state;
