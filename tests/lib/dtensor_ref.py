@@ -39,6 +39,19 @@ def parse_spec(spec):
     return mesh, out
 
 
+# the layouts the issue names (M != N, uneven and empty shards, several mesh dims on one
+# tensor dim, _StridedShard shards of several boxes): the mount and loader tests use them all
+SPECS = ["2x2:S0,S1", "2x2:S0s2,S0", "2x3:R,S0", "3x2:S1,R", "2:S0s2", "5:S0"]
+
+
+def nranks(spec):
+    """The number of ranks of a spec's mesh."""
+    n = 1
+    for m in parse_spec(spec)[0]:
+        n *= m
+    return n
+
+
 def torch_placements(spec, ndim):
     _, places = parse_spec(spec)
     res = []

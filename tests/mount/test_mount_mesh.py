@@ -28,14 +28,8 @@ from test_mount import FIXTURES, NAMES, Mount, Ref, np_dtype  # noqa: E402
 torch = pytest.importorskip("torch")
 import dtensor_ref  # noqa: E402
 
-SPECS = ["2x2:S0,S1", "2x2:S0s2,S0", "2x3:R,S0", "3x2:S1,R", "2:S0s2", "5:S0"]
-
-
-def nranks(spec):
-    n = 1
-    for m in dtensor_ref.parse_spec(spec)[0]:
-        n *= m
-    return n
+SPECS = dtensor_ref.SPECS
+nranks = dtensor_ref.nranks
 
 
 def full_bytes(ref, path):

@@ -29,14 +29,8 @@ from test_load import BIN, FIXTURES, ITEM, NAMES, mpirun, tensors  # noqa: E402
 torch = pytest.importorskip("torch")
 import dtensor_ref  # noqa: E402
 
-SPECS = ["2x2:S0,S1", "2x2:S0s2,S0", "2x3:R,S0", "3x2:S1,R", "2:S0s2", "5:S0"]
-
-
-def ranks(spec):
-    n = 1
-    for m in dtensor_ref.parse_spec(spec)[0]:
-        n *= m
-    return n
+SPECS = dtensor_ref.SPECS
+ranks = dtensor_ref.nranks
 
 
 def expect(raw: bytes, dtype: str, shape, spec: str, rank: int) -> bytes:
