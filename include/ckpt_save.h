@@ -247,10 +247,10 @@ ckpt_status ckpt_save_get_latest(const char *parent, char **name, ckpt_error *er
  * not starting with '.', that hold `.metadata`), ordered by the number their names end with
  * (then by name), the newest `keep` stay and the older ones are deleted, except `protect`
  * (may be NULL) and the step `latest` names (so up to keep + 2 remain; a newer step is never
- * deleted for an older protected one).  A step is first renamed to a hidden name, then removed, so a crash mid-way never
- * leaves a visible half-deleted step.  *removed (may be NULL) receives the count (steps only).
- * It also removes the leftovers of earlier runs (ckpt_save_leftovers): every `.deleting`
- * directory, and staging directories idle for CKPT_SAVE_STALE_S or more. */
+ * deleted for an older protected one).  A step is first renamed to a hidden name, then removed, so
+ * a crash mid-way never leaves a visible half-deleted step.  *removed (may be NULL) receives the
+ * count (steps only). It also removes the leftovers of earlier runs (ckpt_save_leftovers): every
+ * `.deleting` directory, and staging directories idle for CKPT_SAVE_STALE_S or more. */
 ckpt_status ckpt_save_retain(const char *parent, size_t keep, const char *protect, size_t *removed,
                              ckpt_error *err);
 
