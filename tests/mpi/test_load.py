@@ -78,6 +78,22 @@ def shard(raw: bytes, dtype: str, shape, dim: int, m: int, r: int) -> bytes:
     return np.ascontiguousarray(np.take(a, range(lo, hi), axis=dim)).tobytes()
 
 
+def check_dumps(out: Path, ref, m: int, want, what=()) -> int:
+    """Every rank's dump (out/rank<k>/<path>) of every tensor of `ref` (path -> (dtype, shape,
+    bytes)) equals want(raw, dtype, shape, k); skips escaped paths and dtypes not in ITEM.
+    Returns how many were compared (asserted non-zero)."""
+    checked = 0
+    for path, (dtype, shape, raw) in ref.items():
+        if "%" in path or dtype not in ITEM:
+            continue
+        for k in range(m):
+            got = (out / f"rank{k}" / path).read_bytes()
+            assert got == want(raw, dtype, shape, k), (*what, path, shape, m, k)
+            checked += 1
+    assert checked
+    return checked
+
+
 def check(fixture: Path, m: int, dim: int, out: Path, mode="collective", direct="4K", extra=(),
           leak=True):
     r = mpirun(m, fixture / "ckpt", "--layout", f"dim{dim}", "--dump", out, "--json", "--mode",
@@ -85,15 +101,8 @@ def check(fixture: Path, m: int, dim: int, out: Path, mode="collective", direct=
     assert r.returncode == 0, r.stdout + r.stderr
     stats = json.loads(r.stdout.strip().splitlines()[-1])
     ref, data = tensors(fixture)
-    checked = 0
-    for path, (dtype, shape, raw) in ref.items():
-        if "%" in path or dtype not in ITEM:
-            continue
-        for k in range(m):
-            got = (out / f"rank{k}" / path).read_bytes()
-            assert got == shard(raw, dtype, shape, dim, m, k), (fixture.name, path, m, dim, k)
-            checked += 1
-    assert checked
+    check_dumps(out, ref, m, lambda raw, dt, shape, k: shard(raw, dt, shape, dim, m, k),
+                (fixture.name, f"dim{dim}"))
     return stats, data
 
 
