@@ -149,8 +149,14 @@ class Mount:
             time.sleep(0.02)
 
     def log(self) -> str:
-        self.stderr.seek(0)
-        return self.stderr.read().decode(errors="replace")
+        # pread, not seek+read: the daemon shares this file's offset (no O_APPEND), so a
+        # seek(0) while it runs would make its next writes overwrite the start of the log.
+        fd = self.stderr.fileno()
+        out, off = bytearray(), 0
+        while chunk := os.pread(fd, 1 << 20, off):
+            out += chunk
+            off += len(chunk)
+        return out.decode(errors="replace")
 
     def close(self, expect_clean=True) -> int:
         if os.path.ismount(self.dir):
