@@ -18,6 +18,7 @@
  * telling such a directory complete (ckpt_hf_dir_probe) and dumping its headers. */
 #include "index/hf_storage.h"
 
+#include "index/formats.h"
 #include "index/metadata_files.h"
 #include "torchsave/safetensors.h"
 #include "util/error.h"
@@ -391,19 +392,19 @@ static ckpt_status take_tensors(hf_build *b, const hf_file *f, ckpt_error *err) 
     ckpt_reader *r = b->r;
     for (size_t k = 0; k < ts_safetensors_num_tensors(f->st); k++) {
         const ts_st_tensor *t = ts_safetensors_tensor(f->st, k);
-        ckpt_entry *e = ckpt_index_find(r, t->name);
+        ckpt_entry *e = index_find(r, t->name);
         if (!e) {
-            if (!(e = ckpt_index_new_entry(r, t->name))) return nomem(err);
+            if (!(e = index_new_entry(r, t->name))) return nomem(err);
             e->kind = CKPT_ENTRY_TENSOR;
             e->dtype = t->dtype;
             e->ndim = t->ndim;
             if (t->dtype == CKPT_DTYPE_INVALID)
-                e->problem = ckpt_index_problemf(
-                    r->arena, "safetensors dtype '%s' is not supported", t->dtype_name);
+                e->problem = index_problemf(r->arena, "safetensors dtype '%s' is not supported",
+                                            t->dtype_name);
         }
         if (t->ndim != e->ndim || t->dtype != e->dtype) {
             if (!e->problem)
-                e->problem = ckpt_index_problemf(
+                e->problem = index_problemf(
                     r->arena, "%s stores it as %s of rank %d, another file as %s of rank %d",
                     f->name, t->dtype_name, t->ndim, ckpt_dtype_name(e->dtype), e->ndim);
             r->unmatched_storage++;
@@ -414,11 +415,10 @@ static ckpt_status take_tensors(hf_build *b, const hf_file *f, ckpt_error *err) 
         if (!box) return nomem(err);
         if (!chunk_offsets(f, t, box)) {
             if (!e->problem)
-                e->problem =
-                    ckpt_index_problemf(r->arena,
-                                        "%s: __metadata__.DCP_SHARDING_INFO gives no valid "
-                                        "saved_offsets for it",
-                                        f->name);
+                e->problem = index_problemf(r->arena,
+                                            "%s: __metadata__.DCP_SHARDING_INFO gives no valid "
+                                            "saved_offsets for it",
+                                            f->name);
             r->unmatched_storage++;
             continue;
         }
@@ -508,9 +508,9 @@ static void settle_shape(ckpt_reader *r, ckpt_entry *e) {
                 shape[d] = e->chunks[k].offsets[d] + e->chunks[k].sizes[d];
     }
     const char *bad = NULL;
-    e->numel = ckpt_index_numel(r->arena, shape, e->ndim, &bad);
+    e->numel = index_numel(r->arena, shape, e->ndim, &bad);
     if (bad && !e->problem) e->problem = bad; /* the first defect found stays */
-    e->nbytes = ckpt_index_nbytes(e->dtype, e->numel);
+    e->nbytes = index_nbytes(e->dtype, e->numel);
 }
 
 static int cmp_member_file(const void *a, const void *b) {
@@ -519,7 +519,7 @@ static int cmp_member_file(const void *a, const void *b) {
     return strcmp(x->value.u.str, y->value.u.str);
 }
 
-ckpt_status ckpt_index_add_hf(ckpt_reader *r, ckpt_error *err) {
+static ckpt_status hf_index_add(ckpt_reader *r, ckpt_error *err) {
     hf_build b = {.r = r, .budget = r->limits.max_metadata_bytes};
     hf_files h;
     const ckpt_json_member **by_file = NULL; /* the weight_map's members, sorted by file */
@@ -634,7 +634,7 @@ ckpt_status ckpt_hf_dump_json(const char *dir, const ckpt_limits *l, char **out,
     ckpt_strbuf sb = CKPT_STRBUF_INIT;
     ckpt_arena *scratch = ckpt_arena_new(budget);
     if (!scratch) return nomem(err);
-    hf_files h; /* the files ckpt_index_add_hf reads */
+    hf_files h; /* the files hf_index_add reads */
     ckpt_status s = hf_files_find(dir, path, budget, scratch, &h, err);
     budget -= h.index_len;
     ckpt_strbuf_addc(&sb, '{');
@@ -666,3 +666,14 @@ ckpt_status ckpt_hf_dump_json(const char *dir, const ckpt_limits *l, char **out,
     ckpt_arena_free(scratch);
     return s;
 }
+
+/* Data files "shard-<rank>-model-<i>-of-<n>.safetensors" (torch's sharded HF storage). */
+static long long hf_file_rank(const char *name) {
+    if (strncmp(name, "shard-", 6) != 0 || name[6] < '0' || name[6] > '9') return -1;
+    char *end;
+    long long rank = strtoll(name + 6, &end, 10);
+    return *end == '-' ? rank : -1;
+}
+
+const index_format index_format_hf = {
+    .name = "hf-safetensors", .add = hf_index_add, .file_rank = hf_file_rank};

@@ -30,10 +30,6 @@ void ckpt_hf_names_free(char **names, size_t count);
  * `*.safetensors` file's. */
 ckpt_dir_kind ckpt_hf_dir_probe(const char *dir, struct timespec *mtime);
 
-/* Builds the (empty) index of r from the headers of its directory's `*.safetensors` files.
- * CKPT_E_NOTFOUND when there are none. */
-ckpt_status ckpt_index_add_hf(ckpt_reader *r, ckpt_error *err);
-
 /* `{"<file>": <its safetensors header>, ..., "model.safetensors.index.json": <it>}` for
  * `ckpt dump-metadata` (each header checked by the safetensors reader first). */
 ckpt_status ckpt_hf_dump_json(const char *dir, const ckpt_limits *l, char **out, ckpt_error *err);

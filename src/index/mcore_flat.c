@@ -12,7 +12,9 @@
  * coordinates, with the piece's storage and the element where the box starts in it
  * (ckpt_flat_src, used by chunk_resolve.c).  Every front end then reads the tensor Megatron
  * saved, in the shape Megatron loads it, with no change of its own. */
-#include "index/reader_i.h"
+#include "index/mcore_flat.h"
+
+#include "index/builder.h"
 
 #include "util/error.h"
 
@@ -20,8 +22,9 @@
 #include <string.h>
 
 /* The original shape mcore_data gives one entry (ckpt_entry.mcore), noted per metadata file
- * and applied by ckpt_index_finish.  One per entry: a key repeated in one file keeps its last
- * value, as Python's dict does; files that disagree make the entry a problem. */
+ * and applied by mcore_reformulate (the DCP format's finish).  One per entry: a key repeated in one
+ * file keeps its last value, as Python's dict does; files that disagree make the entry a problem.
+ */
 struct ckpt_mcore_shape {
     const char *file;
     int ndim; /* -1: not a tuple of ints */
@@ -34,8 +37,7 @@ static bool same_shape(const ckpt_mcore_shape *m, const int64_t *shape, int n) {
     return m->ndim == n && (n <= 0 || memcmp(m->shape, shape, (size_t)n * sizeof *shape) == 0);
 }
 
-ckpt_status ckpt_mcore_note(ckpt_reader *r, const char *file, const pk_value *root,
-                            ckpt_error *err) {
+ckpt_status mcore_note(ckpt_reader *r, const char *file, const pk_value *root, ckpt_error *err) {
     const pk_value *md = pk_get(root, "mcore_data");
     if (!md || md->type != PK_DICT) return CKPT_OK; /* None or absent: nothing reformulated */
     const char *fname = NULL;
@@ -43,13 +45,13 @@ ckpt_status ckpt_mcore_note(ckpt_reader *r, const char *file, const pk_value *ro
         const char *key = pk_as_str(md->u.dict.keys[i]);
         const pk_value *orig = pk_get(md->u.dict.vals[i], "nd_reformulated_orig_global_shape");
         if (!key || !orig) continue; /* other per-tensor data: nothing to undo */
-        ckpt_entry *e = ckpt_index_find(r, key);
+        ckpt_entry *e = index_find(r, key);
         if (!e || e->kind != CKPT_ENTRY_TENSOR) continue; /* not in this checkpoint */
         int64_t shape[CKPT_MAX_NDIM];
         size_t n = 0;
         int nd = pk_as_int_seq(orig, shape, CKPT_MAX_NDIM, &n) ? (int)n : -1;
         if (!fname && !(fname = ckpt_arena_strndup(r->arena, file, strlen(file))))
-            return ckpt_index_nomem(err);
+            return index_nomem(err);
         ckpt_mcore_shape *m = e->mcore;
         if (m && m->file != fname) { /* noted by an earlier file */
             if (!same_shape(m, shape, nd)) m->disagree = true;
@@ -58,7 +60,7 @@ ckpt_status ckpt_mcore_note(ckpt_reader *r, const char *file, const pk_value *ro
         if (!m || m->cap < nd) {
             int cap = nd > 0 ? nd : 0;
             m = ckpt_arena_alloc(r->arena, sizeof *m + (size_t)cap * sizeof m->shape[0]);
-            if (!m) return ckpt_index_nomem(err);
+            if (!m) return index_nomem(err);
             m->cap = cap;
             e->mcore = m;
         }
@@ -146,11 +148,11 @@ static const char *block_shape(ckpt_arena *a, const ckpt_entry *e, const ckpt_mc
                                int64_t *block, bool *empty) {
     *empty = false;
     if (m->ndim < 1 || m->ndim + 1 != e->ndim)
-        return ckpt_index_problemf(a,
-                                   "megatron mcore_data (in %s) gives an original shape of %d "
-                                   "dimensions for a stored tensor of %d; a flattened tensor "
-                                   "is stored with one more",
-                                   m->file, m->ndim, e->ndim);
+        return index_problemf(a,
+                              "megatron mcore_data (in %s) gives an original shape of %d "
+                              "dimensions for a stored tensor of %d; a flattened tensor "
+                              "is stored with one more",
+                              m->file, m->ndim, e->ndim);
     uint64_t per_cell = 1;
     for (int d = 0; d < m->ndim; d++) {
         int64_t g = e->shape[d], o = m->shape[d];
@@ -159,37 +161,36 @@ static const char *block_shape(ckpt_arena *a, const ckpt_entry *e, const ckpt_mc
             continue;
         }
         if (o < 0 || o % g != 0)
-            return ckpt_index_problemf(a,
-                                       "megatron mcore_data (in %s): original dimension %d (%lld) "
-                                       "is not a multiple of the stored grid's (%lld)",
-                                       m->file, d, (long long)o, (long long)g);
+            return index_problemf(a,
+                                  "megatron mcore_data (in %s): original dimension %d (%lld) "
+                                  "is not a multiple of the stored grid's (%lld)",
+                                  m->file, d, (long long)o, (long long)g);
         block[d] = o / g;
         if (per_cell > (UINT64_C(1) << 62) / (uint64_t)block[d])
-            return ckpt_index_problemf(a, "megatron mcore_data (in %s): original shape too large",
-                                       m->file);
+            return index_problemf(a, "megatron mcore_data (in %s): original shape too large",
+                                  m->file);
         per_cell *= (uint64_t)block[d];
     }
     if (*empty) {
         for (int d = 0; d < m->ndim; d++)
             if (m->shape[d] < 0)
-                return ckpt_index_problemf(a,
-                                           "megatron mcore_data (in %s): "
-                                           "negative original dimension",
-                                           m->file);
-        if (e->numel != 0 || ckpt_index_numel(a, m->shape, m->ndim, &(const char *){NULL}) != 0)
-            return ckpt_index_problemf(a,
-                                       "megatron mcore_data (in %s): the stored tensor and the "
-                                       "original shape do not agree on being empty",
-                                       m->file);
+                return index_problemf(a,
+                                      "megatron mcore_data (in %s): "
+                                      "negative original dimension",
+                                      m->file);
+        if (e->numel != 0 || index_numel(a, m->shape, m->ndim, &(const char *){NULL}) != 0)
+            return index_problemf(a,
+                                  "megatron mcore_data (in %s): the stored tensor and the "
+                                  "original shape do not agree on being empty",
+                                  m->file);
         return NULL;
     }
     if (per_cell != (uint64_t)e->shape[m->ndim])
-        return ckpt_index_problemf(a,
-                                   "megatron mcore_data (in %s): a grid cell of the original "
-                                   "shape holds %llu elements, the stored tensor's last "
-                                   "dimension %lld",
-                                   m->file, (unsigned long long)per_cell,
-                                   (long long)e->shape[m->ndim]);
+        return index_problemf(a,
+                              "megatron mcore_data (in %s): a grid cell of the original "
+                              "shape holds %llu elements, the stored tensor's last "
+                              "dimension %lld",
+                              m->file, (unsigned long long)per_cell, (long long)e->shape[m->ndim]);
     return NULL;
 }
 
@@ -234,12 +235,11 @@ static const char *pieces_overlap(ckpt_arena *a, const ckpt_entry *e, int nd, bo
     const char *problem = NULL;
     for (size_t i = 1; i < n && !problem; i++)
         if (p[i].cell == p[i - 1].cell && p[i - 1].start + p[i - 1].len > p[i].start)
-            problem =
-                ckpt_index_problemf(a,
-                                    "megatron flattened tensor: stored chunks %zu and %zu "
-                                    "overlap",
-                                    p[i - 1].index < p[i].index ? p[i - 1].index : p[i].index,
-                                    p[i - 1].index < p[i].index ? p[i].index : p[i - 1].index);
+            problem = index_problemf(a,
+                                     "megatron flattened tensor: stored chunks %zu and %zu "
+                                     "overlap",
+                                     p[i - 1].index < p[i].index ? p[i - 1].index : p[i].index,
+                                     p[i - 1].index < p[i].index ? p[i].index : p[i - 1].index);
     free(p);
     return problem;
 }
@@ -249,18 +249,18 @@ static ckpt_status reformulate(ckpt_reader *r, ckpt_entry *e, const ckpt_mcore_s
     int64_t block[CKPT_MAX_NDIM], fixed[CKPT_MAX_NDIM], origin[CKPT_MAX_NDIM];
     bool empty = false, oom = false;
     const char *problem = m->disagree
-                              ? ckpt_index_problemf(r->arena, "megatron mcore_data: metadata files "
-                                                              "disagree on the original shape")
+                              ? index_problemf(r->arena, "megatron mcore_data: metadata files "
+                                                         "disagree on the original shape")
                               : block_shape(r->arena, e, m, block, &empty);
     int nd = m->ndim;
     for (size_t k = 0; !problem && !empty && k < e->nchunks; k++)
         if (e->chunks[k].numel && !is_piece(e, &e->chunks[k]))
-            problem = ckpt_index_problemf(r->arena,
-                                          "megatron flattened tensor: stored chunk %zu is not "
-                                          "a flat piece of one grid cell",
-                                          k);
+            problem = index_problemf(r->arena,
+                                     "megatron flattened tensor: stored chunk %zu is not "
+                                     "a flat piece of one grid cell",
+                                     k);
     if (!problem && !empty) problem = pieces_overlap(r->arena, e, nd, &oom);
-    if (oom) return ckpt_index_nomem(err);
+    if (oom) return index_nomem(err);
     if (problem) {
         e->problem = problem;
         return CKPT_OK;
@@ -276,17 +276,17 @@ static ckpt_status reformulate(ckpt_reader *r, ckpt_entry *e, const ckpt_mcore_s
     uint64_t need = (uint64_t)total * (sizeof(ckpt_chunk) + sizeof(ckpt_flat_src) +
                                        2 * (uint64_t)nd * sizeof(int64_t));
     if (need > *budget) {
-        e->problem = ckpt_index_problemf(r->arena,
-                                         "megatron flattened tensor: its %zu boxes would take "
-                                         "%llu bytes, more than the metadata's size allows",
-                                         total, (unsigned long long)need);
+        e->problem = index_problemf(r->arena,
+                                    "megatron flattened tensor: its %zu boxes would take "
+                                    "%llu bytes, more than the metadata's size allows",
+                                    total, (unsigned long long)need);
         return CKPT_OK;
     }
     *budget -= need;
     ckpt_chunk *chunks = ckpt_arena_alloc(r->arena, (total + 1) * sizeof *chunks);
     ckpt_flat_src *flat = ckpt_arena_alloc(r->arena, (total + 1) * sizeof *flat);
     int64_t *shape = ckpt_arena_alloc(r->arena, (size_t)nd * sizeof *shape);
-    if (!chunks || !flat || !shape) return ckpt_index_nomem(err);
+    if (!chunks || !flat || !shape) return index_nomem(err);
     s.chunks = chunks;
     s.flat = flat;
     s.n = 0;
@@ -298,7 +298,7 @@ static ckpt_status reformulate(ckpt_reader *r, ckpt_entry *e, const ckpt_mcore_s
         s.piece = c;
         s.piece_start = c->offsets[nd];
         if (!boxes(&s, fixed, 0, c->offsets[nd], c->offsets[nd] + c->sizes[nd], 0))
-            return ckpt_index_nomem(err);
+            return index_nomem(err);
     }
     memcpy(shape, m->shape, (size_t)nd * sizeof *shape);
     e->ndim = nd;
@@ -310,7 +310,7 @@ static ckpt_status reformulate(ckpt_reader *r, ckpt_entry *e, const ckpt_mcore_s
     return CKPT_OK;
 }
 
-ckpt_status ckpt_mcore_reformulate(ckpt_reader *r, ckpt_error *err) {
+ckpt_status mcore_reformulate(ckpt_reader *r, ckpt_error *err) {
     /* boxes may take up to 8 bytes of index per byte of metadata, and 64 MiB more: a real
      * checkpoint's pieces make at most 2·ndim−1 boxes each (ndim <= 4 or so), while a hostile
      * one could ask for many per byte of pickle */
@@ -320,11 +320,11 @@ ckpt_status ckpt_mcore_reformulate(ckpt_reader *r, ckpt_error *err) {
         const ckpt_mcore_shape *m = e->mcore;
         if (!m || e->flat || e->problem) continue;
         if (m->ndim < 0) {
-            e->problem = ckpt_index_problemf(r->arena,
-                                             "megatron mcore_data (in %s): "
-                                             "nd_reformulated_orig_global_shape is not a tuple "
-                                             "of ints",
-                                             m->file);
+            e->problem = index_problemf(r->arena,
+                                        "megatron mcore_data (in %s): "
+                                        "nd_reformulated_orig_global_shape is not a tuple "
+                                        "of ints",
+                                        m->file);
             continue;
         }
         CKPT_TRY(reformulate(r, e, m, &budget, err));

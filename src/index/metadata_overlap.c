@@ -94,10 +94,10 @@ static void walk_batch(ckpt_overlap *o, batch *b) {
         return;
     }
     if (o->only_file && !o->paths_settled) {
-        /* planner_data is walked: what ckpt_index_finish would do first is done now, while
+        /* planner_data is walked: what index_finish would do first is done now, while
          * the decoder is still busy with storage_data */
         o->paths_settled = true;
-        if ((o->st = ckpt_index_paths(o->r, &o->err)) != CKPT_OK) return;
+        if ((o->st = index_paths(o->r, &o->err)) != CKPT_OK) return;
     }
     o->st = ckpt_walk_storage(o->w, p, &o->err);
 }
@@ -299,7 +299,7 @@ ckpt_status ckpt_overlap_finish(ckpt_overlap *o, const pk_doc *doc, bool *comple
         *complete = true;
         r->index_split_batches = o->split_run;
     } else if (o->started) {
-        st = ckpt_reader_reset_index(r, err);
+        st = index_reset(r, err);
     }
     ckpt_walk_free(o->w);
     pthread_mutex_destroy(&o->mu);

@@ -17,13 +17,13 @@ typedef struct ckpt_overlap ckpt_overlap;
  * `file`, which must outlive it.  NULL when out of memory (then decode and walk in turn).
  * No thread runs until the decoder hands over the first pairs.  `only_file`: no other
  * metadata file follows (then the entries' paths are settled while storage_data is still
- * being decoded: ckpt_index_paths).  `lockstep` (tests): the decoder waits at every
+ * being decoded: index_paths).  `lockstep` (tests): the decoder waits at every
  * hand-over until the walker has walked it. */
 ckpt_overlap *ckpt_overlap_new(ckpt_reader *r, const char *file, bool only_file, bool lockstep);
 /* The watch to decode the metadata pickle with (pk_decode_watched). */
 const pk_watch *ckpt_overlap_watch(ckpt_overlap *o);
 /* After decoding: waits for the walker and frees o.  *complete is true when r now holds the
- * index of `doc` exactly as ckpt_index_add_metadata(r, file, doc) would have made it; false
+ * index of `doc` exactly as ckpt_walk_doc(r, file, doc) would have made it; false
  * when the pickle did not allow it (a hand-made pickle that changed a handed-over value, keys
  * out of order, the dicts not where the walk looks, a defect the walk reports) or decoding
  * failed (doc NULL): r's index is then empty again and the caller walks doc itself.

@@ -2,7 +2,7 @@
  * version) into the reader's index: entries, chunk boxes and their storage locations.
  * Nothing from the pickle is trusted: every field is type-checked, and defects of a single
  * entry are recorded on it (readable later as an error) instead of failing the whole open. */
-#include "index/reader_i.h"
+#include "index/builder.h"
 
 #include "index/metadata_files.h"
 #include "index/metadata_walk.h"
@@ -56,82 +56,6 @@ static char *astr(ckpt_reader *r, const char *s) {
     return ckpt_arena_strndup(r->arena, s, strlen(s));
 }
 
-static bool key_eq(const void *ctx, uint64_t v) {
-    const void *const *c = ctx;
-    const ckpt_reader *r = c[0];
-    return strcmp(r->entries[v].key, (const char *)c[1]) == 0;
-}
-
-static uint64_t key_hash(const char *key) { return ckpt_hash_bytes(key, strlen(key), 0); }
-
-/* The entry of `key`, whose key_hash is h, or NULL. */
-static ckpt_entry *find_key_hashed(ckpt_reader *r, const char *key, uint64_t h) {
-    const void *ctx[2] = {r, key};
-    uint64_t v;
-    if (ckpt_htab_find(&r->by_key, h, key_eq, ctx, &v)) return &r->entries[v];
-    return NULL;
-}
-
-static ckpt_entry *find_key(ckpt_reader *r, const char *key) {
-    return find_key_hashed(r, key, key_hash(key));
-}
-
-/* find_key trying entry `guess` first: the parts of a metadata file list the keys in much the
- * same order, so the entry after the last one found is a good guess. */
-static ckpt_entry *find_key_near(ckpt_reader *r, const char *key, size_t guess) {
-    if (guess < r->nentries && strcmp(r->entries[guess].key, key) == 0) return &r->entries[guess];
-    return find_key(r, key);
-}
-
-ckpt_entry *ckpt_index_find(ckpt_reader *r, const char *key) { return find_key(r, key); }
-
-uint64_t ckpt_index_numel(ckpt_arena *a, const int64_t *shape, int ndim, const char **problem) {
-    uint64_t numel = 1;
-    for (int d = 0; d < ndim; d++) {
-        if (shape[d] < 0) {
-            *problem = ckpt_index_problemf(a, "negative dimension %lld", (long long)shape[d]);
-            return 0;
-        }
-        if (shape[d] && numel > (UINT64_C(1) << 62) / (uint64_t)shape[d]) {
-            *problem = ckpt_index_problemf(a, "tensor has too many elements");
-            return 0;
-        }
-        numel *= (uint64_t)shape[d];
-    }
-    return numel;
-}
-
-uint64_t ckpt_index_nbytes(ckpt_dtype dt, uint64_t numel) {
-    size_t isz = ckpt_dtype_itemsize(dt);
-    return isz && numel <= (UINT64_C(1) << 62) / isz ? numel * isz : 0;
-}
-
-ckpt_status ckpt_index_nomem(ckpt_error *err) {
-    return ckpt_fail(err, CKPT_E_NOMEM, "out of memory while indexing the metadata");
-}
-
-static ckpt_entry *new_entry(ckpt_reader *r, const char *key, uint64_t h) {
-    if (r->nentries == r->entries_cap) {
-        size_t cap = r->entries_cap ? r->entries_cap * 2 : 256;
-        ckpt_entry *n = realloc(r->entries, cap * sizeof *n);
-        if (!n) return NULL;
-        r->entries = n;
-        r->entries_cap = cap;
-    }
-    ckpt_entry *e = &r->entries[r->nentries];
-    memset(e, 0, sizeof *e);
-    e->key = astr(r, key);
-    e->index = r->nentries;
-    e->loc.file_id = -1;
-    if (!e->key || !ckpt_htab_insert(&r->by_key, h, e->index)) return NULL;
-    r->nentries++;
-    return e;
-}
-
-ckpt_entry *ckpt_index_new_entry(ckpt_reader *r, const char *key) {
-    return new_entry(r, key, key_hash(key));
-}
-
 static const char *dtype_name_of(const pk_value *props) {
     const pk_value *st = props && props->type == PK_OBJECT ? props->u.obj.state : NULL;
     const pk_value *dt = NULL;
@@ -141,16 +65,6 @@ static const char *dtype_name_of(const pk_value *props) {
         dt = pk_get(st, "dtype");
     if (!dt && props && props->type == PK_OBJECT) dt = pk_item(props->u.obj.args, 0);
     return dt && dt->type == PK_GLOBAL ? dt->u.global.name : NULL;
-}
-
-const char *ckpt_index_problemf(ckpt_arena *a, const char *fmt, ...) {
-    char buf[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    const char *p = ckpt_arena_strndup(a, buf, strlen(buf));
-    return p ? p : "(out of memory describing a problem)"; /* never lose the problem */
 }
 
 static bool boxes_equal(const int64_t *a, const int64_t *b, int ndim) {
@@ -164,7 +78,7 @@ static ckpt_status walk_tensor(walk *w, ckpt_entry *e, bool merging, const pk_va
     int64_t shape[CKPT_MAX_NDIM];
     size_t ndim = 0;
     if (!pk_as_int_seq(pk_get_cached(v, "size", &w->keys.size), shape, CKPT_MAX_NDIM, &ndim)) {
-        e->problem = ckpt_index_problemf(w->arena, "tensor size is missing or malformed");
+        e->problem = index_problemf(w->arena, "tensor size is missing or malformed");
         return CKPT_OK;
     }
     if (!merging) {
@@ -172,36 +86,34 @@ static ckpt_status walk_tensor(walk *w, ckpt_entry *e, bool merging, const pk_va
         const char *dn = dtype_name_of(pk_get_cached(v, "properties", &w->keys.properties));
         e->dtype = ckpt_dtype_from_name(dn);
         if (e->dtype == CKPT_DTYPE_INVALID)
-            e->problem =
-                ckpt_index_problemf(w->arena, "unknown or missing dtype '%s'", dn ? dn : "?");
+            e->problem = index_problemf(w->arena, "unknown or missing dtype '%s'", dn ? dn : "?");
         e->ndim = (int)ndim;
         int64_t *s = ckpt_arena_alloc(w->arena, (ndim ? ndim : 1) * sizeof *s);
-        if (!s) return ckpt_index_nomem(err);
+        if (!s) return index_nomem(err);
         memcpy(s, shape, ndim * sizeof *s);
         e->shape = ndim ? s : NULL;
         const char *bad = NULL;
-        e->numel = ckpt_index_numel(w->arena, shape, (int)ndim, &bad);
+        e->numel = index_numel(w->arena, shape, (int)ndim, &bad);
         if (bad) e->problem = bad;
-        e->nbytes = ckpt_index_nbytes(e->dtype, e->numel);
+        e->nbytes = index_nbytes(e->dtype, e->numel);
     } else if ((int)ndim != e->ndim || memcmp(shape, e->shape, ndim * sizeof *shape) != 0) {
-        e->problem =
-            ckpt_index_problemf(w->arena, "rank-local metadata files disagree on the shape");
+        e->problem = index_problemf(w->arena, "rank-local metadata files disagree on the shape");
         return CKPT_OK;
     }
 
     const pk_value *chunks = pk_get_cached(v, "chunks", &w->keys.chunks);
     if (!chunks || (chunks->type != PK_LIST && chunks->type != PK_TUPLE)) {
-        e->problem = ckpt_index_problemf(w->arena, "tensor has no chunk list");
+        e->problem = index_problemf(w->arena, "tensor has no chunk list");
         return CKPT_OK;
     }
     size_t n = pk_len(chunks);
     size_t old = e->nchunks;
     ckpt_chunk *arr =
         ckpt_arena_grow(w->arena, e->chunks, old * sizeof *arr, (old + n + 1) * sizeof *arr);
-    if (!arr) return ckpt_index_nomem(err);
+    if (!arr) return index_nomem(err);
     e->chunks = arr;
     int64_t *pool = ckpt_arena_alloc(w->arena, (n * 2 * ndim + 1) * sizeof *pool);
-    if (!pool) return ckpt_index_nomem(err);
+    if (!pool) return index_nomem(err);
     for (size_t i = 0; i < n; i++) {
         const pk_value *c = pk_item(chunks, i);
         int64_t *off = pool + i * 2 * ndim, *sz = off + ndim;
@@ -210,7 +122,7 @@ static ckpt_status walk_tensor(walk *w, ckpt_entry *e, bool merging, const pk_va
                            &n1) ||
             !pk_as_int_seq(pk_get_cached(c, "sizes", &w->keys.sizes), sz, ndim ? ndim : 1, &n2) ||
             n1 != ndim || n2 != ndim) {
-            e->problem = ckpt_index_problemf(
+            e->problem = index_problemf(
                 w->arena, "chunk %zu: offsets/sizes missing or not of rank %zu", i, ndim);
             continue;
         }
@@ -222,8 +134,7 @@ static ckpt_status walk_tensor(walk *w, ckpt_entry *e, bool merging, const pk_va
             numel *= (uint64_t)(sz[d] < 0 ? 0 : sz[d]);
         }
         if (!inside) {
-            e->problem =
-                ckpt_index_problemf(w->arena, "chunk %zu lies outside the tensor's shape", i);
+            e->problem = index_problemf(w->arena, "chunk %zu lies outside the tensor's shape", i);
             continue;
         }
         if (merging) { /* rank-local merge: drop boxes already present */
@@ -244,7 +155,7 @@ static ckpt_status walk_tensor(walk *w, ckpt_entry *e, bool merging, const pk_va
         for (size_t k = old; k < e->nchunks; k++) {
             uint64_t h = ckpt_hash_bytes(e->chunks[k].offsets, (size_t)e->ndim * 8, e->index);
             if (!ckpt_htab_insert(&w->chunk_index, h, ((uint64_t)e->index << 32) | k))
-                return ckpt_index_nomem(err);
+                return index_nomem(err);
         }
     }
     return CKPT_OK;
@@ -320,7 +231,7 @@ static ckpt_status walk_tensors_parallel(walk *w, const pk_value *const *val, co
     for (unsigned t = 1; t < threads; t++)
         wk[t].started = pthread_create(&wk[t].thread, NULL, sdm_worker_main, &wk[t]) == 0;
     if (threads) sdm_worker_main(&wk[0]);
-    ckpt_status st = threads ? CKPT_OK : ckpt_index_nomem(err);
+    ckpt_status st = threads ? CKPT_OK : index_nomem(err);
     size_t failed_at = SIZE_MAX;
     for (unsigned t = 0; t < threads; t++) {
         if (wk[t].started) pthread_join(wk[t].thread, NULL);
@@ -350,7 +261,7 @@ static ckpt_status defer(walk *w, const char *key, const pk_value *v, ckpt_error
     if (w->ndeferred == w->deferred_cap) {
         size_t cap = w->deferred_cap ? 2 * w->deferred_cap : 64;
         struct deferred_item *d = realloc(w->deferred, cap * sizeof *d);
-        if (!d) return ckpt_index_nomem(err);
+        if (!d) return index_nomem(err);
         w->deferred = d;
         w->deferred_cap = cap;
     }
@@ -367,7 +278,7 @@ ckpt_status ckpt_walk_sdm(walk *w, ckpt_pairs p, size_t base, unsigned threads, 
     ckpt_status st = CKPT_OK;
     size_t ntensors = 0;
     if (!val || !entry) {
-        st = ckpt_index_nomem(err);
+        st = index_nomem(err);
         goto done;
     }
     for (size_t i = 0; i < n; i++) {
@@ -384,14 +295,14 @@ ckpt_status ckpt_walk_sdm(walk *w, ckpt_pairs p, size_t base, unsigned threads, 
                            base + i, key);
             goto done;
         }
-        uint64_t h = key_hash(key);
-        ckpt_entry *e = find_key_hashed(r, key, h);
+        uint64_t h = index_key_hash(key);
+        ckpt_entry *e = index_find_hashed(r, key, h);
         if (e) { /* made earlier: walked after the new ones, in order */
             CKPT_TRY_GOTO(st, defer(w, key, v, err), done);
             continue;
         }
-        if (!(e = new_entry(r, key, h))) {
-            st = ckpt_index_nomem(err);
+        if (!(e = index_new_entry_hashed(r, key, h))) {
+            st = index_nomem(err);
             goto done;
         }
         const char *cls;
@@ -404,8 +315,8 @@ ckpt_status ckpt_walk_sdm(walk *w, ckpt_pairs p, size_t base, unsigned threads, 
             e->loc.problem = "no storage_data entry for this object";
         } else {
             e->kind = CKPT_ENTRY_OBJECT;
-            e->problem = ckpt_index_problemf(r->arena, "unknown storage metadata class '%s'",
-                                             cls ? cls : "?");
+            e->problem =
+                index_problemf(r->arena, "unknown storage metadata class '%s'", cls ? cls : "?");
         }
     }
     /* pass 2: the new tensors (the lazily built chunk index is not thread-safe) */
@@ -413,7 +324,7 @@ ckpt_status ckpt_walk_sdm(walk *w, ckpt_pairs p, size_t base, unsigned threads, 
         st = walk_tensors_parallel(w, val, entry, ntensors, threads, err);
     } else {
         /* a big walk on this thread fills the reader's arena: map it ahead (the workers'
-         * arenas above fill in parallel instead); settled by ckpt_index_finish */
+         * arenas above fill in parallel instead); settled by index_finish */
         if (ntensors >= PARALLEL_MIN) ckpt_arena_map_ahead(r->arena);
         for (size_t k = 0; k < ntensors && st == CKPT_OK; k++)
             st = walk_tensor(w, &r->entries[entry[k]], false, val[k], err);
@@ -429,7 +340,7 @@ ckpt_status ckpt_walk_sdm_end(walk *w, ckpt_error *err) {
     ckpt_status st = CKPT_OK;
     for (size_t i = 0; i < w->ndeferred && st == CKPT_OK; i++) {
         const pk_value *v = w->deferred[i].val;
-        ckpt_entry *e = find_key(w->r, w->deferred[i].key);
+        ckpt_entry *e = index_find(w->r, w->deferred[i].key);
         const char *cls;
         sdm_kind kind = sdm_kind_of(v, &cls);
         if (kind == SDM_TENSOR) {
@@ -454,6 +365,8 @@ static ckpt_status walk_state_dict_metadata(walk *w, const pk_value *sdm, ckpt_e
     return ckpt_walk_sdm_end(w, err);
 }
 
+/* A planner_data path (a non-empty tuple or list of str and int) as the entry's tree path;
+ * anything else leaves the flat key. */
 static ckpt_status set_path(ckpt_reader *r, ckpt_entry *e, const pk_value *path, ckpt_error *err) {
     size_t n = path ? pk_len(path) : 0;
     bool usable = path && (path->type == PK_TUPLE || path->type == PK_LIST) && n > 0;
@@ -461,58 +374,23 @@ static ckpt_status set_path(ckpt_reader *r, ckpt_entry *e, const pk_value *path,
         const pk_value *el = pk_item(path, i);
         usable = el->type == PK_STR || el->type == PK_INT;
     }
-    if (!usable) { /* no planner path: the flat key is a single element */
-        e->elems = ckpt_arena_alloc(r->arena, sizeof *e->elems);
-        if (!e->elems) return ckpt_index_nomem(err);
-        e->elems[0] = e->key;
-        e->nelems = 1;
-    } else {
-        e->elems = ckpt_arena_alloc(r->arena, n * sizeof *e->elems);
-        if (!e->elems) return ckpt_index_nomem(err);
-        for (size_t i = 0; i < n; i++) {
-            const pk_value *el = pk_item(path, i);
-            char num[32];
-            const char *s = el->type == PK_STR ? el->u.str.ptr : num;
-            size_t len = el->type == PK_STR ? el->u.str.len : 0;
-            if (el->type == PK_INT)
-                len = (size_t)snprintf(num, sizeof num, "%lld", (long long)el->u.i);
-            e->elems[i] = ckpt_arena_strndup(r->arena, s, len);
-            if (!e->elems[i]) return ckpt_index_nomem(err);
+    if (!usable) return index_set_path(r, e, NULL, 0, err);
+    index_elem *elems = malloc(n * sizeof *elems);
+    char(*nums)[24] = malloc(n * sizeof *nums);
+    ckpt_status st = elems && nums ? CKPT_OK : index_nomem(err);
+    for (size_t i = 0; st == CKPT_OK && i < n; i++) {
+        const pk_value *el = pk_item(path, i);
+        if (el->type == PK_STR) {
+            elems[i] = (index_elem){el->u.str.ptr, el->u.str.len};
+        } else {
+            int len = snprintf(nums[i], sizeof nums[i], "%lld", (long long)el->u.i);
+            elems[i] = (index_elem){nums[i], (size_t)len};
         }
-        e->nelems = n;
     }
-    /* joined, escaped path */
-    size_t total = 0;
-    char **esc = malloc(e->nelems * sizeof *esc);
-    if (!esc) return ckpt_index_nomem(err);
-    for (size_t i = 0; i < e->nelems; i++) {
-        /* from the element's own bytes: a NUL inside it is escaped, never a truncation */
-        const pk_value *el = usable ? pk_item(path, i) : NULL;
-        bool raw = el && el->type == PK_STR;
-        esc[i] = ckpt_path_escape_elem(r->arena, raw ? el->u.str.ptr : e->elems[i],
-                                       raw ? el->u.str.len : strlen(e->elems[i]));
-        if (!esc[i]) {
-            free(esc);
-            return ckpt_index_nomem(err);
-        }
-        total += strlen(esc[i]) + 1;
-    }
-    char *p = ckpt_arena_alloc(r->arena, total + 1);
-    if (!p) {
-        free(esc);
-        return ckpt_index_nomem(err);
-    }
-    size_t at = 0;
-    for (size_t i = 0; i < e->nelems; i++) {
-        if (i) p[at++] = '/';
-        size_t l = strlen(esc[i]);
-        memcpy(p + at, esc[i], l);
-        at += l;
-    }
-    p[at] = '\0';
-    e->path = p;
-    free(esc);
-    return CKPT_OK;
+    if (st == CKPT_OK) st = index_set_path(r, e, elems, n, err);
+    free(elems);
+    free(nums);
+    return st;
 }
 
 ckpt_status ckpt_walk_planner(walk *w, ckpt_pairs p, ckpt_error *err) {
@@ -520,7 +398,7 @@ ckpt_status ckpt_walk_planner(walk *w, ckpt_pairs p, ckpt_error *err) {
     if (p.n) r->info.has_planner_data = true;
     for (size_t i = 0; i < p.n; i++) {
         const char *key = pk_as_str(p.k[i * p.stride]);
-        ckpt_entry *e = key ? find_key_near(r, key, w->pd_guess) : NULL;
+        ckpt_entry *e = key ? index_find_near(r, key, w->pd_guess) : NULL;
         if (!e) continue;
         w->pd_guess = e->index + 1;
         if (!e->path) CKPT_TRY(set_path(r, e, p.v[i * p.stride], err));
@@ -547,13 +425,13 @@ static ckpt_status build_chunk_index(walk *w, ckpt_error *err) {
     size_t total = 0;
     for (size_t i = 0; i < r->nentries; i++)
         total += r->entries[i].nchunks;
-    if (!ckpt_htab_init(&w->chunk_index, total)) return ckpt_index_nomem(err);
+    if (!ckpt_htab_init(&w->chunk_index, total)) return index_nomem(err);
     for (size_t i = 0; i < r->nentries; i++) {
         const ckpt_entry *e = &r->entries[i];
         for (size_t k = 0; k < e->nchunks; k++) {
             uint64_t h = ckpt_hash_bytes(e->chunks[k].offsets, (size_t)e->ndim * 8, i);
             if (!ckpt_htab_insert(&w->chunk_index, h, ((uint64_t)i << 32) | k))
-                return ckpt_index_nomem(err);
+                return index_nomem(err);
         }
     }
     w->chunk_index_built = true;
@@ -591,7 +469,7 @@ static ckpt_status fill_loc(walk *w, ckpt_loc *loc, const pk_value *info, ckpt_e
             total += strlen(s) + 1;
         }
         char *t = ckpt_arena_alloc(r->arena, total + 1);
-        if (!t) return ckpt_index_nomem(err);
+        if (!t) return index_nomem(err);
         for (size_t i = 0; i < n; i++) {
             if (i) strcat(t, ",");
             strcat(t, pk_as_str(pk_item(td, i)));
@@ -624,7 +502,7 @@ ckpt_status ckpt_walk_storage(walk *w, ckpt_pairs p, ckpt_error *err) {
         if (fqn && fqn == w->sd_last_fqn)
             e = w->sd_last_e;
         else if (fqn)
-            e = find_key_near(r, fqn, w->sd_next);
+            e = index_find_near(r, fqn, w->sd_next);
         w->sd_last_fqn = fqn;
         w->sd_last_e = e;
         if (e) w->sd_next = e->index + 1;
@@ -728,8 +606,7 @@ void ckpt_walk_free(walk *w) {
     free(w);
 }
 
-ckpt_status ckpt_index_add_metadata(ckpt_reader *r, const char *file, const pk_doc *doc,
-                                    ckpt_error *err) {
+ckpt_status ckpt_walk_doc(ckpt_reader *r, const char *file, const pk_doc *doc, ckpt_error *err) {
     ckpt_status st = CKPT_OK;
     const pk_value *root = pk_doc_root(doc);
     const pk_value *sdm = pk_get(root, "state_dict_metadata");
@@ -740,7 +617,7 @@ ckpt_status ckpt_index_add_metadata(ckpt_reader *r, const char *file, const pk_d
                          cls ? cls : "not an object");
     }
     walk *w = ckpt_walk_new(r, file);
-    if (!w) return ckpt_index_nomem(err);
+    if (!w) return index_nomem(err);
     ckpt_walk_note_root(r, root, sdm);
     CKPT_TRY_GOTO(st, walk_state_dict_metadata(w, sdm, err), done);
     CKPT_TRY_GOTO(st, walk_planner_data(w, pk_get(root, "planner_data"), err), done);
@@ -748,75 +625,4 @@ ckpt_status ckpt_index_add_metadata(ckpt_reader *r, const char *file, const pk_d
 done:
     ckpt_walk_free(w);
     return st;
-}
-
-static bool path_eq(const void *ctx, uint64_t v) {
-    const void *const *c = ctx;
-    const ckpt_reader *r = c[0];
-    return strcmp(r->entries[v].path, (const char *)c[1]) == 0;
-}
-
-ckpt_status ckpt_index_paths(ckpt_reader *r, ckpt_error *err) {
-    if (!r->by_path.cap && !ckpt_htab_init(&r->by_path, r->nentries)) return ckpt_index_nomem(err);
-    for (size_t i = r->paths_done; i < r->nentries; i++) {
-        ckpt_entry *e = &r->entries[i];
-        if (!e->path) CKPT_TRY(set_path(r, e, NULL, err));
-        const void *ctx[2] = {r, e->path};
-        uint64_t dummy;
-        uint64_t h = ckpt_hash_bytes(e->path, strlen(e->path), 0);
-        if (!ckpt_htab_find(&r->by_path, h, path_eq, ctx, &dummy) &&
-            !ckpt_htab_insert(&r->by_path, h, i))
-            return ckpt_index_nomem(err);
-        r->paths_done = i + 1;
-    }
-    return CKPT_OK;
-}
-
-ckpt_status ckpt_index_finish(ckpt_reader *r, ckpt_error *err) {
-    CKPT_TRY(ckpt_index_paths(r, err));
-    CKPT_TRY(ckpt_mcore_reformulate(r, err));
-    ckpt_reader_info *in = &r->info;
-    for (size_t i = 0; i < r->nentries; i++) {
-        ckpt_entry *e = &r->entries[i];
-        in->num_entries++;
-        if (e->kind == CKPT_ENTRY_TENSOR) {
-            in->num_tensors++;
-            in->tensor_bytes += e->nbytes;
-            in->dtype_counts[e->dtype]++;
-            for (size_t k = 0; k < e->nchunks; k++) {
-                if (e->chunks[k].numel)
-                    in->num_chunks++;
-                else
-                    in->num_empty_chunks++;
-            }
-        } else {
-            in->num_objects++;
-        }
-    }
-    ckpt_arena_settle(r->arena); /* the index is built: no helper thread outlives the open */
-    in->num_files = (uint32_t)r->nfiles;
-    /* ranks: distinct "__<r>_" (HuggingFace: "shard-<r>-") prefixes */
-    uint32_t ranks = 0;
-    int64_t *seen = calloc(r->nfiles + 1, sizeof *seen);
-    if (!seen) return ckpt_index_nomem(err);
-    for (size_t f = 0; f < r->nfiles; f++) {
-        const char *name = r->files[f].name, *p = strstr(name, "__");
-        char *end, sep = '_';
-        if (p)
-            p += 2;
-        else if (strncmp(name, "shard-", 6) == 0) /* HuggingFace: shard-00001-model-... */
-            p = name + 6, sep = '-';
-        else
-            continue;
-        if (*p < '0' || *p > '9') continue;
-        long long rank = strtoll(p, &end, 10);
-        if (*end != sep) continue;
-        bool dup = false;
-        for (uint32_t k = 0; k < ranks && !dup; k++)
-            dup = seen[k] == rank;
-        if (!dup) seen[ranks++] = rank;
-    }
-    free(seen);
-    in->num_ranks = ranks;
-    return CKPT_OK;
 }

@@ -1,13 +1,13 @@
 /* metadata_walk.h — the walk of a decoded Metadata pickle into the reader's index, in parts:
  * state_dict_metadata, then planner_data, then storage_data, each given as runs of (key,
- * value) pairs in pickle order.  ckpt_index_add_metadata walks a whole decoded document this
+ * value) pairs in pickle order.  ckpt_walk_doc walks a whole decoded document this
  * way; metadata_overlap.c feeds the same steps the pairs of each SETITEMS batch while the rest
  * of the pickle is still being decoded.  The same pairs in the same order give the same
  * index either way. */
 #ifndef CKPT_INDEX_METADATA_WALK_H
 #define CKPT_INDEX_METADATA_WALK_H
 
-#include "index/reader_i.h"
+#include "index/builder.h"
 #include "pickle/pickle.h"
 
 #include <stddef.h>
@@ -22,6 +22,9 @@ typedef struct ckpt_pairs {
     size_t stride;
     size_t n;
 } ckpt_pairs;
+
+/* Adds one decoded metadata pickle (of `file`, for messages) to the index. */
+ckpt_status ckpt_walk_doc(ckpt_reader *r, const char *file, const pk_doc *doc, ckpt_error *err);
 
 /* A walk adding to r (messages name `file`); NULL when out of memory. */
 ckpt_walk *ckpt_walk_new(ckpt_reader *r, const char *file);

@@ -1,10 +1,10 @@
-/* reader.c — opening a checkpoint directory: finding and reading the metadata file(s),
- * building the index, and the public accessors of readers and entries. */
+/* reader.c — opening a checkpoint directory (its format's walker builds the index:
+ * formats.c), and the public accessors of readers and entries. */
 #include "index/reader_i.h"
 
-#include "index/hf_storage.h"
+#include "index/dcp.h"
+#include "index/formats.h"
 #include "index/metadata_files.h"
-#include "index/metadata_overlap.h"
 
 #include "util/error.h"
 
@@ -15,79 +15,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-/* Whether the index of the next metadata file may be walked while it is decoded: with a
- * second thread allowed, into an index still empty (what the walk finds then does not
- * depend on earlier files). */
-static bool may_overlap(const ckpt_reader *r) {
-    return r->limits.index_threads > 1 && r->nentries == 0 && r->nfiles == 0;
-}
-
-/* Decodes a metadata pickle (from the file `path`, or buf[0, len) when buf is set) and adds
- * it to the index, walking it while it is decoded when may_overlap. */
-static ckpt_status add_metadata(ckpt_reader *r, const char *path, const uint8_t *buf, size_t len,
-                                bool only_file, bool lockstep, ckpt_error *err) {
-    ckpt_overlap *ov = may_overlap(r) ? ckpt_overlap_new(r, path, only_file, lockstep) : NULL;
-    const pk_watch *watch = ov ? ckpt_overlap_watch(ov) : NULL;
-    pk_doc *doc = NULL;
-    ckpt_status s;
-    if (buf) {
-        pk_limits lim = ckpt_metadata_pk_limits(&r->limits, len);
-        pk_input in = {.buf = buf, .len = len};
-        s = pk_decode_watched(&in, &lim, watch, &doc, err);
-        if (s != CKPT_OK) ckpt_error_prefix(err, "%s: ", path);
-    } else {
-        s = ckpt_metadata_decode_file_watched(path, &r->limits, watch, &doc, &len, err);
-    }
-    bool complete = false;
-    r->index_overlapped = false;
-    r->index_split_batches = 0;
-    if (ov) {
-        ckpt_error ov_err;
-        ckpt_status os = ckpt_overlap_finish(ov, doc, &complete, &ov_err);
-        if (s == CKPT_OK && os != CKPT_OK) {
-            s = os;
-            if (err) *err = ov_err;
-        }
-    }
-    if (s == CKPT_OK) {
-        r->info.metadata_bytes += len;
-        r->info.num_metadata_files++;
-        if (!complete) s = ckpt_index_add_metadata(r, path, doc, err);
-        if (s == CKPT_OK) s = ckpt_mcore_note(r, path, pk_doc_root(doc), err);
-        r->index_overlapped = complete;
-    }
-    pk_doc_free(doc);
-    return s;
-}
-
-/* only_file: no other metadata file will be added. */
-static ckpt_status add_file(ckpt_reader *r, const char *name, bool only_file, ckpt_error *err) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", r->dir, name);
-    return add_metadata(r, path, NULL, 0, only_file, false, err);
-}
-
-/* Rank-local metadata: `__<rank>.metadata` files, merged in rank order; without any, the
- * headers of HuggingFace safetensors storage. */
-static ckpt_status add_rank_local(ckpt_reader *r, ckpt_error *err) {
-    long long *ranks = NULL;
-    size_t n = 0;
-    CKPT_TRY(ckpt_metadata_list_ranks(r->dir, &ranks, &n, err));
-    ckpt_status s = CKPT_OK;
-    if (!n) {
-        free(ranks);
-        return ckpt_index_add_hf(r, err);
-    }
-    for (size_t i = 0; i < n && s == CKPT_OK; i++) {
-        char name[64];
-        snprintf(name, sizeof name, "__%lld.metadata", ranks[i]);
-        s = add_file(r, name, n == 1, err);
-    }
-    free(ranks);
-    r->info.rank_local_metadata = n > 0;
-    return s;
-}
 
 static ckpt_status reader_new(const char *dir, const ckpt_limits *limits, ckpt_reader **out,
                               ckpt_error *err) {
@@ -104,21 +31,6 @@ static ckpt_status reader_new(const char *dir, const ckpt_limits *limits, ckpt_r
     return CKPT_OK;
 }
 
-ckpt_status ckpt_reader_reset_index(ckpt_reader *r, ckpt_error *err) {
-    r->nentries = 0;
-    r->nfiles = 0;
-    r->paths_done = 0;
-    ckpt_htab_release(&r->by_path);
-    ckpt_htab_release(&r->by_key);
-    ckpt_htab_release(&r->file_by_name);
-    r->info.stored_bytes = 0;
-    r->info.has_planner_data = false;
-    r->unmatched_storage = 0;
-    if (!ckpt_htab_init(&r->by_key, 1024) || !ckpt_htab_init(&r->file_by_name, 64))
-        return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
-    return CKPT_OK;
-}
-
 ckpt_status ckpt_reader_open_buffer(const char *dir, const uint8_t *buf, size_t len,
                                     const ckpt_limits *limits, unsigned flags, ckpt_reader **out,
                                     ckpt_error *err) {
@@ -126,8 +38,8 @@ ckpt_status ckpt_reader_open_buffer(const char *dir, const uint8_t *buf, size_t 
     *out = NULL;
     ckpt_status s = reader_new(dir, limits, &r, err);
     if (s == CKPT_OK)
-        s = add_metadata(r, "(metadata buffer)", buf, len, true, flags & CKPT_OPEN_LOCKSTEP, err);
-    if (s == CKPT_OK) s = ckpt_index_finish(r, err);
+        s = dcp_add_buffer(r, "(metadata buffer)", buf, len, flags & CKPT_OPEN_LOCKSTEP, err);
+    if (s == CKPT_OK) s = index_complete(r, &index_format_dcp, err);
     if (s != CKPT_OK) {
         ckpt_reader_free(r);
         return s;
@@ -148,10 +60,7 @@ ckpt_status ckpt_reader_open(const char *dir, const ckpt_open_options *opts, ckp
     ckpt_reader *r = NULL;
     ckpt_status s = reader_new(dir, opts ? opts->limits : NULL, &r, err);
     if (s != CKPT_OK) goto fail;
-    s = add_file(r, ".metadata", true, err);
-    if (s == CKPT_E_NOTFOUND) s = add_rank_local(r, err);
-    if (s != CKPT_OK) goto fail;
-    CKPT_TRY_GOTO(s, ckpt_index_finish(r, err), fail);
+    CKPT_TRY_GOTO(s, index_build(r, err), fail);
     *out = r;
     return CKPT_OK;
 fail:

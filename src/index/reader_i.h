@@ -128,43 +128,6 @@ ckpt_status ckpt_reader_open_buffer(const char *dir, const uint8_t *buf, size_t 
                                     const ckpt_limits *limits, unsigned flags, ckpt_reader **out,
                                     ckpt_error *err);
 
-/* index building (metadata_walk.c) */
-/* The entry of `key`, or NULL; a new entry for `key` (NULL when out of memory). */
-ckpt_entry *ckpt_index_find(ckpt_reader *r, const char *key);
-ckpt_entry *ckpt_index_new_entry(ckpt_reader *r, const char *key);
-/* The element count of a shape; 0 with *problem set (in arena a) when a dimension is negative
- * or the count passes 2^62. */
-uint64_t ckpt_index_numel(ckpt_arena *a, const int64_t *shape, int ndim, const char **problem);
-/* numel * itemsize; 0 for an unknown dtype or past 2^62 bytes. */
-uint64_t ckpt_index_nbytes(ckpt_dtype dt, uint64_t numel);
-/* CKPT_E_NOMEM, saying the index was being built. */
-ckpt_status ckpt_index_nomem(ckpt_error *err);
-/* A formatted description of an entry's or a chunk's defect, in arena a (a fixed text when
- * out of memory: never NULL). */
-const char *ckpt_index_problemf(ckpt_arena *a, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-/* Adds one decoded metadata pickle (of `file`, for messages) to the index. */
-ckpt_status ckpt_index_add_metadata(ckpt_reader *r, const char *file, const pk_doc *doc,
-                                    ckpt_error *err);
-ckpt_status ckpt_index_finish(ckpt_reader *r, ckpt_error *err);
-/* Gives the entries made since the last call the flat-key path when planner_data gave them
- * none, and adds them to by_path (the first entry of a path wins).  ckpt_index_finish calls
- * it; the overlapped walk of a checkpoint's only metadata file calls it once planner_data is
- * walked, while storage_data is still being decoded. */
-ckpt_status ckpt_index_paths(ckpt_reader *r, ckpt_error *err);
-/* Empties the index (entries, data files, what the walk counted) of a reader whose index was
- * empty before the walk of its first metadata file (metadata_overlap.c); what the walk
- * allocated from the arena stays there until the reader is freed. */
-ckpt_status ckpt_reader_reset_index(ckpt_reader *r, ckpt_error *err);
-
-/* mcore_flat.c: Megatron's N-D flattened tensors.  ckpt_mcore_note remembers the original
- * shapes a metadata pickle's `mcore_data` gives (copied: the document may be freed);
- * ckpt_mcore_reformulate (from ckpt_index_finish) gives those entries their original shape
- * back, with chunks tiling it. */
-ckpt_status ckpt_mcore_note(ckpt_reader *r, const char *file, const pk_value *root,
-                            ckpt_error *err);
-ckpt_status ckpt_mcore_reformulate(ckpt_reader *r, ckpt_error *err);
-
 /* files.c */
 int32_t ckpt_files_intern(ckpt_reader *r, const char *name, const char **problem);
 int ckpt_files_fd(ckpt_reader *r, uint32_t file_id, ckpt_error *err);

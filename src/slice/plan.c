@@ -2,7 +2,7 @@
  * made of, for front ends that move bytes themselves (splice in the mount, reads scheduled
  * across ranks in the collective loader), and their execution. */
 #include "slice/region.h"
-#include "slice/strided.h"
+#include "tensor/strided.h"
 #include "util/error.h"
 
 #include <stdlib.h>

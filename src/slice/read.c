@@ -2,7 +2,7 @@
  * the caller's buffer (one pread per contiguous run), or, for finely strided layouts, through
  * a bounded slab buffer so that tiny runs do not become millions of system calls. */
 #include "slice/region.h"
-#include "slice/strided.h"
+#include "tensor/strided.h"
 #include "util/error.h"
 
 #include <errno.h>

@@ -3,8 +3,8 @@
  * view of one storage record, and copying such a view out in C order. */
 #include "torchsave/item.h"
 
-#include "index/dtype_i.h"
-#include "slice/strided.h"
+#include "tensor/dtype.h"
+#include "tensor/strided.h"
 #include "util/error.h"
 
 #include <stdio.h>

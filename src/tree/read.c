@@ -4,7 +4,7 @@
  * scratch buffer).  A linear byte window of a C-order box is at most 2·ndim−1 sub-boxes; each
  * goes through the slicer, which yields one strided intersection per stored chunk. */
 #include "slice/region.h"
-#include "slice/strided.h"
+#include "tensor/strided.h"
 #include "tree/tree_i.h"
 #include "util/error.h"
 

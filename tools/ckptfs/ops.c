@@ -6,39 +6,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <syslog.h>
 #include <unistd.h>
 
 #define BLKSIZE (1u << 20)
-
-void ckptfs_log(const ckptfs *fs, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    if (fs && fs->use_syslog) {
-        vsyslog(LOG_ERR, fmt, ap);
-    } else {
-        fputs("ckptfs: ", stderr);
-        vfprintf(stderr, fmt, ap);
-        fputc('\n', stderr);
-    }
-    va_end(ap);
-}
-
-int ckptfs_errno(ckpt_status s) {
-    switch (s) {
-    case CKPT_OK: return 0;
-    case CKPT_E_NOTFOUND: return ENOENT;
-    case CKPT_E_NOMEM: return ENOMEM;
-    case CKPT_E_INVAL: return EINVAL;
-    default: return EIO;
-    }
-}
 
 static ckptfs *fs_of(fuse_req_t req) { return fuse_req_userdata(req); }
 

@@ -1,5 +1,5 @@
 /* strided.c — N-d strided copies with dimension merging, and byte swapping. */
-#include "slice/strided.h"
+#include "tensor/strided.h"
 
 #include "ckpt.h"
 

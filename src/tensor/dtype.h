@@ -1,6 +1,7 @@
-/* dtype_i.h — private dtype helpers shared by the index and torch.save decoding. */
-#ifndef CKPT_INDEX_DTYPE_I_H
-#define CKPT_INDEX_DTYPE_I_H
+/* dtype.h — private dtype helpers (the public ones are in ckpt.h) shared by the index and
+ * torch.save decoding. */
+#ifndef CKPT_TENSOR_DTYPE_H
+#define CKPT_TENSOR_DTYPE_H
 
 #include "ckpt.h"
 

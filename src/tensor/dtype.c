@@ -1,6 +1,6 @@
 /* dtype.c — the dtype table: torch names, aliases, item sizes, and the storage class names
  * of torch.save's typed storages (`FloatStorage` ...). */
-#include "index/dtype_i.h"
+#include "tensor/dtype.h"
 
 #include <string.h>
 

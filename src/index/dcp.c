@@ -1,0 +1,117 @@
+/* dcp.c — the DCP storage format: a directory with a `.metadata` pickle (torch 1.13 – today,
+ * Megatron torch_dist), or with rank-local `__<rank>.metadata` files.  Each pickle is decoded
+ * with the data-only decoder and walked into the index (metadata_walk.c), while it is decoded
+ * when it is the only one (metadata_overlap.c); Megatron's flattened tensors get their
+ * original shape back when every file is added (mcore_flat.c). */
+#include "index/dcp.h"
+
+#include "index/formats.h"
+#include "index/mcore_flat.h"
+#include "index/metadata_files.h"
+#include "index/metadata_overlap.h"
+#include "index/metadata_walk.h"
+
+#include "util/error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Whether the index of the next metadata file may be walked while it is decoded: with a
+ * second thread allowed, into an index still empty (what the walk finds then does not
+ * depend on earlier files). */
+static bool may_overlap(const ckpt_reader *r) {
+    return r->limits.index_threads > 1 && r->nentries == 0 && r->nfiles == 0;
+}
+
+/* Decodes a metadata pickle (from the file `path`, or buf[0, len) when buf is set) and adds
+ * it to the index, walking it while it is decoded when may_overlap. */
+static ckpt_status add_metadata(ckpt_reader *r, const char *path, const uint8_t *buf, size_t len,
+                                bool only_file, bool lockstep, ckpt_error *err) {
+    ckpt_overlap *ov = may_overlap(r) ? ckpt_overlap_new(r, path, only_file, lockstep) : NULL;
+    const pk_watch *watch = ov ? ckpt_overlap_watch(ov) : NULL;
+    pk_doc *doc = NULL;
+    ckpt_status s;
+    if (buf) {
+        pk_limits lim = ckpt_metadata_pk_limits(&r->limits, len);
+        pk_input in = {.buf = buf, .len = len};
+        s = pk_decode_watched(&in, &lim, watch, &doc, err);
+        if (s != CKPT_OK) ckpt_error_prefix(err, "%s: ", path);
+    } else {
+        s = ckpt_metadata_decode_file_watched(path, &r->limits, watch, &doc, &len, err);
+    }
+    bool complete = false;
+    r->index_overlapped = false;
+    r->index_split_batches = 0;
+    if (ov) {
+        ckpt_error ov_err;
+        ckpt_status os = ckpt_overlap_finish(ov, doc, &complete, &ov_err);
+        if (s == CKPT_OK && os != CKPT_OK) {
+            s = os;
+            if (err) *err = ov_err;
+        }
+    }
+    if (s == CKPT_OK) {
+        r->info.metadata_bytes += len;
+        r->info.num_metadata_files++;
+        if (!complete) s = ckpt_walk_doc(r, path, doc, err);
+        if (s == CKPT_OK) s = mcore_note(r, path, pk_doc_root(doc), err);
+        r->index_overlapped = complete;
+    }
+    pk_doc_free(doc);
+    return s;
+}
+
+/* only_file: no other metadata file will be added. */
+static ckpt_status add_file(ckpt_reader *r, const char *name, bool only_file, ckpt_error *err) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", r->dir, name);
+    return add_metadata(r, path, NULL, 0, only_file, false, err);
+}
+
+/* Rank-local metadata: `__<rank>.metadata` files, merged in rank order. */
+static ckpt_status add_rank_local(ckpt_reader *r, ckpt_error *err) {
+    long long *ranks = NULL;
+    size_t n = 0;
+    CKPT_TRY(ckpt_metadata_list_ranks(r->dir, &ranks, &n, err));
+    ckpt_status s = CKPT_OK;
+    if (!n) {
+        free(ranks);
+        return ckpt_fail(err, CKPT_E_NOTFOUND, "%s: no __<rank>.metadata files", r->dir);
+    }
+    for (size_t i = 0; i < n && s == CKPT_OK; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "__%lld.metadata", ranks[i]);
+        s = add_file(r, name, n == 1, err);
+    }
+    free(ranks);
+    r->info.rank_local_metadata = n > 0;
+    return s;
+}
+
+ckpt_status dcp_add_buffer(ckpt_reader *r, const char *name, const uint8_t *buf, size_t len,
+                           bool lockstep, ckpt_error *err) {
+    return add_metadata(r, name, buf, len, true, lockstep, err);
+}
+
+static ckpt_status add_dot_metadata(ckpt_reader *r, ckpt_error *err) {
+    return add_file(r, ".metadata", true, err);
+}
+
+/* Data files "__<rank>_<n>.distcp" (any prefix before the "__"). */
+static long long dcp_file_rank(const char *name) {
+    const char *p = strstr(name, "__");
+    if (!p || p[2] < '0' || p[2] > '9') return -1;
+    char *end;
+    long long rank = strtoll(p + 2, &end, 10);
+    return *end == '_' ? rank : -1;
+}
+
+const index_format index_format_dcp = {.name = "dcp",
+                                       .add = add_dot_metadata,
+                                       .finish = mcore_reformulate,
+                                       .file_rank = dcp_file_rank};
+const index_format index_format_dcp_rank_local = {.name = "dcp-rank-local",
+                                                  .add = add_rank_local,
+                                                  .finish = mcore_reformulate,
+                                                  .file_rank = dcp_file_rank};

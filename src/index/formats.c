@@ -1,0 +1,25 @@
+/* formats.c — which storage format a checkpoint directory is in: the first in this order that
+ * recognises it. */
+#include "index/formats.h"
+
+#include "util/error.h"
+
+static const index_format *const formats[] = {
+    &index_format_dcp,            /* .metadata */
+    &index_format_dcp_rank_local, /* __<rank>.metadata */
+    &index_format_hf,             /* *.safetensors, model.safetensors.index.json */
+};
+
+ckpt_status index_complete(ckpt_reader *r, const index_format *f, ckpt_error *err) {
+    if (f->finish) CKPT_TRY(f->finish(r, err));
+    return index_finish(r, f->file_rank, err);
+}
+
+ckpt_status index_build(ckpt_reader *r, ckpt_error *err) {
+    ckpt_status s = CKPT_E_NOTFOUND;
+    for (size_t i = 0; i < sizeof formats / sizeof *formats && s == CKPT_E_NOTFOUND; i++) {
+        s = formats[i]->add(r, err);
+        if (s == CKPT_OK) s = index_complete(r, formats[i], err);
+    }
+    return s;
+}

@@ -1,0 +1,35 @@
+/* formats.h — the storage formats a checkpoint directory may be in, each one walker behind
+ * the index builder (builder.h), and the one place that chooses among them.
+ *
+ * To add a format: write its walker (a file of src/index/ that fills the index with the
+ * builder's calls), give it an index_format below, and put it in the order of formats.c. */
+#ifndef CKPT_INDEX_FORMATS_H
+#define CKPT_INDEX_FORMATS_H
+
+#include "index/builder.h"
+
+typedef struct index_format {
+    const char *name;
+    /* Adds every metadata file of r->dir in this format to r's empty index; CKPT_E_NOTFOUND
+     * (index still empty) when the directory is not in this format. */
+    ckpt_status (*add)(ckpt_reader *r, ckpt_error *err);
+    /* What the format does once every file is added (NULL: nothing), before index_finish. */
+    ckpt_status (*finish)(ckpt_reader *r, ckpt_error *err);
+    /* Its data files' naming rule for the rank that wrote one (NULL: ranks unknown). */
+    index_file_rank_fn file_rank;
+} index_format;
+
+/* dcp.c: a `.metadata` pickle (torch 1.13 – today, Megatron torch_dist), or rank-local
+ * `__<rank>.metadata` files (LocalShardsMetadata / no-dedup saves), merged in rank order. */
+extern const index_format index_format_dcp;
+extern const index_format index_format_dcp_rank_local;
+/* hf_storage.c: HuggingFace safetensors storage (no metadata pickle). */
+extern const index_format index_format_hf;
+
+/* Indexes r->dir in the first format that recognises it (in the order above); the last
+ * format's CKPT_E_NOTFOUND when none does. */
+ckpt_status index_build(ckpt_reader *r, ckpt_error *err);
+/* f->finish, then index_finish with f's rank rule. */
+ckpt_status index_complete(ckpt_reader *r, const index_format *f, ckpt_error *err);
+
+#endif
