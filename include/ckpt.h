@@ -460,6 +460,18 @@ ckpt_status ckpt_value_to_text(const ckpt_value *v, char **out, ckpt_error *err)
 ckpt_status ckpt_metadata_dump_json(const char *dir, const ckpt_open_options *opts, char **out,
                                     ckpt_error *err);
 
+/* ---------------------------------------------------------------- run directories */
+
+/* The latest complete step of run directory `run` (its sub-directories holding a checkpoint),
+ * by the rule the mount's `latest` follows: the first step its trackers name (`latest` as
+ * this saver and DeepSpeed keep it, SageMaker's `newest`, Megatron's
+ * latest_checkpointed_iteration.txt) that is complete, else the newest complete step (by the
+ * number its name ends with, then modification time, then name).  verify: a candidate must
+ * also open with ckpt_reader_open, as the mount checks (a copy still under way fails and the
+ * next candidate is tried; at most 8).  *name (malloc'ed) is the step's name.
+ * CKPT_E_NOTFOUND when there is none. */
+ckpt_status ckpt_run_latest(const char *run, bool verify, char **name, ckpt_error *err);
+
 #ifdef __cplusplus
 }
 #endif

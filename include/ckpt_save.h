@@ -243,14 +243,17 @@ ckpt_status ckpt_save_set_latest(const char *parent, const char *name,
                                  const ckpt_save_options *opts, ckpt_error *err);
 /* Reads `<parent>/latest` into *name (malloc'ed).  CKPT_E_NOTFOUND if there is none. */
 ckpt_status ckpt_save_get_latest(const char *parent, char **name, ckpt_error *err);
-/* Keep-N retention: among the complete steps of `parent` (sub-directories, not symlinks,
- * not starting with '.', that hold `.metadata`), ordered by the number their names end with
- * (then by name), the newest `keep` stay and the older ones are deleted, except `protect`
- * (may be NULL) and the step `latest` names (so up to keep + 2 remain; a newer step is never
- * deleted for an older protected one).  A step is first renamed to a hidden name, then removed, so
- * a crash mid-way never leaves a visible half-deleted step.  *removed (may be NULL) receives the
- * count (steps only). It also removes the leftovers of earlier runs (ckpt_save_leftovers): every
- * `.deleting` directory, and staging directories idle for CKPT_SAVE_STALE_S or more. */
+/* Keep-N retention: among the complete steps of `parent` (sub-directories, not symlinks, not
+ * starting with '.', that their writer marked complete: `.metadata`, `__0.metadata`, a
+ * HuggingFace index), ordered as the mount orders them (the number their names end with, then
+ * modification time, then name: ckpt_run_latest), the newest `keep` stay and the older ones
+ * are deleted, except `protect` (may be NULL) and the steps the run's trackers name (`latest`,
+ * `newest`, Megatron's latest_checkpointed_iteration.txt), so a newer step is never deleted
+ * for an older protected one.  A step is first renamed to a hidden name, then removed, so a
+ * crash mid-way never leaves a visible half-deleted step.  *removed (may be NULL) receives
+ * the count (steps only).  It also removes the leftovers of earlier runs
+ * (ckpt_save_leftovers): every `.deleting` directory, and staging directories idle for
+ * CKPT_SAVE_STALE_S or more. */
 ckpt_status ckpt_save_retain(const char *parent, size_t keep, const char *protect, size_t *removed,
                              ckpt_error *err);
 

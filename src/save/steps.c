@@ -1,6 +1,9 @@
 /* steps.c — a parent directory of checkpoint steps: the `latest` pointer file
- * (ckpt_save_set_latest / _get_latest) and keep-N retention (ckpt_save_retain). */
+ * (ckpt_save_set_latest / _get_latest) and keep-N retention (ckpt_save_retain), by the run
+ * directory rules of src/run/ (what a complete step is, their order, the trackers). */
 #include "save/save_i.h"
+
+#include "run/run.h"
 
 #include "util/error.h"
 #include "util/source.h"
@@ -22,17 +25,9 @@ static bool valid_name(const char *n) {
     return n && *n && !strchr(n, '/') && !strchr(n, '\n') && n[0] != '.';
 }
 
-/* A real directory (not a symlink: retention must never follow one) holding `.metadata`. */
+/* A complete step (run.h; a real directory, not a symlink: retention must never follow one). */
 static bool is_complete(const char *parent, const char *name) {
-    char *d, *p;
-    if (asprintf(&d, "%s/%s", parent, name) < 0) return false;
-    struct stat st;
-    bool ok = lstat(d, &st) == 0 && S_ISDIR(st.st_mode);
-    free(d);
-    if (!ok || asprintf(&p, "%s/%s/.metadata", parent, name) < 0) return false;
-    ok = stat(p, &st) == 0 && S_ISREG(st.st_mode);
-    free(p);
-    return ok;
+    return run_step_probe(parent, name, true, NULL) == RUN_STEP_MARKED;
 }
 
 ckpt_status ckpt_save_set_latest(const char *parent, const char *name,
@@ -103,29 +98,6 @@ ckpt_status ckpt_save_get_latest(const char *parent, char **name, ckpt_error *er
         s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
     free(p);
     return s;
-}
-
-typedef struct step {
-    char *name;
-    bool has_num;
-    unsigned long long num;
-} step;
-
-/* Number formed by the trailing digits of a name ("step-120" -> 120, "iter_0000123" -> 123). */
-static bool trailing_number(const char *s, unsigned long long *out) {
-    size_t n = strlen(s), i = n;
-    while (i > 0 && s[i - 1] >= '0' && s[i - 1] <= '9')
-        i--;
-    if (i == n || n - i > 19) return false;
-    *out = strtoull(s + i, NULL, 10);
-    return true;
-}
-
-static int step_cmp(const void *a, const void *b) {
-    const step *x = a, *y = b;
-    if (x->has_num != y->has_num) return x->has_num ? 1 : -1; /* unnumbered sort oldest */
-    if (x->has_num && x->num != y->num) return x->num < y->num ? -1 : 1;
-    return strcmp(x->name, y->name);
 }
 
 /* A leftover's kind from its name: ".<step>.tmp-<hex>" or ".<step>.deleting"; -1 if neither
@@ -248,65 +220,34 @@ ckpt_status ckpt_save_retain(const char *parent, size_t keep, const char *protec
                              ckpt_error *err) {
     if (removed) *removed = 0;
     if (!parent) return ckpt_fail(err, CKPT_E_INVAL, "no directory");
-    char *latest = NULL;
-    ckpt_save_get_latest(parent, &latest, NULL);
-    DIR *d = opendir(parent);
-    if (!d) {
-        free(latest);
-        return ckpt_fail(err, CKPT_E_IO, "%s: %s", parent, strerror(errno));
-    }
-    step *steps = NULL;
-    size_t n = 0, cap = 0;
+    char tracked[RUN_TRACKERS][RUN_NAME_MAX];
+    size_t nt = run_tracked(parent, tracked);
+    run_step *steps = NULL;
+    size_t n = 0;
+    CKPT_TRY(run_list_steps(parent, true, false, &steps, &n, err));
     ckpt_status s = CKPT_OK;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        if (de->d_name[0] == '.' || strcmp(de->d_name, LATEST) == 0) continue;
-        if (!is_complete(parent, de->d_name)) continue;
-        if (n == cap) {
-            size_t c = cap ? cap * 2 : 16;
-            step *m = realloc(steps, c * sizeof *m);
-            if (!m) {
-                s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
-                break;
-            }
-            steps = m;
-            cap = c;
-        }
-        step *st = &steps[n];
-        st->name = strdup(de->d_name);
-        if (!st->name) {
+    /* newest first: the first `keep` stay; of the older ones, a protected one stays too (a
+     * newer step is never deleted for it) */
+    for (size_t i = keep; i < n && s == CKPT_OK; i++) {
+        const char *nm = steps[i].name;
+        bool keep_it = protect && strcmp(nm, protect) == 0;
+        for (size_t k = 0; k < nt && !keep_it; k++)
+            keep_it = strcmp(nm, tracked[k]) == 0;
+        if (keep_it) continue;
+        char *from = save_path_join(parent, nm), *to = NULL;
+        if (from && asprintf(&to, "%s/.%s.deleting", parent, nm) < 0) to = NULL;
+        if (!from || !to) {
             s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
-            break;
+        } else if (rename(from, to) != 0) {
+            s = ckpt_fail(err, CKPT_E_IO, "rename %s -> %s: %s", from, to, strerror(errno));
+        } else {
+            s = save_remove_tree(to, err);
+            if (s == CKPT_OK && removed) (*removed)++;
         }
-        st->has_num = trailing_number(st->name, &st->num);
-        n++;
+        free(from);
+        free(to);
     }
-    closedir(d);
-    if (s == CKPT_OK && n > keep) {
-        qsort(steps, n, sizeof *steps, step_cmp);
-        /* the oldest n - keep go, except a protected one: the newest `keep` always stay */
-        for (size_t i = 0; i < n - keep && s == CKPT_OK; i++) {
-            const char *nm = steps[i].name;
-            if ((protect && strcmp(nm, protect) == 0) || (latest && strcmp(nm, latest) == 0))
-                continue;
-            char *from = save_path_join(parent, nm), *to = NULL;
-            if (from && asprintf(&to, "%s/.%s.deleting", parent, nm) < 0) to = NULL;
-            if (!from || !to) {
-                s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
-            } else if (rename(from, to) != 0) {
-                s = ckpt_fail(err, CKPT_E_IO, "rename %s -> %s: %s", from, to, strerror(errno));
-            } else {
-                s = save_remove_tree(to, err);
-                if (s == CKPT_OK && removed) (*removed)++;
-            }
-            free(from);
-            free(to);
-        }
-    }
-    for (size_t i = 0; i < n; i++)
-        free(steps[i].name);
-    free(steps);
-    free(latest);
+    run_steps_free(steps, n);
     if (s == CKPT_OK) { /* leftovers of killed saves and deletions */
         sweep_ctx c = {parent, CKPT_OK, err};
         s = ckpt_save_leftovers(parent, sweep_one, &c, err);

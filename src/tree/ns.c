@@ -3,6 +3,7 @@
  * lookup, getattr, readdir, readlink, xattrs and read over every view. */
 #include "index/hf_storage.h"
 #include "index/metadata_files.h"
+#include "run/run.h"
 #include "tree/tree_i.h"
 #include "util/error.h"
 #include "util/source.h"
@@ -146,19 +147,15 @@ static tree_ckpt *get_ckpt(ckpt_tree *t, uint32_t slot, ckpt_error *err) {
     return c;
 }
 
-/* A step without a writer's mark (HuggingFace storage without an index json) is shown once
- * none of its files has changed for this long: a save in progress keeps touching them. */
-#define UNMARKED_SETTLE_S 3
-
 /* Whether dir is a checkpoint, *mtime the time that identifies its contents, and *settled
- * whether they may be indexed now (an unmarked one: not changed for UNMARKED_SETTLE_S). */
+ * whether they may be indexed now (an unmarked one: not changed for RUN_UNMARKED_SETTLE_S). */
 static bool is_checkpoint_dir(const char *dir, struct timespec *mtime, bool *settled) {
     struct timespec now;
     ckpt_dir_kind k = ckpt_checkpoint_dir_probe(dir, mtime);
     *settled = true;
     if (k == CKPT_DIR_UNMARKED) {
         clock_gettime(CLOCK_REALTIME, &now);
-        *settled = now.tv_sec - mtime->tv_sec >= UNMARKED_SETTLE_S;
+        *settled = now.tv_sec - mtime->tv_sec >= RUN_UNMARKED_SETTLE_S;
     }
     return k != CKPT_DIR_NONE;
 }
@@ -180,47 +177,18 @@ static bool has_checkpoint_subdir(const char *dir) {
     return found;
 }
 
-/* Trailing decimal number of a name ("step-200" -> 200), or -1. */
-static long long trailing_number(const char *s) {
-    size_t n = strlen(s), i = n;
-    while (i > 0 && s[i - 1] >= '0' && s[i - 1] <= '9')
-        i--;
-    if (i == n || n - i > 18) return -1;
-    return atoll(s + i);
-}
-
 static int by_version(const void *a, const void *b, void *ctx) {
     ckpt_tree *t = ctx;
     return strverscmp(t->slots[*(const uint32_t *)a]->name, t->slots[*(const uint32_t *)b]->name);
 }
 
+/* The run directory's order of steps (run.h): number, then time, then name. */
 static bool newer(const tree_ckpt *a, const tree_ckpt *b) {
-    long long x = trailing_number(a->name), y = trailing_number(b->name);
-    if (x != y) return x > y;
-    if (a->mtime.tv_sec != b->mtime.tv_sec) return a->mtime.tv_sec > b->mtime.tv_sec;
-    return a->mtime.tv_nsec > b->mtime.tv_nsec;
+    return run_step_cmp(a->name, a->mtime, b->name, b->mtime) > 0;
 }
 
 static bool ts_after(struct timespec a, struct timespec b) {
     return a.tv_sec != b.tv_sec ? a.tv_sec > b.tv_sec : a.tv_nsec > b.tv_nsec;
-}
-
-/* The first line of a small tracker file in `dir`, trimmed; false when there is none. */
-static bool read_marker(const char *dir, const char *file, char *buf, size_t cap) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, file);
-    /* a FIFO named `latest` must not block a scan; a symlink must not let whoever can write
-     * here steer `latest` by the first line of a file they may not read */
-    FILE *f = ckpt_fopen_regular(path, true);
-    if (!f) return false;
-    size_t len = fread(buf, 1, cap - 1, f);
-    fclose(f);
-    buf[len] = '\0';
-    len = strcspn(buf, "\r\n");
-    while (len && buf[len - 1] == ' ')
-        len--;
-    buf[len] = '\0';
-    return len > 0;
 }
 
 /* The listed step called `name`, or 0. */
@@ -239,32 +207,19 @@ static int by_newness(const void *a, const void *b, void *ctx) {
 /* Steps tried for `latest` in one scan: each is built (indexed and its ranges checked) first. */
 #define LATEST_TRIES 8
 
-/* Sets t->latest to the first complete step among: the one a `latest` file names (as the
- * saver and DeepSpeed keep it), the one Megatron's latest_checkpointed_iteration.txt names
- * (an iteration N for `iter_%07d`, or `release`), then the newest (trailing number, then
- * time).  A candidate is built to know: one that fails (a copy still under way) is skipped
- * and leaves the listing (*n shrinks) until its files change.  Caller holds t->lock. */
+/* Sets t->latest to the first complete step among: the ones the run's trackers name
+ * (run_tracked: `latest`, `newest`, Megatron's tracker), then the newest (run_step_cmp).  A
+ * candidate is built to know: one that fails (a copy still under way) is skipped and leaves the
+ * listing (*n shrinks) until its files change.  Caller holds t->lock. */
 static void pick_latest(ckpt_tree *t, uint32_t *order, size_t *n) {
     t->latest = 0;
     if (!*n) return;
-    uint32_t *cand = malloc((*n + 3) * sizeof *cand);
+    uint32_t *cand = malloc((*n + RUN_TRACKERS) * sizeof *cand);
     if (!cand) return;
     size_t nc = 0;
-    char name[256];
-    if (read_marker(t->dir, "latest", name, sizeof name))
-        if ((cand[nc] = find_named(t, order, *n, name))) nc++;
-    if (read_marker(t->dir, "newest", name, sizeof name)) /* SageMaker's, like `latest` */
-        if ((cand[nc] = find_named(t, order, *n, name))) nc++;
-    if (read_marker(t->dir, "latest_checkpointed_iteration.txt", name, sizeof name)) {
-        char *end;
-        errno = 0;
-        long long it = strtoll(name, &end, 10);
-        if (end != name && !*end && !errno && it >= 0)
-            snprintf(name, sizeof name, "iter_%07lld", it);
-        else if (strcmp(name, "release") != 0)
-            name[0] = '\0';
-        if ((cand[nc] = find_named(t, order, *n, name))) nc++;
-    }
+    char tracked[RUN_TRACKERS][RUN_NAME_MAX];
+    for (size_t i = 0, nt = run_tracked(t->dir, tracked); i < nt; i++)
+        if ((cand[nc] = find_named(t, order, *n, tracked[i]))) nc++;
     memcpy(cand + nc, order, *n * sizeof *cand);
     qsort_r(cand + nc, *n, sizeof *cand, by_newness, t);
     nc += *n;

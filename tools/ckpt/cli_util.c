@@ -240,20 +240,14 @@ const char *cli_step_dir(const char *arg, cli_dir *out) {
     run[rl] = '\0';
     char *name = NULL;
     if (strcmp(step, "latest") == 0) {
-        ckpt_tree *t = NULL;
         ckpt_error err = {0};
-        ckpt_tree_stat ts;
-        if (ckpt_tree_open(run, NULL, &t, &err) != CKPT_OK) {
-            cli_error("%s: %s", arg, err.message);
+        if (ckpt_run_latest(run, true, &name, &err) != CKPT_OK) {
+            if (err.code == CKPT_E_NOTFOUND)
+                cli_error("%s: %s holds no complete step to be the latest", arg, run);
+            else
+                cli_error("%s: %s", arg, err.message);
             return NULL;
         }
-        if (ckpt_tree_reader(t) || ckpt_tree_lookup(t, CKPT_TREE_ROOT, "latest", &ts, NULL) ||
-            ckpt_tree_readlink(t, ts.ino, &name, NULL)) {
-            cli_error("%s: %s holds no complete step to be the latest", arg, run);
-            ckpt_tree_free(t);
-            return NULL;
-        }
-        ckpt_tree_free(t);
         step = name;
     }
     int n = snprintf(out->buf, sizeof out->buf, "%s/%s", run, step);

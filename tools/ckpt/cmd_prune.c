@@ -1,10 +1,9 @@
 /* cmd_prune.c — `ckpt prune --keep N RUN_DIR`: the saver's keep-N retention applied to a run
  * directory (ckpt_save_retain): the newest N complete steps stay, and never the step the
- * mount's `latest` names (a `latest`/`newest` file, Megatron's tracker, else the newest
- * complete step); incomplete steps and everything not a step are left alone; leftovers of
- * killed saves idle for a day go too. */
+ * mount's `latest` names (ckpt_run_latest: a `latest`/`newest` file, Megatron's tracker,
+ * else the newest complete step); incomplete steps and everything not a step are left alone;
+ * leftovers of killed saves idle for a day go too. */
 #include "ckpt_save.h"
-#include "ckpt_tree.h"
 #include "cli.h"
 
 #include <stdlib.h>
@@ -34,18 +33,6 @@ static const cli_opt prune_opts[] = {
     {"quiet", 'q', false, OPT_QUIET},
 };
 
-/* The name the mount's `latest` gives (malloc'ed), or NULL. */
-static char *mount_latest(const char *run) {
-    ckpt_tree *t = NULL;
-    ckpt_tree_stat st;
-    char *name = NULL;
-    if (ckpt_tree_open(run, NULL, &t, NULL) == CKPT_OK && !ckpt_tree_reader(t) &&
-        ckpt_tree_lookup(t, CKPT_TREE_ROOT, "latest", &st, NULL) == CKPT_OK)
-        ckpt_tree_readlink(t, st.ino, &name, NULL);
-    ckpt_tree_free(t);
-    return name;
-}
-
 int cmd_prune(int argc, char **argv) {
     cli_parser p;
     cli_parser_init(&p, "prune", argc, argv);
@@ -69,8 +56,8 @@ int cmd_prune(int argc, char **argv) {
     }
     if (!dir) return cli_usage_error("prune", "missing RUN_DIR");
     if (!keep) return cli_usage_error("prune", "--keep N is required");
-    char *latest = mount_latest(dir);
-    if (!latest) {
+    char *latest = NULL;
+    if (ckpt_run_latest(dir, true, &latest, NULL) != CKPT_OK) {
         cli_error("%s: not a run directory holding a complete step", dir);
         return CLI_EXIT_FAIL;
     }
