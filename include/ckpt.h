@@ -446,6 +446,12 @@ ckpt_status ckpt_value_tensor_read(const ckpt_value *v, void *dst, size_t dst_si
 ckpt_status ckpt_value_to_json(const ckpt_value *v, char **out, ckpt_error *err);
 ckpt_status ckpt_value_to_text(const ckpt_value *v, char **out, ckpt_error *err);
 
+/* s[0, len) as a JSON string literal, as every JSON ckptfs writes has it: quotes included,
+ * `"`, backslash and control characters escaped, UTF-8 kept, each byte of an invalid UTF-8 sequence
+ * written as \ufffd (so the result is always valid JSON).  malloc'ed; NULL when out of
+ * memory. */
+char *ckpt_json_string(const char *s, size_t len);
+
 /* ---------------------------------------------------------------- metadata dump */
 
 /* The whole checkpoint metadata as compact JSON (malloc'ed, NUL-terminated; the caller frees

@@ -65,9 +65,6 @@ bool pkb_seq_extend(pk_builder *b, pk_value *seq, pk_value *const *items, size_t
 /* Appends npairs (key, value) pairs, given interleaved in kv[0, 2*npairs), to a dict. */
 bool pkb_dict_extend(pk_builder *b, pk_value *dict, pk_value *const *kv, size_t npairs);
 
-/* Strict UTF-8 (no overlongs, surrogates or code points above U+10FFFF). */
-bool pk_utf8_valid(const uint8_t *s, size_t n);
-
 /* The n-byte little-endian unsigned integer at p (the decoder's and the scan's arguments). */
 static inline uint64_t pk_rd_le(const uint8_t *p, int n) {
     uint64_t v = 0;

@@ -238,48 +238,6 @@ bool pkb_dict_extend(pk_builder *b, pk_value *dict, pk_value *const *kv, size_t 
     return true;
 }
 
-/* ---------------------------------------------------------------- UTF-8 */
-
-bool pk_utf8_valid(const uint8_t *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        if (n - i >= 8) {
-            uint64_t w;
-            memcpy(&w, s + i, 8);
-            if (!(w & 0x8080808080808080ull)) {
-                i += 8;
-                continue;
-            }
-        }
-        uint8_t c = s[i];
-        if (c < 0x80) {
-            i++;
-        } else if (c < 0xC2) {
-            return false; /* continuation byte or overlong 2-byte lead */
-        } else if (c < 0xE0) {
-            if (n - i < 2 || (s[i + 1] & 0xC0) != 0x80) return false;
-            i += 2;
-        } else if (c < 0xF0) {
-            if (n - i < 3) return false;
-            uint8_t c1 = s[i + 1], c2 = s[i + 2];
-            if ((c1 & 0xC0) != 0x80 || (c2 & 0xC0) != 0x80) return false;
-            if (c == 0xE0 && c1 < 0xA0) return false;  /* overlong */
-            if (c == 0xED && c1 >= 0xA0) return false; /* surrogate */
-            i += 3;
-        } else if (c < 0xF5) {
-            if (n - i < 4) return false;
-            uint8_t c1 = s[i + 1], c2 = s[i + 2], c3 = s[i + 3];
-            if ((c1 & 0xC0) != 0x80 || (c2 & 0xC0) != 0x80 || (c3 & 0xC0) != 0x80) return false;
-            if (c == 0xF0 && c1 < 0x90) return false;  /* overlong */
-            if (c == 0xF4 && c1 >= 0x90) return false; /* above U+10FFFF */
-            i += 4;
-        } else {
-            return false;
-        }
-    }
-    return true;
-}
-
 /* ---------------------------------------------------------------- consumer helpers */
 
 const char *pk_type_name(pk_type t) {

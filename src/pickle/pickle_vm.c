@@ -24,6 +24,7 @@
 #include "pickle/pickle_vm_i.h"
 #include "util/error.h"
 #include "util/htab.h"
+#include "util/utf8.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -509,13 +510,13 @@ static ckpt_status push_decimal(pk_vm *vm, const uint8_t *s, size_t n) {
 }
 
 static ckpt_status push_utf8(pk_vm *vm, const uint8_t *p, size_t n) {
-    if (!pk_utf8_valid(p, n)) return fail(vm, CKPT_E_FORMAT, "string is not valid UTF-8");
+    if (!utf8_valid(p, n)) return fail(vm, CKPT_E_FORMAT, "string is not valid UTF-8");
     return push_new(vm, mk_str(vm, p, n));
 }
 
 /* A Python-2 str: UTF-8 when it is, else Latin-1. */
 static ckpt_status push_py2str(pk_vm *vm, const uint8_t *p, size_t n) {
-    if (pk_utf8_valid(p, n)) return push_new(vm, mk_str(vm, p, n));
+    if (utf8_valid(p, n)) return push_new(vm, mk_str(vm, p, n));
     if (n > (SIZE_MAX - 1) / 2) return fail(vm, CKPT_E_LIMIT, "string too long");
     char *buf;
     pk_value *v = pkb_string_alloc(&vm->b, PK_STR, 2 * n, &buf);
@@ -687,7 +688,7 @@ static ckpt_status global_part(pk_vm *vm, const char **out) {
     const uint8_t *s;
     size_t n;
     CKPT_TRY(take_line(vm, &s, &n));
-    if (!pk_utf8_valid(s, n) || memchr(s, '\0', n))
+    if (!utf8_valid(s, n) || memchr(s, '\0', n))
         return fail(vm, CKPT_E_FORMAT, "module or name is not a valid string");
     pk_value *str = pkb_string(&vm->b, PK_STR, s, n);
     if (!str) return fail_build(vm);
@@ -754,7 +755,7 @@ static ckpt_status op_string(pk_vm *vm) {
     if (!v) return fail_build(vm);
     if (!pkt_escape_decode(s, n, (uint8_t *)buf, &len, &why))
         return fail(vm, CKPT_E_FORMAT, "%s", why);
-    if (pk_utf8_valid((const uint8_t *)buf, len)) {
+    if (utf8_valid((const uint8_t *)buf, len)) {
         pkb_string_trim(v, len);
         return push(vm, v);
     }

@@ -12,6 +12,7 @@
 #include "save/save_i.h"
 
 #include "util/error.h"
+#include "util/utf8.h"
 #include "util/strbuf.h"
 
 #include <stdlib.h>
@@ -90,7 +91,7 @@ static char *getstr(rd *r) {
         return NULL;
     }
     const char *s = (const char *)r->p + r->pos;
-    if (memchr(s, 0, (size_t)n) || !save_utf8_valid(s, (size_t)n)) {
+    if (memchr(s, 0, (size_t)n) || !utf8_valid(s, (size_t)n)) {
         r->bad = true;
         return NULL;
     }

@@ -1,43 +1,13 @@
 /* key.c — turning a ckpt_save_key into the flat key and planner_data path of an entry, and
- * the UTF-8 check every pickled string goes through. */
+ * the checks of its names. */
 #include "save/save_i.h"
 
 #include "util/error.h"
 #include "util/strbuf.h"
+#include "util/utf8.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-bool save_utf8_valid(const char *str, size_t len) {
-    const unsigned char *s = (const unsigned char *)str;
-    size_t i = 0;
-    while (i < len) {
-        unsigned c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t n;
-        unsigned min, cp;
-        if ((c & 0xe0) == 0xc0) {
-            n = 2, min = 0x80, cp = c & 0x1f;
-        } else if ((c & 0xf0) == 0xe0) {
-            n = 3, min = 0x800, cp = c & 0x0f;
-        } else if ((c & 0xf8) == 0xf0) {
-            n = 4, min = 0x10000, cp = c & 0x07;
-        } else {
-            return false;
-        }
-        if (i + n > len) return false;
-        for (size_t k = 1; k < n; k++) {
-            if ((s[i + k] & 0xc0) != 0x80) return false;
-            cp = (cp << 6) | (s[i + k] & 0x3f);
-        }
-        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
-        i += n;
-    }
-    return true;
-}
 
 void save_item_release(save_item *it) {
     free(it->key);
@@ -77,7 +47,7 @@ static ckpt_status add_elem(save_item *it, const char *name, size_t len, bool is
     e->name = NULL;
     e->index = index;
     if (!is_index) {
-        if (!save_utf8_valid(name, len))
+        if (!utf8_valid(name, len))
             return ckpt_fail(err, CKPT_E_INVAL, "key element is not valid UTF-8");
         e->name = strndup(name, len);
         if (!e->name) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
@@ -115,7 +85,7 @@ ckpt_status save_key_resolve(const ckpt_save_key *k, save_item *it, ckpt_error *
     }
     if (k->flat) {
         if (!*k->flat) return ckpt_fail(err, CKPT_E_INVAL, "empty flat key");
-        if (!save_utf8_valid(k->flat, strlen(k->flat)))
+        if (!utf8_valid(k->flat, strlen(k->flat)))
             return ckpt_fail(err, CKPT_E_INVAL, "flat key is not valid UTF-8");
         it->key = strdup(k->flat);
         if (!it->key) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");

@@ -42,9 +42,6 @@ save_item *save_desc_push(ckpt_save_desc *d);
 
 /* Fills it->key / it->path from a public key.  CKPT_E_INVAL for an empty or malformed key. */
 ckpt_status save_key_resolve(const ckpt_save_key *k, save_item *it, ckpt_error *err);
-/* true if s is valid UTF-8 (no surrogates, shortest forms). */
-bool save_utf8_valid(const char *s, size_t len);
-
 /* CKPT_E_INVAL for an unknown ckpt_save_memory, CKPT_E_UNSUPPORTED for CUDA memory in a
  * build without CUDA (data_file.c). */
 ckpt_status save_memory_check(ckpt_save_memory m, ckpt_error *err);

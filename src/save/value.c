@@ -5,6 +5,8 @@
  * frozenset (`set([...])` through REDUCE), dicts with keys of any hashable kind. */
 #include "save/save_i.h"
 
+#include "util/utf8.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,7 +85,7 @@ ckpt_save_value *ckpt_save_value_float(double f) {
     return v;
 }
 ckpt_save_value *ckpt_save_value_string(const char *s) {
-    if (!s || !save_utf8_valid(s, strlen(s))) return NULL;
+    if (!s || !utf8_valid(s, strlen(s))) return NULL;
     return mk_bytes(V_STR, s, strlen(s));
 }
 ckpt_save_value *ckpt_save_value_bytes(const void *data, size_t len) {
@@ -270,7 +272,7 @@ ckpt_status ckpt_save_value_set_item(ckpt_save_value *dict, ckpt_save_value *key
 ckpt_status ckpt_save_value_set(ckpt_save_value *dict, const char *key, ckpt_save_value *item) {
     if (!item) return CKPT_E_NOMEM;
     if (item == dict) return CKPT_E_INVAL; /* would be a cycle; ownership stays */
-    if (!key || !save_utf8_valid(key, strlen(key))) {
+    if (!key || !utf8_valid(key, strlen(key))) {
         ckpt_save_value_free(item);
         return CKPT_E_INVAL;
     }

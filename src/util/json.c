@@ -6,6 +6,8 @@
  * calls setlocale(). */
 #include "util/json.h"
 
+#include "util/utf8.h"
+
 #include "util/error.h"
 
 #include <errno.h>
@@ -57,32 +59,6 @@ static ckpt_status push(json_parser *p, const ckpt_json *v) {
     }
     p->stack[p->sp++] = *v;
     return CKPT_OK;
-}
-
-/* Length of the valid UTF-8 sequence at s[0..avail), 0 if invalid (RFC 3629: no overlongs,
- * no surrogates, nothing above U+10FFFF). */
-static size_t utf8_len(const uint8_t *s, size_t avail) {
-    uint8_t c = s[0];
-    if (c < 0x80) return 1;
-    size_t need;
-    uint8_t lo = 0x80, hi = 0xbf;
-    if (c >= 0xc2 && c <= 0xdf)
-        need = 1;
-    else if (c >= 0xe0 && c <= 0xef) {
-        need = 2;
-        if (c == 0xe0) lo = 0xa0;
-        if (c == 0xed) hi = 0x9f;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        need = 3;
-        if (c == 0xf0) lo = 0x90;
-        if (c == 0xf4) hi = 0x8f;
-    } else
-        return 0;
-    if (avail < need + 1) return 0;
-    if (s[1] < lo || s[1] > hi) return 0;
-    for (size_t i = 2; i <= need; i++)
-        if ((s[i] & 0xc0) != 0x80) return 0;
-    return need + 1;
 }
 
 static int hexval(uint8_t c) {
@@ -142,7 +118,7 @@ static ckpt_status parse_string(json_parser *p, const char **out, size_t *out_le
             p->pos += 2;
             continue;
         }
-        size_t l = utf8_len(p->s + p->pos, p->n - p->pos);
+        size_t l = utf8_seq_len(p->s + p->pos, p->n - p->pos);
         if (!l) return jfail(p, p->pos, "invalid UTF-8 in string");
         p->pos += l;
     }
@@ -468,7 +444,7 @@ bool ckpt_json_escape(ckpt_strbuf *sb, const char *s, size_t len) {
             default: snprintf(tmp, sizeof tmp, "\\u%04x", c); esc = tmp;
             }
         } else if (c >= 0x80) {
-            l = utf8_len(u + i, len - i);
+            l = utf8_seq_len(u + i, len - i);
             if (!l) {
                 esc = "\\ufffd";
                 l = 1;
@@ -483,4 +459,14 @@ bool ckpt_json_escape(ckpt_strbuf *sb, const char *s, size_t len) {
     }
     ckpt_strbuf_add(sb, s + run, len - run);
     return ckpt_strbuf_addc(sb, '"');
+}
+
+char *ckpt_json_string(const char *s, size_t len) {
+    ckpt_strbuf sb;
+    ckpt_strbuf_init(&sb, 0);
+    if (!s || !ckpt_json_escape(&sb, s, len)) {
+        ckpt_strbuf_release(&sb);
+        return NULL;
+    }
+    return ckpt_strbuf_detach(&sb, NULL);
 }

@@ -1,5 +1,6 @@
 /* test_json.c — the strict JSON parser (values, numbers, escapes, UTF-8, limits, every class
  * of invalid input), the JSON string escaper and the strbuf it writes into. */
+#include "ckpt.h"
 #include "util/arena.h"
 #include "util/json.h"
 #include "util/strbuf.h"
@@ -367,4 +368,28 @@ Test(strbuf, cap_is_sticky) {
     cr_assert_str_eq(sb.buf, "abc");
     cr_assert_eq(sb.len, 3);
     ckpt_strbuf_release(&sb);
+}
+
+/* The public quoting the CLI uses: Python's json.loads gives the text back where it was
+ * valid UTF-8; invalid bytes become U+FFFD one each; DEL stays raw (valid JSON). */
+Test(json, public_string_literal) {
+    static const struct {
+        const char *in;
+        size_t len;
+        const char *want;
+    } cases[] = {
+        {"plain", 5, "\"plain\""},
+        {"q\"b\\", 4, "\"q\\\"b\\\\\""},
+        {"\n\t\x01\x7f", 4, "\"\\n\\t\\u0001\x7f\""},
+        {"caf\xc3\xa9", 5, "\"caf\xc3\xa9\""},
+        {"a\xff\xc3", 3, "\"a\\ufffd\\ufffd\""},
+        {"\xed\xa0\x80", 3, "\"\\ufffd\\ufffd\\ufffd\""}, /* a surrogate: invalid */
+        {"nul\0x", 5, "\"nul\\u0000x\""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char *q = ckpt_json_string(cases[i].in, cases[i].len);
+        cr_assert(q);
+        cr_expect_str_eq(q, cases[i].want, "case %zu", i);
+        free(q);
+    }
 }

@@ -782,59 +782,11 @@ const char *cli_shape_str(int ndim, const int64_t *shape, char *buf, size_t size
     return buf;
 }
 
-/* Length of the valid UTF-8 sequence at p (1-4), or 0 if it is not one. */
-static size_t utf8_len(const unsigned char *p) {
-    unsigned char c = p[0];
-    if (c < 0x80) return 1;
-    size_t n;
-    unsigned char lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) {
-        n = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        n = 3;
-        if (c == 0xE0) lo = 0xA0;
-        if (c == 0xED) hi = 0x9F; /* no surrogates */
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        n = 4;
-        if (c == 0xF0) lo = 0x90;
-        if (c == 0xF4) hi = 0x8F;
-    } else {
-        return 0;
-    }
-    if (p[1] < lo || p[1] > hi) return 0;
-    for (size_t i = 2; i < n; i++)
-        if (p[i] < 0x80 || p[i] > 0xBF) return 0;
-    return n;
-}
-
 void cli_json_string(FILE *out, const char *s) {
-    fputc('"', out);
-    for (const unsigned char *p = (const unsigned char *)s; *p;) {
-        switch (*p) {
-        case '"': fputs("\\\"", out); break;
-        case '\\': fputs("\\\\", out); break;
-        case '\n': fputs("\\n", out); break;
-        case '\r': fputs("\\r", out); break;
-        case '\t': fputs("\\t", out); break;
-        case '\b': fputs("\\b", out); break;
-        case '\f': fputs("\\f", out); break;
-        default:
-            if (*p < 0x20 || *p == 0x7f) {
-                fprintf(out, "\\u%04x", *p);
-            } else {
-                size_t n = utf8_len(p);
-                if (!n) {
-                    fputs("\\ufffd", out); /* keep the output valid JSON */
-                } else {
-                    fwrite(p, 1, n, out);
-                    p += n;
-                    continue;
-                }
-            }
-        }
-        p++;
-    }
-    fputc('"', out);
+    /* the library's escaper, so the CLI's JSON strings are the mount's and the dumps' */
+    char *q = ckpt_json_string(s, strlen(s));
+    fputs(q ? q : "\"\"", out); /* out of memory: still valid JSON */
+    free(q);
 }
 
 static void newline_indent(FILE *out, int indent, int level) {
