@@ -167,7 +167,14 @@ static ckpt_status resolve_item(ckpt_reader *r, const ckpt_entry *e, const ckpt_
     if (c->loc.raw) { /* HuggingFace storage: the bytes themselves (hf_storage.c) */
         out->kind = CHUNK_IN_FILE;
         out->elem0 = src->base;
+        out->big_endian = c->loc.big_endian;
         contiguous_strides(e, c, out);
+        if (c->loc.raw_stride) { /* a strided view (torchsave_file.c) */
+            for (int d = 0; d < e->ndim; d++)
+                if (c->sizes[d] > 1 && c->loc.raw_stride[d] != out->stride[d])
+                    out->contiguous = false;
+            memcpy(out->stride, c->loc.raw_stride, (size_t)e->ndim * sizeof *out->stride);
+        }
         stored_shape ss;
         stored_shape_of(e, c, &ss);
         if (ss.flat) narrow_to_box(e, c, &ss, 1, out);

@@ -23,3 +23,9 @@ ckpt_status index_build(ckpt_reader *r, ckpt_error *err) {
     }
     return s;
 }
+
+ckpt_status index_build_file(ckpt_reader *r, ckpt_error *err) {
+    ckpt_status s = index_format_torchsave_file.add(r, err);
+    if (s == CKPT_OK) s = index_complete(r, &index_format_torchsave_file, err);
+    return s;
+}

@@ -25,10 +25,14 @@ extern const index_format index_format_dcp;
 extern const index_format index_format_dcp_rank_local;
 /* hf_storage.c: HuggingFace safetensors storage (no metadata pickle). */
 extern const index_format index_format_hf;
+/* torchsave_file.c: one torch.save file (r->single_file), not a directory. */
+extern const index_format index_format_torchsave_file;
 
 /* Indexes r->dir in the first format that recognises it (in the order above); the last
  * format's CKPT_E_NOTFOUND when none does. */
 ckpt_status index_build(ckpt_reader *r, ckpt_error *err);
+/* Indexes the single file r->single_file in the file format that recognises it. */
+ckpt_status index_build_file(ckpt_reader *r, ckpt_error *err);
 /* f->finish, then index_finish with f's rank rule. */
 ckpt_status index_complete(ckpt_reader *r, const index_format *f, ckpt_error *err);
 

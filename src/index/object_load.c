@@ -11,6 +11,7 @@ ckpt_status ckpt_object_load(ckpt_reader *r, const ckpt_entry *e, ckpt_object **
     if (e->kind != CKPT_ENTRY_OBJECT)
         return ckpt_fail(err, CKPT_E_INVAL, "'%s' is a tensor, not an object", e->key);
     if (e->problem) return ckpt_fail(err, CKPT_E_FORMAT, "'%s': %s", e->key, e->problem);
+    if (e->value) return ckpt_object_from_pickle(e->value, out, err); /* in a torch.save file */
     ckpt_source src;
     CKPT_TRY(ckpt_loc_source(r, &e->loc, e->key, &src, err));
     if (src.len > r->limits.max_object_bytes)

@@ -56,11 +56,26 @@ ckpt_status ckpt_reader_open(const char *dir, const ckpt_open_options *opts, ckp
     if (stat(dir, &st) < 0)
         return ckpt_fail(err, errno == ENOENT ? CKPT_E_NOTFOUND : CKPT_E_IO, "%s: %s", dir,
                          strerror(errno));
-    if (!S_ISDIR(st.st_mode)) return ckpt_fail(err, CKPT_E_INVAL, "%s: not a directory", dir);
+    bool file = S_ISREG(st.st_mode);
+    if (!S_ISDIR(st.st_mode) && !file)
+        return ckpt_fail(err, CKPT_E_INVAL, "%s: not a directory or a torch.save file", dir);
+    char *parent = NULL;
+    const char *base = NULL;
+    if (file) { /* a torch.save file: its directory holds it */
+        const char *slash = strrchr(dir, '/');
+        base = slash ? slash + 1 : dir;
+        parent = slash ? strndup(dir, slash == dir ? 1 : (size_t)(slash - dir)) : strdup(".");
+        if (!parent) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    }
     ckpt_reader *r = NULL;
-    ckpt_status s = reader_new(dir, opts ? opts->limits : NULL, &r, err);
+    ckpt_status s = reader_new(file ? parent : dir, opts ? opts->limits : NULL, &r, err);
+    free(parent);
     if (s != CKPT_OK) goto fail;
-    CKPT_TRY_GOTO(s, index_build(r, err), fail);
+    if (file && !(r->single_file = strdup(base))) {
+        s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        goto fail;
+    }
+    CKPT_TRY_GOTO(s, file ? index_build_file(r, err) : index_build(r, err), fail);
     *out = r;
     return CKPT_OK;
 fail:
@@ -72,6 +87,7 @@ void ckpt_reader_free(ckpt_reader *r) {
     if (!r) return;
     for (ckpt_chunk *c = r->lru_head; c; c = c->res->lru_next) /* every decoded item */
         ts_item_free(c->res->item);
+    ts_item_free(r->owned_item);
     ckpt_files_close_all(r);
     ckpt_htab_release(&r->by_key);
     ckpt_htab_release(&r->by_path);
@@ -81,6 +97,7 @@ void ckpt_reader_free(ckpt_reader *r) {
     free(r->entries);
     free(r->files);
     free(r->dir);
+    free(r->single_file);
     free(r);
 }
 

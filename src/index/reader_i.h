@@ -18,8 +18,10 @@ typedef struct ckpt_loc {
                         safetensors storage: no container to open) */
     uint64_t offset;
     uint64_t length;
-    const char *transforms; /* comma-separated, or NULL */
-    const char *problem;    /* why the item cannot be read (set at index time), or NULL */
+    bool big_endian; /* raw: the elements are stored big-endian (a torch.save file says so) */
+    const int64_t *raw_stride; /* raw: element strides of the stored view (NULL: C order) */
+    const char *transforms;    /* comma-separated, or NULL */
+    const char *problem;       /* why the item cannot be read (set at index time), or NULL */
 } ckpt_loc;
 
 enum { CHUNK_UNRESOLVED = 0, CHUNK_RESOLVED = 1, CHUNK_FAILED = 2 };
@@ -84,6 +86,8 @@ struct ckpt_entry {
     const char *problem;       /* metadata-level defect (dtype unknown...), or NULL */
     const ckpt_flat_src *flat; /* per chunk, for a Megatron flattened tensor; else NULL */
     ckpt_mcore_shape *mcore;   /* the original shape mcore_data gives it (mcore_flat.c) */
+    const pk_value *value;     /* an object of a torch.save file: its decoded pickle (in the
+                                  reader's owned_item), converted when loaded */
 };
 
 typedef struct ckpt_file {
@@ -94,7 +98,9 @@ typedef struct ckpt_file {
 
 struct ckpt_reader {
     char *dir;
-    ckpt_arena *arena; /* every string and array of the index */
+    char *single_file;   /* opened on one file (a torch.save file) of `dir`, or NULL */
+    ts_item *owned_item; /* that file's archive, whose pickle object entries point into */
+    ckpt_arena *arena;   /* every string and array of the index */
     ckpt_limits limits;
     ckpt_entry *entries;
     size_t nentries;

@@ -78,11 +78,11 @@ void tree_dir_access(const char *dir, uint32_t *uid, uint32_t *gid, uint8_t *cls
 }
 
 static void metadata_path(const tree_ckpt *c, uint32_t i, char *path, size_t cap) {
-    snprintf(path, cap, "%s/%s", c->dir, c->raw[i].name);
+    snprintf(path, cap, "%s/%s", ckpt_reader_dir(c->r), c->raw[i].name);
 }
 
 static void data_path(const tree_ckpt *c, uint32_t id, char *path, size_t cap) {
-    snprintf(path, cap, "%s/%s", c->dir, ckpt_reader_file_name(c->r, id));
+    snprintf(path, cap, "%s/%s", ckpt_reader_dir(c->r), ckpt_reader_file_name(c->r, id));
 }
 
 ckpt_status tree_access_build(tree_ckpt *c, ckpt_error *err) {
@@ -104,10 +104,12 @@ ckpt_status tree_access_build(tree_ckpt *c, ckpt_error *err) {
         same_uid &= st.st_uid == uid;
         same_gid &= st.st_gid == gid;
     }
-    if (stat(c->dir, &st) != 0) return ckpt_fail(err, CKPT_E_IO, "%s: %s", c->dir, strerror(errno));
+    /* the sources' directory (for a torch.save file, the one holding it) */
+    const char *dir = ckpt_reader_dir(c->r);
+    if (stat(dir, &st) != 0) return ckpt_fail(err, CKPT_E_IO, "%s: %s", dir, strerror(errno));
     c->own_uid = !first && same_uid ? uid : st.st_uid;
     c->own_gid = !first && same_gid ? gid : st.st_gid;
-    unsigned base = tree_path_cls(c->dir, 5, c->own_uid, c->own_gid);
+    unsigned base = tree_path_cls(dir, 5, c->own_uid, c->own_gid);
     for (uint32_t i = 0; i < c->nraw; i++)
         if (c->raw[i].file_id < 0) {
             metadata_path(c, i, path, sizeof path);

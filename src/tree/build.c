@@ -190,6 +190,8 @@ static ckpt_status list_raw(tree_ckpt *c, const ckpt_tree_options *o, ckpt_error
     char path[4096];
     ckpt_reader_info info;
     ckpt_reader_get_info(c->r, &info);
+    /* a torch.save file has no metadata file: its data file is the whole of it */
+    if (!info.num_metadata_files && !info.hf_storage) goto data;
     if (!info.rank_local_metadata) {
         /* HuggingFace storage has no metadata pickle; its index, when it has one */
         const char *md = info.hf_storage ? CKPT_HF_INDEX_JSON : ".metadata";

@@ -376,14 +376,15 @@ ckpt_status ckpt_tree_open(const char *dir, const ckpt_tree_options *opts, ckpt_
                       strerror(errno));
         goto fail;
     }
-    if (!S_ISDIR(st.st_mode)) {
-        s = ckpt_fail(err, CKPT_E_INVAL, "%s: not a directory", dir);
+    bool file = S_ISREG(st.st_mode); /* a torch.save file: one checkpoint */
+    if (!S_ISDIR(st.st_mode) && !file) {
+        s = ckpt_fail(err, CKPT_E_INVAL, "%s: not a directory or a torch.save file", dir);
         goto fail;
     }
     t->root_mtime = st.st_mtim;
     /* a directory with bare *.safetensors files (an export, say) beside steps is a
      * directory of checkpoints */
-    ckpt_dir_kind kind = ckpt_checkpoint_dir_probe(dir, NULL);
+    ckpt_dir_kind kind = file ? CKPT_DIR_MARKED : ckpt_checkpoint_dir_probe(dir, NULL);
     if (kind == CKPT_DIR_MARKED || (kind == CKPT_DIR_UNMARKED && !has_checkpoint_subdir(dir))) {
         tree_ckpt *c = ckpt_new(dir, "", 0);
         if (!c) {
@@ -1011,18 +1012,20 @@ ckpt_status ckpt_tree_sources(ckpt_tree *t, ckpt_ino ino, ckpt_tree_source_fn fn
     }
     tree_ckpt *c = o.c;
     size_t nfiles = ckpt_reader_num_files(c->r);
+    /* the sources' directory (a torch.save file's: the one holding it) */
+    const char *src_dir = ckpt_reader_dir(c->r);
     bool is_dir = o.kind != O_ENTRY && o.kind != O_RAWFILE && o.kind != O_STFILE;
-    if (is_dir) emit_path(&w, c->dir, NULL);
+    if (is_dir) emit_path(&w, src_dir, NULL);
     int32_t raw_id = o.kind == O_RAWFILE ? c->raw[o.node - 1].file_id : -1;
     /* a data file under .raw draws from itself only; everything else from the metadata */
     if (o.kind != O_RAWFILE || raw_id < 0)
         for (uint32_t i = 0; i < c->nraw; i++)
             if (c->raw[i].file_id < 0 && (o.kind != O_RAWFILE || i == o.node - 1))
-                emit_path(&w, c->dir, c->raw[i].name);
-    if (raw_id >= 0) emit_path(&w, c->dir, ckpt_reader_file_name(c->r, (uint32_t)raw_id));
+                emit_path(&w, src_dir, c->raw[i].name);
+    if (raw_id >= 0) emit_path(&w, src_dir, ckpt_reader_file_name(c->r, (uint32_t)raw_id));
     if (o.kind == O_STFILE) {
         for (uint32_t i = 0; i < nfiles; i++)
-            emit_path(&w, c->dir, ckpt_reader_file_name(c->r, i));
+            emit_path(&w, src_dir, ckpt_reader_file_name(c->r, i));
     } else if (o.kind == O_ENTRY) {
         /* each file once, in the order first used (a tensor may have thousands of chunks) */
         const ckpt_entry *e = o.e;
@@ -1032,7 +1035,7 @@ ckpt_status ckpt_tree_sources(ckpt_tree *t, ckpt_ino ino, ckpt_tree_source_fn fn
             int32_t id = i < e->nchunks ? e->chunks[i].loc.file_id : e->loc.file_id;
             if (id < 0 || (size_t)id >= nfiles || seen[id]) continue;
             seen[id] = 1;
-            emit_path(&w, c->dir, ckpt_reader_file_name(c->r, (uint32_t)id));
+            emit_path(&w, src_dir, ckpt_reader_file_name(c->r, (uint32_t)id));
         }
         free(seen);
     }

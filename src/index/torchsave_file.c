@@ -1,0 +1,183 @@
+/* torchsave_file.c — a single torch.save file (`model.pt`, `pytorch_model.bin`, a full
+ * checkpoint of model and optimizer): the zip archive torch.save has written since torch 1.6.
+ * Its data.pkl is decoded with the data-only decoder (nothing is imported or called) and
+ * walked: dicts (OrderedDict included) and lists/tuples are traversed, each tensor becomes an
+ * entry whose one chunk is its bytes in the archive (torch stores records uncompressed), and
+ * every other leaf a value entry converted from the decoded pickle.  Keys are the path
+ * elements joined with '.', as torch's flatten_state_dict writes them; paths keep the
+ * elements.  A tensor may be any strided view of its storage (a transposed weight, a slice
+ * of a fused one): its chunk carries the view's strides, and reads gather its elements in C
+ * order. */
+#include "index/builder.h"
+#include "index/formats.h"
+#include "index/metadata_files.h"
+
+#include "torchsave/item.h"
+#include "util/error.h"
+#include "util/strbuf.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define MAX_ELEMS 64 /* nesting of the state dict walked */
+
+typedef struct walk {
+    ckpt_reader *r;
+    ts_item *it;
+    int32_t file_id;
+    index_elem elems[MAX_ELEMS];
+    char nums[MAX_ELEMS][24];
+    size_t depth;
+    ckpt_strbuf key;
+} walk;
+
+static bool is_dict(const pk_value *v) {
+    return v->type == PK_DICT ||
+           (v->type == PK_OBJECT && pk_obj_dictitems(v) && pk_obj_dictitems(v)->type == PK_DICT);
+}
+
+static const pk_value *dict_of(const pk_value *v) {
+    return v->type == PK_DICT ? v : pk_obj_dictitems(v);
+}
+
+static ckpt_status add_leaf(walk *w, const pk_value *v, ckpt_error *err);
+
+static ckpt_status walk_value(walk *w, const pk_value *v, ckpt_error *err) {
+    const pk_value *d = is_dict(v) ? dict_of(v) : NULL;
+    bool seq = v->type == PK_LIST || v->type == PK_TUPLE;
+    size_t n = d ? d->u.dict.len : seq ? v->u.seq.len : 0;
+    if ((!d && !seq) || n == 0 || w->depth == MAX_ELEMS) /* a leaf (empty containers too) */
+        return w->depth ? add_leaf(w, v, err) : CKPT_OK;
+    for (size_t i = 0; i < n; i++) {
+        const pk_value *k = d ? d->u.dict.keys[i] : NULL;
+        index_elem *el = &w->elems[w->depth];
+        if (k && k->type == PK_STR) {
+            *el = (index_elem){k->u.str.ptr, k->u.str.len};
+        } else if (!k || k->type == PK_INT) {
+            long long idx = k ? (long long)k->u.i : (long long)i;
+            int len = snprintf(w->nums[w->depth], sizeof w->nums[0], "%lld", idx);
+            *el = (index_elem){w->nums[w->depth], (size_t)len};
+        } else {
+            continue; /* a key that is neither str nor int names no file */
+        }
+        w->depth++;
+        ckpt_status s = walk_value(w, d ? d->u.dict.vals[i] : v->u.seq.items[i], err);
+        w->depth--;
+        CKPT_TRY(s);
+    }
+    return CKPT_OK;
+}
+
+static bool c_order(const ts_tensor_view *t) {
+    int64_t want = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        if (t->shape[d] != 1 && t->stride[d] != want) return false;
+        want *= t->shape[d];
+    }
+    return true;
+}
+
+static ckpt_status add_leaf(walk *w, const pk_value *v, ckpt_error *err) {
+    ckpt_reader *r = w->r;
+    ckpt_strbuf_reset(&w->key);
+    for (size_t i = 0; i < w->depth; i++) {
+        if (i) ckpt_strbuf_addc(&w->key, '.');
+        ckpt_strbuf_add(&w->key, w->elems[i].s, w->elems[i].len);
+    }
+    if (ckpt_strbuf_status(&w->key, "a key", err) != CKPT_OK) return CKPT_E_NOMEM;
+    const char *key = ckpt_strbuf_cstr(&w->key);
+    if (index_find(r, key)) return CKPT_OK; /* "a.b" twice ({"a.b": x, "a": {"b": y}}): first */
+    ckpt_entry *e = index_new_entry(r, key);
+    if (!e) return index_nomem(err);
+    CKPT_TRY(index_set_path(r, e, w->elems, w->depth, err));
+    if (!ts_is_tensor_node(v)) {
+        e->kind = CKPT_ENTRY_OBJECT;
+        e->value = v;                /* converted when loaded (object_load.c) */
+        e->loc.file_id = w->file_id; /* its source, for who may read it (no byte range) */
+        return CKPT_OK;
+    }
+    e->kind = CKPT_ENTRY_TENSOR;
+    ts_tensor_view t;
+    ckpt_error terr = {0};
+    if (ts_tensor_view_of(w->it, v, &t, &terr) != CKPT_OK) {
+        if (terr.code == CKPT_E_NOMEM) return index_nomem(err);
+        e->problem = index_problemf(r->arena, "%s", terr.message);
+        return CKPT_OK;
+    }
+    int64_t *shape = ckpt_arena_alloc(r->arena, (size_t)(t.ndim ? t.ndim : 1) * 3 * sizeof *shape);
+    ckpt_chunk *c = ckpt_arena_alloc(r->arena, sizeof *c);
+    if (!shape || !c) return index_nomem(err);
+    memcpy(shape, t.shape, (size_t)t.ndim * sizeof *shape);
+    int64_t *offsets = shape + (t.ndim ? t.ndim : 1), *sizes = offsets + (t.ndim ? t.ndim : 1);
+    memset(offsets, 0, (size_t)t.ndim * sizeof *offsets);
+    memcpy(sizes, t.shape, (size_t)t.ndim * sizeof *sizes);
+    e->dtype = t.dtype;
+    e->ndim = t.ndim;
+    e->shape = shape;
+    const char *bad = NULL;
+    e->numel = index_numel(r->arena, shape, t.ndim, &bad);
+    e->nbytes = index_nbytes(t.dtype, e->numel);
+    if (bad) e->problem = bad;
+    memset(c, 0, sizeof *c);
+    c->offsets = offsets;
+    c->sizes = sizes;
+    c->numel = e->numel;
+    c->loc.file_id = -1;
+    e->chunks = c;
+    e->nchunks = 1;
+    if (!e->problem && e->numel) {
+        size_t isz = ckpt_dtype_itemsize(t.dtype);
+        uint64_t span = 1; /* elements from the first to the last one the view addresses */
+        for (int d = 0; d < t.ndim; d++)
+            span += (uint64_t)(t.shape[d] - 1) * (uint64_t)t.stride[d];
+        c->loc.file_id = w->file_id;
+        c->loc.raw = true;
+        c->loc.big_endian = ts_item_big_endian(w->it);
+        c->loc.offset = t.record->data_offset + (uint64_t)t.storage_offset * isz;
+        c->loc.length = span * isz; /* inside the record: ts_tensor_view_of checked it */
+        if (!c_order(&t)) {
+            int64_t *stride = ckpt_arena_alloc(r->arena, (size_t)t.ndim * sizeof *stride);
+            if (!stride) return index_nomem(err);
+            memcpy(stride, t.stride, (size_t)t.ndim * sizeof *stride);
+            c->loc.raw_stride = stride;
+        }
+        r->info.stored_bytes += e->nbytes;
+    }
+    return CKPT_OK;
+}
+
+static ckpt_status add_torchsave_file(ckpt_reader *r, ckpt_error *err) {
+    if (!r->single_file) return ckpt_fail(err, CKPT_E_NOTFOUND, "%s: not a single file", r->dir);
+    const char *problem = NULL;
+    int32_t id = ckpt_files_intern(r, r->single_file, &problem);
+    if (id < 0)
+        return ckpt_fail(err, CKPT_E_INVAL, "%s: %s", r->single_file,
+                         problem ? problem : "bad file name");
+    int fd = ckpt_files_fd(r, (uint32_t)id, err);
+    if (fd < 0) return err && err->code ? err->code : CKPT_E_IO;
+    size_t plen = strlen(r->dir) + strlen(r->single_file) + 2;
+    char *path = ckpt_arena_alloc(r->arena, plen); /* named by messages while the reader lives */
+    if (!path) return index_nomem(err);
+    snprintf(path, plen, "%s/%s", r->dir, r->single_file);
+    struct stat st;
+    if (fstat(fd, &st) != 0) return ckpt_fail(err, CKPT_E_IO, "%s: fstat failed", path);
+    ckpt_source src = {.fd = fd, .base = 0, .len = (uint64_t)st.st_size, .name = path};
+    pk_limits lim = ckpt_metadata_pk_limits(&r->limits, (size_t)st.st_size);
+    ts_open_options o = {.max_pickle_bytes = r->limits.max_metadata_bytes, .pickle_limits = &lim};
+    ts_item *it = NULL;
+    CKPT_TRY(ts_item_open(&src, &o, &it, err));
+    r->owned_item = it; /* object entries point into its pickle; freed with the reader */
+    r->info.metadata_bytes += (uint64_t)st.st_size;
+    r->info.format_hint = "torch.save file (zip archive)";
+    walk w = {.r = r, .it = it, .file_id = id};
+    ckpt_strbuf_init(&w.key, 0);
+    ckpt_status s = walk_value(&w, ts_item_root(it), err);
+    ckpt_strbuf_release(&w.key);
+    if (s == CKPT_OK && r->nentries == 0)
+        s = ckpt_fail(err, CKPT_E_FORMAT, "%s: holds no dict or list of values", path);
+    return s;
+}
+
+const index_format index_format_torchsave_file = {.name = "torch.save", .add = add_torchsave_file};

@@ -1,0 +1,155 @@
+"""test_torchsave_file.py — a single torch.save file (model.pt, pytorch_model.bin, a full
+checkpoint of model + optimizer + counters) read by `ckpt` and mounted by ckptfs, with real
+torch as the referee: every tensor's bytes equal torch.load's (views of shared storages,
+transposed views and storage offsets included), every other value prints as its Python repr,
+and a legacy (non-zip) file is refused with a message naming it.
+
+Environment: CKPT_BIN, CKPTFS_BIN (as in test_cli.py).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+BIN = os.environ.get("CKPT_BIN")
+FS_BIN = os.environ.get("CKPTFS_BIN")
+if not BIN:
+    pytest.skip("CKPT_BIN is not set (run through meson test)", allow_module_level=True)
+
+
+def flatten(obj, prefix=()):
+    """(path elements, leaf) of every leaf, as the walker traverses: dicts and lists/tuples."""
+    if isinstance(obj, dict) and obj:
+        for k, v in obj.items():
+            if isinstance(k, (str, int)) and not isinstance(k, bool):
+                yield from flatten(v, prefix + (str(k),))
+    elif isinstance(obj, (list, tuple)) and obj:
+        for i, v in enumerate(obj):
+            yield from flatten(v, prefix + (str(i),))
+    else:
+        yield prefix, obj
+
+
+def tbytes(t: "torch.Tensor") -> bytes:
+    t = t.detach().contiguous()
+    if t.dtype in (torch.bfloat16, torch.float16):
+        t = t.view(torch.int16)
+    elif t.dtype in (torch.float8_e4m3fn, torch.float8_e5m2, torch.bool):
+        t = t.view(torch.uint8)
+    return t.numpy().tobytes()
+
+
+@pytest.fixture(scope="module")
+def saved():
+    g = torch.Generator().manual_seed(3)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 6), torch.nn.LayerNorm(6),
+                                torch.nn.Linear(6, 8))
+    model[2].weight = torch.nn.Parameter(torch.randn(8, 6, generator=g))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(torch.randn(4, 8, generator=g)).square().sum().backward()
+    opt.step()
+    fused = torch.randn(3, 16, generator=g)
+    big = torch.randn(10, 7, generator=g)
+    full = {
+        "model": model.state_dict(),
+        "optimizer": opt.state_dict(),
+        "step": 1200,
+        "loss": 0.125,
+        "run": "llama-7b/α",
+        "flags": {"amp": True, "seed": None},
+        "views": {"q": fused[0], "k": fused[1], "t": big.t(), "cols": big[:, 2:5],
+                  "tied_a": big, "tied_b": big},
+        "dtypes": {"bf16": torch.randn(5, generator=g).to(torch.bfloat16),
+                   "f16": torch.randn(2, 3, generator=g).half(),
+                   "f8": torch.randn(6, generator=g).to(torch.float8_e4m3fn),
+                   "c64": torch.randn(3, dtype=torch.complex64, generator=g),
+                   "bool": torch.tensor([True, False, True]),
+                   "i64": torch.arange(7), "scalar": torch.tensor(2.5)},
+        "lists": [torch.ones(2), 3, [torch.zeros(1, 2), "x"]],
+    }
+    d = Path(tempfile.mkdtemp(prefix="ckpt-ts-"))
+    d.chmod(0o755)  # mkdtemp's 0700 would rightly hide every value from other users
+    torch.save(full, d / "full.pt")
+    torch.save(model.state_dict(), d / "pytorch_model.bin")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.save({"w": torch.ones(2)}, d / "legacy.pt", _use_new_zipfile_serialization=False)
+    yield d
+    subprocess.run(["rm", "-rf", str(d)])
+
+
+def ckpt(*args, **kw):
+    return subprocess.run([BIN, *map(str, args)], capture_output=True, **kw)
+
+
+@pytest.mark.parametrize("name", ["full.pt", "pytorch_model.bin"])
+def test_every_leaf_equals_torch_load(saved, name):
+    ref = torch.load(saved / name, weights_only=False)
+    leaves = list(flatten(ref))
+    ls = ckpt("ls", "-R", saved / name)
+    assert ls.returncode == 0, ls.stderr
+    tensors = objects = 0
+    for elems, v in leaves:
+        key = ".".join(elems)
+        r = ckpt("cat", "-f", "--key", saved / name, key)
+        assert r.returncode == 0, (key, r.stderr)
+        if isinstance(v, torch.Tensor):
+            assert r.stdout == tbytes(v), key
+            tensors += 1
+        else:
+            assert r.stdout.decode().strip() == repr(v), key
+            objects += 1
+    assert tensors >= 6 and (name != "full.pt" or (tensors >= 20 and objects >= 10))
+    info = ckpt("info", saved / name)
+    assert info.returncode == 0 and f"entries:         {len(leaves)} " in info.stdout.decode(), \
+        info.stdout.decode()
+    v = ckpt("verify", saved / name)
+    assert v.returncode == 0, v.stdout + v.stderr
+
+
+def test_paths_keep_the_elements(saved):
+    """A key with dots (a state_dict's 'weight' of module '0') is one path element."""
+    r = ckpt("cat", "-f", "--path", saved / "full.pt", "model/0.weight")
+    ref = torch.load(saved / "full.pt", weights_only=False)
+    assert r.returncode == 0 and r.stdout == tbytes(ref["model"]["0.weight"]), r.stderr
+
+
+def test_legacy_file_is_refused_naming_it(saved):
+    r = ckpt("ls", saved / "legacy.pt")
+    assert r.returncode != 0 and r.returncode < 128
+    assert "legacy.pt" in r.stderr.decode(), r.stderr
+
+
+@pytest.mark.skipif(not FS_BIN, reason="ckptfs not built")
+def test_mount_shows_the_file(saved):
+    ref = torch.load(saved / "full.pt", weights_only=False)
+    mnt = Path(tempfile.mkdtemp(prefix="ckpt-ts-mnt-"))
+    proc = subprocess.Popen([FS_BIN, "-f", str(saved / "full.pt"), str(mnt)],
+                            stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 30
+        while not os.path.ismount(mnt):
+            assert proc.poll() is None and time.time() < deadline, proc.stderr.read()
+            time.sleep(0.05)
+        for elems, v in flatten(ref):
+            f = mnt.joinpath(*elems)
+            if isinstance(v, torch.Tensor):
+                assert f.read_bytes() == tbytes(v), elems
+            else:
+                assert f.read_text().strip() == repr(v), elems
+        assert (mnt / ".raw" / "full.pt").read_bytes() == (saved / "full.pt").read_bytes()
+        # who may read: the file's own -rw-r--r-- in a 0755 directory
+        assert os.stat(mnt / "step").st_mode & 0o777 == 0o444
+    finally:
+        subprocess.run(["fusermount3", "-u", str(mnt)])
+        proc.wait(timeout=60)
+        os.rmdir(mnt)
