@@ -469,6 +469,17 @@ static ckpt_status set_path(ckpt_reader *r, ckpt_entry *e, const pk_value *path,
     } else {
         e->elems = ckpt_arena_alloc(r->arena, n * sizeof *e->elems);
         if (!e->elems) return ckpt_index_nomem(err);
+        uint8_t *is_int = NULL;
+        for (size_t i = 0; i < n; i++) {
+            if (pk_item(path, i)->type != PK_INT) continue;
+            if (!is_int) {
+                is_int = ckpt_arena_alloc(r->arena, n);
+                if (!is_int) return ckpt_index_nomem(err);
+                memset(is_int, 0, n);
+            }
+            is_int[i] = 1;
+        }
+        e->elem_int = is_int;
         for (size_t i = 0; i < n; i++) {
             const pk_value *el = pk_item(path, i);
             char num[32];
