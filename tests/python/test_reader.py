@@ -207,3 +207,54 @@ def test_corrupt_fixtures_raise_ckpt_errors():
                     assert str(ex), case.name
                     seen += 1
     assert seen > 10
+
+
+class Custom:  # an instance of a class ckptfs does not rebuild
+    def __init__(self):
+        self.a, self.b = 1, "two"
+
+
+def test_values_of_every_kind_against_torch(tmp_path):
+    """A checkpoint torch writes with values of every kind: ckptfs's data-only decoding gives
+    what torch's unpickling gives (a symbolic Object for an unknown class)."""
+    import collections
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint._nested_dict import flatten_state_dict
+    from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+    vals = {
+        "none": None, "t": True, "i": -7, "big": 2 ** 100, "neg_big": -(3 ** 70), "f": -0.0,
+        "nan": float("nan"), "s": "ünï\tcode", "b": b"\x00\xff", "l": [1, [2, (3, "x")]],
+        "tup": (1.5, None), "d": ({1: "a", (2, 3): [4]},),
+        "od": (collections.OrderedDict(z=1, a=2),), "set": {1, 2, 3}, "fs": frozenset({"a"}),
+        "c": complex(1.5, -2), "r": range(1, 10, 3), "sl": slice(1, None, 2),
+        "ba": bytearray(b"xy"), "dt": torch.bfloat16,
+        "tensor_in": ("x", {"w": torch.arange(6, dtype=torch.int16).reshape(2, 3)}),
+        "custom": Custom(),
+    }
+    d = tmp_path / "c"
+    dcp.save({"w": torch.arange(4.0), "vals": vals}, checkpoint_id=d, no_dist=True)
+    theirs = {}
+    _load_state_dict(theirs, storage_reader=FileSystemReader(d),
+                     planner=_EmptyStateDictLoadPlanner(), no_dist=True)
+    flat, _ = flatten_state_dict(theirs)
+    seen = set()
+    with ckptfs.open(d) as ck:
+        for e in ck:
+            if e.is_tensor:
+                continue
+            got, want = ck.read_value(e), flat[e.key]
+            seen.add(e.path_elems[1])
+            if e.key == "vals.custom":
+                assert isinstance(got, ckptfs.Object) and got.cls.endswith(".Custom"), got
+                assert got.state == {"a": 1, "b": "two"}, got
+            elif e.key == "vals.nan":
+                assert got != got
+            elif e.key == "vals.od":  # OrderedDict is read as a dict (docs/python.md)
+                assert got == want and type(got[0]) is dict, got
+            elif e.key == "vals.tensor_in":
+                assert got[0] == "x" and torch.equal(got[1]["w"], want[1]["w"])
+            else:
+                assert got == want and repr(got) == repr(want), (e.key, got, want)
+    assert seen == set(vals), seen
