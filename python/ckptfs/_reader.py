@@ -11,7 +11,7 @@ import torch
 
 from . import _lib
 from ._lib import lib
-from .errors import CkptError, FormatError, InvalidArgumentError, NotFoundError, from_status
+from .errors import FormatError, InvalidArgumentError, NotFoundError, from_status
 
 __all__ = ["Checkpoint", "Entry", "open", "torch_dtype"]
 
@@ -142,7 +142,7 @@ def _region(shape, region):
             start.append(a if c else min(a, n))
             count.append(c)
             out.append(c)
-        elif isinstance(r, int) or (hasattr(r, "__index__") and not isinstance(r, bool)):
+        elif hasattr(r, "__index__") and not isinstance(r, bool):
             i = r.__index__()
             if not -n <= i < n:
                 raise InvalidArgumentError(
@@ -383,5 +383,3 @@ def open(path, **limits):  # noqa: A001 (the module's verb, like io.open)
     """Opens a checkpoint directory: `with ckptfs.open(path) as ck: ...`."""
     return Checkpoint(path, **limits)
 
-
-_ = CkptError

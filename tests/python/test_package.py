@@ -33,7 +33,8 @@ def installed(tmp_path_factory):
     p = subprocess.run([PY, "-m", "pip", "install", "--no-build-isolation", "--no-index",
                         SOURCE / "python"], env=env, capture_output=True, text=True,
                        timeout=900)
-    assert p.returncode == 0, f"pip install ./python failed:\n{p.stdout[-4000:]}\n{p.stderr[-4000:]}"
+    assert p.returncode == 0, \
+        f"pip install ./python failed:\n{p.stdout[-4000:]}\n{p.stderr[-4000:]}"
     return tmp_path_factory.mktemp("cwd")  # a neutral working directory
 
 

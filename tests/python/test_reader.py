@@ -80,6 +80,24 @@ def test_random_regions(name):
                 assert bits(got) == bits(want), (name, re_.key, region)
 
 
+def test_region_edge_cases():
+    r = ref("fsdp2_ws2")
+    re_ = next(e for e in r.entries if e.key == "model.tok_embeddings.weight")
+    full = r.tensor(re_)
+    with ckptfs.open(r.dir) as ck:
+        for region in [(slice(3, 3),), (slice(3, 3), slice(10, 20)), (slice(-2, None),),
+                       (-1, 2), (slice(1, 2),), slice(1, 2), (slice(None, 100), -6)]:
+            got = ck.read_tensor(re_.key, region)
+            want = full[region]
+            assert got.shape == want.shape and bits(got) == bits(want), region
+        import numpy as np
+        assert bits(ck.read_tensor(re_.key, (np.int64(-1), 2))) == bits(full[-1, 2])
+        with pytest.raises(ckptfs.InvalidArgumentError, match="True"):
+            ck.read_tensor(re_.key, (True,))
+        with pytest.raises(ckptfs.InvalidArgumentError, match="dimensions"):
+            ck.read_tensor(re_.key, (0, 0, 0))
+
+
 def test_every_dtype_as_torch_dtype():
     with ckptfs.open(ref("dtypes").dir) as ck:
         got = {e.dtype for e in ck if e.is_tensor}
