@@ -11,6 +11,7 @@ pickle (ckpt_object_load + ckpt_value_*): nothing is unpickled, no code runs.
 Shared references stay shared (a node referenced twice gives one Python object)."""
 
 import ctypes
+import sys
 from ctypes import byref, c_size_t, c_void_p
 
 import torch
@@ -158,7 +159,19 @@ def load_value(ckpt, entry):
     obj = c_void_p()
     st = lib.ckpt_object_load(ckpt._handle(), entry._ptr, byref(obj), byref(err))
     _check(st, err)
+    # libckpt bounds a value's nesting at 256 levels; building one level takes up to 4
+    # Python frames (build, _build, _items, its comprehension)
+    old_limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old_limit, _stack_depth() + 4 * 256 + 200))
     try:
         return _Builder(ckpt).build(lib.ckpt_object_root(obj.value))
     finally:
+        sys.setrecursionlimit(old_limit)
         lib.ckpt_object_free(obj.value)
+
+
+def _stack_depth():
+    f, n = sys._getframe(), 0
+    while f is not None:
+        f, n = f.f_back, n + 1
+    return n

@@ -276,3 +276,24 @@ def test_values_of_every_kind_against_torch(tmp_path):
             else:
                 assert got == want and repr(got) == repr(want), (e.key, got, want)
     assert seen == set(vals), seen
+
+
+def test_deepest_value(tmp_path):
+    """A value nested as deep as libckpt allows (256 containers) builds; deeper is its
+    LimitError, not a Python RecursionError."""
+    import torch.distributed.checkpoint as dcp
+    for depth, ok in ((254, True), (300, False)):
+        v = 1
+        for _ in range(depth):
+            v = [v]
+        d = tmp_path / str(depth)
+        dcp.save({"v": (v,)}, checkpoint_id=d, no_dist=True)
+        with ckptfs.open(d) as ck:
+            if not ok:
+                with pytest.raises(ckptfs.LimitError, match="nested too deeply"):
+                    ck.read_value("v")
+                continue
+            x, n = ck.read_value("v")[0], 0
+            while isinstance(x, list):
+                x, n = x[0], n + 1
+            assert (x, n) == (1, depth)
