@@ -1,6 +1,6 @@
 """Checkpoint and Entry: the reader (ckpt_reader_*, ckpt_entry_*, ckpt_read_region) over
 ctypes.  Reads go straight into the memory of a CPU torch.Tensor; CUDA destinations are filled
-from a pinned host buffer."""
+slab by slab from a pinned host staging buffer the Checkpoint keeps."""
 
 import ctypes
 import os
@@ -165,6 +165,8 @@ class Checkpoint:
                  max_items=0, max_object_bytes=0, max_decoded_cache=0, index_threads=0):
         self._ptr = None
         self._lock = threading.Lock()
+        self._stage_lock = threading.Lock()
+        self._stage = None
         self.path = os.fspath(path)
         limits = _lib.Limits(max_metadata_bytes, max_pickle_memory, max_depth, max_items,
                              max_object_bytes, max_decoded_cache, index_threads)
@@ -183,6 +185,7 @@ class Checkpoint:
             if self._ptr:
                 lib.ckpt_reader_free(self._ptr)
                 self._ptr = None
+            self._stage = None
 
     def __enter__(self):
         return self
@@ -274,7 +277,8 @@ class Checkpoint:
         and ints: `(slice(0, 4), slice(None))`, `(3,)`), as a new tensor on `device` (default
         CPU) or into `out`: a contiguous tensor of the entry's dtype and the region's shape, on
         the CPU (read straight into its memory) or a CUDA device (through a pinned host
-        buffer).  Returns the tensor."""
+        staging buffer of STAGE_BYTES, kept by the Checkpoint, slab by slab of rows).
+        Returns the tensor."""
         e = self.entry(name)
         if not e.is_tensor:
             raise InvalidArgumentError(f"'{e.key}' is a value, not a tensor: use read_value")
@@ -284,36 +288,72 @@ class Checkpoint:
         start, count, shape = _region(e.shape, region)
         if out is None:
             dev = torch.device(device) if device is not None else torch.device("cpu")
-            if dev.type == "cpu":
-                t = torch.empty(shape, dtype=dtype)
-                self._read_into(e, start, count, t)
-                return t
-            host = torch.empty(shape, dtype=dtype, pin_memory=torch.cuda.is_available())
-            self._read_into(e, start, count, host)
-            return host.to(dev)
-        if not isinstance(out, torch.Tensor):
-            raise InvalidArgumentError(f"out must be a torch.Tensor, not {type(out).__name__}")
-        if out.dtype != dtype:
-            raise InvalidArgumentError(
-                f"'{e.key}': out has dtype {out.dtype}, the checkpoint stores {dtype}")
-        if tuple(out.shape) != shape:
-            raise InvalidArgumentError(
-                f"'{e.key}': out has shape {list(out.shape)}, the region has {list(shape)}")
-        if not out.is_contiguous():
-            raise InvalidArgumentError(f"'{e.key}': out is not contiguous (strides "
-                                       f"{list(out.stride())}); pass out.contiguous() or a "
-                                       f"new tensor")
-        if device is not None and torch.device(device) != out.device:
-            raise InvalidArgumentError(f"device={device} but out is on {out.device}")
+            out = torch.empty(shape, dtype=dtype, device=dev)
+        else:
+            if not isinstance(out, torch.Tensor):
+                raise InvalidArgumentError(
+                    f"out must be a torch.Tensor, not {type(out).__name__}")
+            if out.dtype != dtype:
+                raise InvalidArgumentError(
+                    f"'{e.key}': out has dtype {out.dtype}, the checkpoint stores {dtype}")
+            if tuple(out.shape) != shape:
+                raise InvalidArgumentError(f"'{e.key}': out has shape {list(out.shape)}, the "
+                                           f"region has {list(shape)}")
+            if not out.is_contiguous():
+                raise InvalidArgumentError(f"'{e.key}': out is not contiguous (strides "
+                                           f"{list(out.stride())}); pass out.contiguous() or "
+                                           f"a new tensor")
+            if device is not None and torch.device(device) != out.device:
+                raise InvalidArgumentError(f"device={device} but out is on {out.device}")
         if out.device.type == "cpu":
             self._read_into(e, start, count, out)
         else:
-            pin = torch.cuda.is_available() and out.device.type == "cuda"
-            host = torch.empty(shape, dtype=dtype, pin_memory=pin)
-            self._read_into(e, start, count, host)
-            with torch.no_grad():
-                out.copy_(host)
+            self._read_staged(e, start, count, out)
         return out
+
+    STAGE_BYTES = 64 << 20  # the host staging buffer of device reads (pinned under CUDA)
+
+    def _staging(self, nbytes):
+        """The staging buffer (uint8, >= nbytes), kept between reads; call with _stage_lock."""
+        buf = self._stage
+        if buf is None or buf.numel() < nbytes:
+            pin = torch.cuda.is_available()
+            buf = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pin)
+            if nbytes <= self.STAGE_BYTES:
+                self._stage = buf
+        return buf
+
+    def _read_staged(self, e, start, count, out, stage_bytes=None):
+        """Fills contiguous `out` on another device: slabs of rows (along the region's first
+        dimension) read into the host staging buffer, each copied into its rows of `out`
+        (a synchronous copy, so the buffer is free again after it).  A row bigger than the
+        buffer is staged in a buffer of its own."""
+        stage_bytes = stage_bytes or self.STAGE_BYTES
+        itemsize = out.element_size()
+        view = out.view(count) if count else out  # dropped (int) dims are of size 1
+        if not count or out.numel() == 0:
+            with self._stage_lock:
+                host = self._staging(max(out.numel() * itemsize, 1))
+                h = host[:out.numel() * itemsize].view(out.dtype).view(out.shape)
+                self._read_into(e, start, count, h)
+                with torch.no_grad():
+                    out.copy_(h)
+            return
+        row_bytes = itemsize
+        for c in count[1:]:
+            row_bytes *= c
+        rows = max(1, stage_bytes // row_bytes)
+        with self._stage_lock:
+            host = self._staging(min(rows, count[0]) * row_bytes)
+            for r in range(0, count[0], rows):
+                n = min(rows, count[0] - r)
+                sub_start, sub_count = list(start), list(count)
+                sub_start[0] += r
+                sub_count[0] = n
+                h = host[:n * row_bytes].view(out.dtype).view(sub_count)
+                self._read_into(e, sub_start, sub_count, h)
+                with torch.no_grad():
+                    view[r:r + n].copy_(h)
 
     def _read_into(self, e, start, count, t):
         """Reads the box into the memory of contiguous CPU tensor t."""

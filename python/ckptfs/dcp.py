@@ -158,11 +158,9 @@ class StorageReader(_TorchStorageReader):
             if (target.dtype == e.dtype and target.is_contiguous() and not target.is_conj()
                     and not target.is_neg()):
                 ck.read_tensor(e, region, out=target)  # CPU: into its memory; CUDA: pinned
-            else:  # a strided view, another dtype: read, then copy_ (converting) as torch does
-                pin = target.device.type == "cuda" and torch.cuda.is_available()
-                host = torch.empty(tuple(req.lengths), dtype=e.dtype, pin_memory=pin)
-                ck.read_tensor(e, region, out=host)
-                target.copy_(host)
+            else:  # a strided view, another dtype: read on its device, then copy_ (which
+                # converts) as FileSystemReader does
+                target.copy_(ck.read_tensor(e, region, device=target.device))
             planner.commit_tensor(req, target)
         fut = Future()
         fut.set_result(None)

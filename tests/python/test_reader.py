@@ -149,6 +149,31 @@ def test_refused_destinations():
         ck.read_tensor(e)
 
 
+def test_staged_reads_slab_by_slab():
+    """The staging loop of device reads, run on the CPU with a tiny staging buffer: slabs of
+    rows, a row bigger than the buffer, 0-d, empty and index (dropped-dim) regions."""
+    from ckptfs._reader import _region
+    r = ref("dtypes")
+    with ckptfs.open(r.dir) as ck:
+        n = 0
+        for re_ in r.entries:
+            if not re_.is_tensor:
+                continue
+            full = r.tensor(re_)
+            regions = [None]
+            if re_.shape and re_.shape[0] > 1:
+                regions += [(slice(1, None),), (re_.shape[0] - 1,)]
+            for region in regions:
+                start, count, shape = _region(re_.shape, region)
+                want = full[region] if region else full
+                for stage in (1, 24, 1000):
+                    out = torch.empty(shape, dtype=want.dtype)
+                    ck._read_staged(ck[re_.key], start, count, out, stage_bytes=stage)
+                    assert bits(out) == bits(want), (re_.key, region, stage)
+                    n += 1
+        assert n > 100
+
+
 def test_cuda_destination():
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
