@@ -43,7 +43,7 @@ def torch_dtype(code):
 
 
 def _shape(ptr, ndim):
-    return tuple(ptr[i] for i in range(ndim)) if ndim else ()
+    return tuple(ptr[:ndim]) if ndim else ()
 
 
 def _i64(vals):
@@ -176,8 +176,9 @@ class Checkpoint:
         st = lib.ckpt_reader_open(os.fsencode(self.path), byref(opts), byref(ptr), byref(err))
         _check(st, err)
         self._ptr = ptr.value
-        n = lib.ckpt_reader_num_entries(self._ptr)
-        self._entries = tuple(Entry(self, lib.ckpt_reader_entry(self._ptr, i)) for i in range(n))
+        self._n = lib.ckpt_reader_num_entries(self._ptr)
+        self._cache = [None] * self._n  # Entry objects, made on first use
+        self._all = None
 
     # ---- life cycle
     def close(self):
@@ -230,16 +231,24 @@ class Checkpoint:
     @property
     def entries(self):
         """Every entry, in state_dict_metadata order."""
-        return self._entries
+        if self._all is None:
+            self._all = tuple(self._entry_at(i) for i in range(self._n))
+        return self._all
+
+    def _entry_at(self, i):
+        e = self._cache[i]
+        if e is None:
+            e = self._cache[i] = Entry(self, lib.ckpt_reader_entry(self._handle(), i))
+        return e
 
     def keys(self):
-        return [e.key for e in self._entries]
+        return [e.key for e in self.entries]
 
     def __len__(self):
-        return len(self._entries)
+        return self._n
 
     def __iter__(self):
-        return iter(self._entries)
+        return iter(self.entries)
 
     def __contains__(self, name):
         return self.find(name) is not None
@@ -254,7 +263,7 @@ class Checkpoint:
             p = lib.ckpt_reader_find_path(h, path.encode("utf-8", "surrogateescape"))
         else:
             p = lib.ckpt_reader_find(h, name.encode("utf-8", "surrogateescape"))
-        return self._entries[lib.ckpt_entry_index(p)] if p else None
+        return self._entry_at(lib.ckpt_entry_index(p)) if p else None
 
     def __getitem__(self, name):
         return self.entry(name)
@@ -416,7 +425,7 @@ class Checkpoint:
 
     def __repr__(self):
         state = "" if self._ptr else ", closed"
-        return f"ckptfs.Checkpoint({self.path!r}, {len(self._entries)} entries{state})"
+        return f"ckptfs.Checkpoint({self.path!r}, {self._n} entries{state})"
 
 
 def open(path, **limits):  # noqa: A001 (the module's verb, like io.open)

@@ -121,7 +121,7 @@ class _Builder:
         from ._reader import _check, torch_dtype
         nd = lib.ckpt_value_tensor_ndim(v)
         sp = lib.ckpt_value_tensor_shape(v)
-        shape = tuple(sp[i] for i in range(nd))
+        shape = tuple(sp[:nd]) if nd else ()
         out = torch.empty(shape, dtype=torch_dtype(lib.ckpt_value_tensor_dtype(v)))
         err = _lib.Error()
         st = lib.ckpt_value_tensor_read(v, c_void_p(out.data_ptr() or None),
