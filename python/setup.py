@@ -5,8 +5,9 @@ pip builds a local directory in place (pip >= 21.3), so `..` is the checkout.  T
 built with the optional parts off (no FUSE, MPI, CUDA, tests): the reader, the value decoder,
 manifests.  CKPTFS_SOURCE_ROOT overrides where the checkout is; CKPTFS_MESON_ARGS adds meson
 options (space separated); CKPTFS_BUILD_DIR is meson's build directory (default
-python/build/libckpt, kept between builds)."""
+python/build/libckpt, kept between builds); CKPTFS_BUILD_JOBS caps ninja's parallel jobs."""
 
+import json
 import os
 import re
 import shlex
@@ -56,13 +57,22 @@ class BuildWithLibckpt(build_py):
         root = source_root()
         build = Path(os.environ.get("CKPTFS_BUILD_DIR", HERE / "build" / "libckpt")).resolve()
         version = project_version()
+        info = build / "meson-info" / "meson-info.json"
+        if info.is_file():  # a build directory of another checkout (moved, copied): start over
+            try:
+                src = json.loads(info.read_text())["directories"]["source"]
+            except (ValueError, KeyError):
+                src = None
+            if src is None or Path(src).resolve() != root:
+                shutil.rmtree(build)
         if not (build / "build.ninja").is_file():
             run(["meson", "setup", build, root, "--buildtype=release", "-Db_ndebug=if-release",
                  "-Dfuse=disabled", "-Dmpi=disabled", "-Dcuda=disabled", "-Dnccl=disabled",
                  "-Dtests=disabled", "-Dfuzz=false", "--wrap-mode=nodownload"]
                 + shlex.split(os.environ.get("CKPTFS_MESON_ARGS", "")))
         target = f"src/libckpt.so.{version}"
-        run(["ninja", "-C", build, "-j", os.environ.get("CKPTFS_BUILD_JOBS", "2"), target])
+        jobs = os.environ.get("CKPTFS_BUILD_JOBS")
+        run(["ninja", "-C", build] + (["-j", jobs] if jobs else []) + [target])
         dest = Path(self.build_lib) / "ckptfs" / LIBNAME
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(build / target, dest)  # the file itself, not the soname link

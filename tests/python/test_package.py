@@ -28,7 +28,7 @@ def installed(tmp_path_factory):
     # without its own pip: the system's (from the system site-packages) installs into it
     venv.create(VENV, system_site_packages=True, with_pip=False)
     env = dict(os.environ, CKPTFS_BUILD_DIR=str(BUILD / "python-libckpt"),
-               PIP_DISABLE_PIP_VERSION_CHECK="1")
+               CKPTFS_BUILD_JOBS="2", PIP_DISABLE_PIP_VERSION_CHECK="1")
     env.pop("CKPTFS_LIBCKPT", None)
     p = subprocess.run([PY, "-m", "pip", "install", "--no-build-isolation", "--no-index",
                         SOURCE / "python"], env=env, capture_output=True, text=True,
