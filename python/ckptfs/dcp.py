@@ -107,11 +107,12 @@ class StorageReader(_TorchStorageReader):
         planner_data = {} if info["has_planner_data"] else None
         for e in ck:
             if e.is_tensor:
-                if e.dtype is None:  # a dtype this torch lacks, or a defective entry
-                    continue
+                # (a dtype this torch lacks, or an unknown one: listed as uint8, so that a load
+                # naming the entry fails in read_data with the reason, not as a missing key)
+                dtype = e.dtype or torch.uint8
                 chunks = [ChunkStorageMetadata(offsets=torch.Size(o), sizes=torch.Size(s))
                           for o, s in e.chunks]
-                sdm[e.key] = TensorStorageMetadata(properties=TensorProperties(dtype=e.dtype),
+                sdm[e.key] = TensorStorageMetadata(properties=TensorProperties(dtype=dtype),
                                                    size=torch.Size(e.shape), chunks=chunks)
             else:
                 sdm[e.key] = BytesStorageMetadata()

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -214,3 +215,32 @@ def test_readme_examples(capsys):
     for re_ in r.entries:
         if re_.is_tensor:
             assert bits(sd[re_.key]) == bits(r.tensor(re_)), re_.key
+
+
+CORRUPT_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "corrupt"
+
+
+@pytest.mark.skipif(not CORRUPT_DIR.is_dir(), reason="no corrupt fixtures")
+def test_corrupt_checkpoints_fail_with_ckptfs_errors():
+    """Every damaged checkpoint of tests/fixtures/corrupt either fails to open / index with a
+    CkptError, or loads (the intact 'base' and 'overlap_*' cases), or fails under dcp.load with
+    a ckptfs error (inside torch's CheckpointException) — never another exception."""
+    failed = loaded = 0
+    for case in sorted(p for p in CORRUPT_DIR.iterdir() if (p / "ckpt").is_dir()):
+        try:
+            with ckptfs.open(case / "ckpt") as ck:
+                sd = {e.key: (torch.zeros(e.shape, dtype=e.dtype or torch.uint8)
+                              if e.is_tensor and e.numel < (1 << 24) else None)
+                      for e in ck if not e.is_tensor or e.numel < (1 << 24)}
+        except ckptfs.CkptError:
+            failed += 1
+            continue
+        try:
+            load(sd, StorageReader(case / "ckpt"))
+            loaded += 1
+        except BaseException as ex:  # noqa: B036 (torch's CheckpointException)
+            assert "ckptfs.errors." in str(ex) or isinstance(ex, ckptfs.CkptError), \
+                f"{case.name}: {type(ex).__name__}: {str(ex)[-2000:]}"
+            failed += 1
+    print(f"corrupt: {failed} failed, {loaded} loaded")
+    assert failed > 10 and loaded >= 1, (failed, loaded)
