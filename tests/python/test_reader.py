@@ -322,3 +322,13 @@ def test_deepest_value(tmp_path):
             while isinstance(x, list):
                 x, n = x[0], n + 1
             assert (x, n) == (1, depth)
+
+
+def test_reads_from_many_threads():
+    """One Checkpoint read from 8 threads at once (the C calls release the GIL)."""
+    from concurrent.futures import ThreadPoolExecutor
+    r = ref("zstd") if "zstd" in NAMES else ref("fsdp2_ws4")
+    tensors = [e for e in r.entries if e.is_tensor] * 20
+    with ckptfs.open(r.dir) as ck, ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda e: bits(ck.read_tensor(e.key)), tensors))
+    assert got == [bits(r.tensor(e)) for e in tensors]
