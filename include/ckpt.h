@@ -27,6 +27,10 @@ extern "C" {
 
 #define CKPT_VERSION_STRING "0.1.0"
 
+/* The version of the library actually loaded (CKPT_VERSION_STRING when it was built): lets a
+ * program (or a binding loading libckpt.so.0 at run time) check it got the one it expects. */
+const char *ckpt_version(void);
+
 /* ---------------------------------------------------------------- errors */
 
 typedef enum ckpt_status {
@@ -194,6 +198,10 @@ const char *ckpt_entry_key(const ckpt_entry *e); /* flat key from state_dict_met
 const char *ckpt_entry_path(const ckpt_entry *e);
 size_t ckpt_entry_path_len(const ckpt_entry *e);                 /* number of raw path elements */
 const char *ckpt_entry_path_elem(const ckpt_entry *e, size_t i); /* raw (unescaped) element */
+/* Whether planner_data recorded element i as an int (a list index: `optim/param_groups/0/lr`
+ * has ('optim', 'param_groups', 0, 'lr')) rather than a str; ckpt_entry_path_elem gives its
+ * decimal text.  false past the last element and for paths that are the flat key. */
+bool ckpt_entry_path_elem_is_int(const ckpt_entry *e, size_t i);
 ckpt_entry_kind ckpt_entry_kind_of(const ckpt_entry *e);
 size_t ckpt_entry_index(const ckpt_entry *e);
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # install-deps.sh — installs what ckptfs needs on Debian 12: build tools and libraries from
 # apt; with --python also the Python packages used by the interop tests (real torch, numpy,
-# safetensors, zstandard, pytest).  Idempotent; skips what is already there.
+# safetensors, zstandard, pytest) and what building the Python package offline needs
+# (setuptools).  Idempotent; skips what is already there.
 set -euo pipefail
 
 want_python=0
@@ -29,11 +30,15 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 
 if [ "$want_python" = 1 ]; then
-  py_pkgs=(torch numpy safetensors zstandard pytest)
+  py_pkgs=(torch numpy safetensors zstandard pytest setuptools)
   need=()
   for p in "${py_pkgs[@]}"; do
     python3 -c "import $p" 2>/dev/null || need+=("$p")
   done
+  # the Python package's test builds the wheel without build isolation (no download): it needs
+  # setuptools (above) and bdist_wheel, built into setuptools >= 70.1, else the wheel package
+  python3 -c "import setuptools.command.bdist_wheel" 2>/dev/null ||
+    python3 -c "import wheel" 2>/dev/null || need+=(wheel)
   if [ "${#need[@]}" -gt 0 ]; then
     echo "install-deps: pip install ${need[*]}"
     # Debian's own python3 refuses system-wide pip installs (PEP 668) unless told otherwise.

@@ -61,7 +61,7 @@ if python3 -c "import torch" 2>/dev/null; then
   step "fixtures regenerated with real torch $(python3 -c 'import torch; print(torch.__version__)')"
   fresh=$(mktemp -d)
   if python3 tests/fixtures/generate.py --out "$fresh" >"$fresh.log" 2>&1; then
-    CKPT_FIXTURES="$fresh" meson test -C build --suite cli --suite reader --suite mount --print-errorlogs \
+    CKPT_FIXTURES="$fresh" meson test -C build --suite cli --suite reader --suite mount --suite python --print-errorlogs \
       --num-processes 1
     tally build
   else

@@ -34,10 +34,12 @@ const char *index_problemf(ckpt_arena *a, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 /* One element of an entry's tree path: `len` bytes (NUL bytes allowed: they are escaped in
- * the joined path, never a truncation). */
+ * the joined path, never a truncation); is_int: the format gave it as an integer (a list
+ * index, an int dict key), which a front end rebuilding the state dict needs back. */
 typedef struct index_elem {
     const char *s;
     size_t len;
+    bool is_int;
 } index_elem;
 /* Gives e its tree path: n > 0 elements, or (n == 0) the flat key as the only element. */
 ckpt_status index_set_path(ckpt_reader *r, ckpt_entry *e, const index_elem *elems, size_t n,

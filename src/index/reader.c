@@ -146,6 +146,9 @@ size_t ckpt_entry_path_len(const ckpt_entry *e) { return e->nelems; }
 const char *ckpt_entry_path_elem(const ckpt_entry *e, size_t i) {
     return i < e->nelems ? e->elems[i] : NULL;
 }
+bool ckpt_entry_path_elem_is_int(const ckpt_entry *e, size_t i) {
+    return i < e->nelems && e->elem_int && e->elem_int[i];
+}
 ckpt_entry_kind ckpt_entry_kind_of(const ckpt_entry *e) { return e->kind; }
 size_t ckpt_entry_index(const ckpt_entry *e) { return e->index; }
 ckpt_dtype ckpt_entry_dtype(const ckpt_entry *e) { return e->dtype; }

@@ -72,6 +72,7 @@ struct ckpt_entry {
     const char *key;
     const char *path;
     const char **elems;
+    const uint8_t *elem_int; /* nelems flags: planner_data gave element i as an int; NULL: none */
     size_t nelems;
     size_t index;
     ckpt_entry_kind kind;

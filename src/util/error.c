@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+const char *ckpt_version(void) { return CKPT_VERSION_STRING; }
+
 const char *ckpt_strerror(ckpt_status code) {
     switch (code) {
     case CKPT_OK: return "success";

@@ -223,3 +223,38 @@ Test(reader, missing_directory_and_key) {
     cr_expect(strstr(err.message, ".metadata") != NULL, "message: %s", err.message);
     cr_expect_str_eq(ckpt_strerror(CKPT_E_FORMAT), "malformed checkpoint data");
 }
+
+Test(reader, version_of_the_loaded_library) {
+    cr_expect_str_eq(ckpt_version(), CKPT_VERSION_STRING);
+}
+
+/* planner_data's element types: ('optim', 'param_groups', 0, 'lr') keeps its int. */
+Test(reader, path_elements_that_are_ints) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/fsdp2_ws2/ckpt", ref_fixtures_dir());
+    ckpt_reader *r = NULL;
+    ckpt_error err = {0};
+    cr_assert_eq(ckpt_reader_open(dir, NULL, &r, &err), CKPT_OK, "%s", err.message);
+    const ckpt_entry *e = ckpt_reader_find_key(r, "optim.param_groups.0.lr");
+    cr_assert(e);
+    cr_assert_eq(ckpt_entry_path_len(e), 4);
+    cr_expect_str_eq(ckpt_entry_path_elem(e, 2), "0");
+    cr_expect(ckpt_entry_path_elem_is_int(e, 2));
+    cr_expect(!ckpt_entry_path_elem_is_int(e, 0));
+    cr_expect(!ckpt_entry_path_elem_is_int(e, 1));
+    cr_expect(!ckpt_entry_path_elem_is_int(e, 3));
+    cr_expect(!ckpt_entry_path_elem_is_int(e, 4)); /* past the end */
+    /* 'layers.0.mlp.0.weight' is one str element, digits and all */
+    e = ckpt_reader_find_key(r, "model.layers.0.mlp.0.weight");
+    cr_assert(e);
+    cr_assert_eq(ckpt_entry_path_len(e), 2);
+    cr_expect(!ckpt_entry_path_elem_is_int(e, 0) && !ckpt_entry_path_elem_is_int(e, 1));
+    ckpt_reader_free(r);
+    /* HuggingFace storage has no planner_data: the flat key is the one element */
+    snprintf(dir, sizeof dir, "%s/hf_full/ckpt", ref_fixtures_dir());
+    cr_assert_eq(ckpt_reader_open(dir, NULL, &r, &err), CKPT_OK, "%s", err.message);
+    e = ckpt_reader_entry(r, 0);
+    cr_assert(e);
+    cr_expect(!ckpt_entry_path_elem_is_int(e, 0));
+    ckpt_reader_free(r);
+}
