@@ -1,13 +1,13 @@
 /* torchsave_file.c — a single torch.save file (`model.pt`, `pytorch_model.bin`, a full
  * checkpoint of model and optimizer): the zip archive torch.save has written since torch 1.6.
  * Its data.pkl is decoded with the data-only decoder (nothing is imported or called) and
- * walked: dicts (OrderedDict included) and lists/tuples are traversed, each tensor becomes an
- * entry whose one chunk is its bytes in the archive (torch stores records uncompressed), and
- * every other leaf a value entry converted from the decoded pickle.  Keys are the path
- * elements joined with '.', as torch's flatten_state_dict writes them; paths keep the
- * elements.  A tensor may be any strided view of its storage (a transposed weight, a slice
- * of a fused one): its chunk carries the view's strides, and reads gather its elements in C
- * order. */
+ * walked as torch's flatten_state_dict traverses a state dict (dicts and OrderedDicts always,
+ * lists holding tensors or dicts, tuples never), each tensor becomes an entry whose one chunk is
+ * its bytes in the archive (torch stores records uncompressed), and every other leaf a value entry
+ * converted from the decoded pickle.  Keys are the path elements joined with '.', as torch's
+ * flatten_state_dict writes them; paths keep the elements.  A tensor may be any strided view of its
+ * storage (a transposed weight, a slice of a fused one): its chunk carries the view's strides, and
+ * reads gather its elements in C order. */
 #include "index/builder.h"
 #include "index/formats.h"
 #include "index/metadata_files.h"
@@ -44,21 +44,34 @@ static const pk_value *dict_of(const pk_value *v) {
 
 static ckpt_status add_leaf(walk *w, const pk_value *v, ckpt_error *err);
 
+/* torch's flatten_state_dict (_traverse.py): a mapping is always traversed, a tuple never; a
+ * list only when something in it is a tensor, a mapping or such a list. */
+static bool is_terminal(const pk_value *v, unsigned depth) {
+    if (is_dict(v)) return false;
+    if (v->type != PK_LIST || depth > MAX_ELEMS) return true;
+    for (size_t i = 0; i < v->u.seq.len; i++) {
+        const pk_value *x = v->u.seq.items[i];
+        if (ts_is_tensor_node(x) ||
+            ((is_dict(x) || x->type == PK_LIST) && !is_terminal(x, depth + 1)))
+            return false;
+    }
+    return true;
+}
+
 static ckpt_status walk_value(walk *w, const pk_value *v, ckpt_error *err) {
     const pk_value *d = is_dict(v) ? dict_of(v) : NULL;
-    bool seq = v->type == PK_LIST || v->type == PK_TUPLE;
-    size_t n = d ? d->u.dict.len : seq ? v->u.seq.len : 0;
-    if ((!d && !seq) || n == 0 || w->depth == MAX_ELEMS) /* a leaf (empty containers too) */
+    if (!d && (is_terminal(v, 0) || w->depth == MAX_ELEMS))
         return w->depth ? add_leaf(w, v, err) : CKPT_OK;
-    for (size_t i = 0; i < n; i++) {
+    size_t n = d ? d->u.dict.len : v->u.seq.len;
+    for (size_t i = 0; i < n && w->depth < MAX_ELEMS; i++) {
         const pk_value *k = d ? d->u.dict.keys[i] : NULL;
         index_elem *el = &w->elems[w->depth];
         if (k && k->type == PK_STR) {
             *el = (index_elem){k->u.str.ptr, k->u.str.len, false};
-        } else if (!k || k->type == PK_INT) {
+        } else if (!k || k->type == PK_INT) { /* torch: str(key) for a dict, the index in a list */
             long long idx = k ? (long long)k->u.i : (long long)i;
             int len = snprintf(w->nums[w->depth], sizeof w->nums[0], "%lld", idx);
-            *el = (index_elem){w->nums[w->depth], (size_t)len, true};
+            *el = (index_elem){w->nums[w->depth], (size_t)len, !k};
         } else {
             continue; /* a key that is neither str nor int names no file */
         }

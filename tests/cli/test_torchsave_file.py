@@ -26,17 +26,12 @@ if not BIN:
     pytest.skip("CKPT_BIN is not set (run through meson test)", allow_module_level=True)
 
 
-def flatten(obj, prefix=()):
-    """(path elements, leaf) of every leaf, as the walker traverses: dicts and lists/tuples."""
-    if isinstance(obj, dict) and obj:
-        for k, v in obj.items():
-            if isinstance(k, (str, int)) and not isinstance(k, bool):
-                yield from flatten(v, prefix + (str(k),))
-    elif isinstance(obj, (list, tuple)) and obj:
-        for i, v in enumerate(obj):
-            yield from flatten(v, prefix + (str(i),))
-    else:
-        yield prefix, obj
+def flatten(obj):
+    """(path elements, leaf) of every leaf, by torch's own traversal (flatten_state_dict)."""
+    from torch.distributed.checkpoint._traverse import traverse_state_dict
+    out = []
+    traverse_state_dict(obj, lambda path, v: out.append((tuple(map(str, path)), v)))
+    return out
 
 
 def tbytes(t: "torch.Tensor") -> bytes:

@@ -244,3 +244,27 @@ def test_corrupt_checkpoints_fail_with_ckptfs_errors():
             failed += 1
     print(f"corrupt: {failed} failed, {loaded} loaded")
     assert failed > 10 and loaded >= 1, (failed, loaded)
+
+
+def test_torch_save_file_loads_into_a_state_dict(tmp_path):
+    """A plain torch.save checkpoint (model + AdamW + counters) loads with dcp.load through the
+    reader (read_metadata from the index, no unpickling) into a fresh model's state_dict, equal
+    to torch.load's; ckptfs.open lists it by torch's flattening (tuples are values)."""
+    g = torch.Generator().manual_seed(11)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 4), torch.nn.LayerNorm(4))
+    opt = torch.optim.AdamW(model.parameters())
+    model(torch.randn(3, 6, generator=g)).sum().backward()
+    opt.step()
+    path = tmp_path / "model.pt"
+    torch.save({"model": model.state_dict(), "optim": opt.state_dict(), "step": 42}, path)
+    ref_sd = torch.load(path, weights_only=False)
+    fresh = torch.nn.Sequential(torch.nn.Linear(6, 4), torch.nn.LayerNorm(4))
+    sd = {"model": fresh.state_dict(), "step": 0}
+    dcp.load(sd, storage_reader=StorageReader(str(path)))
+    assert sd["step"] == 42
+    for k, v in ref_sd["model"].items():
+        assert bits(sd["model"][k]) == bits(v), k
+    with ckptfs.open(path) as ck:
+        assert ck.read_value("optim/param_groups/0/betas") == ref_sd["optim"]["param_groups"][0]["betas"]
+        st = ref_sd["optim"]["state"][0]["exp_avg"]
+        assert bits(ck.read_tensor("optim/state/0/exp_avg")) == bits(st)
