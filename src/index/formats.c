@@ -4,10 +4,13 @@
 
 #include "util/error.h"
 
+#include <stdio.h>
+
 static const index_format *const formats[] = {
     &index_format_dcp,            /* .metadata */
     &index_format_dcp_rank_local, /* __<rank>.metadata */
     &index_format_hf,             /* *.safetensors, model.safetensors.index.json */
+    &index_format_torch_bin,      /* pytorch_model.bin.index.json, pytorch_model.bin */
 };
 
 ckpt_status index_complete(ckpt_reader *r, const index_format *f, ckpt_error *err) {
@@ -16,11 +19,18 @@ ckpt_status index_complete(ckpt_reader *r, const index_format *f, ckpt_error *er
 }
 
 ckpt_status index_build(ckpt_reader *r, ckpt_error *err) {
+    /* a format that is not the directory's says so with CKPT_E_NOTFOUND; the message kept is
+     * the last one that said why (a format with nothing of its own here says nothing) */
+    ckpt_error kept = {.code = CKPT_E_NOTFOUND}, e;
+    snprintf(kept.message, sizeof kept.message, "%s: not a checkpoint", r->dir);
     ckpt_status s = CKPT_E_NOTFOUND;
     for (size_t i = 0; i < sizeof formats / sizeof *formats && s == CKPT_E_NOTFOUND; i++) {
-        s = formats[i]->add(r, err);
-        if (s == CKPT_OK) s = index_complete(r, formats[i], err);
+        e = (ckpt_error){0};
+        s = formats[i]->add(r, &e);
+        if (s == CKPT_OK) s = index_complete(r, formats[i], &e);
+        if (s != CKPT_E_NOTFOUND || e.message[0]) kept = e;
     }
+    if (s != CKPT_OK && err) *err = kept;
     return s;
 }
 

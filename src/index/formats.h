@@ -7,6 +7,9 @@
 #define CKPT_INDEX_FORMATS_H
 
 #include "index/builder.h"
+#include "index/metadata_files.h"
+
+#include <time.h>
 
 typedef struct index_format {
     const char *name;
@@ -25,8 +28,14 @@ extern const index_format index_format_dcp;
 extern const index_format index_format_dcp_rank_local;
 /* hf_storage.c: HuggingFace safetensors storage (no metadata pickle). */
 extern const index_format index_format_hf;
-/* torchsave_file.c: one torch.save file (r->single_file), not a directory. */
+/* torchsave_file.c: one torch.save file (r->single_file), not a directory; a directory of
+ * HuggingFace's torch.save shards (pytorch_model.bin.index.json, or a lone
+ * pytorch_model.bin). */
 extern const index_format index_format_torchsave_file;
+extern const index_format index_format_torch_bin;
+/* Whether dir holds HuggingFace torch.save shards, complete (every file its index names
+ * exists); *mtime the newest of them. */
+ckpt_dir_kind torch_bin_dir_probe(const char *dir, struct timespec *mtime);
 
 /* Indexes r->dir in the first format that recognises it (in the order above); the last
  * format's CKPT_E_NOTFOUND when none does. */

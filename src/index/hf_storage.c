@@ -42,10 +42,12 @@ static ckpt_status nomem(ckpt_error *err) {
     return ckpt_fail(err, CKPT_E_NOMEM, "out of memory while indexing safetensors headers");
 }
 
-static bool has_suffix(const char *name) {
-    size_t n = strlen(name), k = sizeof SUFFIX - 1;
-    return n > k && strcmp(name + n - k, SUFFIX) == 0;
+static bool ends_with(const char *name, const char *suffix) {
+    size_t n = strlen(name), k = strlen(suffix);
+    return n > k && strcmp(name + n - k, suffix) == 0;
 }
+
+static bool has_suffix(const char *name) { return ends_with(name, SUFFIX); }
 
 static int cmp_name(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
@@ -134,9 +136,11 @@ static ckpt_status slurp(const char *path, uint64_t max, char **text, size_t *le
 }
 
 /* The index json (text[0, len), read from `path`), parsed into `a`: its weight_map (an
- * object whose values are plain file names), else an error naming the file. */
-static ckpt_status parse_weight_map(const char *path, const char *text, size_t len, ckpt_arena *a,
-                                    const ckpt_json **map, ckpt_error *err) {
+ * object whose values are plain file names ending with `suffix`), else an error naming the
+ * file. */
+static ckpt_status parse_weight_map(const char *path, const char *text, size_t len,
+                                    const char *suffix, ckpt_arena *a, const ckpt_json **map,
+                                    ckpt_error *err) {
     const ckpt_json *doc = NULL, *m = NULL;
     *map = NULL;
     ckpt_status s = ckpt_json_parse(a, text, len, 0, &doc, err);
@@ -149,11 +153,11 @@ static ckpt_status parse_weight_map(const char *path, const char *text, size_t l
     for (size_t i = 0; i < m->len; i++) {
         const ckpt_json *v = &m->u.members[i].value;
         if (v->type != CKPT_JSON_STRING || strlen(v->u.str) != v->len ||
-            !ckpt_safe_file_name(v->u.str) || !has_suffix(v->u.str))
+            !ckpt_safe_file_name(v->u.str) || !ends_with(v->u.str, suffix))
             return ckpt_fail(err, CKPT_E_FORMAT,
                              "%s: weight_map[\"%.200s\"] = \"%.200s\" is not the name of a "
-                             ".safetensors file beside it (path traversal refused)",
-                             path, m->u.members[i].key,
+                             "%s file beside it (path traversal refused)",
+                             path, m->u.members[i].key, suffix,
                              v->type == CKPT_JSON_STRING ? v->u.str : "(not a string)");
     }
     *map = m;
@@ -162,14 +166,15 @@ static ckpt_status parse_weight_map(const char *path, const char *text, size_t l
 
 /* parse_weight_map of the file at path (at most max bytes); *bytes (may be NULL): its size.
  * CKPT_E_NOTFOUND when there is none. */
-static ckpt_status read_weight_map(const char *path, uint64_t max, ckpt_arena *a,
-                                   const ckpt_json **map, uint64_t *bytes, ckpt_error *err) {
+static ckpt_status read_weight_map(const char *path, const char *suffix, uint64_t max,
+                                   ckpt_arena *a, const ckpt_json **map, uint64_t *bytes,
+                                   ckpt_error *err) {
     char *text = NULL;
     size_t len = 0;
     *map = NULL;
     CKPT_TRY(slurp(path, max, &text, &len, err));
     if (bytes) *bytes = len;
-    ckpt_status s = parse_weight_map(path, text, len, a, map, err);
+    ckpt_status s = parse_weight_map(path, text, len, suffix, a, map, err);
     free(text);
     return s;
 }
@@ -189,6 +194,15 @@ static ckpt_status map_files(const ckpt_json *map, const char ***out, size_t *co
     *out = v;
     *count = k;
     return CKPT_OK;
+}
+
+ckpt_status ckpt_hf_index_files(const char *path, const char *suffix, uint64_t max, ckpt_arena *a,
+                                const ckpt_json **map, const char ***files, size_t *n,
+                                ckpt_error *err) {
+    *files = NULL;
+    *n = 0;
+    CKPT_TRY(read_weight_map(path, suffix, max, a, map, NULL, err));
+    return map_files(*map, files, n, err);
 }
 
 /* The files a HuggingFace checkpoint in dir consists of: those its index json's weight_map
@@ -224,7 +238,7 @@ static ckpt_status hf_files_find(const char *dir, const char *index_path, uint64
     if (s == CKPT_E_NOTFOUND) {
         s = ckpt_hf_list(dir, &h->listed, &h->n, NULL, err);
     } else if (s == CKPT_OK) {
-        s = parse_weight_map(index_path, h->index, h->index_len, a, &h->map, err);
+        s = parse_weight_map(index_path, h->index, h->index_len, SUFFIX, a, &h->map, err);
         if (s == CKPT_OK) s = map_files(h->map, &h->mapped, &h->n, err);
     } else if (err) {
         *err = ierr;
@@ -250,7 +264,8 @@ ckpt_dir_kind ckpt_hf_dir_probe(const char *dir, struct timespec *mtime) {
         const ckpt_json *map = NULL;
         const char **files = NULL;
         size_t nf = 0;
-        bool complete = a && read_weight_map(path, 16u << 20, a, &map, NULL, NULL) == CKPT_OK &&
+        bool complete = a &&
+                        read_weight_map(path, SUFFIX, 16u << 20, a, &map, NULL, NULL) == CKPT_OK &&
                         map_files(map, &files, &nf, NULL) == CKPT_OK;
         for (size_t i = 0; complete && i < nf; i++) {
             struct stat fst;

@@ -9,6 +9,7 @@
 #include "ckpt.h"
 #include "index/metadata_files.h"
 #include "index/reader_i.h"
+#include "util/json.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -29,6 +30,13 @@ void ckpt_hf_names_free(char **names, size_t count);
  * else NONE.  *mtime (may be NULL): the index's modification time, else the newest
  * `*.safetensors` file's. */
 ckpt_dir_kind ckpt_hf_dir_probe(const char *dir, struct timespec *mtime);
+
+/* The weight_map of the HuggingFace index json at `path` (at most `max` bytes; parsed into
+ * arena a), whose files must be plain names ending with `suffix`, and the distinct files it
+ * names, sorted (*files malloc'ed, pointing into a). */
+ckpt_status ckpt_hf_index_files(const char *path, const char *suffix, uint64_t max, ckpt_arena *a,
+                                const ckpt_json **map, const char ***files, size_t *n,
+                                ckpt_error *err);
 
 /* `{"<file>": <its safetensors header>, ..., "model.safetensors.index.json": <it>}` for
  * `ckpt dump-metadata` (each header checked by the safetensors reader first). */

@@ -2,6 +2,7 @@
  * a checkpoint directory by its files' names (see metadata_files.h). */
 #include "index/metadata_files.h"
 
+#include "index/formats.h"
 #include "index/hf_storage.h"
 #include "index/metadata_stream.h"
 #include "util/error.h"
@@ -137,5 +138,6 @@ ckpt_dir_kind ckpt_checkpoint_dir_probe(const char *dir, struct timespec *mtime)
             return CKPT_DIR_MARKED;
         }
     }
-    return ckpt_hf_dir_probe(dir, mtime);
+    ckpt_dir_kind k = ckpt_hf_dir_probe(dir, mtime);
+    return k != CKPT_DIR_NONE ? k : torch_bin_dir_probe(dir, mtime);
 }

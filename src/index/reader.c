@@ -87,7 +87,9 @@ void ckpt_reader_free(ckpt_reader *r) {
     if (!r) return;
     for (ckpt_chunk *c = r->lru_head; c; c = c->res->lru_next) /* every decoded item */
         ts_item_free(c->res->item);
-    ts_item_free(r->owned_item);
+    for (size_t i = 0; i < r->nowned; i++)
+        ts_item_free(r->owned_items[i]);
+    free(r->owned_items);
     ckpt_files_close_all(r);
     ckpt_htab_release(&r->by_key);
     ckpt_htab_release(&r->by_path);

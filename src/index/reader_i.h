@@ -99,9 +99,10 @@ typedef struct ckpt_file {
 
 struct ckpt_reader {
     char *dir;
-    char *single_file;   /* opened on one file (a torch.save file) of `dir`, or NULL */
-    ts_item *owned_item; /* that file's archive, whose pickle object entries point into */
-    ckpt_arena *arena;   /* every string and array of the index */
+    char *single_file;     /* opened on one file (a torch.save file) of `dir`, or NULL */
+    ts_item **owned_items; /* torch.save archives whose pickles value entries point into */
+    size_t nowned;
+    ckpt_arena *arena; /* every string and array of the index */
     ckpt_limits limits;
     ckpt_entry *entries;
     size_t nentries;

@@ -10,10 +10,12 @@
  * reads gather its elements in C order. */
 #include "index/builder.h"
 #include "index/formats.h"
+#include "index/hf_storage.h"
 #include "index/metadata_files.h"
 
 #include "torchsave/item.h"
 #include "util/error.h"
+#include "util/json.h"
 #include "util/strbuf.h"
 
 #include <stdio.h>
@@ -161,19 +163,18 @@ static ckpt_status add_leaf(walk *w, const pk_value *v, ckpt_error *err) {
     return CKPT_OK;
 }
 
-static ckpt_status add_torchsave_file(ckpt_reader *r, ckpt_error *err) {
-    if (!r->single_file) return ckpt_fail(err, CKPT_E_NOTFOUND, "%s: not a single file", r->dir);
+/* Indexes torch.save file `name` of r->dir (its entries added to what is there). */
+static ckpt_status add_one(ckpt_reader *r, const char *name, ckpt_error *err) {
     const char *problem = NULL;
-    int32_t id = ckpt_files_intern(r, r->single_file, &problem);
+    int32_t id = ckpt_files_intern(r, name, &problem);
     if (id < 0)
-        return ckpt_fail(err, CKPT_E_INVAL, "%s: %s", r->single_file,
-                         problem ? problem : "bad file name");
+        return ckpt_fail(err, CKPT_E_INVAL, "%s: %s", name, problem ? problem : "bad file name");
     int fd = ckpt_files_fd(r, (uint32_t)id, err);
     if (fd < 0) return err && err->code ? err->code : CKPT_E_IO;
-    size_t plen = strlen(r->dir) + strlen(r->single_file) + 2;
+    size_t plen = strlen(r->dir) + strlen(name) + 2;
     char *path = ckpt_arena_alloc(r->arena, plen); /* named by messages while the reader lives */
     if (!path) return index_nomem(err);
-    snprintf(path, plen, "%s/%s", r->dir, r->single_file);
+    snprintf(path, plen, "%s/%s", r->dir, name);
     struct stat st;
     if (fstat(fd, &st) != 0) return ckpt_fail(err, CKPT_E_IO, "%s: fstat failed", path);
     ckpt_source src = {.fd = fd, .base = 0, .len = (uint64_t)st.st_size, .name = path};
@@ -181,16 +182,105 @@ static ckpt_status add_torchsave_file(ckpt_reader *r, ckpt_error *err) {
     ts_open_options o = {.max_pickle_bytes = r->limits.max_metadata_bytes, .pickle_limits = &lim};
     ts_item *it = NULL;
     CKPT_TRY(ts_item_open(&src, &o, &it, err));
-    r->owned_item = it; /* object entries point into its pickle; freed with the reader */
+    ts_item **m = realloc(r->owned_items, (r->nowned + 1) * sizeof *m);
+    if (!m) {
+        ts_item_free(it);
+        return index_nomem(err);
+    }
+    r->owned_items = m;
+    r->owned_items[r->nowned++] = it; /* value entries point into its pickle */
     r->info.metadata_bytes += (uint64_t)st.st_size;
-    r->info.format_hint = "torch.save file (zip archive)";
     walk w = {.r = r, .it = it, .file_id = id};
     ckpt_strbuf_init(&w.key, 0);
+    size_t before = r->nentries;
     ckpt_status s = walk_value(&w, ts_item_root(it), err);
     ckpt_strbuf_release(&w.key);
-    if (s == CKPT_OK && r->nentries == 0)
+    if (s == CKPT_OK && r->nentries == before)
         s = ckpt_fail(err, CKPT_E_FORMAT, "%s: holds no dict or list of values", path);
     return s;
 }
 
+static ckpt_status add_torchsave_file(ckpt_reader *r, ckpt_error *err) {
+    if (!r->single_file) return ckpt_fail(err, CKPT_E_NOTFOUND, "%s: not a single file", r->dir);
+    r->info.format_hint = "torch.save file (zip archive)";
+    return add_one(r, r->single_file, err);
+}
+
 const index_format index_format_torchsave_file = {.name = "torch.save", .add = add_torchsave_file};
+
+/* ------------------------------------------------------------------ HuggingFace .bin */
+
+#define BIN_INDEX "pytorch_model.bin.index.json"
+#define BIN_ONE "pytorch_model.bin"
+
+/* The files of a directory in HuggingFace's torch.save layout: those the index json's
+ * weight_map names (*map, in arena a), else the lone pytorch_model.bin.  CKPT_E_NOTFOUND:
+ * neither. */
+static ckpt_status bin_files(const char *dir, uint64_t max, ckpt_arena *a, const ckpt_json **map,
+                             const char ***files, size_t *n, ckpt_error *err) {
+    char path[4096];
+    struct stat st;
+    *map = NULL;
+    *files = NULL;
+    *n = 0;
+    snprintf(path, sizeof path, "%s/%s", dir, BIN_INDEX);
+    if (stat(path, &st) == 0) return ckpt_hf_index_files(path, ".bin", max, a, map, files, n, err);
+    snprintf(path, sizeof path, "%s/%s", dir, BIN_ONE);
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+        return CKPT_E_NOTFOUND; /* not this format: nothing to say (formats.c) */
+    static const char *const one[] = {BIN_ONE};
+    *files = malloc(sizeof *files[0]);
+    if (!*files) return index_nomem(err);
+    (*files)[0] = one[0];
+    *n = 1;
+    return CKPT_OK;
+}
+
+ckpt_dir_kind torch_bin_dir_probe(const char *dir, struct timespec *mtime) {
+    ckpt_arena *a = ckpt_arena_new(64u << 20);
+    const ckpt_json *map;
+    const char **files = NULL;
+    size_t n = 0;
+    bool complete = a && bin_files(dir, 16u << 20, a, &map, &files, &n, NULL) == CKPT_OK && n;
+    struct timespec newest = {0, 0};
+    for (size_t i = 0; complete && i < n; i++) {
+        char path[4096];
+        struct stat st;
+        int k = snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        complete = k > 0 && (size_t)k < sizeof path && stat(path, &st) == 0 && S_ISREG(st.st_mode);
+        if (complete &&
+            (st.st_mtim.tv_sec > newest.tv_sec ||
+             (st.st_mtim.tv_sec == newest.tv_sec && st.st_mtim.tv_nsec > newest.tv_nsec)))
+            newest = st.st_mtim;
+    }
+    free(files);
+    ckpt_arena_free(a);
+    if (complete && mtime) *mtime = newest;
+    return complete ? CKPT_DIR_MARKED : CKPT_DIR_NONE;
+}
+
+static ckpt_status add_bin_dir(ckpt_reader *r, ckpt_error *err) {
+    ckpt_arena *a = ckpt_arena_new(r->limits.max_metadata_bytes);
+    if (!a) return index_nomem(err);
+    const ckpt_json *map = NULL;
+    const char **files = NULL;
+    size_t n = 0;
+    ckpt_status s = bin_files(r->dir, r->limits.max_metadata_bytes, a, &map, &files, &n, err);
+    for (size_t i = 0; s == CKPT_OK && i < n; i++)
+        s = add_one(r, files[i], err);
+    /* every tensor the weight_map names is in the file it names (transformers fails else) */
+    for (size_t i = 0; s == CKPT_OK && map && i < map->len; i++) {
+        const ckpt_json_member *m = &map->u.members[i];
+        const ckpt_entry *e = index_find(r, m->key);
+        if (!e || strlen(m->key) != m->key_len)
+            s = ckpt_fail(err, CKPT_E_FORMAT,
+                          "%s/%s: weight_map names '%.200s', which %s holds not", r->dir, BIN_INDEX,
+                          m->key, m->value.u.str);
+    }
+    if (s == CKPT_OK) r->info.format_hint = "HuggingFace torch.save shards (pytorch_model*.bin)";
+    free(files);
+    ckpt_arena_free(a);
+    return s;
+}
+
+const index_format index_format_torch_bin = {.name = "hf-torch-bin", .add = add_bin_dir};

@@ -148,3 +148,76 @@ def test_mount_shows_the_file(saved):
         subprocess.run(["fusermount3", "-u", str(mnt)])
         proc.wait(timeout=60)
         os.rmdir(mnt)
+
+
+@pytest.fixture(scope="module")
+def hf_bin(tmp_path_factory):
+    """A HuggingFace-style directory of torch.save shards (what transformers' save_pretrained
+    writes with safe_serialization=False): pytorch_model-0000k-of-00002.bin holding flat
+    state_dicts, and pytorch_model.bin.index.json mapping each key to its file."""
+    import json
+    d = tmp_path_factory.mktemp("hfbin")
+    d.chmod(0o755)
+    g = torch.Generator().manual_seed(5)
+    sd = {f"model.layers.{i}.mlp.weight": torch.randn(6, 4, generator=g) for i in range(3)}
+    sd["lm_head.weight"] = torch.randn(7, 4, generator=g).to(torch.bfloat16)
+    sd["model.embed.weight"] = sd["lm_head.weight"]  # tied: one storage, two keys
+    keys = list(sd)
+    shards = {"pytorch_model-00001-of-00002.bin": keys[:2],
+              "pytorch_model-00002-of-00002.bin": keys[2:]}
+    wm = {}
+    for f, ks in shards.items():
+        torch.save({k: sd[k] for k in ks}, d / f)
+        wm.update({k: f for k in ks})
+    (d / "pytorch_model.bin.index.json").write_text(
+        json.dumps({"metadata": {"total_size": 0}, "weight_map": wm}))
+    return d, sd
+
+
+def test_hf_torch_bin_directory(hf_bin):
+    d, sd = hf_bin
+    info = ckpt("info", d).stdout.decode()
+    assert "pytorch_model" in info and f"entries:         {len(sd)} " in info, info
+    for k, v in sd.items():
+        r = ckpt("cat", "-f", "--key", d, k)
+        assert r.returncode == 0 and r.stdout == tbytes(v), (k, r.stderr)
+    # the index names a key no shard holds: refused, naming the index and the key
+    import json
+    bad = d.parent / "hfbin-bad"
+    subprocess.run(["cp", "-r", str(d), str(bad)], check=True)
+    idx = json.loads((bad / "pytorch_model.bin.index.json").read_text())
+    idx["weight_map"]["ghost.weight"] = "pytorch_model-00001-of-00002.bin"
+    (bad / "pytorch_model.bin.index.json").write_text(json.dumps(idx))
+    r = ckpt("ls", bad)
+    assert r.returncode == 1 and b"ghost.weight" in r.stderr, r.stderr
+    # a shard still missing (a copy under way): not a checkpoint yet
+    (bad / "pytorch_model-00002-of-00002.bin").unlink()
+    r = ckpt("ls", bad)
+    assert r.returncode == 1 and b"pytorch_model-00002-of-00002.bin" in r.stderr, r.stderr
+
+
+@pytest.mark.skipif(not FS_BIN, reason="ckptfs not built")
+def test_mount_hf_torch_bin_steps(hf_bin, tmp_path):
+    """A run directory whose steps are such directories: each step listed, `latest` the newest."""
+    d, sd = hf_bin
+    run = tmp_path / "run"
+    run.mkdir()
+    run.chmod(0o755)
+    for step in ("checkpoint-100", "checkpoint-200"):
+        subprocess.run(["cp", "-r", str(d), str(run / step)], check=True)
+    mnt = Path(tempfile.mkdtemp(prefix="ckpt-ts-mnt-"))
+    proc = subprocess.Popen([FS_BIN, "-f", str(run), str(mnt)], stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 30
+        while not os.path.ismount(mnt):
+            assert proc.poll() is None and time.time() < deadline, proc.stderr.read()
+            time.sleep(0.05)
+        assert sorted(p.name for p in mnt.iterdir()) == ["checkpoint-100", "checkpoint-200",
+                                                         "latest"]
+        assert os.readlink(mnt / "latest") == "checkpoint-200"
+        for k, v in sd.items():
+            assert (mnt / "latest" / k).read_bytes() == tbytes(v), k
+    finally:
+        subprocess.run(["fusermount3", "-u", str(mnt)])
+        proc.wait(timeout=60)
+        os.rmdir(mnt)
