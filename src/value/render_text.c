@@ -1,14 +1,12 @@
 /* render_text.c — ckpt_value_to_text: the value tree as Python's repr() would print it
  * (`{'lr': 0.001, 'betas': (0.9, 0.999)}`, `(1,)`, `set()`, `b'\x00'`, `True`, `None`),
- * complex, range, slice, bytearray and frozenset included (`(1+2j)`, `range(0, 10, 2)`,
- * `frozenset({1})`), with these spellings for what has no Python literal:
- *   tensor            tensor(dtype=float32, shape=[2, 3])
- *   reference         module.Name                      (class, function, dtype, enum member)
- *   object            module.Class(arg, ..., kw=v, ..., attr=v, ..., items=...)
- *                     where attr=v are the entries of a BUILD state dict whose keys are all
- *                     identifiers (any other state prints as state=...), and items= shows
- *                     APPENDed / SETITEMed contents.
- * Strings follow CPython's unicode repr: single quotes unless the text has ' but no ", escapes
+ * complex, range, slice, bytearray, frozenset and naive datetimes included (`(1+2j)`, `range(0, 10,
+ * 2)`, `frozenset({1})`), with these spellings for what has no Python literal: tensor
+ * tensor(dtype=float32, shape=[2, 3]) reference         module.Name                      (class,
+ * function, dtype, enum member) object            module.Class(arg, ..., kw=v, ..., attr=v, ...,
+ * items=...) where attr=v are the entries of a BUILD state dict whose keys are all identifiers (any
+ * other state prints as state=...), and items= shows APPENDed / SETITEMed contents. Strings follow
+ * CPython's unicode repr: single quotes unless the text has ' but no ", escapes
  * \\ \n \r \t, \xNN for other control characters, and \xNN / \uNNNN / \UNNNNNNNN for the
  * non-printable non-ASCII characters of Unicode categories Cc Cf Cs Co Zs Zl Zp and the
  * noncharacters.  Unassigned code points (also non-printable to Python) are kept raw.
@@ -220,6 +218,48 @@ static bool is_int(const ckpt_value *v) {
     return v->type == CKPT_VALUE_INT || v->type == CKPT_VALUE_BIGINT;
 }
 
+/* The datetime module's naive date, time and datetime (their pickled state: big-endian year,
+ * then one byte a field, microseconds in three) and timedelta, as their repr spells them;
+ * false (nothing written) for anything else, a time zone or a fold included. */
+static bool put_datetime(ckpt_strbuf *sb, const ckpt_value *v, ckpt_value *const *a, size_t n) {
+    if (name_is(v, "datetime.timedelta") && n == 3 && a[0]->type == CKPT_VALUE_INT &&
+        a[1]->type == CKPT_VALUE_INT && a[2]->type == CKPT_VALUE_INT) {
+        static const char *const names[] = {"days", "seconds", "microseconds"};
+        ckpt_strbuf_adds(sb, "datetime.timedelta(");
+        bool any = false;
+        for (int i = 0; i < 3; i++)
+            if (a[i]->u.i) {
+                ckpt_strbuf_addf(sb, "%s%s=%lld", any ? ", " : "", names[i], (long long)a[i]->u.i);
+                any = true;
+            }
+        ckpt_strbuf_adds(sb, any ? ")" : "0)");
+        return true;
+    }
+    if (n != 1 || a[0]->type != CKPT_VALUE_BYTES) return false;
+    const uint8_t *b = (const uint8_t *)a[0]->u.str.ptr;
+    size_t len = a[0]->u.str.len;
+    long f[7];
+    int nf;
+    if (name_is(v, "datetime.date") && len == 4) {
+        f[0] = b[0] * 256 + b[1], f[1] = b[2], f[2] = b[3], nf = 3;
+    } else if (name_is(v, "datetime.datetime") && len == 10 && b[2] < 128) {
+        f[0] = b[0] * 256 + b[1], f[1] = b[2], f[2] = b[3], f[3] = b[4], f[4] = b[5];
+        f[5] = b[6], f[6] = (long)b[7] << 16 | (long)b[8] << 8 | b[9], nf = 7;
+        for (int k = 0; k < 2 && f[nf - 1] == 0; k++) /* microseconds, then seconds, when 0 */
+            nf--;
+    } else if (name_is(v, "datetime.time") && len == 6 && b[0] < 128) {
+        f[0] = b[0], f[1] = b[1], f[2] = b[2], f[3] = (long)b[3] << 16 | (long)b[4] << 8 | b[5];
+        nf = f[3] ? 4 : f[2] ? 3 : 2;
+    } else {
+        return false;
+    }
+    ckpt_strbuf_add(sb, v->u.obj.name, v->u.obj.name_len);
+    for (int i = 0; i < nf; i++)
+        ckpt_strbuf_addf(sb, "%s%ld", i ? ", " : "(", f[i]);
+    ckpt_strbuf_addc(sb, ')');
+    return true;
+}
+
 /* Builtins whose repr Python spells without the module: complex, range, slice, bytearray,
  * when their arguments have the shape pickle gives them.  false (nothing written) else. */
 static bool put_builtin(text_ctx *c, const ckpt_value *v, unsigned depth) {
@@ -256,6 +296,7 @@ static bool put_builtin(text_ctx *c, const ckpt_value *v, unsigned depth) {
         ckpt_strbuf_addc(sb, ')');
         return true;
     }
+    if (put_datetime(sb, v, a, n)) return true;
     if (name_is(v, "builtins.bytearray") &&
         (n == 0 || (n == 1 && a[0]->type == CKPT_VALUE_BYTES))) {
         ckpt_strbuf_adds(sb, "bytearray(");

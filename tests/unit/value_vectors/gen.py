@@ -20,6 +20,7 @@ anywhere: it writes next to itself.
 """
 import collections
 import copyreg
+import datetime
 import enum
 import io
 import json
@@ -218,6 +219,16 @@ def normalize(v, proto):
         return Obj("builtins.complex", (v.real, v.imag), spell="complex")
     if type(v) is range:  # range.__reduce__; protocol 2 names it __builtin__.xrange
         return Obj("builtins.range", (v.start, v.stop, v.step), spell="range")
+    if type(v) in (datetime.date, datetime.datetime, datetime.time) and \
+            getattr(v, "tzinfo", None) is None and not getattr(v, "fold", 0):
+        # __reduce__: the class applied to the packed-bytes state; repr(v) is the text
+        o = Obj("datetime." + type(v).__name__, (v.__reduce__()[1][0],), spell="repr")
+        o.text = repr(v)
+        return o
+    if type(v) is datetime.timedelta:
+        o = Obj("datetime.timedelta", (v.days, v.seconds, v.microseconds), spell="repr")
+        o.text = repr(v)
+        return o
     if type(v) is slice:
         return Obj("builtins.slice", tuple(normalize(x, proto) for x in (v.start, v.stop, v.step)),
                    spell="slice")
@@ -295,6 +306,8 @@ def to_text(n):
         return repr(range(*n.args))
     if isinstance(n, Obj) and n.spell == "bytearray":
         return repr(bytearray(*n.args))  # escapes ' even inside "..."
+    if isinstance(n, Obj) and n.spell == "repr":
+        return n.text
     if isinstance(n, Obj) and n.spell == "slice":
         return "slice(%s)" % ", ".join(map(to_text, n.args))
     if isinstance(n, Obj):
@@ -492,7 +505,12 @@ def vectors():
              "slice": [slice(1, 2, None), slice(None, None, -1), slice("a", (1,), 2.5)],
              "bytearray": [bytearray(b"xy'"), bytearray()],
              "floats": [nan, inf, -inf, -0.0, 1e16, 0.1],
-             "bytes": [b"", b"\x00'\"", set(), {1: (2,)}]}
+             "bytes": [b"", b"\x00'\"", set(), {1: (2,)}],
+             "datetime": [datetime.datetime(2026, 11, 27, 17, 5, 9, 250), datetime.datetime(1, 1, 1),
+                          datetime.datetime(2026, 1, 2, 3, 0, 7), datetime.date(9999, 12, 31),
+                          datetime.time(0, 0), datetime.time(23, 59, 1), datetime.time(1, 2, 0, 5),
+                          datetime.timedelta(0), datetime.timedelta(days=-1, seconds=5),
+                          datetime.timedelta(microseconds=7)]}
     yield "repr", reprs, 2
     yield "repr_p4", reprs, 4
     shared = [1, "s"]
