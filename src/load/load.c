@@ -265,7 +265,12 @@ static ckpt_status plan_local(ckpt_load *l, gpiece **out, size_t *n, ckpt_error 
         lreq *q = &l->reqs[i];
         int nd = ckpt_entry_ndim(q->e);
         ckpt_plan *p = NULL;
-        CKPT_TRY(ckpt_plan_region(l->r, q->e, nd ? q->start : NULL, nd ? q->count : NULL, &p, err));
+        ckpt_status ps =
+            ckpt_plan_region(l->r, q->e, nd ? q->start : NULL, nd ? q->count : NULL, &p, err);
+        if (ps != CKPT_OK) { /* (the pieces so far too: seen by transport-threads under ASan) */
+            free(v);
+            return ps;
+        }
         const ckpt_piece *pc = ckpt_plan_pieces(p);
         size_t np = ckpt_plan_num_pieces(p);
         for (size_t k = 0; k < np; k++)

@@ -180,8 +180,8 @@ def test_a_broken_contract_fails_by_timeout_not_a_hang(tmp_path):
 
 @pytest.mark.parametrize("derived", [(), ("--derived",)])
 def test_a_shard_file_damaged_for_one_rank(derived, tmp_path):
-    """Rank 2 sees the checkpoint with every shard file cut to 100 bytes: whichever rank
-    reads them fails, every rank returns that rank's message (naming the file)."""
+    """Rank 2 sees the checkpoint with every shard file cut to 100 bytes: its plan fails,
+    every rank returns its message (naming the file)."""
     bad = tmp_path / "bad"
     shutil.copytree(FX, bad)
     for f in bad.glob("*.distcp"):
@@ -194,6 +194,31 @@ def test_a_shard_file_damaged_for_one_rank(derived, tmp_path):
         status, msg = ranks[0]
         assert status != 0 and msg.startswith("rank 2: ") and ".distcp" in msg, ranks
         assert secs < 10
+
+
+@pytest.mark.parametrize("mode", ["collective", "independent"])
+def test_a_shard_file_missing_for_one_rank(mode, tmp_path):
+    bad = tmp_path / "bad"
+    shutil.copytree(FX, bad)
+    gone = sorted(bad.glob("*.distcp"))[-1]
+    gone.unlink()
+    rc, ranks, _, _ = run(FX, "2x2:S0,S1", tmp_path / "o", "--dir-of", f"1:{bad}", "--mode", mode)
+    msg = same_everywhere(ranks, status=6)  # CKPT_E_NOTFOUND
+    assert msg.startswith(f"rank 1: {gone}: cannot open"), msg
+
+
+@pytest.mark.parametrize("mode", ["collective", "independent"])
+def test_corrupt_compressed_chunks_for_one_rank(mode, tmp_path):
+    """zstd chunks (decoded by the rank that needs them, after the exchange) zeroed in rank
+    2's copy: its decode error, everywhere."""
+    bad = tmp_path / "bad"
+    shutil.copytree(FIXTURES / "zstd" / "ckpt", bad)
+    for f in bad.glob("*.distcp"):
+        f.write_bytes(bytes(f.stat().st_size))
+    rc, ranks, _, _ = run(FIXTURES / "zstd" / "ckpt", "2x2:S0,S1", tmp_path / "o", "--dir-of",
+                          f"2:{bad}", "--mode", mode)
+    msg = same_everywhere(ranks, status=3)  # CKPT_E_FORMAT
+    assert msg.startswith("rank 2: transform 'stream.zstd/1': zstd error"), msg
 
 
 def test_a_checkpoint_missing_for_one_rank(tmp_path):
