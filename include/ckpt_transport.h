@@ -19,17 +19,19 @@
  *  T2 Status.  A callback returns 0 when it completed on this rank, anything else when it
  *     failed (the transport's own code: strerror, when given, turns it into text).  When a
  *     data call (allgatherv, alltoallv, bcast) fails on some ranks it may succeed on others:
- *     the loader agrees on the outcome before anyone uses the data, so every rank fails with
- *     the lowest failing rank's status and message (CKPT_E_TRANSPORT, "rank K: transport
- *     all-to-all failed: ...").  The minimum (allreduce_min_u64, or allgatherv when it is
- *     NULL) carries that agreement, so it must be all-or-nothing: if it fails on one rank it
- *     fails on every rank (a failed peer makes the others time out).  The loader then cannot
- *     agree: each rank returns CKPT_E_TRANSPORT with its own transport's message, and the
- *     handle is broken (every later collective call fails at once, calling nothing).
- *  T3 Buffers.  Host pointers only (the device hooks below aside), valid for the call; send
- *     and receive buffers never overlap; a count may be 0 (the pointers may then be NULL or
- *     anything); the callback may not keep a pointer after it returns.
- *  T4 Threads.  Callbacks run on the thread that called the loader (ckpt_load_open_transport,
+ *     the loader agrees on the outcome before it relies on the data (a failed all-to-all's
+ *     bytes may reach the caller's buffers, which a failed load leaves undefined), so every
+ *     rank fails with the lowest failing rank's status and message (CKPT_E_TRANSPORT, "rank
+ *     K: transport all-to-all failed: ...").  The minimum (allreduce_min_u64, or allgatherv when it
+ * is NULL) carries that agreement, so it must be all-or-nothing: if it fails on one rank it fails
+ * on every rank (a failed peer makes the others time out).  The loader then cannot agree: each rank
+ * returns CKPT_E_TRANSPORT with its own transport's message, and the handle is broken (every later
+ * collective call fails at once, calling nothing). T3 Buffers.  Host pointers only (the device
+ * hooks below aside), valid for the call; send and receive buffers never overlap, except that
+ * allgatherv's send may be exactly its own block's place, recv + recv_displs[rank] (in place, as
+ * MPI_IN_PLACE: the broadcast made from allgatherv does so on its root); a count may be 0 (the
+ * pointers may then be NULL or anything); the callback may not keep a pointer after it returns. T4
+ * Threads.  Callbacks run on the thread that called the loader (ckpt_load_open_transport,
  *     ckpt_load_execute, ckpt_load_free), never on the loader's I/O threads.
  *
  * What NCCL, UCC and gloo say of their own errors is the model: NCCL reports a failed

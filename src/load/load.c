@@ -308,7 +308,7 @@ static void log_stats(const ckpt_load *l) {
             (unsigned long long)s->bytes_read, (unsigned long long)s->bytes_sent,
             (unsigned long long)s->bytes_received, (unsigned long long)s->bytes_local,
             (unsigned long long)s->bytes_device, (unsigned long long)s->union_bytes, s->rounds,
-            s->transport == CKPT_LOAD_TRANSPORT_NCCL ? "NCCL" : "MPI",
+            s->transport == CKPT_LOAD_TRANSPORT_NCCL ? "NCCL" : "the host transport",
             (unsigned long long)s->bytes_sent_nccl, (unsigned long long)s->bytes_received_nccl,
             s->io_threads, s->seconds_setup, s->seconds_nccl_init, s->seconds_plan, s->seconds_read,
             s->seconds_exchange, s->seconds_total);

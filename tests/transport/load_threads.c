@@ -7,6 +7,7 @@
  *   load_threads DIR SPEC OUTDIR [--mode collective|independent] [--direct-min N]
  *                [--budget N] [--derived] [--timeout-ms N] [--dir-of K:DIR]
  *                [--fault K:OP:N:KIND]
+ *   load_threads --check-open DIR
  *
  * --derived leaves bcast and allreduce_min_u64 NULL (the loader builds them from allgatherv).
  * --dir-of: rank K opens DIR instead (a copy with damaged or missing shard files).
@@ -394,6 +395,62 @@ out:
     return NULL;
 }
 
+/* --check-open DIR: ckpt_load_open_transport refuses bad transports on the calling rank,
+ * before any callback, and calls destroy exactly once, also on failure.  Prints
+ * "open\tCASE\tSTATUS\tDESTROYED\tCALLS\tMESSAGE" per case. */
+static int g_calls; /* (this mode only: one thread) */
+static int count_gatherv(void *ctx, const void *send, size_t n, void *recv, const size_t *rb,
+                         const size_t *rd) {
+    (void)ctx;
+    g_calls++;
+    if (n != rb[0]) return 1;
+    if (n && (uint8_t *)recv + rd[0] != send) memcpy((uint8_t *)recv + rd[0], send, n);
+    return 0;
+}
+static int count_alltoallv(void *ctx, const void *send, const size_t *sb, const size_t *sd,
+                           void *recv, const size_t *rb, const size_t *rd) {
+    (void)ctx;
+    g_calls++;
+    if (sb[0] != rb[0]) return 1;
+    if (sb[0]) memcpy((uint8_t *)recv + rd[0], (const uint8_t *)send + sd[0], sb[0]);
+    return 0;
+}
+static void count_destroy(void *ctx) { ++*(int *)ctx; }
+
+static int check_open(const char *dir) {
+    static const ckpt_transport_device dev = {0};
+    const char *cases[] = {"ok",           "version", "rank",       "size", "no-allgatherv",
+                           "no-alltoallv", "device",  "missing-dir"};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        int destroyed = 0;
+        ckpt_transport t = {.version = CKPT_TRANSPORT_VERSION,
+                            .rank = 0,
+                            .size = 1,
+                            .ctx = &destroyed,
+                            .allgatherv = count_gatherv,
+                            .alltoallv = count_alltoallv,
+                            .destroy = count_destroy};
+        const char *c = cases[i], *d = dir;
+        if (!strcmp(c, "version")) t.version = CKPT_TRANSPORT_VERSION + 1;
+        if (!strcmp(c, "rank")) t.rank = 1;
+        if (!strcmp(c, "size")) t.size = 0;
+        if (!strcmp(c, "no-allgatherv")) t.allgatherv = NULL;
+        if (!strcmp(c, "no-alltoallv")) t.alltoallv = NULL;
+        if (!strcmp(c, "device")) t.device = &dev;
+        if (!strcmp(c, "missing-dir")) d = "/nonexistent/ckpt";
+        ckpt_load *l = NULL;
+        ckpt_error err = {0};
+        g_calls = 0;
+        ckpt_status s = ckpt_load_open_transport(&t, d, NULL, &l, &err);
+        int after_open = destroyed, calls = g_calls;
+        if ((s == CKPT_OK) != (l != NULL)) return 1;
+        ckpt_load_free(l);
+        printf("open\t%s\t%d\t%d/%d\t%d\t%s\n", c, (int)s, after_open, destroyed, calls,
+               s ? err.message : "");
+    }
+    return 0;
+}
+
 static int usage(void) {
     fprintf(stderr, "usage: load_threads DIR SPEC OUTDIR [--mode collective|independent] "
                     "[--direct-min N] [--budget N] [--derived] [--timeout-ms N] "
@@ -402,6 +459,7 @@ static int usage(void) {
 }
 
 int main(int argc, char **argv) {
+    if (argc == 3 && !strcmp(argv[1], "--check-open")) return check_open(argv[2]);
     if (argc < 4) return usage();
     args a = {.dir = argv[1], .spec = argv[2], .out = argv[3], .dir_of_rank = -1};
     a.o.io_threads = 2;

@@ -243,3 +243,24 @@ def test_a_failing_broadcast_in_the_agreement(tmp_path):
                           "--fault", "0:bcast:1:op")
     msg = same_everywhere(ranks)
     assert msg == ("rank 0: transport agreement (broadcast) failed, sending rank 1's error"), msg
+
+
+def test_the_open_refuses_bad_transports_before_any_call():
+    """Version, rank, size, a missing callback, device hooks (reserved): refused on the calling
+    rank with no callback made; destroy is called once, by the failed open or by the free."""
+    r = subprocess.run([BIN, "--check-open", str(FX)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    got = {f[1]: (int(f[2]), f[3], int(f[4]), f[5])
+           for f in (ln.split("\t") for ln in r.stdout.splitlines())}
+    assert got["ok"][:2] == (0, "0/1") and got["ok"][2] > 0, got["ok"]
+    want = {"version": (4, "version 2, this loader knows version 1"),
+            "rank": (8, "rank 1 of 1 ranks"), "size": (8, "rank 0 of 0 ranks"),
+            "no-allgatherv": (8, "no allgatherv callback"),
+            "no-alltoallv": (8, "no alltoallv callback"),
+            "device": (4, "device hooks are reserved")}
+    for case, (status, text) in want.items():
+        st, destroyed, calls, msg = got[case]
+        assert (st, destroyed, calls) == (status, "1/1", 0) and text in msg, (case, got[case])
+    st, destroyed, calls, msg = got["missing-dir"]  # agreed over the transport, then destroyed
+    assert st == 6 and destroyed == "1/1" and calls > 0 and "rank 0: " in msg, got["missing-dir"]
