@@ -135,7 +135,7 @@ struct ckpt_load {
     ckpt_transport t; /* the caller's (a copy); t.ctx is destroyed by ckpt_load_free */
     int rank, size;
     /* transport.c's scratch: counts and displacements (size each), the gathered minimum
-     * (size * LOAD_MIN_MAX) */
+     * (size * LOAD_MIN_MAX, when the transport has no allreduce_min_u64) */
     size_t *tcounts, *tdispls;
     uint64_t *tmin;
     ckpt_status broken; /* an agreement failed (ckpt_transport.h T2): every collective fails */

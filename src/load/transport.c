@@ -32,8 +32,9 @@ ckpt_status load_transport_init(ckpt_load *l, ckpt_error *err) {
     size_t P = (size_t)l->size;
     l->tcounts = calloc(P, sizeof *l->tcounts);
     l->tdispls = calloc(P, sizeof *l->tdispls);
-    l->tmin = calloc(P * LOAD_MIN_MAX, sizeof *l->tmin);
-    if (!l->tcounts || !l->tdispls || !l->tmin)
+    /* (the gathered values of a minimum made from allgatherv) */
+    l->tmin = l->t.allreduce_min_u64 ? NULL : calloc(P * LOAD_MIN_MAX, sizeof *l->tmin);
+    if (!l->tcounts || !l->tdispls || (!l->t.allreduce_min_u64 && !l->tmin))
         return ckpt_fail(err, CKPT_E_NOMEM, "out of memory (transport scratch of %zu ranks)", P);
     return CKPT_OK;
 }
