@@ -45,6 +45,7 @@ typedef enum ckpt_status {
     CKPT_E_INVAL,       /* the caller passed an invalid argument */
     CKPT_E_CHECKSUM,    /* stored bytes do not match their recorded checksum */
     CKPT_E_ACCESS,      /* the caller may not read a file (ckpt_tree_may_read) */
+    CKPT_E_TRANSPORT,   /* communication between ranks failed (ckpt_transport.h) */
 } ckpt_status;
 
 #define CKPT_ERROR_MSG_MAX 1024

@@ -1,23 +1,26 @@
-/* ckpt_load.h — the collective loader (built when MPI is found): the ranks of an MPI job,
- * in any layout, load their parts of a checkpoint with every needed stored byte read from
- * storage exactly once across the job.  Each rank describes what it wants (a region of a
- * tensor, a list of boxes, the local shard of a DTensor layout (device mesh and placements),
- * a Shard(d)-of-N slice with torch.chunk semantics, or the whole tensor) and where it
- * goes; one collective call plans who reads what (the union of all requests split into
- * contiguous, byte-balanced ranges of the shard files), reads it with large preads, and moves
- * every piece to the ranks that need it over MPI (or, between device buffers in builds with
- * NCCL, over NCCL), in rounds bounded by a staging budget.
+/* ckpt_load.h — the collective loader: the ranks of a job, in any layout, load their parts of
+ * a checkpoint with every needed stored byte read from storage exactly once across the job.
+ * Each rank describes what it wants (a region of a tensor, a list of boxes, the local shard of
+ * a DTensor layout (device mesh and placements), a Shard(d)-of-N slice with torch.chunk
+ * semantics, or the whole tensor) and where it goes; one collective call plans who reads what
+ * (the union of all requests split into contiguous, byte-balanced ranges of the shard files),
+ * reads it with large preads, and moves every piece to the ranks that need it over the
+ * handle's transport (or, between device buffers in builds with NCCL, over NCCL), in rounds
+ * bounded by a staging budget.
  *
- * Conventions as in ckpt.h.  Every call taking the handle after ckpt_load_open is made by
- * one thread per rank; ckpt_load_open and ckpt_load_execute are collective and return the
- * same status (and message) on every rank: an error anywhere fails the call everywhere,
- * without hanging. */
+ * The ranks talk through a transport (ckpt_transport.h): the caller's, with
+ * ckpt_load_open_transport (no MPI needed: this header does not include mpi.h), or MPI's, with
+ * ckpt_load_open in ckpt_load_mpi.h.
+ *
+ * Conventions as in ckpt.h.  Every call taking the handle after the open is made by one
+ * thread per rank; the open and ckpt_load_execute are collective and return the same status
+ * (and message) on every rank: an error anywhere fails the call everywhere, without hanging
+ * (under the transport's contract, ckpt_transport.h). */
 #ifndef CKPT_LOAD_H
 #define CKPT_LOAD_H
 
 #include "ckpt.h"
-
-#include <mpi.h>
+#include "ckpt_transport.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -26,16 +29,18 @@ extern "C" {
 typedef struct ckpt_load ckpt_load;
 
 typedef enum ckpt_load_mode {
-    CKPT_LOAD_COLLECTIVE = 0,  /* each stored byte read once, redistributed over MPI */
+    CKPT_LOAD_COLLECTIVE = 0,  /* each stored byte read once, redistributed between ranks */
     CKPT_LOAD_INDEPENDENT = 1, /* every rank reads its own overlaps (the baseline) */
 } ckpt_load_mode;
 
 /* How exchanged bytes travel between ranks. */
 typedef enum ckpt_load_transport {
     CKPT_LOAD_TRANSPORT_AUTO = 0, /* NCCL when the build has it and every rank has device
-                                     destinations only (at least one); MPI otherwise, and
+                                     destinations only (at least one); HOST otherwise, and
                                      when the NCCL communicator cannot be made */
-    CKPT_LOAD_TRANSPORT_MPI = 1,  /* MPI_Alltoallv through host memory */
+    CKPT_LOAD_TRANSPORT_HOST = 1, /* the handle's transport (ckpt_transport.h: MPI's
+                                     MPI_Alltoallv, or the caller's) through host memory */
+    CKPT_LOAD_TRANSPORT_MPI = CKPT_LOAD_TRANSPORT_HOST, /* (its name before transports) */
     CKPT_LOAD_TRANSPORT_NCCL = 2, /* ncclSend/ncclRecv device to device: every destination
                                      of every rank must be device memory (a rank with no
                                      requests uses its current device); CKPT_E_UNSUPPORTED
@@ -52,7 +57,7 @@ typedef struct ckpt_load_options {
      * never).  Every byte is still read once. */
     uint64_t direct_min_bytes;
     /* Threads reading a rank's ranges in parallel, the calling thread included (1: the
-     * caller alone).  They never call MPI.  Default: the CPUs this rank may run on
+     * caller alone).  They never call the transport.  Default: the CPUs this rank may run on
      * (sched_getaffinity) divided among the ranks of its node that may run on the same
      * CPUs, from 2 to 16 (so an unbound rank per GPU uses the node's cores, and a rank that
      * mpirun bound to one core gets 2). */
@@ -60,9 +65,10 @@ typedef struct ckpt_load_options {
     /* Ranges longer than two pieces are read in pieces of this many bytes spread over the
      * threads (default 4 MiB; smaller values are for tests). */
     uint64_t io_piece_bytes;
-    /* Between ranks: MPI or NCCL (default auto).  The NCCL communicator is made from the
-     * handle's communicator by the first execute that uses it (collective) and kept until
-     * ckpt_load_free; it belongs to the device current then. */
+    /* Between ranks: the handle's transport or NCCL (default auto).  The NCCL communicator is
+     * made by the first execute that uses it (collective: rank 0's ncclGetUniqueId goes to
+     * every rank over the handle's transport) and kept until ckpt_load_free; it belongs to the
+     * device current then. */
     ckpt_load_transport transport;
 } ckpt_load_options;
 
@@ -79,7 +85,8 @@ typedef struct ckpt_load_stats {
     double seconds_plan, seconds_read, seconds_exchange, seconds_total;
     uint64_t bytes_device;         /* placed in CUDA destinations: host-to-device through the pinned
                                       staging, or device-to-device from the NCCL transport */
-    ckpt_load_transport transport; /* what the exchange used: MPI or NCCL */
+    ckpt_load_transport transport; /* what the exchange used: HOST (MPI's or the caller's
+                                      transport) or NCCL */
     uint64_t bytes_sent_nccl;      /* of bytes_sent, sent with ncclSend */
     uint64_t bytes_received_nccl;  /* of bytes_received, received with ncclRecv */
     double seconds_nccl_init;      /* making the NCCL communicator (0 when cached) */
@@ -100,9 +107,15 @@ bool ckpt_load_has_cuda(void);
 /* Whether this build can move exchanged bytes over NCCL (CKPT_LOAD_TRANSPORT_NCCL). */
 bool ckpt_load_has_nccl(void);
 
-/* Collective over `comm` (duplicated internally): every rank opens and indexes `dir`. */
-ckpt_status ckpt_load_open(MPI_Comm comm, const char *dir, const ckpt_open_options *opts,
-                           ckpt_load **out, ckpt_error *err);
+/* Collective over the transport `t` (ckpt_transport.h; copied, its ctx kept until
+ * ckpt_load_free, which calls t->destroy when set): every rank opens and indexes `dir`, and
+ * the ranks check they see the same data files.  A bad transport (wrong version, rank out of
+ * range, a required callback NULL, device hooks) fails with CKPT_E_INVAL or
+ * CKPT_E_UNSUPPORTED on this rank alone, before any callback is made; t->destroy is called
+ * before any failure returns.  MPI programs: ckpt_load_open (ckpt_load_mpi.h). */
+ckpt_status ckpt_load_open_transport(const ckpt_transport *t, const char *dir,
+                                     const ckpt_open_options *opts, ckpt_load **out,
+                                     ckpt_error *err);
 /* Frees the handle (and its NCCL communicator, if an execute made one: then every rank should
  * call it, as destroying an NCCL communicator may wait for its peers). */
 void ckpt_load_free(ckpt_load *l);

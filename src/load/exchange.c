@@ -2,12 +2,12 @@
  * [r*B, (r+1)*B) of its share (large preads into a staging buffer); every rank then knows,
  * from the shared plan, which parts of every reader's window each rank needs, so counts need
  * no extra messages: senders pack the overlaps of each requester's pieces in (file, offset)
- * order, one MPI_Alltoallv moves them, and receivers unpack in the same order straight into
- * the destination buffers.  Over NCCL (l->use_nccl: every destination is device memory) the
- * same round uploads the window to the device, packs and places with device-to-device copies
- * and moves the packs with one ncclSend/ncclRecv group (the calls are nccl.c's).  Failures
- * (a missing file, a short read) are agreed on before the exchange, so every rank stops
- * together. */
+ * order, one all-to-all of the transport (ckpt_transport.h) moves them, and receivers unpack in the
+ * same order straight into the destination buffers.  Over NCCL (l->use_nccl: every destination is
+ * device memory) the same round uploads the window to the device, packs and places with
+ * device-to-device copies and moves the packs with one ncclSend/ncclRecv group (the calls are
+ * nccl.c's).  Failures (a missing file, a short read) are agreed on before the exchange, so every
+ * rank stops together. */
 #include "load/load_i.h"
 #include "util/error.h"
 
@@ -205,10 +205,12 @@ typedef struct rounds {
     size_t nmine;
     uint8_t *stage; /* the window as read: host memory, pinned for NCCL */
     int *sc, *sd, *rc, *rd;
+    size_t *zsc, *zsd, *zrc, *zrd; /* the same as size_t, for the transport */
     uint64_t stot, rtot;
 } rounds;
 
-/* Counts of round r, both ways, from the plan alone; CKPT_E_LIMIT over MPI's int counts. */
+/* Counts of round r, both ways, from the plan alone; CKPT_E_LIMIT over int counts
+ * (MPI's, and the NCCL link's). */
 static ckpt_status count(rounds *x, uint64_t r, ckpt_error *err) {
     const load_plan *p = x->p;
     int me = x->l->rank;
@@ -232,10 +234,10 @@ static ckpt_status count(rounds *x, uint64_t r, ckpt_error *err) {
     return s;
 }
 
-/* One round's movement over MPI; `rs` is this rank's status so far (agreed here).  A failed
- * device copy is left in *us. */
-static ckpt_status move_mpi(rounds *x, uint64_t r, ckpt_status rs, ckpt_status *us,
-                            ckpt_error *err) {
+/* One round's movement over the handle's transport (host memory); `rs` is this rank's status so far
+ * (agreed here).  A failed device copy is left in *us. */
+static ckpt_status move_host(rounds *x, uint64_t r, ckpt_status rs, ckpt_status *us,
+                             ckpt_error *err) {
     ckpt_load *l = x->l;
     const load_plan *p = x->p;
     ckpt_status s = load_agree(l, rs, err);
@@ -247,7 +249,18 @@ static ckpt_status move_mpi(rounds *x, uint64_t r, ckpt_status rs, ckpt_status *
             pack_ctx pc = {x->stage, sbuf + x->sd[j]};
             overlaps(p, j, x->mine, x->nmine, pack, &pc);
         }
-        MPI_Alltoallv(sbuf, x->sc, x->sd, MPI_BYTE, rbuf, x->rc, x->rd, MPI_BYTE, l->comm);
+        for (int j = 0; j < l->size; j++) {
+            x->zsc[j] = (size_t)x->sc[j];
+            x->zsd[j] = (size_t)x->sd[j];
+            x->zrc[j] = (size_t)x->rc[j];
+            x->zrd[j] = (size_t)x->rd[j];
+        }
+        /* a failed all-to-all fails the next agreement (the next round's, or the one after
+         * the rounds): what it left in rbuf is copied into the caller's buffers but the load
+         * fails on every rank */
+        ckpt_status ts = load_alltoallv(l, sbuf, x->zsc, x->zsd, rbuf, x->zrc, x->zrd, "all-to-all",
+                                        *us == CKPT_OK ? err : NULL);
+        if (ts != CKPT_OK && *us == CKPT_OK) *us = ts;
         for (int k = 0; k < l->size; k++) {
             size_t nt = window(p, k, r * x->B, x->B, x->theirs, x->wcap);
             unpack_ctx uc = {l, rbuf + x->rd[k], CKPT_OK, err};
@@ -317,7 +330,7 @@ ckpt_status load_exchange(ckpt_load *l, const load_plan *p, uint64_t staging_byt
     ckpt_status ds = load_agree(l, read_direct(l, p, err), err);
     l->stats.seconds_read += now() - td;
     if (ds != CKPT_OK) return ds;
-    /* MPI: staging B + what is sent (up to P copies) + what is received: B*(1+2P) <= budget;
+    /* host: staging B + what is sent (up to P copies) + what is received: B*(1+2P) <= budget;
      * NCCL: the pinned window and its device twin, then the device send and receive
      * buffers: B*(2+2P) */
     uint64_t B = staging_bytes / ((l->use_nccl ? 2 : 1) + 2 * (uint64_t)P);
@@ -338,7 +351,13 @@ ckpt_status load_exchange(ckpt_load *l, const load_plan *p, uint64_t staging_byt
     x.sd = calloc((size_t)P, sizeof *x.sd);
     x.rc = calloc((size_t)P, sizeof *x.rc);
     x.rd = calloc((size_t)P, sizeof *x.rd);
-    ckpt_status s = x.mine && x.theirs && x.sc && x.sd && x.rc && x.rd
+    x.zsc = calloc((size_t)P * 4, sizeof *x.zsc);
+    if (x.zsc) {
+        x.zsd = x.zsc + P;
+        x.zrc = x.zsd + P;
+        x.zrd = x.zrc + P;
+    }
+    ckpt_status s = x.mine && x.theirs && x.sc && x.sd && x.rc && x.rd && x.zsc
                         ? CKPT_OK
                         : ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
     if (s == CKPT_OK && l->use_nccl)
@@ -356,7 +375,7 @@ ckpt_status load_exchange(ckpt_load *l, const load_plan *p, uint64_t staging_byt
         l->stats.seconds_read += t1 - t0;
         ckpt_status cs = count(&x, r, rs == CKPT_OK ? err : NULL);
         if (rs == CKPT_OK) rs = cs;
-        s = l->use_nccl ? move_nccl(&x, r, rs, &us, err) : move_mpi(&x, r, rs, &us, err);
+        s = l->use_nccl ? move_nccl(&x, r, rs, &us, err) : move_host(&x, r, rs, &us, err);
         l->stats.seconds_exchange += now() - t1;
     }
     if (s == CKPT_OK) s = load_agree(l, us, err);
@@ -367,5 +386,6 @@ ckpt_status load_exchange(ckpt_load *l, const load_plan *p, uint64_t staging_byt
     free(x.sd);
     free(x.rc);
     free(x.rd);
+    free(x.zsc);
     return s;
 }

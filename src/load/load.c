@@ -1,4 +1,4 @@
-/* load.c — the collective loader's public calls: opening over a communicator, recording
+/* load.c — the collective loader's public calls: opening over a transport, recording
  * requests, and executing them (choosing the transport, planning locally, the job-wide plan,
  * the exchange rounds, then the requests only this rank can serve), with counters and
  * CKPT_DEBUG logging. */
@@ -6,6 +6,7 @@
 #include "util/error.h"
 
 #include <sched.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,57 +18,84 @@ static double now(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* The default number of I/O threads (collective over comm): the CPUs this rank may run on,
- * shared among the ranks of its node that may run on the same set, from 2 to 16.  So one
- * unbound rank per GPU gets the node's cores, ranks bound by mpirun to a core each (its
- * default for up to 2 ranks) get 2, and ranks bound to K cores each (--map-by slot:PE=K)
- * get K. */
-static unsigned auto_io_threads(MPI_Comm comm) {
+/* A hash of this host, for telling apart the ranks of one node: the boot id (distinct per
+ * booted kernel, so per node, also under containers sharing a hostname), else the hostname. */
+static uint64_t host_hash(void) {
+    char id[256] = {0};
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (!f || !fgets(id, sizeof id, f)) gethostname(id, sizeof id - 1);
+    if (f) fclose(f);
+    uint64_t h = 1469598103934665603ull;
+    for (const char *c = id; *c; c++)
+        h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    return h;
+}
+
+/* The default number of I/O threads (collective): the CPUs this rank may run on, shared among
+ * the ranks of its node that may run on the same set, from 2 to 16.  So one unbound rank per
+ * GPU gets the node's cores, ranks bound by mpirun to a core each (its default for up to 2
+ * ranks) get 2, and ranks bound to K cores each (--map-by slot:PE=K) get K.  The ranks
+ * sharing a set are found with one all-gather of (host, CPU set) hashes. */
+static ckpt_status auto_io_threads(ckpt_load *l, unsigned *out, ckpt_error *err) {
     cpu_set_t set;
     int cpus = 4;
-    unsigned long long h = 1469598103934665603ull;
+    uint64_t h = 1469598103934665603ull;
     if (sched_getaffinity(0, sizeof set, &set) == 0) {
         cpus = CPU_COUNT(&set);
         for (int c = 0; c < CPU_SETSIZE; c++)
-            if (CPU_ISSET(c, &set)) h = (h ^ (unsigned long long)c) * 1099511628211ull;
+            if (CPU_ISSET(c, &set)) h = (h ^ (uint64_t)c) * 1099511628211ull;
     }
-    MPI_Comm node = MPI_COMM_NULL, same = MPI_COMM_NULL;
-    int sharing = 1;
-    MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-    if (node != MPI_COMM_NULL) {
-        MPI_Comm_split(node, (int)(h % 0x7fffffffull), 0, &same);
-        if (same != MPI_COMM_NULL) {
-            MPI_Comm_size(same, &sharing);
-            MPI_Comm_free(&same);
-        }
-        MPI_Comm_free(&node);
-    }
+    uint64_t mine[2] = {host_hash(), h}, *all = malloc((size_t)l->size * sizeof mine);
+    ckpt_status s =
+        load_agree(l, all ? CKPT_OK : ckpt_fail(err, CKPT_E_NOMEM, "out of memory"), err);
+    if (s == CKPT_OK)
+        s = load_agree(l, load_allgather(l, mine, sizeof mine, all, "all-gather (CPU sets)", err),
+                       err);
+    int sharing = 0;
+    for (int k = 0; s == CKPT_OK && k < l->size; k++)
+        sharing += all[2 * k] == mine[0] && all[2 * k + 1] == mine[1];
+    free(all);
     int t = cpus / (sharing > 0 ? sharing : 1);
-    return t < 2 ? 2 : t > 16 ? 16 : (unsigned)t;
+    *out = t < 2 ? 2 : t > 16 ? 16 : (unsigned)t;
+    return s;
 }
 
-ckpt_status ckpt_load_open(MPI_Comm comm, const char *dir, const ckpt_open_options *opts,
-                           ckpt_load **out, ckpt_error *err) {
+ckpt_status ckpt_load_open_transport(const ckpt_transport *t, const char *dir,
+                                     const ckpt_open_options *opts, ckpt_load **out,
+                                     ckpt_error *err) {
     ckpt_error local = {0};
     if (!err) err = &local;
-    *out = NULL;
-    ckpt_load *l = calloc(1, sizeof *l);
-    if (!l) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory"); /* cannot agree: no comm */
-    MPI_Comm_dup(comm, &l->comm);
-    MPI_Comm_rank(l->comm, &l->rank);
-    MPI_Comm_size(l->comm, &l->size);
-    l->auto_io_threads = auto_io_threads(l->comm);
-    ckpt_status s = ckpt_reader_open(dir, opts, &l->r, err);
-    s = load_agree(l, s, err);
+    if (out) *out = NULL;
+    /* a bad transport or no memory: nothing to agree with (every rank should see the same) */
+    ckpt_status s = out ? load_transport_check(t, err)
+                        : ckpt_fail(err, CKPT_E_INVAL, "ckpt_load_open_transport: out is NULL");
+    ckpt_load *l = s == CKPT_OK ? calloc(1, sizeof *l) : NULL;
+    if (s == CKPT_OK && !l) s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (s != CKPT_OK) {
+        if (t && t->destroy) t->destroy(t->ctx);
+        return s;
+    }
+    l->t = *t;
+    l->rank = t->rank;
+    l->size = t->size;
+    s = load_transport_init(l, err);
+    if (s != CKPT_OK) {
+        ckpt_load_free(l);
+        return s;
+    }
+    s = auto_io_threads(l, &l->auto_io_threads, err); /* agreed */
+    if (s == CKPT_OK) s = load_agree(l, ckpt_reader_open(dir, opts, &l->r, err), err);
     if (s == CKPT_OK) { /* every rank must see the same data files in the same order */
-        unsigned long long h = ckpt_reader_num_files(l->r), lo, hi;
+        uint64_t h = ckpt_reader_num_files(l->r), v[2];
         for (uint32_t i = 0; i < ckpt_reader_num_files(l->r); i++)
             for (const char *c = ckpt_reader_file_name(l->r, i); *c; c++)
                 h = h * 1099511628211ull ^ (unsigned char)*c;
-        MPI_Allreduce(&h, &lo, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, l->comm);
-        MPI_Allreduce(&h, &hi, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, l->comm);
-        if (lo != hi)
+        v[0] = h;
+        v[1] = ~h; /* the maximum, as the minimum of the complements */
+        s = load_min_u64(l, v, 2, "minimum (metadata check)", err);
+        if (s == CKPT_OK && v[0] != ~v[1])
             s = ckpt_fail(err, CKPT_E_INVAL, "%s: ranks see different checkpoint metadata", dir);
+        s = load_agree(l, s, err); /* one message (the dirs may differ) */
     }
     if (s != CKPT_OK) {
         ckpt_load_free(l);
@@ -84,7 +112,7 @@ void ckpt_load_free(ckpt_load *l) {
     dev_sink_free(l->dev);
     ckpt_reader_free(l->r);
     free(l->reqs);
-    if (l->comm != MPI_COMM_NULL) MPI_Comm_free(&l->comm);
+    load_transport_fini(l);
     free(l);
 }
 
@@ -237,7 +265,12 @@ static ckpt_status plan_local(ckpt_load *l, gpiece **out, size_t *n, ckpt_error 
         lreq *q = &l->reqs[i];
         int nd = ckpt_entry_ndim(q->e);
         ckpt_plan *p = NULL;
-        CKPT_TRY(ckpt_plan_region(l->r, q->e, nd ? q->start : NULL, nd ? q->count : NULL, &p, err));
+        ckpt_status ps =
+            ckpt_plan_region(l->r, q->e, nd ? q->start : NULL, nd ? q->count : NULL, &p, err);
+        if (ps != CKPT_OK) { /* (the pieces so far too: seen by transport-threads under ASan) */
+            free(v);
+            return ps;
+        }
         const ckpt_piece *pc = ckpt_plan_pieces(p);
         size_t np = ckpt_plan_num_pieces(p);
         for (size_t k = 0; k < np; k++)
@@ -275,7 +308,7 @@ static void log_stats(const ckpt_load *l) {
             (unsigned long long)s->bytes_read, (unsigned long long)s->bytes_sent,
             (unsigned long long)s->bytes_received, (unsigned long long)s->bytes_local,
             (unsigned long long)s->bytes_device, (unsigned long long)s->union_bytes, s->rounds,
-            s->transport == CKPT_LOAD_TRANSPORT_NCCL ? "NCCL" : "MPI",
+            s->transport == CKPT_LOAD_TRANSPORT_NCCL ? "NCCL" : "the host transport",
             (unsigned long long)s->bytes_sent_nccl, (unsigned long long)s->bytes_received_nccl,
             s->io_threads, s->seconds_setup, s->seconds_nccl_init, s->seconds_plan, s->seconds_read,
             s->seconds_exchange, s->seconds_total);
@@ -329,8 +362,18 @@ ckpt_status ckpt_load_execute(ckpt_load *l, const ckpt_load_options *opts, ckpt_
     /* the staging split and the transport must be the same on every rank (the rounds'
      * windows depend on them): any rank with device destinations, with host ones, without
      * device ones; the transport asked for (largest and smallest) */
-    int want[5] = {dev_here, host_here, !dev_here, (int)o.transport, -(int)o.transport}, job[5];
-    MPI_Allreduce(want, job, 5, MPI_INT, MPI_MAX, l->comm);
+    uint64_t want[5] = {(uint64_t)dev_here, (uint64_t)host_here, (uint64_t)!dev_here,
+                        (uint64_t)o.transport, (uint64_t)o.transport};
+    int job[5] = {0};
+    for (int i = 0; i < 4; i++) /* maxima, as minima of the complements; then a minimum */
+        want[i] = ~want[i];
+    ckpt_status ms = load_min_u64(l, want, 5, "minimum (execute options)", err);
+    for (int i = 0; ms == CKPT_OK && i < 5; i++)
+        job[i] = i == 4 ? -(int)want[i] : (int)~want[i];
+    if (ms != CKPT_OK) {
+        l->nreqs = 0;
+        return ms; /* the handle is broken: no agreement is possible */
+    }
     int dev_job = job[0];
     uint64_t dev_bytes = dev_job ? device_staging(o.staging_bytes) : 0;
     uint64_t exch_bytes = o.staging_bytes - dev_bytes; /* device_staging <= budget / 4 */

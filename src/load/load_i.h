@@ -4,7 +4,7 @@
 #define CKPT_LOAD_LOAD_I_H
 
 #include "ckpt_load.h"
-#include "mpi/agree.h"
+#include "ckpt_transport.h"
 
 /* One request of this rank. */
 typedef struct lreq {
@@ -96,13 +96,13 @@ ckpt_status dev_sink_put(dev_sink *s, const uint8_t *buf, uint8_t *dst, const ui
 ckpt_status dev_sink_finish(dev_sink *s, ckpt_error *err);
 
 /* nccl.c (cuda + nccl builds) or nonccl.c: the NCCL transport of the exchange.  A link holds
- * the NCCL communicator (made from the handle's MPI communicator), one non-blocking stream,
+ * the NCCL communicator (made over the handle's transport), one non-blocking stream,
  * and the staging of an execute: a pinned host window (what a reader preads), its device
  * copy, and device send and receive buffers.  Copies and transfers are queued on the stream
  * in order; nccl_link_sync waits for all of them. */
 typedef struct nccl_link nccl_link;
 bool nccl_supported(void);
-/* Collective: makes l->nccl when there is none (rank 0's ncclGetUniqueId, MPI_Bcast,
+/* Collective: makes l->nccl when there is none (rank 0's ncclGetUniqueId, load_bcast,
  * ncclCommInitRank); the agreed status.  A kept link whose device is not the current one
  * fails. */
 ckpt_status nccl_link_open(ckpt_load *l, ckpt_error *err);
@@ -132,8 +132,14 @@ void nccl_link_release(nccl_link *x);
 void nccl_link_abort(nccl_link *x);
 
 struct ckpt_load {
-    MPI_Comm comm;
+    ckpt_transport t; /* the caller's (a copy); t.ctx is destroyed by ckpt_load_free */
     int rank, size;
+    /* transport.c's scratch: counts and displacements (size each), the gathered minimum
+     * (size * LOAD_MIN_MAX, when the transport has no allreduce_min_u64) */
+    size_t *tcounts, *tdispls;
+    uint64_t *tmin;
+    ckpt_status broken; /* an agreement failed (ckpt_transport.h T2): every collective fails */
+    ckpt_error broken_err;
     ckpt_reader *r;
     io_pool *io;              /* created by the first execute, kept while io_threads stays */
     unsigned auto_io_threads; /* the default of io_threads, found at open (collective) */
@@ -146,10 +152,30 @@ struct ckpt_load {
     ckpt_load_stats stats;
 };
 
-/* The same status and message on every rank (the lowest failing rank's): mpi/agree.h. */
-static inline ckpt_status load_agree(ckpt_load *l, ckpt_status s, ckpt_error *err) {
-    return ckpt_mpi_agree(l->comm, l->rank, s, err);
-}
+/* transport.c: the loader's use of its transport.  The data calls return this rank's status
+ * (CKPT_E_TRANSPORT naming `what` when the callback failed), to be agreed before the data are
+ * used; a broken handle fails them at once. */
+#define LOAD_MIN_MAX 8 /* values per load_min_u64 */
+ckpt_status load_transport_check(const ckpt_transport *t, ckpt_error *err);
+ckpt_status load_transport_init(ckpt_load *l, ckpt_error *err);
+void load_transport_fini(ckpt_load *l); /* frees the scratch, destroys t.ctx */
+ckpt_status load_allgatherv(ckpt_load *l, const void *send, size_t n, void *recv,
+                            const size_t *counts, const size_t *displs, const char *what,
+                            ckpt_error *err);
+/* n bytes from every rank: rank k's at all + k * n. */
+ckpt_status load_allgather(ckpt_load *l, const void *mine, size_t n, void *all, const char *what,
+                           ckpt_error *err);
+ckpt_status load_alltoallv(ckpt_load *l, const void *send, const size_t *sc, const size_t *sd,
+                           void *recv, const size_t *rc, const size_t *rd, const char *what,
+                           ckpt_error *err);
+ckpt_status load_bcast(ckpt_load *l, void *buf, size_t n, int root, const char *what,
+                       ckpt_error *err);
+/* Element-wise minimum over the ranks, in place (n <= LOAD_MIN_MAX); all-or-nothing: a failure
+ * breaks the handle. */
+ckpt_status load_min_u64(ckpt_load *l, uint64_t *v, size_t n, const char *what, ckpt_error *err);
+/* The same status and message on every rank: the lowest failing rank's, "rank K: ..."; a
+ * broken handle returns its error. */
+ckpt_status load_agree(ckpt_load *l, ckpt_status s, ckpt_error *err);
 
 /* plan.c: every rank's pieces, sorted by (owner, file, off); the union of their ranges split
  * into `size` contiguous byte-balanced shares (reader k reads shares[k]). */

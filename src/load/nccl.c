@@ -100,7 +100,12 @@ ckpt_status nccl_link_open(ckpt_load *l, ckpt_error *err) {
         msg.ok = r == ncclSuccess;
         if (!msg.ok) s = nccl_fail(err, r, "unique id");
     }
-    MPI_Bcast(&msg, (int)sizeof msg, MPI_BYTE, 0, l->comm);
+    ckpt_status bs =
+        load_bcast(l, &msg, sizeof msg, 0, "broadcast (NCCL unique id)", s == CKPT_OK ? err : NULL);
+    if (bs != CKPT_OK) { /* the id is not known here: no init; agreed below */
+        msg.ok = 0;
+        if (s == CKPT_OK) s = bs;
+    }
     if (msg.ok) {
         ncclResult_t r = ncclCommInitRank(&x->comm, l->size, msg.id, l->rank);
         if (r != ncclSuccess) {

@@ -201,9 +201,10 @@ ckpt_status load_plan_build(ckpt_load *l, const gpiece *mine, size_t nmine, uint
                             load_plan *p, ckpt_error *err) {
     memset(p, 0, sizeof *p);
     int P = l->size;
-    /* 1. gather (counts first; bytes must fit MPI's int counts) */
+    /* 1. gather (counts first; the agreement after each call: a failed gather's data are
+     * never used) */
     long long n = (long long)nmine, *counts = calloc((size_t)P, sizeof *counts);
-    int *bytes = calloc((size_t)P, sizeof *bytes), *displs = calloc((size_t)P, sizeof *displs);
+    size_t *bytes = calloc((size_t)P, sizeof *bytes), *displs = calloc((size_t)P, sizeof *displs);
     uint8_t *send = malloc(nmine * GPIECE_WIRE + 1);
     ckpt_status s =
         counts && bytes && displs && send ? CKPT_OK : ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
@@ -211,12 +212,21 @@ ckpt_status load_plan_build(ckpt_load *l, const gpiece *mine, size_t nmine, uint
         s = ckpt_fail(err, CKPT_E_LIMIT, "too many read pieces on one rank (%zu)", nmine);
     s = load_agree(l, s, err);
     if (s != CKPT_OK) goto out_free;
-    MPI_Allgather(&n, 1, MPI_LONG_LONG, counts, 1, MPI_LONG_LONG, l->comm);
+    s = load_agree(l, load_allgather(l, &n, sizeof n, counts, "all-gather (piece counts)", err),
+                   err);
+    if (s != CKPT_OK) goto out_free;
     long long total = 0;
+    for (int k = 0; k < P; k++) /* (the same data on every rank: the same decision) */
+        if (counts[k] < 0 || counts[k] > INT32_MAX / GPIECE_WIRE) {
+            s = ckpt_fail(err, CKPT_E_TRANSPORT,
+                          "transport all-gather (piece counts) delivered %lld from rank %d",
+                          counts[k], k);
+            goto out_free;
+        }
     for (int k = 0; k < P; k++) {
-        displs[k] = (int)(total * GPIECE_WIRE);
+        displs[k] = (size_t)total * GPIECE_WIRE;
         total += counts[k];
-        bytes[k] = (int)(counts[k] * GPIECE_WIRE);
+        bytes[k] = (size_t)counts[k] * GPIECE_WIRE;
     }
     if (total > INT32_MAX / GPIECE_WIRE) {
         s = ckpt_fail(err, CKPT_E_LIMIT, "too many read pieces in the job (%lld)", total);
@@ -234,8 +244,14 @@ ckpt_status load_plan_build(ckpt_load *l, const gpiece *mine, size_t nmine, uint
     }
     for (size_t i = 0; i < nmine; i++)
         put(send + i * GPIECE_WIRE, &mine[i]);
-    MPI_Allgatherv(send, (int)(nmine * GPIECE_WIRE), MPI_BYTE, all, bytes, displs, MPI_BYTE,
-                   l->comm);
+    s = load_agree(l,
+                   load_allgatherv(l, send, nmine * GPIECE_WIRE, all, bytes, displs,
+                                   "all-gather (pieces)", err),
+                   err);
+    if (s != CKPT_OK) {
+        free(all);
+        goto out_free;
+    }
     size_t at = 0;
     for (int k = 0; k < P; k++)
         for (long long i = 0; i < counts[k]; i++, at++) {

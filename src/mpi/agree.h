@@ -1,4 +1,5 @@
-/* agree.h — error agreement for the collective (MPI) front ends, the loader and the saver:
+/* agree.h — error agreement for the collective saver over MPI (the loader agrees over its
+ * transport the same way: src/load/transport.c):
  * after each phase of a collective call every rank learns whether any rank failed and returns
  * the first failing rank's status and message, so no rank goes on to a collective operation
  * the others skip (no hangs) and all report the same error. */

@@ -19,6 +19,7 @@ const char *ckpt_strerror(ckpt_status code) {
     case CKPT_E_INVAL: return "invalid argument";
     case CKPT_E_CHECKSUM: return "checksum mismatch";
     case CKPT_E_ACCESS: return "permission denied";
+    case CKPT_E_TRANSPORT: return "communication between ranks failed";
     }
     return "unknown error";
 }

@@ -1,7 +1,7 @@
 /* load_demo.c — an MPI program built against an installed libckpt_mpi with pkg-config
  * (ckpt-load) alone: every rank loads its Shard(0) rows of one tensor with the collective
  * loader and prints the same checksum reader_demo prints for the whole tensor's slice. */
-#include <ckpt_load.h>
+#include <ckpt_load_mpi.h>
 
 #include <stdint.h>
 #include <stdio.h>

@@ -1,8 +1,10 @@
 """test_install.py — the installable library (issue #21 item 1): `meson install` into a
 DESTDIR, then programs built with the installed headers and `pkg-config` alone:
 reader_demo.c (pkg-config ckpt) reads every tensor of a torch-written fixture and its
-checksums equal torch's reference bytes; load_demo.c (pkg-config ckpt-load, MPI builds) loads
-Shard(0) slices under mpirun.  The shared libraries carry a versioned soname and export the
+checksums equal torch's reference bytes; transport_demo.c (pkg-config ckpt-load-core, no MPI)
+loads every tensor with the collective loader over a one-rank transport of its own, with the
+same checksums; load_demo.c (pkg-config ckpt-load, MPI builds) loads Shard(0) slices under
+mpirun.  libckpt_load does not link MPI.  The shared libraries carry a versioned soname and export the
 functions the installed headers declare and nothing else (the internal ckpt_* functions stay
 local).
 
@@ -100,12 +102,32 @@ def test_only_the_public_api_is_exported(dest):
     assert got and got <= core, sorted(got - core)[:20]
     assert "ckpt_reader_open" in got and "ckpt_save_begin" in got
     assert not {"ckpt_fail", "ckpt_arena_alloc", "ckpt_files_fd"} & got
+    loader = core | declared(inc / "ckpt_load.h")
+    got = exported(libdir(dest) / "libckpt_load.so")
+    assert got <= loader, sorted(got - loader)[:20]
+    assert "ckpt_load_open_transport" in got and "ckpt_reader_open" in got
+    assert "ckpt_load_open" not in got and "load_agree" not in got
     mpi = libdir(dest) / "libckpt_mpi.so"
     if mpi.exists():
         got = exported(mpi)
-        allowed = core | declared(inc / "ckpt_load.h", inc / "ckpt_save_mpi.h")
+        allowed = loader | declared(inc / "ckpt_load_mpi.h", inc / "ckpt_save_mpi.h")
         assert got <= allowed, sorted(got - allowed)[:20]
-        assert "ckpt_load_open" in got and "ckpt_reader_open" in got
+        assert {"ckpt_load_open", "ckpt_load_open_transport", "ckpt_transport_mpi_new",
+                "ckpt_reader_open"} <= got
+
+
+def needed(so: Path) -> list[str]:
+    out = subprocess.run(["readelf", "-d", str(so)], capture_output=True, text=True,
+                         check=True).stdout
+    return re.findall(r"\(NEEDED\).*\[(.*)\]", out)
+
+
+def test_the_loader_core_links_no_mpi(dest):
+    libs = needed(libdir(dest) / "libckpt_load.so")
+    assert libs and not [n for n in libs if "mpi" in n], libs
+    for h in ("ckpt_load.h", "ckpt_transport.h"):
+        text = next(dest.rglob(h)).read_text()
+        assert "#include <mpi.h>" not in text and '#include "ckpt_load_mpi.h"' not in text, h
 
 
 def build_demo(dest: Path, tmp_path: Path, name: str, package: str) -> Path:
@@ -137,6 +159,28 @@ def test_a_program_built_with_pkg_config_reads_a_checkpoint(dest, tmp_path):
         key, dtype, n, s = line.split("\t")
         got[key] = (dtype, int(n), int(s))
     assert got == want
+
+
+def test_a_program_with_its_own_transport_loads_without_mpi(dest, tmp_path):
+    exe = build_demo(dest, tmp_path, "transport_demo", "ckpt-load-core")
+    assert not [n for n in needed(exe) if "mpi" in n], needed(exe)
+    env = dict(os.environ, LD_LIBRARY_PATH=str(libdir(dest)))
+    fx = FIXTURES / "fsdp2_ws4"
+    r = subprocess.run([str(exe), str(fx / "ckpt")], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    blob = (fx / "reference.bin").read_bytes()
+    want = {}
+    for line in (fx / "reference.tsv").read_text().splitlines():
+        f = line.split("\t")
+        if f[0] == "T":
+            raw = blob[int(f[4]):int(f[4]) + int(f[5])]
+            want[f[1]] = (f[2], len(raw), checksum(raw))
+    got = {}
+    for line in r.stdout.splitlines():
+        key, dtype, n, s = line.split("\t")
+        got[key] = (dtype, int(n), int(s))
+    assert got == want and len(got) > 5
 
 
 def test_an_mpi_program_built_with_pkg_config_loads(dest, tmp_path):

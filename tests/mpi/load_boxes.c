@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "ckpt.h"
-#include "ckpt_load.h"
+#include "ckpt_load_mpi.h"
 
 static int fail(int rank, const char *what, const ckpt_error *err) {
     fprintf(stderr, "rank %d: %s: %s\n", rank, what, err ? err->message : "");

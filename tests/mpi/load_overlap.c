@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "ckpt.h"
-#include "ckpt_load.h"
+#include "ckpt_load_mpi.h"
 
 enum { PER_KEY = 4 };
 

@@ -14,10 +14,14 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
+from load_ref import ITEM, check_dumps, shard, tensors  # noqa: E402,F401  (used by importers too)
 
 BIN = os.environ.get("CKPT_BIN")
 FIXTURES = Path(os.environ.get("CKPT_FIXTURES") or os.environ.get("CKPT_FIXTURES_DEFAULT")
@@ -26,9 +30,6 @@ if not BIN or not shutil.which("mpirun"):
     pytest.skip("needs CKPT_BIN and mpirun", allow_module_level=True)
 
 NAMES = sorted(p.name for p in FIXTURES.iterdir() if (p / "reference.tsv").is_file())
-ITEM = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int8": 1, "int16": 2,
-        "int32": 4, "int64": 8, "uint8": 1, "uint16": 2, "uint32": 4, "uint64": 8, "bool": 1,
-        "complex64": 8, "complex128": 16}
 PLAIN = {"fsdp2_ws1", "fsdp2_ws2", "fsdp2_ws3", "fsdp2_ws4", "tp_shard1", "hsdp", "megatron_flat"}
 
 
@@ -43,55 +44,6 @@ def mpirun(m, *args, timeout=120, leak=False, opts=()):
            "none", *opts, "-np", str(m), BIN, "load", *map(str, args)]
     env = dict(os.environ, ASAN_OPTIONS=LEAK_ASAN) if leak and LEAK_ASAN else None
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-
-
-def tensors(fixture: Path):
-    """path -> (dtype, shape, bytes) and torch's chunk data sizes."""
-    blob = (fixture / "reference.bin").read_bytes()
-    meta = json.loads((fixture / "reference.json").read_text())
-    paths = {}
-    for e in meta["entries"]:
-        if e.get("kind") == "tensor":
-            paths[e["key"]] = e
-    out = {}
-    for line in (fixture / "reference.tsv").read_text().splitlines():
-        f = line.split("\t")
-        if f[0] != "T":
-            continue
-        shape = tuple(int(x) for x in f[3].split(",")) if f[3] else ()
-        out[f[6]] = (f[2], shape, blob[int(f[4]):int(f[4]) + int(f[5])])
-    # each stored item once (the boxes of a Megatron flat piece share its item)
-    items = {(c["storage"]["file"], c["storage"]["offset"]): c["storage"].get("data_size", 0)
-             for e in paths.values() for c in e["chunks"]
-             if c.get("storage") and all(s > 0 for s in c["sizes"])}
-    return out, sum(items.values())
-
-
-def shard(raw: bytes, dtype: str, shape, dim: int, m: int, r: int) -> bytes:
-    """torch.chunk semantics along dim (replicated when dim >= ndim), C-order bytes."""
-    if dim >= len(shape):
-        return raw
-    a = np.frombuffer(raw, dtype=np.uint8).reshape(*shape, ITEM.get(dtype, 1))
-    n = shape[dim]
-    c = -(-n // m) if n else 0
-    lo, hi = min(r * c, n), min((r + 1) * c, n)
-    return np.ascontiguousarray(np.take(a, range(lo, hi), axis=dim)).tobytes()
-
-
-def check_dumps(out: Path, ref, m: int, want, what=()) -> int:
-    """Every rank's dump (out/rank<k>/<path>) of every tensor of `ref` (path -> (dtype, shape,
-    bytes)) equals want(raw, dtype, shape, k); skips escaped paths and dtypes not in ITEM.
-    Returns how many were compared (asserted non-zero)."""
-    checked = 0
-    for path, (dtype, shape, raw) in ref.items():
-        if "%" in path or dtype not in ITEM:
-            continue
-        for k in range(m):
-            got = (out / f"rank{k}" / path).read_bytes()
-            assert got == want(raw, dtype, shape, k), (*what, path, shape, m, k)
-            checked += 1
-    assert checked
-    return checked
 
 
 def check(fixture: Path, m: int, dim: int, out: Path, mode="collective", direct="4K", extra=(),

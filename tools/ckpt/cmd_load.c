@@ -5,7 +5,7 @@
  * local shards as raw files OUTDIR/rank<k>/<path> for validation; with --device cuda the buffers
  * are device memory (CUDA builds), and --transport picks MPI or NCCL between ranks.  Built when MPI
  * is found. */
-#include "ckpt_load.h"
+#include "ckpt_load_mpi.h"
 #include "cli.h"
 #include "util/arena.h"
 #include "util/error.h"

@@ -4,7 +4,7 @@
  * which writes one file per rank and commits once; rank 0 re-saves the values, all entries in
  * the source's order.  Every phase
  * is collective and agreed, so a failure anywhere fails every rank with the same message. */
-#include "ckpt_load.h"
+#include "ckpt_load_mpi.h"
 #include "ckpt_save_mpi.h"
 #include "cli.h"
 #include "reshard.h"

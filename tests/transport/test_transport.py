@@ -1,0 +1,266 @@
+"""test_transport.py — the collective loader over a caller-supplied transport that is not MPI
+(ckpt_load_open_transport, include/ckpt_transport.h): tests/transport/load_threads runs the
+ranks as threads of one process whose collectives meet in shared memory (linked against the
+loader core, which does not link MPI).
+
+* Every fixture under 2x2:S0,S1, 2x2:S0s2,S0, 2x3:R,S0, 3x2:S1,R, 2:S0s2 and 5:S0: each rank's
+  buffer equals what torch's DTensor holds (tests/lib/dtensor_ref.py, as test_load_mesh.py),
+  and the ranks' reads add up to the job's union of needed bytes (each byte read once); tiny
+  budgets (many rounds), everything through the exchange or read in place, the independent
+  mode, and bcast/minimum derived from allgatherv.
+* A transport callback failing on one rank (alone, on every rank, or taking the transport
+  down), at the open, the plan and the exchange, and a shard file damaged or missing for one
+  rank only: every rank returns the same status and message, naming what failed; nothing
+  hangs (the barrier's timeout and the subprocess timeout would turn a hang into a failure).
+
+Environment: CKPT_LOAD_THREADS, CKPT_FIXTURES / CKPT_FIXTURES_DEFAULT."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+BIN = os.environ.get("CKPT_LOAD_THREADS")
+FIXTURES = Path(os.environ.get("CKPT_FIXTURES") or os.environ.get("CKPT_FIXTURES_DEFAULT")
+                or Path(__file__).resolve().parents[1] / "fixtures" / "data")
+if not BIN:
+    pytest.skip("needs CKPT_LOAD_THREADS", allow_module_level=True)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
+from load_ref import ITEM, check_dumps, shard, tensors  # noqa: E402
+
+NAMES = sorted(p.name for p in FIXTURES.iterdir() if (p / "reference.tsv").is_file())
+
+SPECS = ["2x2:S0,S1", "2x2:S0s2,S0", "2x3:R,S0", "3x2:S1,R", "2:S0s2", "5:S0"]
+E_TRANSPORT = 11  # CKPT_E_TRANSPORT
+
+
+def run(fx: Path | str, spec: str, out: Path, *extra, timeout=120):
+    """load_threads -> (exit code, [(status, message) per rank], [(read, union, calls)])."""
+    t0 = time.monotonic()
+    r = subprocess.run([BIN, str(fx), spec, str(out), *map(str, extra)], capture_output=True,
+                       text=True, timeout=timeout)
+    ranks, stats = [], []
+    for line in r.stdout.splitlines():
+        f = line.split("\t")
+        if f[0] == "rank":
+            assert int(f[1]) == len(ranks)
+            ranks.append((int(f[2]), f[3]))
+        elif f[0] == "stats":
+            stats.append((int(f[2]), int(f[3]), int(f[4])))
+    assert r.returncode in (0, 1), r.stdout + r.stderr
+    assert ranks and len(stats) == len(ranks), r.stdout + r.stderr
+    return r.returncode, ranks, stats, time.monotonic() - t0
+
+
+def expected(spec: str):
+    """rank k's local shard: torch's DTensor splitting (numpy's torch.chunk for N:Sd without
+    torch)."""
+    try:
+        import torch
+        import dtensor_ref
+    except ImportError:
+        mesh, place = spec.split(":")
+        if "x" in mesh or not place.startswith("S") or "s" in place[1:]:
+            pytest.skip("needs torch for " + spec)
+        return lambda raw, dt, shape, k: shard(raw, dt, shape, int(place[1:]), int(mesh), k)
+
+    def want(raw, dtype, shape, k):
+        full = torch.from_numpy(np.frombuffer(raw, dtype=np.uint8).copy()
+                                .reshape(*shape, ITEM[dtype]))
+        return dtensor_ref.expected_local(full, spec, k, ndim=len(shape)).numpy().tobytes()
+    return want
+
+
+def check_load(name: str, spec: str, out: Path, *extra):
+    fx = FIXTURES / name
+    rc, ranks, stats, _ = run(fx / "ckpt", spec, out, *extra)
+    assert rc == 0 and all(s == 0 for s, _ in ranks), ranks
+    ref, _ = tensors(fx)
+    n = check_dumps(out, ref, len(ranks), expected(spec), (name, spec, *extra))
+    if "independent" not in extra:  # each needed byte read once across the job
+        assert sum(s[0] for s in stats) == stats[0][1], (name, spec, stats)
+        assert len({s[1] for s in stats}) == 1, stats
+    return n
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_fixture_and_layout_bit_exact(name, tmp_path):
+    for i, spec in enumerate(SPECS):
+        # alternate: everything through the exchange / single-owner runs read in place
+        check_load(name, spec, tmp_path / f"s{i}", "--direct-min",
+                   str(2**64 - 1) if i % 2 else "1")
+        shutil.rmtree(tmp_path / f"s{i}")
+
+
+@pytest.mark.parametrize("extra", [
+    ("--budget", "2048"),                         # many rounds
+    ("--derived",),                               # bcast and the minimum from allgatherv
+    ("--derived", "--budget", "2048", "--direct-min", str(2**64 - 1)),
+    ("--mode", "independent"),
+])
+@pytest.mark.parametrize("name", ["fsdp2_ws3", "hsdp", "zstd", "megatron_flat"])
+def test_variants_bit_exact(name, extra, tmp_path):
+    check_load(name, "2x3:R,S0", tmp_path / "o", *extra)
+
+
+def test_many_rounds_use_the_all_to_all(tmp_path):
+    """A tiny budget moves the bytes in many all-to-alls (the stats' call counts grow)."""
+    fx = FIXTURES / "fsdp2_ws4" / "ckpt"
+    _, _, few, _ = run(fx, "2x2:S0,S1", tmp_path / "a", "--direct-min", str(2**64 - 1))
+    _, _, many, _ = run(fx, "2x2:S0,S1", tmp_path / "b", "--direct-min", str(2**64 - 1),
+                        "--budget", "2048")
+    assert many[0][2] > few[0][2] + 10, (few, many)
+
+
+def same_everywhere(ranks, status=E_TRANSPORT):
+    assert len({r for r in ranks}) == 1, ranks
+    assert ranks[0][0] == status, ranks
+    return ranks[0][1]
+
+
+FX = FIXTURES / "fsdp2_ws4" / "ckpt"
+
+
+@pytest.mark.parametrize("fault,want", [
+    # one rank's call fails alone: agreed, that rank's message everywhere
+    ("1:alltoallv:1:lone", "rank 1: transport all-to-all failed: injected fault: rank 1's call 1 "
+                           "of alltoallv failed here alone"),
+    ("3:alltoallv:3:lone", "rank 3: transport all-to-all failed: injected fault: rank 3's call 3"),
+    ("2:allgatherv:1:lone", "rank 2: transport all-gather (CPU sets) failed: injected fault"),
+    ("2:allgatherv:2:lone", "rank 2: transport all-gather (piece counts) failed"),
+    ("0:allgatherv:3:lone", "rank 0: transport all-gather (pieces) failed"),
+    # the call fails on every rank: agreed, the lowest rank's message
+    ("1:alltoallv:2:op", "rank 0: transport all-to-all failed: injected fault: rank 1's call 2 "
+                         "of alltoallv failed"),
+    ("3:allgatherv:3:op", "rank 0: transport all-gather (pieces) failed: injected fault: "
+                          "rank 3's call 3"),
+    # the minimum (all-or-nothing) fails everywhere: not agreed, but the same failure
+    ("3:min:4:op", "transport minimum (metadata check) failed: injected fault: rank 3's call 4 "
+                   "of min failed"),
+    ("2:min:1:op", "transport agreement (minimum) failed: injected fault: rank 2's call 1"),
+    # the transport goes down: every later call fails on every rank
+    ("1:alltoallv:1:down", "transport agreement (minimum) failed: transport down: injected "
+                           "fault: rank 1's call 1 of alltoallv failed, the transport is down"),
+    ("0:min:6:down", "failed: transport down: injected fault: rank 0's call 6 of min"),
+])
+def test_a_failing_callback_fails_every_rank_alike(fault, want, tmp_path):
+    rc, ranks, _, secs = run(FX, "2x2:S0,S1", tmp_path / "o", "--fault", fault, "--budget",
+                             "4096", "--direct-min", str(2**64 - 1), "--timeout-ms", "10000")
+    assert rc == 1
+    msg = same_everywhere(ranks)
+    assert want in msg, msg
+    assert secs < 8, secs  # agreed, not timed out
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_fault_is_seen_where_it_happens(tmp_path):
+    """Sanity of the injection: rank 2's 3rd all-gather (the pieces) alone: rank 2 named."""
+    rc, ranks, _, _ = run(FX, "2x3:R,S0", tmp_path / "o", "--fault", "2:allgatherv:3:lone")
+    assert "rank 2: transport all-gather (pieces) failed" in same_everywhere(ranks)
+
+
+def test_a_broken_contract_fails_by_timeout_not_a_hang(tmp_path):
+    """With the minimum made from allgatherv, a lone allgatherv failure breaks T2 (the minimum
+    must be all-or-nothing): the failing rank stops agreeing, the others' barrier times out;
+    every rank still fails with CKPT_E_TRANSPORT, in bounded time."""
+    rc, ranks, _, secs = run(FX, "2x3:R,S0", tmp_path / "o", "--derived", "--fault",
+                             "1:allgatherv:3:lone", "--timeout-ms", "1500", timeout=60)
+    assert rc == 1 and all(s == E_TRANSPORT for s, _ in ranks), ranks
+    assert "injected fault: rank 1's call 3 of allgatherv" in ranks[1][1]
+    assert all("timed out" in m for k, (_, m) in enumerate(ranks) if k != 1), ranks
+    assert secs < 30
+
+
+@pytest.mark.parametrize("derived", [(), ("--derived",)])
+def test_a_shard_file_damaged_for_one_rank(derived, tmp_path):
+    """Rank 2 sees the checkpoint with every shard file cut to 100 bytes: its plan fails,
+    every rank returns its message (naming the file)."""
+    bad = tmp_path / "bad"
+    shutil.copytree(FX, bad)
+    for f in bad.glob("*.distcp"):
+        os.truncate(f, 100)
+    for mode in ("collective", "independent"):
+        rc, ranks, _, secs = run(FX, "2x2:S0,S1", tmp_path / f"o{mode}", "--dir-of",
+                                 f"2:{bad}", "--mode", mode, *derived)
+        assert rc == 1
+        assert len(set(ranks)) == 1, ranks
+        status, msg = ranks[0]
+        assert status != 0 and msg.startswith("rank 2: ") and ".distcp" in msg, ranks
+        assert secs < 10
+
+
+@pytest.mark.parametrize("mode", ["collective", "independent"])
+def test_a_shard_file_missing_for_one_rank(mode, tmp_path):
+    bad = tmp_path / "bad"
+    shutil.copytree(FX, bad)
+    gone = sorted(bad.glob("*.distcp"))[-1]
+    gone.unlink()
+    rc, ranks, _, _ = run(FX, "2x2:S0,S1", tmp_path / "o", "--dir-of", f"1:{bad}", "--mode", mode)
+    msg = same_everywhere(ranks, status=6)  # CKPT_E_NOTFOUND
+    assert msg.startswith(f"rank 1: {gone}: cannot open"), msg
+
+
+@pytest.mark.parametrize("mode", ["collective", "independent"])
+def test_corrupt_compressed_chunks_for_one_rank(mode, tmp_path):
+    """zstd chunks (decoded by the rank that needs them, after the exchange) zeroed in rank
+    2's copy: its decode error, everywhere."""
+    bad = tmp_path / "bad"
+    shutil.copytree(FIXTURES / "zstd" / "ckpt", bad)
+    for f in bad.glob("*.distcp"):
+        f.write_bytes(bytes(f.stat().st_size))
+    rc, ranks, _, _ = run(FIXTURES / "zstd" / "ckpt", "2x2:S0,S1", tmp_path / "o", "--dir-of",
+                          f"2:{bad}", "--mode", mode)
+    msg = same_everywhere(ranks, status=3)  # CKPT_E_FORMAT
+    assert msg.startswith("rank 2: transform 'stream.zstd/1': zstd error"), msg
+
+
+def test_a_checkpoint_missing_for_one_rank(tmp_path):
+    rc, ranks, _, _ = run(FX, "2x2:S0,S1", tmp_path / "o", "--dir-of", f"1:{tmp_path}/none")
+    msg = same_everywhere(ranks, status=ranks[0][0])
+    assert ranks[0][0] != 0 and msg.startswith("rank 1: ") and "none" in msg, ranks
+
+
+def test_different_files_for_one_rank(tmp_path):
+    """Rank 3's copy lists another set of data files: the open's check fails on every rank."""
+    other = tmp_path / "other"
+    shutil.copytree(FIXTURES / "fsdp2_ws3" / "ckpt", other)
+    rc, ranks, _, _ = run(FX, "2x2:S0,S1", tmp_path / "o", "--dir-of", f"3:{other}")
+    msg = same_everywhere(ranks, status=8)  # CKPT_E_INVAL, agreed: rank 0's dir
+    assert "ranks see different checkpoint metadata" in msg
+
+
+def test_a_failing_broadcast_in_the_agreement(tmp_path):
+    """Rank 1's checkpoint is missing, and the agreement's broadcast of its message fails on
+    every rank: the agreement says so, the same on every rank."""
+    rc, ranks, _, _ = run(FX, "2x2:S0,S1", tmp_path / "o", "--dir-of", f"1:{tmp_path}/none",
+                          "--fault", "0:bcast:1:op")
+    msg = same_everywhere(ranks)
+    assert msg == ("rank 0: transport agreement (broadcast) failed, sending rank 1's error"), msg
+
+
+def test_the_open_refuses_bad_transports_before_any_call():
+    """Version, rank, size, a missing callback, device hooks (reserved): refused on the calling
+    rank with no callback made; destroy is called once, by the failed open or by the free."""
+    r = subprocess.run([BIN, "--check-open", str(FX)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    got = {f[1]: (int(f[2]), f[3], int(f[4]), f[5])
+           for f in (ln.split("\t") for ln in r.stdout.splitlines())}
+    assert got["ok"][:2] == (0, "0/1") and got["ok"][2] > 0, got["ok"]
+    want = {"version": (4, "version 2, this loader knows version 1"),
+            "rank": (8, "rank 1 of 1 ranks"), "size": (8, "rank 0 of 0 ranks"),
+            "no-allgatherv": (8, "no allgatherv callback"),
+            "no-alltoallv": (8, "no alltoallv callback"),
+            "device": (4, "device hooks are reserved")}
+    for case, (status, text) in want.items():
+        st, destroyed, calls, msg = got[case]
+        assert (st, destroyed, calls) == (status, "1/1", 0) and text in msg, (case, got[case])
+    st, destroyed, calls, msg = got["missing-dir"]  # agreed over the transport, then destroyed
+    assert st == 6 and destroyed == "1/1" and calls > 0 and "rank 0: " in msg, got["missing-dir"]
