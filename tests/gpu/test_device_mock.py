@@ -46,7 +46,7 @@ def test_device_layouts_equal_torch(name, tmp_path):
     for m, dim, direct in ((1, 0, "1"), (2, 1, "1"), (3, 0, "never"), (3, 1, "1")):
         out = tmp_path / f"m{m}d{dim}"
         stats, _ = device_check(fx, m, dim, out, direct=direct, leak=m == 3 and dim == 0)
-        assert sum(p["read"] for p in stats["per_rank"]) == stats["union_bytes"]
+        assert sum(p["read_plan"] for p in stats["per_rank"]) == stats["union_bytes"]
         shutil.rmtree(out)
 
 
