@@ -169,6 +169,27 @@ typedef struct ckpt_reader_info {
 
 void ckpt_reader_get_info(const ckpt_reader *r, ckpt_reader_info *info);
 
+/* What the reader's preads returned since it was opened: the bytes each pread call gave back
+ * (not what was asked: a strided read through slabs counts the whole slabs, a zstd chunk its
+ * compressed bytes, a chunk's first access the container headers it reads), and the calls
+ * that returned bytes.  Data files are the shard files (`*.distcp`, `*.safetensors` data);
+ * metadata files are `.metadata` (or the rank-local `__<r>.metadata`), a HuggingFace index
+ * json and the `*.safetensors` headers read while indexing.  Counted by every thread using
+ * the reader (atomically), and by callers that read through ckpt_reader_file_fd and report
+ * it (ckpt_reader_add_read; the collective loader does).  Bytes served from memory (decoded
+ * chunks kept in the cache, an in-memory `.metadata`) are not read, so not counted. */
+typedef struct ckpt_reader_stats {
+    uint64_t bytes_read;          /* returned by preads of data files */
+    uint64_t preads;              /* pread calls on data files that returned bytes */
+    uint64_t bytes_read_metadata; /* returned by preads of metadata files */
+    uint64_t preads_metadata;
+} ckpt_reader_stats;
+
+void ckpt_reader_get_stats(const ckpt_reader *r, ckpt_reader_stats *stats);
+/* Reports one pread of `bytes` (> 0; 0 is ignored) made through ckpt_reader_file_fd on a
+ * data file, so that ckpt_reader_get_stats counts it.  Thread-safe. */
+void ckpt_reader_add_read(ckpt_reader *r, uint64_t bytes);
+
 /* Entries in `state_dict_metadata` order. */
 size_t ckpt_reader_num_entries(const ckpt_reader *r);
 const ckpt_entry *ckpt_reader_entry(const ckpt_reader *r, size_t index);
@@ -371,7 +392,8 @@ ckpt_status ckpt_layout_boxes(const ckpt_layout *l, int ndim, const int64_t *sha
                               int64_t *local_shape, int64_t *global_offset, ckpt_error *err);
 
 /* An open read-only file descriptor of data file `file_id` (owned by the reader; do not
- * close), for zero-copy users (splice).  -1 with `err` filled on failure. */
+ * close), for zero-copy users (splice).  -1 with `err` filled on failure.  What is read
+ * through it is counted only when reported (ckpt_reader_add_read). */
 int ckpt_reader_file_fd(ckpt_reader *r, uint32_t file_id, ckpt_error *err);
 
 /* ---------------------------------------------------------------- checks */

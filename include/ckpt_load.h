@@ -74,11 +74,18 @@ typedef struct ckpt_load_options {
 
 typedef struct ckpt_load_stats {
     uint64_t bytes_requested; /* bytes of this rank's destination buffers */
-    uint64_t bytes_read;      /* bytes this rank read from the shard files */
-    uint64_t bytes_sent;      /* to other ranks */
-    uint64_t bytes_received;  /* from other ranks */
-    uint64_t bytes_local;     /* read and decoded locally (transformed or byte-swapped chunks) */
-    uint64_t union_bytes;     /* the job's needed stored bytes, counted once (same everywhere) */
+    /* bytes the preads of shard files returned on this rank during the execute, whatever
+     * read them: the plan's in-place runs and windows, the reader library for decoded (zstd)
+     * or byte-swapped chunks and in the independent mode (a strided slice read through
+     * slabs counts the slabs), the container headers read when a chunk is first used (zip
+     * records of torch.save items).  The change of the reader's counter over the execute
+     * (ckpt_reader_get_stats), so reads by other threads through the same reader meanwhile
+     * count too.  Metadata files are not in it: bytes_read_metadata. */
+    uint64_t bytes_read;
+    uint64_t bytes_sent;     /* to other ranks */
+    uint64_t bytes_received; /* from other ranks */
+    uint64_t bytes_local;    /* read and decoded locally (transformed or byte-swapped chunks) */
+    uint64_t union_bytes;    /* the job's needed stored bytes, counted once (same everywhere) */
     uint32_t rounds;
     /* setup: the device staging, the I/O threads and the NCCL communicator, when made; then
      * planning, reading (in-place runs and windows), moving and placing; total: all */
@@ -92,6 +99,14 @@ typedef struct ckpt_load_stats {
     double seconds_nccl_init;      /* making the NCCL communicator (0 when cached) */
     unsigned io_threads;           /* the I/O threads the execute used */
     double seconds_setup;          /* see above (seconds_nccl_init is part of it) */
+    uint64_t preads;               /* the pread calls counted in bytes_read */
+    /* of bytes_read, the collective plan's reads (in-place runs and this rank's windows), as
+     * planned: summed over ranks, union_bytes (each needed stored byte read once); 0 in the
+     * independent mode */
+    uint64_t bytes_read_plan;
+    /* bytes the preads of metadata files (`.metadata`, index json, safetensors headers)
+     * returned on this rank since ckpt_load_open (every rank reads them, in the open) */
+    uint64_t bytes_read_metadata;
 } ckpt_load_stats;
 
 /* Where a destination buffer lives. */

@@ -187,11 +187,13 @@ static ckpt_status resolve_item(ckpt_reader *r, const ckpt_entry *e, const ckpt_
             /* a safetensors blob starts with its u64 header length, then '{' */
             uint8_t head[9];
             struct stat st;
-            bool plausible =
-                fstat(src->fd, &st) == 0 && (uint64_t)st.st_size >= src->base + 9 &&
-                ckpt_source_read(
-                    &(ckpt_source){.fd = src->fd, .base = src->base, .len = 9, .name = src->name},
-                    0, head, 9, NULL) == CKPT_OK;
+            bool plausible = fstat(src->fd, &st) == 0 && (uint64_t)st.st_size >= src->base + 9 &&
+                             ckpt_source_read(&(ckpt_source){.fd = src->fd,
+                                                             .base = src->base,
+                                                             .len = 9,
+                                                             .name = src->name,
+                                                             .count = src->count},
+                                              0, head, 9, NULL) == CKPT_OK;
             if (!plausible || head[8] != '{' ||
                 ts_safetensors_len_prefix(head) > (uint64_t)st.st_size - src->base - 8)
                 return ckpt_fail(err, CKPT_E_FORMAT,

@@ -38,7 +38,8 @@ static ckpt_status add_metadata(ckpt_reader *r, const char *path, const uint8_t 
         s = pk_decode_watched(&in, &lim, watch, &doc, err);
         if (s != CKPT_OK) ckpt_error_prefix(err, "%s: ", path);
     } else {
-        s = ckpt_metadata_decode_file_watched(path, &r->limits, watch, &doc, &len, err);
+        s = ckpt_metadata_decode_file_watched(path, &r->limits, watch, &r->io_meta, &doc, &len,
+                                              err);
     }
     bool complete = false;
     r->index_overlapped = false;

@@ -117,6 +117,7 @@ ckpt_status ckpt_loc_source(ckpt_reader *r, const ckpt_loc *loc, const char *wha
     src->len = loc->length;
     src->mem = NULL;
     src->name = r->files[loc->file_id].name;
+    src->count = &r->io_data;
     return CKPT_OK;
 }
 

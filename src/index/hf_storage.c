@@ -105,8 +105,8 @@ ckpt_status ckpt_hf_list(const char *dir, char ***names, size_t *count, struct t
 }
 
 /* Reads a whole small file (at most `max` bytes) into malloc'ed memory. */
-static ckpt_status slurp(const char *path, uint64_t max, char **text, size_t *len,
-                         ckpt_error *err) {
+static ckpt_status slurp(const char *path, uint64_t max, ckpt_io_count *count, char **text,
+                         size_t *len, ckpt_error *err) {
     *text = NULL;
     *len = 0;
     int fd = ckpt_open_regular(path, NULL);
@@ -123,7 +123,7 @@ static ckpt_status slurp(const char *path, uint64_t max, char **text, size_t *le
     else if (!(*text = malloc((size_t)st.st_size + 1)))
         s = nomem(err);
     else {
-        ckpt_source src = {.fd = fd, .len = (uint64_t)st.st_size, .name = path};
+        ckpt_source src = {.fd = fd, .len = (uint64_t)st.st_size, .name = path, .count = count};
         s = ckpt_source_read(&src, 0, *text, (uint64_t)st.st_size, err);
         *len = (size_t)st.st_size;
     }
@@ -167,12 +167,12 @@ static ckpt_status parse_weight_map(const char *path, const char *text, size_t l
 /* parse_weight_map of the file at path (at most max bytes); *bytes (may be NULL): its size.
  * CKPT_E_NOTFOUND when there is none. */
 static ckpt_status read_weight_map(const char *path, const char *suffix, uint64_t max,
-                                   ckpt_arena *a, const ckpt_json **map, uint64_t *bytes,
-                                   ckpt_error *err) {
+                                   ckpt_io_count *count, ckpt_arena *a, const ckpt_json **map,
+                                   uint64_t *bytes, ckpt_error *err) {
     char *text = NULL;
     size_t len = 0;
     *map = NULL;
-    CKPT_TRY(slurp(path, max, &text, &len, err));
+    CKPT_TRY(slurp(path, max, count, &text, &len, err));
     if (bytes) *bytes = len;
     ckpt_status s = parse_weight_map(path, text, len, suffix, a, map, err);
     free(text);
@@ -196,12 +196,12 @@ static ckpt_status map_files(const ckpt_json *map, const char ***out, size_t *co
     return CKPT_OK;
 }
 
-ckpt_status ckpt_hf_index_files(const char *path, const char *suffix, uint64_t max, ckpt_arena *a,
-                                const ckpt_json **map, const char ***files, size_t *n,
-                                ckpt_error *err) {
+ckpt_status ckpt_hf_index_files(const char *path, const char *suffix, uint64_t max,
+                                ckpt_io_count *count, ckpt_arena *a, const ckpt_json **map,
+                                const char ***files, size_t *n, ckpt_error *err) {
     *files = NULL;
     *n = 0;
-    CKPT_TRY(read_weight_map(path, suffix, max, a, map, NULL, err));
+    CKPT_TRY(read_weight_map(path, suffix, max, count, a, map, NULL, err));
     return map_files(*map, files, n, err);
 }
 
@@ -231,10 +231,11 @@ static void hf_files_release(hf_files *h) {
 
 /* index_path: dir's index json; its size counts against max. */
 static ckpt_status hf_files_find(const char *dir, const char *index_path, uint64_t max,
-                                 ckpt_arena *a, hf_files *h, ckpt_error *err) {
+                                 ckpt_io_count *count, ckpt_arena *a, hf_files *h,
+                                 ckpt_error *err) {
     memset(h, 0, sizeof *h);
     ckpt_error ierr = {0};
-    ckpt_status s = slurp(index_path, max, &h->index, &h->index_len, &ierr);
+    ckpt_status s = slurp(index_path, max, count, &h->index, &h->index_len, &ierr);
     if (s == CKPT_E_NOTFOUND) {
         s = ckpt_hf_list(dir, &h->listed, &h->n, NULL, err);
     } else if (s == CKPT_OK) {
@@ -264,9 +265,9 @@ ckpt_dir_kind ckpt_hf_dir_probe(const char *dir, struct timespec *mtime) {
         const ckpt_json *map = NULL;
         const char **files = NULL;
         size_t nf = 0;
-        bool complete = a &&
-                        read_weight_map(path, SUFFIX, 16u << 20, a, &map, NULL, NULL) == CKPT_OK &&
-                        map_files(map, &files, &nf, NULL) == CKPT_OK;
+        bool complete =
+            a && read_weight_map(path, SUFFIX, 16u << 20, NULL, a, &map, NULL, NULL) == CKPT_OK &&
+            map_files(map, &files, &nf, NULL) == CKPT_OK;
         for (size_t i = 0; complete && i < nf; i++) {
             struct stat fst;
             n = snprintf(path, sizeof path, "%s/%s", dir, files[i]);
@@ -342,7 +343,8 @@ static ckpt_status open_file(hf_build *b, hf_file *f, ckpt_error *err) {
     struct stat st;
     if (fstat(fd, &st) != 0)
         return ckpt_fail(err, CKPT_E_IO, "%s/%s: %s", r->dir, f->name, strerror(errno));
-    ckpt_source src = {.fd = fd, .base = 0, .len = (uint64_t)st.st_size, .name = f->name};
+    ckpt_source src = {
+        .fd = fd, .base = 0, .len = (uint64_t)st.st_size, .name = f->name, .count = &r->io_meta};
     uint64_t max = b->budget < TS_SAFETENSORS_MAX_HEADER ? b->budget : TS_SAFETENSORS_MAX_HEADER;
     ckpt_status s = ts_safetensors_open_header(&src, 0, max ? max : 1, &f->st, err);
     if (s != CKPT_OK) {
@@ -544,7 +546,7 @@ static ckpt_status hf_index_add(ckpt_reader *r, ckpt_error *err) {
     snprintf(index_path, sizeof index_path, "%s/%s", r->dir, CKPT_HF_INDEX_JSON);
     ckpt_arena *scratch = ckpt_arena_new(b.budget); /* the index json's parse */
     if (!scratch) return nomem(err);
-    ckpt_status s = hf_files_find(r->dir, index_path, b.budget, scratch, &h, err);
+    ckpt_status s = hf_files_find(r->dir, index_path, b.budget, &r->io_meta, scratch, &h, err);
     const ckpt_json *map = h.map;
     if (s == CKPT_OK && map) {
         b.budget -= h.index_len;
@@ -650,7 +652,7 @@ ckpt_status ckpt_hf_dump_json(const char *dir, const ckpt_limits *l, char **out,
     ckpt_arena *scratch = ckpt_arena_new(budget);
     if (!scratch) return nomem(err);
     hf_files h; /* the files hf_index_add reads */
-    ckpt_status s = hf_files_find(dir, path, budget, scratch, &h, err);
+    ckpt_status s = hf_files_find(dir, path, budget, NULL, scratch, &h, err);
     budget -= h.index_len;
     ckpt_strbuf_addc(&sb, '{');
     for (size_t i = 0; s == CKPT_OK && i < h.n; i++) {

@@ -32,11 +32,12 @@ void ckpt_hf_names_free(char **names, size_t count);
 ckpt_dir_kind ckpt_hf_dir_probe(const char *dir, struct timespec *mtime);
 
 /* The weight_map of the HuggingFace index json at `path` (at most `max` bytes; parsed into
- * arena a), whose files must be plain names ending with `suffix`, and the distinct files it
- * names, sorted (*files malloc'ed, pointing into a). */
-ckpt_status ckpt_hf_index_files(const char *path, const char *suffix, uint64_t max, ckpt_arena *a,
-                                const ckpt_json **map, const char ***files, size_t *n,
-                                ckpt_error *err);
+ * arena a; the bytes read added to *count, which may be NULL), whose files must be plain
+ * names ending with `suffix`, and the distinct files it names, sorted (*files malloc'ed,
+ * pointing into a). */
+ckpt_status ckpt_hf_index_files(const char *path, const char *suffix, uint64_t max,
+                                ckpt_io_count *count, ckpt_arena *a, const ckpt_json **map,
+                                const char ***files, size_t *n, ckpt_error *err);
 
 /* `{"<file>": <its safetensors header>, ..., "model.safetensors.index.json": <it>}` for
  * `ckpt dump-metadata` (each header checked by the safetensors reader first). */

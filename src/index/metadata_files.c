@@ -41,15 +41,15 @@ pk_limits ckpt_metadata_pk_limits(const ckpt_limits *l, size_t len) {
 
 ckpt_status ckpt_metadata_decode_file(const char *path, const ckpt_limits *l, pk_doc **doc,
                                       size_t *len, ckpt_error *err) {
-    return ckpt_metadata_decode_file_watched(path, l, NULL, doc, len, err);
+    return ckpt_metadata_decode_file_watched(path, l, NULL, NULL, doc, len, err);
 }
 
 ckpt_status ckpt_metadata_decode_file_watched(const char *path, const ckpt_limits *l,
-                                              const pk_watch *watch, pk_doc **doc, size_t *len,
-                                              ckpt_error *err) {
+                                              const pk_watch *watch, ckpt_io_count *count,
+                                              pk_doc **doc, size_t *len, ckpt_error *err) {
     *doc = NULL;
     ckpt_metadata_stream *ms = NULL;
-    CKPT_TRY(ckpt_metadata_stream_open(path, l->max_metadata_bytes, &ms, err));
+    CKPT_TRY(ckpt_metadata_stream_open(path, l->max_metadata_bytes, count, &ms, err));
     const pk_input *in = ckpt_metadata_stream_input(ms);
     if (len) *len = in->len;
     /* torch pickles its metadata with protocol 2 or later: PROTO (0x80) and the protocol.

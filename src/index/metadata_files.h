@@ -6,6 +6,7 @@
 
 #include "ckpt.h"
 #include "pickle/pickle.h"
+#include "util/source.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -25,10 +26,10 @@ ckpt_status ckpt_metadata_decode_file(const char *path, const ckpt_limits *l, pk
                                       size_t *len, ckpt_error *err);
 /* The same, decoding under `watch` (see pk_decode_watched; may be NULL).  When the file
  * fails to read after the pickle decoded, watch->revoke is called before the document is
- * freed. */
+ * freed.  What each pread returned is added to `count` (may be NULL). */
 ckpt_status ckpt_metadata_decode_file_watched(const char *path, const ckpt_limits *l,
-                                              const pk_watch *watch, pk_doc **doc, size_t *len,
-                                              ckpt_error *err);
+                                              const pk_watch *watch, ckpt_io_count *count,
+                                              pk_doc **doc, size_t *len, ckpt_error *err);
 /* Ranks r of the `__<r>.metadata` files in dir, sorted ascending (malloc'ed; may be empty). */
 ckpt_status ckpt_metadata_list_ranks(const char *dir, long long **ranks, size_t *count,
                                      ckpt_error *err);

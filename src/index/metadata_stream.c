@@ -18,6 +18,7 @@ struct ckpt_metadata_stream {
     int fd;
     pk_input in;
     int read_errno; /* 0, or errno of the failed read (-1: the file ended early) */
+    ckpt_io_count *count;
     uint64_t fail_offset;
 };
 
@@ -32,12 +33,13 @@ static size_t stream_read(void *ctx, uint8_t *dst, uint64_t off, size_t n) {
             s->fail_offset = off;
             return 0;
         }
+        ckpt_io_count_add(s->count, (uint64_t)got);
         return (size_t)got;
     }
 }
 
-ckpt_status ckpt_metadata_stream_open(const char *path, uint64_t max, ckpt_metadata_stream **out,
-                                      ckpt_error *err) {
+ckpt_status ckpt_metadata_stream_open(const char *path, uint64_t max, ckpt_io_count *count,
+                                      ckpt_metadata_stream **out, ckpt_error *err) {
     *out = NULL;
     ckpt_metadata_stream *s = calloc(1, sizeof *s);
     if (!s || !(s->path = strdup(path))) {
@@ -61,6 +63,7 @@ ckpt_status ckpt_metadata_stream_open(const char *path, uint64_t max, ckpt_metad
         return ckpt_fail(err, CKPT_E_LIMIT, "%s: %lld bytes exceed the metadata size limit of %llu",
                          path, (long long)st.st_size, (unsigned long long)max);
     }
+    s->count = count;
     s->in = (pk_input){.len = (size_t)st.st_size, .read = stream_read, .ctx = s};
     *out = s;
     return CKPT_OK;

@@ -7,15 +7,17 @@
 
 #include "ckpt.h"
 #include "pickle/pickle.h"
+#include "util/source.h"
 
 #include <stdint.h>
 
 typedef struct ckpt_metadata_stream ckpt_metadata_stream;
 
 /* Opens `path` (a regular file of at most `max` bytes).  CKPT_E_NOTFOUND when it does not
- * exist, CKPT_E_LIMIT when it is larger than max. */
-ckpt_status ckpt_metadata_stream_open(const char *path, uint64_t max, ckpt_metadata_stream **out,
-                                      ckpt_error *err);
+ * exist, CKPT_E_LIMIT when it is larger than max.  Each pread's returned bytes are added to
+ * `count` (may be NULL). */
+ckpt_status ckpt_metadata_stream_open(const char *path, uint64_t max, ckpt_io_count *count,
+                                      ckpt_metadata_stream **out, ckpt_error *err);
 /* The input to decode (valid until _free). */
 const pk_input *ckpt_metadata_stream_input(const ckpt_metadata_stream *s);
 /* CKPT_OK if every read succeeded, else the read error (file and offset).  Check it before

@@ -107,6 +107,20 @@ const char *ckpt_reader_dir(const ckpt_reader *r) { return r->dir; }
 
 void ckpt_reader_get_info(const ckpt_reader *r, ckpt_reader_info *info) { *info = r->info; }
 
+void ckpt_reader_get_stats(const ckpt_reader *r, ckpt_reader_stats *stats) {
+    ckpt_reader *w = (ckpt_reader *)r; /* atomic loads only */
+    *stats = (ckpt_reader_stats){
+        .bytes_read = atomic_load_explicit(&w->io_data.bytes, memory_order_relaxed),
+        .preads = atomic_load_explicit(&w->io_data.calls, memory_order_relaxed),
+        .bytes_read_metadata = atomic_load_explicit(&w->io_meta.bytes, memory_order_relaxed),
+        .preads_metadata = atomic_load_explicit(&w->io_meta.calls, memory_order_relaxed),
+    };
+}
+
+void ckpt_reader_add_read(ckpt_reader *r, uint64_t bytes) {
+    if (r && bytes) ckpt_io_count_add(&r->io_data, bytes);
+}
+
 size_t ckpt_reader_num_entries(const ckpt_reader *r) { return r->nentries; }
 
 const ckpt_entry *ckpt_reader_entry(const ckpt_reader *r, size_t index) {

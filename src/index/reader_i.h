@@ -7,6 +7,7 @@
 #include "torchsave/item.h"
 #include "util/arena.h"
 #include "util/htab.h"
+#include "util/source.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -123,6 +124,8 @@ struct ckpt_reader {
     /* decoded chunks held in memory, most recently used first (under `lock`) */
     ckpt_chunk *lru_head, *lru_tail;
     uint64_t decoded_bytes;
+    /* what preads returned (ckpt_reader_get_stats): data files, metadata files */
+    ckpt_io_count io_data, io_meta;
 };
 
 /* A reader over an in-memory `.metadata` (fuzzing and tests); data files are looked up in

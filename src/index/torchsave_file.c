@@ -177,7 +177,9 @@ static ckpt_status add_one(ckpt_reader *r, const char *name, ckpt_error *err) {
     snprintf(path, plen, "%s/%s", r->dir, name);
     struct stat st;
     if (fstat(fd, &st) != 0) return ckpt_fail(err, CKPT_E_IO, "%s: fstat failed", path);
-    ckpt_source src = {.fd = fd, .base = 0, .len = (uint64_t)st.st_size, .name = path};
+    /* data.pkl and the zip directory count as metadata; tensors are read as data later */
+    ckpt_source src = {
+        .fd = fd, .base = 0, .len = (uint64_t)st.st_size, .name = path, .count = &r->io_meta};
     pk_limits lim = ckpt_metadata_pk_limits(&r->limits, (size_t)st.st_size);
     ts_open_options o = {.max_pickle_bytes = r->limits.max_metadata_bytes, .pickle_limits = &lim};
     ts_item *it = NULL;
@@ -216,15 +218,17 @@ const index_format index_format_torchsave_file = {.name = "torch.save", .add = a
 /* The files of a directory in HuggingFace's torch.save layout: those the index json's
  * weight_map names (*map, in arena a), else the lone pytorch_model.bin.  CKPT_E_NOTFOUND:
  * neither. */
-static ckpt_status bin_files(const char *dir, uint64_t max, ckpt_arena *a, const ckpt_json **map,
-                             const char ***files, size_t *n, ckpt_error *err) {
+static ckpt_status bin_files(const char *dir, uint64_t max, ckpt_io_count *count, ckpt_arena *a,
+                             const ckpt_json **map, const char ***files, size_t *n,
+                             ckpt_error *err) {
     char path[4096];
     struct stat st;
     *map = NULL;
     *files = NULL;
     *n = 0;
     snprintf(path, sizeof path, "%s/%s", dir, BIN_INDEX);
-    if (stat(path, &st) == 0) return ckpt_hf_index_files(path, ".bin", max, a, map, files, n, err);
+    if (stat(path, &st) == 0)
+        return ckpt_hf_index_files(path, ".bin", max, count, a, map, files, n, err);
     snprintf(path, sizeof path, "%s/%s", dir, BIN_ONE);
     if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
         return CKPT_E_NOTFOUND; /* not this format: nothing to say (formats.c) */
@@ -241,7 +245,7 @@ ckpt_dir_kind torch_bin_dir_probe(const char *dir, struct timespec *mtime) {
     const ckpt_json *map;
     const char **files = NULL;
     size_t n = 0;
-    bool complete = a && bin_files(dir, 16u << 20, a, &map, &files, &n, NULL) == CKPT_OK && n;
+    bool complete = a && bin_files(dir, 16u << 20, NULL, a, &map, &files, &n, NULL) == CKPT_OK && n;
     struct timespec newest = {0, 0};
     for (size_t i = 0; complete && i < n; i++) {
         char path[4096];
@@ -265,7 +269,8 @@ static ckpt_status add_bin_dir(ckpt_reader *r, ckpt_error *err) {
     const ckpt_json *map = NULL;
     const char **files = NULL;
     size_t n = 0;
-    ckpt_status s = bin_files(r->dir, r->limits.max_metadata_bytes, a, &map, &files, &n, err);
+    ckpt_status s =
+        bin_files(r->dir, r->limits.max_metadata_bytes, &r->io_meta, a, &map, &files, &n, err);
     for (size_t i = 0; s == CKPT_OK && i < n; i++)
         s = add_one(r, files[i], err);
     /* every tensor the weight_map names is in the file it names (transformers fails else) */

@@ -159,7 +159,7 @@ static ckpt_status read_window(ckpt_load *l, const wpart *w, size_t nw, uint8_t 
     if (!jobs) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
     for (size_t i = 0; i < nw; i++) {
         jobs[i] = (io_job){w[i].r.file, w[i].r.off, w[i].r.len, stage + w[i].stage, stage};
-        l->stats.bytes_read += w[i].r.len;
+        l->stats.bytes_read_plan += w[i].r.len;
     }
     ckpt_status s = io_pool_read(l->io, l->r, jobs, nw, l->io_piece, err);
     free(jobs);
@@ -181,7 +181,7 @@ static ckpt_status read_direct(ckpt_load *l, const load_plan *p, ckpt_error *err
             jobs[p->ndirect - ++ndev] = j;
         else
             jobs[nhost++] = j;
-        l->stats.bytes_read += d->len;
+        l->stats.bytes_read_plan += d->len;
     }
     /* the device jobs back in plan order, so that consecutive runs merge into one copy */
     for (size_t a = nhost, b = p->ndirect; a + 1 < b; a++, b--) {

@@ -57,6 +57,7 @@ static void run_task(io_pool *p, const io_task *t) {
             pthread_mutex_unlock(&p->mu);
             return;
         }
+        ckpt_reader_add_read(p->r, (uint64_t)k); /* what the call returned, for the stats */
         done += (uint64_t)k;
     }
 }

@@ -300,14 +300,17 @@ static void log_stats(const ckpt_load *l) {
     if (!dbg || !*dbg || *dbg == '0') return;
     const ckpt_load_stats *s = &l->stats;
     fprintf(stderr,
-            "ckpt_load rank %d/%d: requested %llu B, read %llu B, sent %llu B, received %llu B, "
+            "ckpt_load rank %d/%d: requested %llu B, read %llu B in %llu preads (planned %llu B; "
+            "metadata %llu B), sent %llu B, received %llu B, "
             "local %llu B, to device %llu B, union %llu B, %u rounds, over %s (NCCL sent %llu B, "
             "received %llu B); %u I/O threads; setup %.3f s (NCCL init %.3f s), plan %.3f s, "
             "read %.3f s, exchange %.3f s, total %.3f s\n",
             l->rank, l->size, (unsigned long long)s->bytes_requested,
-            (unsigned long long)s->bytes_read, (unsigned long long)s->bytes_sent,
-            (unsigned long long)s->bytes_received, (unsigned long long)s->bytes_local,
-            (unsigned long long)s->bytes_device, (unsigned long long)s->union_bytes, s->rounds,
+            (unsigned long long)s->bytes_read, (unsigned long long)s->preads,
+            (unsigned long long)s->bytes_read_plan, (unsigned long long)s->bytes_read_metadata,
+            (unsigned long long)s->bytes_sent, (unsigned long long)s->bytes_received,
+            (unsigned long long)s->bytes_local, (unsigned long long)s->bytes_device,
+            (unsigned long long)s->union_bytes, s->rounds,
             s->transport == CKPT_LOAD_TRANSPORT_NCCL ? "NCCL" : "the host transport",
             (unsigned long long)s->bytes_sent_nccl, (unsigned long long)s->bytes_received_nccl,
             s->io_threads, s->seconds_setup, s->seconds_nccl_init, s->seconds_plan, s->seconds_read,
@@ -352,6 +355,8 @@ ckpt_status ckpt_load_execute(ckpt_load *l, const ckpt_load_options *opts, ckpt_
     if (o.io_threads > 64) o.io_threads = 64;
     l->io_piece = o.io_piece_bytes ? o.io_piece_bytes : LOAD_IO_PIECE;
     memset(&l->stats, 0, sizeof l->stats);
+    ckpt_reader_stats io0;
+    ckpt_reader_get_stats(l->r, &io0);
     double t0 = now();
     int dev_here = 0, host_here = 0;
     for (size_t i = 0; i < l->nreqs; i++) {
@@ -425,7 +430,6 @@ ckpt_status ckpt_load_execute(ckpt_load *l, const ckpt_load_options *opts, ckpt_
     if (o.mode == CKPT_LOAD_INDEPENDENT) {
         for (size_t i = 0; s == CKPT_OK && i < l->nreqs; i++) {
             s = read_whole(l, &l->reqs[i], err);
-            l->stats.bytes_read += l->reqs[i].size;
         }
         if (s == CKPT_OK && dev_here) s = dev_sink_finish(l->dev, err);
         l->stats.seconds_read = now() - t_setup;
@@ -460,6 +464,11 @@ ckpt_status ckpt_load_execute(ckpt_load *l, const ckpt_load_options *opts, ckpt_
         dev_sink_finish(l->dev, &ignored);
     }
     l->nreqs = 0;
+    ckpt_reader_stats io1;
+    ckpt_reader_get_stats(l->r, &io1);
+    l->stats.bytes_read = io1.bytes_read - io0.bytes_read;
+    l->stats.preads = io1.preads - io0.preads;
+    l->stats.bytes_read_metadata = io1.bytes_read_metadata;
     l->stats.seconds_total = now() - t0;
     log_stats(l);
     return s;

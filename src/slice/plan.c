@@ -138,8 +138,10 @@ ckpt_status ckpt_plan_execute(ckpt_reader *r, const ckpt_entry *e, const ckpt_pl
                 int fd = ckpt_files_fd(r, (uint32_t)pc->file_id, err);
                 if (fd < 0) return err ? err->code : CKPT_E_IO;
                 file.file_id = pc->file_id;
-                file.src = (ckpt_source){
-                    .fd = fd, .len = UINT64_MAX / 2, .name = r->files[pc->file_id].name};
+                file.src = (ckpt_source){.fd = fd,
+                                         .len = UINT64_MAX / 2,
+                                         .name = r->files[pc->file_id].name,
+                                         .count = &r->io_data};
             }
             CKPT_TRY(ckpt_source_read(&file.src, pc->file_offset, out + pc->dst_offset, pc->length,
                                       err));

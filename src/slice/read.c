@@ -20,7 +20,10 @@ static ckpt_status file_source(ckpt_reader *r, const ckpt_chunk *c, ckpt_source 
                                ckpt_error *err) {
     int fd = ckpt_files_fd(r, (uint32_t)c->loc.file_id, err);
     if (fd < 0) return err ? err->code : CKPT_E_IO;
-    *src = (ckpt_source){.fd = fd, .len = UINT64_MAX / 2, .name = r->files[c->loc.file_id].name};
+    *src = (ckpt_source){.fd = fd,
+                         .len = UINT64_MAX / 2,
+                         .name = r->files[c->loc.file_id].name,
+                         .count = &r->io_data};
     return CKPT_OK;
 }
 

@@ -36,6 +36,7 @@ ckpt_status ckpt_source_read(const ckpt_source *src, uint64_t off, void *buf, ui
         if (n == 0) /* the range passes the end of the file (truncated, or a bad range) */
             return ckpt_fail(err, CKPT_E_RANGE, "%s: unexpected end of file at offset %llu", name,
                              (unsigned long long)(src->base + off + done));
+        ckpt_io_count_add(src->count, (uint64_t)n);
         done += (uint64_t)n;
     }
     return CKPT_OK;

@@ -6,20 +6,38 @@
 #include "ckpt.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/stat.h>
 
+/* What the preads of one kind of file returned (a reader's data files, its metadata files):
+ * bytes, and calls that returned bytes.  Any thread adds (relaxed atomics: totals only). */
+typedef struct ckpt_io_count {
+    _Atomic uint64_t bytes;
+    _Atomic uint64_t calls;
+} ckpt_io_count;
+
+/* Adds one pread's result (n > 0) to c; c may be NULL. */
+static inline void ckpt_io_count_add(ckpt_io_count *c, uint64_t n) {
+    if (!c) return;
+    atomic_fetch_add_explicit(&c->bytes, n, memory_order_relaxed);
+    atomic_fetch_add_explicit(&c->calls, 1, memory_order_relaxed);
+}
+
 typedef struct ckpt_source {
-    int fd;             /* -1 for memory sources */
-    uint64_t base;      /* file offset of byte 0 of the window */
-    uint64_t len;       /* window length */
-    const uint8_t *mem; /* memory source, or NULL */
-    const char *name;   /* for error messages: the file path or a description */
+    int fd;               /* -1 for memory sources */
+    uint64_t base;        /* file offset of byte 0 of the window */
+    uint64_t len;         /* window length */
+    const uint8_t *mem;   /* memory source, or NULL */
+    const char *name;     /* for error messages: the file path or a description */
+    ckpt_io_count *count; /* file sources: where each pread's returned bytes are added, or
+                             NULL (not counted); copies of a source (windows of it) keep it */
 } ckpt_source;
 
-/* Reads exactly `len` bytes at `off` (relative to the window).  Fails with CKPT_E_RANGE if
+/* Reads exactly `len` bytes at `off` (relative to the window), adding what each pread
+ * returned to src->count.  Fails with CKPT_E_RANGE if
  * the range leaves the window and CKPT_E_IO on a short read (message names file + offset). */
 ckpt_status ckpt_source_read(const ckpt_source *src, uint64_t off, void *buf, uint64_t len,
                              ckpt_error *err);

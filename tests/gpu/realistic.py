@@ -75,5 +75,5 @@ def load_and_compare(ckpt: Path, ref, m: int, dim: int, transport: str, out: Pat
     assert [p["device"] for p in per] == [p["requested"] for p in per], stats
     if mode == "collective":
         assert all(p["transport"] == transport for p in per), stats
-        assert sum(p["read"] for p in per) == stats["union_bytes"], stats  # each byte once
+        assert sum(p["read_plan"] for p in per) == stats["union_bytes"], stats  # each byte once
     return stats

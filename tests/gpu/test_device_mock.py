@@ -46,7 +46,7 @@ def test_device_layouts_equal_torch(name, tmp_path):
     for m, dim, direct in ((1, 0, "1"), (2, 1, "1"), (3, 0, "never"), (3, 1, "1")):
         out = tmp_path / f"m{m}d{dim}"
         stats, _ = device_check(fx, m, dim, out, direct=direct, leak=m == 3 and dim == 0)
-        assert sum(p["read"] for p in stats["per_rank"]) == stats["union_bytes"]
+        assert sum(p["read_plan"] for p in stats["per_rank"]) == stats["union_bytes"]
         shutil.rmtree(out)
 
 
@@ -175,3 +175,18 @@ def test_no_device_fails_everywhere(tmp_path):
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "no usable CUDA device" in r.stderr
+
+
+@pytest.mark.parametrize("extra", [("--layout", "dim1", "--direct-min", "1"),
+                                   ("--layout", "dim1", "--direct-min", "never"),
+                                   ("--layout", "dim1", "--mode", "independent")],
+                         ids=["in-place", "exchanged", "independent"])
+def test_device_counters_equal_strace(extra, tmp_path):
+    """The device paths count what their preads returned: in-place runs read into the pinned
+    staging, exchanged bytes, the independent mode's slabs — each rank's read, preads and
+    read_metadata equal strace's count of its read syscalls (tests/mpi/test_load_counters.py)."""
+    import test_load_counters as tc  # noqa: E402  (skips without strace)
+    stats, tallies = tc.traced_load(FIXTURES / "fsdp2_ws4" / "ckpt", 2, tmp_path, "--device",
+                                    "cuda", "--transport", "mpi", *extra)
+    tc.check_exact(stats, tallies)
+    assert all(p["device"] == p["requested"] > 0 for p in stats["per_rank"]), stats

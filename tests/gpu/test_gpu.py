@@ -125,7 +125,7 @@ def main_nccl() -> int:
                             assert [p["sent_nccl"] for p in per] == [p["sent"] for p in per]
                             assert [p["received_nccl"] for p in per] == [p["received"] for p in per]
                             assert [p["device"] for p in per] == [p["requested"] for p in per]
-                            assert sum(p["read"] for p in per) == dev["union_bytes"]
+                            assert sum(p["read_plan"] for p in per) == dev["union_bytes"]
                             for f in (t / "host").rglob("*"):
                                 if f.is_file():
                                     g = t / "dev" / f.relative_to(t / "host")
@@ -167,7 +167,7 @@ def main() -> int:
                             host, _ = tl.check(fx, m, dim, t / "host", direct=direct, extra=extra)
                             per = dev["per_rank"]
                             assert [p["device"] for p in per] == [p["requested"] for p in per]
-                            assert sum(p["read"] for p in per) == dev["union_bytes"]
+                            assert sum(p["read_plan"] for p in per) == dev["union_bytes"]
                             for f in (t / "host").rglob("*"):
                                 if f.is_file():
                                     g = t / "dev" / f.relative_to(t / "host")

@@ -50,7 +50,7 @@ def nccl_check(fx, m, dim, out, direct="4K", extra=(), leak=False):
     assert [p["received_nccl"] for p in per] == [p["received"] for p in per], stats
     assert sum(p["sent"] for p in per) == sum(p["received"] for p in per)
     assert [p["device"] for p in per] == [p["requested"] for p in per], stats
-    assert sum(p["read"] for p in per) == stats["union_bytes"]
+    assert sum(p["read_plan"] for p in per) == stats["union_bytes"]
     return stats
 
 

@@ -98,7 +98,7 @@ int main(int argc, char **argv) {
     }
     ckpt_load_stats st;
     ckpt_load_get_stats(l, &st);
-    unsigned long long read = st.bytes_read + st.bytes_local, total = 0;
+    unsigned long long read = st.bytes_read_plan + st.bytes_local, total = 0;
     MPI_Allreduce(&read, &total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
     if (total != needed || st.union_bytes != needed) {
         if (rank == 0)

@@ -45,7 +45,7 @@ def check(fx: Path, spec: str, out: Path, extra=(), opts=(), layout=None, leak=F
                opts=opts, leak=leak)
     assert r.returncode == 0, (fx.name, spec, r.stdout + r.stderr)
     stats = json.loads(r.stdout.strip().splitlines()[-1])
-    assert sum(p["read"] for p in stats["per_rank"]) == stats["union_bytes"], (fx.name, spec)
+    assert sum(p["read_plan"] for p in stats["per_rank"]) == stats["union_bytes"], (fx.name, spec)
     ref, _ = tensors(fx)
     check_dumps(out, ref, m, lambda raw, dt, shape, k: expect(raw, dt, shape, spec, k),
                 (fx.name, spec))

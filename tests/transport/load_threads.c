@@ -526,7 +526,7 @@ int main(int argc, char **argv) {
         rc |= runs[k].status != CKPT_OK;
     }
     for (int k = 0; k < h.size; k++)
-        printf("stats\t%d\t%llu\t%llu\t%d\n", k, (unsigned long long)runs[k].stats.bytes_read,
+        printf("stats\t%d\t%llu\t%llu\t%d\n", k, (unsigned long long)runs[k].stats.bytes_read_plan,
                (unsigned long long)runs[k].stats.union_bytes, runs[k].calls);
     free(h.slots);
     free(runs);

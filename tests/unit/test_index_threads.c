@@ -349,7 +349,7 @@ Test(index_threads, big_metadata_through_a_window, .init = mk_tmp, .fini = rm_tm
     cr_assert_eq(fwrite(p, 1, plen, f), plen);
     fclose(f);
     ckpt_metadata_stream *ms;
-    cr_assert_eq(ckpt_metadata_stream_open(meta, UINT64_MAX, &ms, &err), CKPT_OK, "%s",
+    cr_assert_eq(ckpt_metadata_stream_open(meta, UINT64_MAX, NULL, &ms, &err), CKPT_OK, "%s",
                  err.message);
     pk_doc *sdoc, *bdoc;
     cr_assert_eq(pk_decode_input(ckpt_metadata_stream_input(ms), NULL, &sdoc, &err), CKPT_OK, "%s",

@@ -436,6 +436,7 @@ static int run(int argc, char **argv, int rank, int size) {
         for (int k = 0; k < size; k++) {
             sum.bytes_requested += all[k].bytes_requested;
             sum.bytes_read += all[k].bytes_read;
+            sum.bytes_read_metadata += all[k].bytes_read_metadata;
             sum.bytes_sent += all[k].bytes_sent;
             sum.bytes_local += all[k].bytes_local;
             if (all[k].seconds_total > wall) wall = all[k].seconds_total;
@@ -449,7 +450,8 @@ static int run(int argc, char **argv, int rank, int size) {
                        "\"read_s\": "
                        "%.6f, \"exchange_s\": %.6f, \"total_s\": %.6f, \"transport\": \"%s\", "
                        "\"sent_nccl\": %llu, \"received_nccl\": %llu, \"nccl_init_s\": %.6f, "
-                       "\"io_threads\": %u, \"setup_s\": %.6f}",
+                       "\"io_threads\": %u, \"setup_s\": %.6f, \"preads\": %llu, \"read_plan\": "
+                       "%llu, \"read_metadata\": %llu}",
                        k ? ", " : "", (unsigned long long)all[k].bytes_requested,
                        (unsigned long long)all[k].bytes_read, (unsigned long long)all[k].bytes_sent,
                        (unsigned long long)all[k].bytes_received,
@@ -459,17 +461,20 @@ static int run(int argc, char **argv, int rank, int size) {
                        all[k].transport == CKPT_LOAD_TRANSPORT_NCCL ? "nccl" : "mpi",
                        (unsigned long long)all[k].bytes_sent_nccl,
                        (unsigned long long)all[k].bytes_received_nccl, all[k].seconds_nccl_init,
-                       all[k].io_threads, all[k].seconds_setup);
+                       all[k].io_threads, all[k].seconds_setup, (unsigned long long)all[k].preads,
+                       (unsigned long long)all[k].bytes_read_plan,
+                       (unsigned long long)all[k].bytes_read_metadata);
             printf("]}\n");
         } else {
-            char a[32], b[32], c[32], d[32];
+            char a[32], b[32], c[32], d[32], e[32];
             printf("loaded %s into %d ranks (layout %s, %s) in %.3f s: read %s from storage "
-                   "(needed %s once), sent %s between ranks%s\n",
+                   "(needed %s once; metadata %s), sent %s between ranks%s\n",
                    cli_human_size(sum.bytes_requested, a, sizeof a), size,
                    map_file ? "per key" : spec_text,
                    o.mode == CKPT_LOAD_INDEPENDENT ? "independent" : "collective", wall,
-                   cli_human_size(sum.bytes_read + sum.bytes_local, b, sizeof b),
+                   cli_human_size(sum.bytes_read, b, sizeof b),
                    cli_human_size(all[0].union_bytes, c, sizeof c),
+                   cli_human_size(sum.bytes_read_metadata, e, sizeof e),
                    cli_human_size(sum.bytes_sent, d, sizeof d),
                    all[0].transport == CKPT_LOAD_TRANSPORT_NCCL ? " over NCCL" : "");
         }
