@@ -3,10 +3,10 @@
  * the first file, u16 length of the index (0: no index), then the first file, the index and
  * the second file (the rest), little endian.  They are written into a private directory that
  * is then probed, opened as a checkpoint (headers, DCP_SHARDING_INFO, chunks merged across
- * the files, the index's weight_map) and dumped as JSON.  Every tensor is read (small ones
- * whole, each through a region of its first element too) and every layout checked. */
+ * the files, the index's weight_map), read (read_all.h) and dumped as JSON. */
 #include "ckpt.h"
 #include "index/metadata_files.h"
+#include "read_all.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -70,29 +70,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ckpt_reader *r = NULL;
     ckpt_error err;
     if (ckpt_reader_open(dir, &opts, &r, &err) == CKPT_OK) {
-        uint64_t bad;
-        ckpt_reader_check_ranges(r, NULL, NULL, &bad);
-        for (size_t i = 0; i < ckpt_reader_num_entries(r); i++) {
-            const ckpt_entry *e = ckpt_reader_entry(r, i);
-            ckpt_entry_check_layout(e, &err);
-            uint64_t n = ckpt_entry_nbytes(e);
-            if (n <= (1u << 20)) {
-                uint8_t *buf = malloc(n ? n : 1);
-                if (!buf) abort();
-                ckpt_read_tensor(r, e, buf, n, &err);
-                free(buf);
-            }
-            int nd = ckpt_entry_ndim(e);
-            const int64_t *shape = ckpt_entry_shape(e);
-            int64_t start[CKPT_MAX_NDIM] = {0}, count[CKPT_MAX_NDIM];
-            bool empty = false;
-            for (int d = 0; d < nd; d++) {
-                count[d] = 1;
-                empty |= shape[d] == 0;
-            }
-            uint8_t one[16];
-            if (!empty) ckpt_read_region(r, e, start, count, one, sizeof one, &err);
-        }
+        fuzz_read_all(r);
         ckpt_reader_free(r);
     }
     char *json = NULL;
