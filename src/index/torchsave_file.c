@@ -183,7 +183,16 @@ static ckpt_status add_one(ckpt_reader *r, const char *name, ckpt_error *err) {
     pk_limits lim = ckpt_metadata_pk_limits(&r->limits, (size_t)st.st_size);
     ts_open_options o = {.max_pickle_bytes = r->limits.max_metadata_bytes, .pickle_limits = &lim};
     ts_item *it = NULL;
-    CKPT_TRY(ts_item_open(&src, &o, &it, err));
+    ckpt_status os = ts_item_open(&src, &o, &it, err);
+    uint8_t head[2] = {0, 0}; /* legacy torch.save: a pickle protocol 2 magic number first */
+    if (os == CKPT_E_FORMAT && ckpt_source_read(&src, 0, head, 2, NULL) == CKPT_OK &&
+        head[0] == 0x80 && head[1] == 2)
+        return ckpt_fail(err, CKPT_E_UNSUPPORTED,
+                         "%s: a legacy torch.save file (torch < 1.6, or "
+                         "_use_new_zipfile_serialization=False): not read; save it again with "
+                         "torch.save",
+                         path);
+    CKPT_TRY(os);
     ts_item **m = realloc(r->owned_items, (r->nowned + 1) * sizeof *m);
     if (!m) {
         ts_item_free(it);

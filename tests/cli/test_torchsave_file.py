@@ -121,7 +121,7 @@ def test_paths_keep_the_elements(saved):
 def test_legacy_file_is_refused_naming_it(saved):
     r = ckpt("ls", saved / "legacy.pt")
     assert r.returncode != 0 and r.returncode < 128
-    assert "legacy.pt" in r.stderr.decode(), r.stderr
+    assert "legacy.pt: a legacy torch.save file" in r.stderr.decode(), r.stderr
 
 
 @pytest.mark.skipif(not FS_BIN, reason="ckptfs not built")
