@@ -4,9 +4,23 @@
 #include "fixture_ref.h"
 
 #include <criterion/criterion.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#endif
+
+/* Under valgrind the tool's own reads (symbols, /proc) land in this process's rchar too: the
+ * counters are then only checked for what they must hold regardless. */
+static bool under_valgrind(void) {
+#ifdef RUNNING_ON_VALGRIND
+    if (RUNNING_ON_VALGRIND) return true;
+#endif
+    const char *p = getenv("LD_PRELOAD");
+    return p && strstr(p, "vgpreload");
+}
 
 /* rchar of /proc/self/io: the bytes every read syscall of this process returned so far.
  * *own: the bytes this read of /proc/self/io itself returned (rchar counts them next time). */
@@ -43,10 +57,12 @@ Test(read_stats, equal_rchar, .timeout = 120) {
         unsigned long long r1 = rchar_now(&own1);
         ckpt_reader_stats st;
         ckpt_reader_get_stats(r, &st);
-        cr_expect_eq(st.bytes_read + st.bytes_read_metadata, r1 - r0 - own0,
-                     "%s: open: counted %llu + %llu, rchar %llu", f.name,
-                     (unsigned long long)st.bytes_read, (unsigned long long)st.bytes_read_metadata,
-                     r1 - r0 - own0);
+        bool exact = !under_valgrind();
+        if (exact)
+            cr_expect_eq(st.bytes_read + st.bytes_read_metadata, r1 - r0 - own0,
+                         "%s: open: counted %llu + %llu, rchar %llu", f.name,
+                         (unsigned long long)st.bytes_read,
+                         (unsigned long long)st.bytes_read_metadata, r1 - r0 - own0);
         cr_expect_gt(st.bytes_read_metadata, 0, "%s", f.name);
         cr_expect_gt(st.preads_metadata, 0, "%s", f.name);
         for (int pass = 0; pass < 2; pass++) {
@@ -67,8 +83,9 @@ Test(read_stats, equal_rchar, .timeout = 120) {
             ckpt_reader_get_stats(r, &b);
             unsigned long long got =
                 (b.bytes_read - a.bytes_read) + (b.bytes_read_metadata - a.bytes_read_metadata);
-            cr_expect_eq(got, r1 - r0 - own0, "%s: pass %d: counted %llu, rchar %llu", f.name, pass,
-                         got, r1 - r0 - own0);
+            if (exact)
+                cr_expect_eq(got, r1 - r0 - own0, "%s: pass %d: counted %llu, rchar %llu", f.name,
+                             pass, got, r1 - r0 - own0);
             cr_expect_eq(b.bytes_read_metadata, a.bytes_read_metadata, "%s", f.name);
             if (pass == 0 && strcmp(f.name, "zstd") != 0)
                 cr_expect_geq(got, needed, "%s: read %llu of %llu needed", f.name, got, needed);
