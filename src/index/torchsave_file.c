@@ -121,13 +121,14 @@ static ckpt_status add_leaf(walk *w, const pk_value *v, ckpt_error *err) {
         e->problem = index_problemf(r->arena, "%s", terr.message);
         return CKPT_OK;
     }
-    int64_t *shape = ckpt_arena_alloc(r->arena, (size_t)(t.ndim ? t.ndim : 1) * 3 * sizeof *shape);
+    /* the shape, then the chunk's offsets (all 0); the one chunk's sizes are the shape */
+    size_t nd = (size_t)(t.ndim ? t.ndim : 1);
+    int64_t *shape = ckpt_arena_alloc(r->arena, nd * 2 * sizeof *shape);
     ckpt_chunk *c = ckpt_arena_alloc(r->arena, sizeof *c);
     if (!shape || !c) return index_nomem(err);
     memcpy(shape, t.shape, (size_t)t.ndim * sizeof *shape);
-    int64_t *offsets = shape + (t.ndim ? t.ndim : 1), *sizes = offsets + (t.ndim ? t.ndim : 1);
+    int64_t *offsets = shape + nd;
     memset(offsets, 0, (size_t)t.ndim * sizeof *offsets);
-    memcpy(sizes, t.shape, (size_t)t.ndim * sizeof *sizes);
     e->dtype = t.dtype;
     e->ndim = t.ndim;
     e->shape = shape;
@@ -137,7 +138,7 @@ static ckpt_status add_leaf(walk *w, const pk_value *v, ckpt_error *err) {
     if (bad) e->problem = bad;
     memset(c, 0, sizeof *c);
     c->offsets = offsets;
-    c->sizes = sizes;
+    c->sizes = shape;
     c->numel = e->numel;
     c->loc.file_id = -1;
     e->chunks = c;

@@ -253,7 +253,7 @@ static ckpt_status scan(ckpt_tree *t, ckpt_error *err) {
     struct dirent *de;
     ckpt_status s = CKPT_OK;
     while (order && (de = readdir(d))) {
-        if (de->d_name[0] == '.' || strcmp(de->d_name, "latest") == 0) continue; /* ours */
+        if (!run_step_name_ok(de->d_name)) continue; /* hidden, or our `latest` */
         char path[4096];
         struct timespec mt;
         if ((size_t)snprintf(path, sizeof path, "%s/%s", t->dir, de->d_name) >= sizeof path)
