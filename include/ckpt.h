@@ -92,6 +92,12 @@ size_t ckpt_dtype_itemsize(ckpt_dtype dt);
 /* The safetensors name ("BF16", "F8_E4M3", "C64"...) of a dtype that safetensors files and
  * safetensors.torch both handle; NULL for the others (complex128, float8_e8m0fnu). */
 const char *ckpt_dtype_safetensors_name(ckpt_dtype dt);
+/* The oldest torch release whose dcp.load loads a tensor of this dtype, as major * 100 + minor:
+ * 206 (torch 2.6) for uint16, uint32 and uint64 (torch.load's weights_only unpickler, which
+ * dcp.load uses for every tensor, refuses them before), 207 for float8_e8m0fnu (new in 2.7),
+ * 204 for every other dtype (2.4 is the oldest release that reads the .metadata the saver
+ * writes; older ones were not checked).  0 for CKPT_DTYPE_INVALID. */
+int ckpt_dtype_torch_min(ckpt_dtype dt);
 /* Parses a torch name, with or without a "torch." prefix; also accepts aliases
  * ("float", "half", "long", "bf16", ...).  CKPT_DTYPE_INVALID if unknown. */
 ckpt_dtype ckpt_dtype_from_name(const char *name);

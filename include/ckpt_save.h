@@ -63,6 +63,14 @@ typedef struct ckpt_save_options {
      * too many values to unpack (expected 5)" on the 6-tuple), torch 2.15 reads both and uses
      * the strides in no load.  Set it only for a reader that needs the field. */
     bool tensor_properties_strides;
+    /* The torch release that will load the checkpoint, as major * 100 + minor (211 = 2.11);
+     * 0: no target (what is written may then need a newer torch than 2.4: see
+     * ckpt_dtype_torch_min).  With a target, ckpt_save_file_add_tensor refuses a tensor whose
+     * dtype that release cannot load (CKPT_E_UNSUPPORTED, naming the key, the dtype and the
+     * release needed), and ckpt_save_begin / ckpt_save_file_open refuse a target below 204
+     * (torch 2.4 reads no .metadata the saver writes) or tensor_properties_strides with a
+     * target below 215 (CKPT_E_INVAL). */
+    int torch_target;
 } ckpt_save_options;
 
 /* Whether this build can save from CUDA device memory (the cuda meson feature). */

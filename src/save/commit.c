@@ -31,6 +31,7 @@ ckpt_status ckpt_save_begin(const char *dir, const ckpt_save_options *opts, ckpt
                             ckpt_error *err) {
     *out = NULL;
     if (!dir || !*dir) return ckpt_fail(err, CKPT_E_INVAL, "no directory");
+    CKPT_TRY(save_options_check(opts, err));
     size_t n = strlen(dir);
     while (n > 1 && dir[n - 1] == '/')
         n--;

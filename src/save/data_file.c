@@ -27,6 +27,7 @@ struct ckpt_save_file {
     uint64_t staging_bytes; /* of the device pipeline */
     save_dev *dev;          /* NULL until the first device piece */
     uint64_t bytes_device;
+    int torch_target; /* ckpt_save_options.torch_target */
 };
 
 bool ckpt_save_has_cuda(void) { return save_dev_supported(); }
@@ -40,6 +41,31 @@ ckpt_status save_memory_check(ckpt_save_memory m, ckpt_error *err) {
         return ckpt_fail(err, CKPT_E_UNSUPPORTED,
                          "a CUDA device buffer, but this build has no CUDA support");
     return CKPT_OK;
+}
+
+ckpt_status save_options_check(const ckpt_save_options *opts, ckpt_error *err) {
+    if (!opts || !opts->torch_target) return CKPT_OK;
+    int t = opts->torch_target;
+    if (t < 204)
+        return ckpt_fail(err, CKPT_E_INVAL,
+                         "target torch %d.%d: releases before 2.4 cannot read the .metadata the "
+                         "saver writes (StorageMeta came in 2.4)",
+                         t / 100, t % 100);
+    if (opts->tensor_properties_strides && t < 215)
+        return ckpt_fail(err, CKPT_E_INVAL,
+                         "target torch %d.%d cannot read TensorProperties with strides "
+                         "(tensor_properties_strides needs 2.15)",
+                         t / 100, t % 100);
+    return CKPT_OK;
+}
+
+ckpt_status save_dtype_check(int torch_target, ckpt_dtype dt, const char *key, ckpt_error *err) {
+    int need = ckpt_dtype_torch_min(dt);
+    if (!torch_target || need <= torch_target) return CKPT_OK;
+    return ckpt_fail(err, CKPT_E_UNSUPPORTED,
+                     "key '%s': torch %d.%d cannot load a %s tensor (needs torch %d.%d or later)",
+                     key, torch_target / 100, torch_target % 100, ckpt_dtype_name(dt), need / 100,
+                     need % 100);
 }
 
 void ckpt_save_desc_free(ckpt_save_desc *d) {
@@ -57,10 +83,12 @@ ckpt_status ckpt_save_file_open(const char *dir, uint32_t rank, const ckpt_save_
                                 ckpt_save_file **out, ckpt_error *err) {
     *out = NULL;
     if (!dir) return ckpt_fail(err, CKPT_E_INVAL, "no directory");
+    CKPT_TRY(save_options_check(opts, err));
     ckpt_save_file *f = calloc(1, sizeof *f);
     if (!f) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
     f->fd = -1;
     f->no_fsync = opts && opts->no_fsync;
+    f->torch_target = opts ? opts->torch_target : 0;
     f->staging_bytes =
         opts && opts->device_staging_bytes ? opts->device_staging_bytes : SAVE_DEV_STAGING;
     f->desc = calloc(1, sizeof *f->desc);
@@ -138,6 +166,7 @@ ckpt_status ckpt_save_file_add_tensor(ckpt_save_file *f, const ckpt_save_key *ke
     save_item *it = save_desc_push(f->desc);
     if (!it) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
     ckpt_status s = save_key_resolve(key, it, err);
+    if (s == CKPT_OK) s = save_dtype_check(f->torch_target, t->dtype, it->key, err);
     int nd = t->ndim;
     uint64_t numel = 1, nbytes = 0;
     if (s == CKPT_OK && nd) {

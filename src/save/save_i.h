@@ -45,6 +45,12 @@ ckpt_status save_key_resolve(const ckpt_save_key *k, save_item *it, ckpt_error *
 /* CKPT_E_INVAL for an unknown ckpt_save_memory, CKPT_E_UNSUPPORTED for CUDA memory in a
  * build without CUDA (data_file.c). */
 ckpt_status save_memory_check(ckpt_save_memory m, ckpt_error *err);
+/* CKPT_E_INVAL for a torch_target below 204, or tensor_properties_strides with a target
+ * below 215 (ckpt_save_options.torch_target); CKPT_OK for NULL options. */
+ckpt_status save_options_check(const ckpt_save_options *opts, ckpt_error *err);
+/* CKPT_E_UNSUPPORTED naming `key` when a tensor of `dt` cannot be loaded by the target torch
+ * (0: none, always CKPT_OK). */
+ckpt_status save_dtype_check(int torch_target, ckpt_dtype dt, const char *key, ckpt_error *err);
 /* Tensor bytes a data file stored from device memory. */
 uint64_t save_file_bytes_device(const ckpt_save_file *f);
 

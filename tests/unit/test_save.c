@@ -524,3 +524,57 @@ Test(save, random_sharded_tensors_read_back_bit_exact, .init = mk_tmp, .fini = r
         free(g);
     }
 }
+
+Test(save, torch_target_refuses_what_that_release_cannot_load, .init = mk_tmp, .fini = rm_tmp) {
+    cr_assert_eq(ckpt_dtype_torch_min(CKPT_DTYPE_FLOAT32), 204);
+    cr_assert_eq(ckpt_dtype_torch_min(CKPT_DTYPE_FLOAT8_E4M3FN), 204);
+    cr_assert_eq(ckpt_dtype_torch_min(CKPT_DTYPE_UINT16), 206);
+    cr_assert_eq(ckpt_dtype_torch_min(CKPT_DTYPE_UINT64), 206);
+    cr_assert_eq(ckpt_dtype_torch_min(CKPT_DTYPE_FLOAT8_E8M0FNU), 207);
+    cr_assert_eq(ckpt_dtype_torch_min(CKPT_DTYPE_INVALID), 0);
+    ckpt_error err;
+    ckpt_save_txn *txn;
+    ckpt_save_file *f;
+    char dir[128];
+    snprintf(dir, sizeof dir, "%s/step", tmp);
+    ckpt_save_options o = {.no_fsync = true, .torch_target = 203};
+    cr_assert_eq(ckpt_save_begin(dir, &o, &txn, &err), CKPT_E_INVAL);
+    cr_assert(strstr(err.message, "before 2.4"), "%s", err.message);
+    cr_assert_eq(ckpt_save_file_open(tmp, 0, &o, &f, &err), CKPT_E_INVAL);
+    o = (ckpt_save_options){
+        .no_fsync = true, .torch_target = 211, .tensor_properties_strides = true};
+    cr_assert_eq(ckpt_save_begin(dir, &o, &txn, &err), CKPT_E_INVAL);
+    cr_assert(strstr(err.message, "2.15"), "%s", err.message);
+    o.tensor_properties_strides = false;
+    cr_assert_eq(ckpt_save_file_open(tmp, 0, &o, &f, &err), CKPT_OK, "%s", err.message);
+    int64_t shape[1] = {2};
+    uint16_t data[2] = {1, 2};
+    ckpt_save_key k = {.path = "model/u16"};
+    ckpt_save_tensor t = {
+        .dtype = CKPT_DTYPE_UINT16, .ndim = 1, .global_shape = shape, .data = data, .data_size = 4};
+    o.torch_target = 205; /* the file keeps the target it was opened with (2.11) */
+    cr_assert_eq(ckpt_save_file_add_tensor(f, &k, &t, &err), CKPT_OK, "%s", err.message);
+    ckpt_save_desc *d;
+    cr_assert_eq(ckpt_save_file_finish(f, &d, &err), CKPT_OK);
+    ckpt_save_file_free(f);
+    /* .metadata for a 2.5 target: the description's uint16 tensor is refused by key */
+    const ckpt_save_desc *ds[1] = {d};
+    cr_assert_eq(ckpt_save_write_metadata(tmp, ds, 1, &o, &err), CKPT_E_UNSUPPORTED);
+    cr_assert(strstr(err.message, "'model.u16'") && strstr(err.message, "torch 2.6"), "%s",
+              err.message);
+    o.torch_target = 206;
+    cr_assert_eq(ckpt_save_write_metadata(tmp, ds, 1, &o, &err), CKPT_OK, "%s", err.message);
+    ckpt_save_desc_free(d);
+    /* a file opened for 2.5 refuses the tensor itself */
+    char sub[128];
+    snprintf(sub, sizeof sub, "%s/b", tmp);
+    cr_assert_eq(mkdir(sub, 0755), 0);
+    o.torch_target = 205;
+    cr_assert_eq(ckpt_save_file_open(sub, 0, &o, &f, &err), CKPT_OK, "%s", err.message);
+    cr_assert_eq(ckpt_save_file_add_tensor(f, &k, &t, &err), CKPT_E_UNSUPPORTED);
+    cr_assert(strstr(err.message, "torch 2.5 cannot load a uint16 tensor (needs torch 2.6"), "%s",
+              err.message);
+    t.dtype = CKPT_DTYPE_INT16;
+    cr_assert_eq(ckpt_save_file_add_tensor(f, &k, &t, &err), CKPT_OK, "%s", err.message);
+    ckpt_save_file_free(f);
+}

@@ -33,9 +33,13 @@ void cmd_reshard_help(FILE *out) {
           "      --budget BYTES  under mpirun: tensor bytes loaded per round, job-wide\n"
           "                      (default 1G; alone, memory peaks at the largest share\n"
           "                      of one tensor)\n"
-          "      --torch VER     the torch release that will load it (default: any from\n"
-          "                      2.4 on): 2.15 and later add the strides field to every\n"
-          "                      TensorProperties, which torch 2.4 - 2.14 cannot read\n"
+          "      --torch VER     the torch release that will load it: 2.15 and later\n"
+          "                      add the strides field to every TensorProperties, which\n"
+          "                      torch 2.4 - 2.14 cannot read; a tensor of a dtype that\n"
+          "                      release cannot load (uint16/32/64 before 2.6,\n"
+          "                      float8_e8m0fnu before 2.7) fails the reshard.  Without\n"
+          "                      it: the form torch 2.4 reads, and a note when a dtype\n"
+          "                      needs a newer torch\n"
           "      --no-fsync      skip fsync (scratch space)\n"
           "  -q, --quiet         print nothing on success\n"
           "      --help          show this help\n",
@@ -107,7 +111,10 @@ static ckpt_status write_rank(ckpt_reader *r, const reshard_args *a, const char 
 static int reshard_single(const reshard_args *a) {
     ckpt_reader *r = cli_open(a->src);
     if (!r) return CLI_EXIT_FAIL;
-    ckpt_save_options o = {.no_fsync = a->no_fsync, .tensor_properties_strides = a->strides};
+    reshard_note_torch(r, a);
+    ckpt_save_options o = {.no_fsync = a->no_fsync,
+                           .tensor_properties_strides = a->strides,
+                           .torch_target = a->torch_target};
     ckpt_error err = {0};
     ckpt_save_txn *txn = NULL;
     ckpt_save_desc **descs = calloc(a->ranks, sizeof *descs);

@@ -132,9 +132,12 @@ static int run(const reshard_args *a, int rank, int size) {
     ckpt_error err = {0};
     ckpt_load *l = NULL;
     ckpt_save_mpi *s = NULL;
-    ckpt_save_options o = {.no_fsync = a->no_fsync, .tensor_properties_strides = a->strides};
+    ckpt_save_options o = {.no_fsync = a->no_fsync,
+                           .tensor_properties_strides = a->strides,
+                           .torch_target = a->torch_target};
     uint64_t bytes = 0, total = 0;
     ckpt_status st = ckpt_load_open(MPI_COMM_WORLD, a->src, NULL, &l, &err); /* agreed */
+    if (st == CKPT_OK && rank == 0) reshard_note_torch(ckpt_load_reader(l), a);
     if (st == CKPT_OK) st = ckpt_save_mpi_begin(MPI_COMM_WORLD, a->dst, &o, NULL, &s, &err);
     if (st == CKPT_OK) {
         size_t next = 0, n = ckpt_reader_num_entries(ckpt_load_reader(l));

@@ -12,13 +12,20 @@ typedef struct reshard_args {
     int dim;
     uint64_t budget; /* bytes of tensor data held at once (per process, single; job-wide, MPI) */
     bool no_fsync, quiet;
-    bool strides; /* --torch 2.15 or later: TensorProperties with strides (ckpt_save_options) */
+    bool strides;     /* --torch 2.15 or later: TensorProperties with strides (ckpt_save_options) */
+    int torch_target; /* --torch: major * 100 + minor, 0 without (ckpt_save_options) */
 } reshard_args;
 
 /* --torch VERSION: the torch release that will load the result ("2.11", "2.15.0+cu132").
  * Sets a->strides for 2.15 and later; 0, or a usage error (printed) for what no torch of
  * that version can read or what is not a version. */
 int reshard_parse_torch(const char *arg, reshard_args *a);
+/* Without --torch: the oldest torch that loads what the reshard of `r` writes (204 .. 215,
+ * major * 100 + minor) and, when that is newer than 2.4, a tensor that needs it (`key`,
+ * `dt`); printed as a note so nobody learns it from a failing load. */
+int reshard_torch_needed(ckpt_reader *r, const reshard_args *a, const char **key, ckpt_dtype *dt);
+/* Prints reshard_torch_needed's note (stderr) unless --torch or -q was given. */
+void reshard_note_torch(ckpt_reader *r, const reshard_args *a);
 
 /* The saver key of entry `e`: its flat key and its planner_data path, where an element made
  * only of decimal digits becomes a list position.  `elems` receives the path (freed with

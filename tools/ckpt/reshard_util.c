@@ -33,7 +33,25 @@ int reshard_parse_torch(const char *arg, reshard_args *a) {
                                "writes (StorageMeta came in 2.4)",
                                arg);
     a->strides = major > 2 || minor >= 15;
+    a->torch_target = major > 2 ? 9999 : (int)(major * 100 + (minor > 99 ? 99 : minor));
     return 0;
+}
+
+int reshard_torch_needed(ckpt_reader *r, const reshard_args *a, const char **key, ckpt_dtype *dt) {
+    int need = a->strides ? 215 : 204;
+    *key = NULL;
+    *dt = CKPT_DTYPE_INVALID;
+    for (size_t i = 0, n = ckpt_reader_num_entries(r); i < n; i++) {
+        const ckpt_entry *e = ckpt_reader_entry(r, i);
+        if (ckpt_entry_kind_of(e) != CKPT_ENTRY_TENSOR) continue;
+        int v = ckpt_dtype_torch_min(ckpt_entry_dtype(e));
+        if (v > need) {
+            need = v;
+            *key = ckpt_entry_key(e);
+            *dt = ckpt_entry_dtype(e);
+        }
+    }
+    return need;
 }
 
 ckpt_status reshard_key(const ckpt_entry *e, ckpt_save_key *key, ckpt_save_elem **elems,
@@ -189,4 +207,15 @@ void reshard_val_release(reshard_val *v) {
     ckpt_save_value_free(v->v);
     free(v->archive);
     memset(v, 0, sizeof *v);
+}
+
+void reshard_note_torch(ckpt_reader *r, const reshard_args *a) {
+    const char *key;
+    ckpt_dtype dt;
+    int need = a->torch_target ? 0 : reshard_torch_needed(r, a, &key, &dt);
+    if (need > 204 && key && !a->quiet)
+        fprintf(stderr,
+                "ckpt reshard: note: torch %d.%d or later will be needed to load the result "
+                "(key '%s' is %s); --torch VER checks a target release\n",
+                need / 100, need % 100, key, ckpt_dtype_name(dt));
 }
