@@ -95,6 +95,7 @@ ckpt_status tree_access_build(tree_ckpt *c, ckpt_error *err) {
     bool first = true, same_uid = true, same_gid = true;
     uint32_t uid = 0, gid = 0;
     for (uint32_t i = 0; i < c->nraw; i++) {
+        if (c->raw[i].other) continue;
         if (c->raw[i].file_id < 0)
             metadata_path(c, i, path, sizeof path);
         else
@@ -111,11 +112,16 @@ ckpt_status tree_access_build(tree_ckpt *c, ckpt_error *err) {
     c->own_gid = !first && same_gid ? gid : st.st_gid;
     unsigned base = tree_path_cls(dir, 5, c->own_uid, c->own_gid);
     for (uint32_t i = 0; i < c->nraw; i++)
-        if (c->raw[i].file_id < 0) {
+        if (c->raw[i].file_id < 0 && !c->raw[i].other) {
             metadata_path(c, i, path, sizeof path);
             base &= tree_path_cls(path, 4, c->own_uid, c->own_gid);
         }
     c->base_cls = (uint8_t)base;
+    for (uint32_t i = 0; i < c->nraw; i++)
+        if (c->raw[i].other) {
+            metadata_path(c, i, path, sizeof path);
+            c->raw[i].cls = (uint8_t)tree_path_cls(path, 4, c->own_uid, c->own_gid);
+        }
     for (uint32_t id = 0; id < nfiles; id++) {
         data_path(c, id, path, sizeof path);
         c->file_cls[id] = (uint8_t)tree_path_cls(path, 4, c->own_uid, c->own_gid);

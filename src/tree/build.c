@@ -7,6 +7,7 @@
 #include "util/error.h"
 #include "util/source.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -186,6 +187,82 @@ static ckpt_status add_raw(tree_ckpt *c, const char *name, int fd, int32_t file_
     return CKPT_OK;
 }
 
+static bool raw_has(const tree_ckpt *c, const char *name) {
+    for (uint32_t i = 0; i < c->nraw; i++)
+        if (strcmp(c->raw[i].name, name) == 0) return true;
+    return false;
+}
+
+static int name_cmp(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Every other regular file of the checkpoint directory (Megatron's common.pt and
+ * metadata.json, HuggingFace's config.json and tokenizer files, the manifest), so that a copy
+ * through `.raw/` is a checkpoint its framework loads; sorted by name, at most
+ * TREE_RAW_OTHERS_MAX.  Subdirectories are not shown; FIFOs, devices and sockets are never
+ * opened for reading (ckpt_open_regular) and are logged. */
+static ckpt_status list_raw_others(tree_ckpt *c, const ckpt_tree_options *o, ckpt_error *err) {
+    DIR *d = opendir(c->dir);
+    if (!d) {
+        tree_log(o, "%s: .raw shows only the checkpoint's files: %s", c->dir, strerror(errno));
+        return CKPT_OK;
+    }
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    bool capped = false;
+    ckpt_status s = CKPT_OK;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") || raw_has(c, de->d_name))
+            continue;
+        if (de->d_type == DT_DIR) continue;
+        if (n == TREE_RAW_OTHERS_MAX) {
+            capped = true;
+            break;
+        }
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            char **nn = realloc(names, cap * sizeof *nn);
+            if (!nn) {
+                s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+                break;
+            }
+            names = nn;
+        }
+        if (!(names[n] = strdup(de->d_name))) {
+            s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+            break;
+        }
+        n++;
+    }
+    closedir(d);
+    if (capped)
+        tree_log(o, "%s: .raw shows the first %d other files only", c->dir, TREE_RAW_OTHERS_MAX);
+    if (n) qsort(names, n, sizeof *names, name_cmp);
+    for (size_t i = 0; i < n && s == CKPT_OK; i++) {
+        char path[4096];
+        if ((size_t)snprintf(path, sizeof path, "%s/%s", c->dir, names[i]) >= sizeof path) continue;
+        struct stat st = {0};
+        int fd = ckpt_open_regular(path, &st);
+        if (fd < 0) {
+            if (errno != EISDIR && !(errno == CKPT_ENOTREG && S_ISDIR(st.st_mode)))
+                tree_log(o, "%s: not shown under .raw: %s", path, ckpt_open_strerror(errno));
+            continue;
+        }
+        uint32_t before = c->nraw;
+        s = add_raw(c, names[i], fd, -1, o, err);
+        if (c->nraw == before)
+            close(fd);
+        else
+            c->raw[c->nraw - 1].other = true;
+    }
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+    return s;
+}
+
 static ckpt_status list_raw(tree_ckpt *c, const ckpt_tree_options *o, ckpt_error *err) {
     char path[4096];
     ckpt_reader_info info;
@@ -229,7 +306,9 @@ data:
         if (fd < 0) tree_log(o, "%s", ferr.message);
         CKPT_TRY(add_raw(c, ckpt_reader_file_name(c->r, i), fd, (int32_t)i, o, err));
     }
-    return CKPT_OK;
+    /* a torch.save file's directory is not the checkpoint's own */
+    if (!info.num_metadata_files && !info.hf_storage) return CKPT_OK;
+    return list_raw_others(c, o, err);
 }
 
 /* ------------------------------------------------------------------ safetensors files */

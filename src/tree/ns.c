@@ -627,8 +627,9 @@ static void obj_access(const ckpt_tree *t, const obj *o, ckpt_tree_stat *st) {
     switch (o->kind) {
     case O_ENTRY: cls = entry_cls(c, o->e); break;
     case O_RAWFILE: {
-        int32_t id = c->raw[o->node - 1].file_id;
-        if (id >= 0) cls &= c->file_cls[id];
+        const raw_file *f = &c->raw[o->node - 1];
+        if (f->file_id >= 0) cls &= c->file_cls[f->file_id];
+        if (f->other) cls &= f->cls;
         break;
     }
     case O_STFILE: /* a view over shards: every shard (conservative) */
@@ -1020,7 +1021,7 @@ ckpt_status ckpt_tree_sources(ckpt_tree *t, ckpt_ino ino, ckpt_tree_source_fn fn
     /* a data file under .raw draws from itself only; everything else from the metadata */
     if (o.kind != O_RAWFILE || raw_id < 0)
         for (uint32_t i = 0; i < c->nraw; i++)
-            if (c->raw[i].file_id < 0 && (o.kind != O_RAWFILE || i == o.node - 1))
+            if (c->raw[i].file_id < 0 && (o.kind == O_RAWFILE ? i == o.node - 1 : !c->raw[i].other))
                 emit_path(&w, src_dir, c->raw[i].name);
     if (raw_id >= 0) emit_path(&w, src_dir, ckpt_reader_file_name(c->r, (uint32_t)raw_id));
     if (o.kind == O_STFILE) {

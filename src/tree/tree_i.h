@@ -97,11 +97,18 @@ typedef struct st_file {
     uint64_t size;
 } st_file;
 
+/* The most files besides its own that `.raw/` shows of a checkpoint directory. */
+#define TREE_RAW_OTHERS_MAX 4096
+
 typedef struct raw_file {
     char *name;
-    int fd; /* metadata files: owned here; data files: -1 (the reader's fd is used) */
-    int32_t file_id;
+    int fd;          /* metadata and other files: owned here; data files: -1 (the reader's fd) */
+    int32_t file_id; /* data files: the reader's file; -1 otherwise */
     uint64_t size;
+    /* another regular file of the checkpoint directory (config.json, common.pt, a
+     * manifest...): a source of itself only, readable by the classes its own mode allows */
+    bool other;
+    uint8_t cls; /* others: tree_path_cls of the file (tree_access_build) */
 } raw_file;
 
 typedef struct object_text {

@@ -439,6 +439,44 @@ def test_fifo_shard_does_not_hang(base):
     assert r.returncode != 0 and "__1_0.distcp" in r.stderr, r.stderr
 
 
+def test_raw_shows_every_regular_file(users, base):
+    """Issue #23 item 6: `.raw/` shows every regular file of the checkpoint directory (a
+    framework's config.json, common.pt, ...) so a copy through it loads; each keeps its own
+    permissions and is a source of nothing else; subdirectories are not shown, and a FIFO or
+    a link to a device is never opened (logged, no hang)."""
+    ck = base / "ck"
+    shutil.copytree(FIXTURES / "fsdp2_ws2" / "ckpt", ck)
+    own = sorted(os.listdir(ck))
+    (ck / "config.json").write_text('{"hidden_size": 6}\n')
+    (ck / "common.pt").write_bytes(os.urandom(3000))
+    (ck / "secret.txt").write_text("root only\n")
+    os.chmod(ck / "secret.txt", 0o600)
+    (ck / "sub").mkdir()
+    (ck / "sub" / "x").write_text("x")
+    os.mkfifo(ck / "pipe")
+    os.symlink("config.json", ck / "link.json")
+    os.symlink("/dev/zero", ck / "zero")
+    m = Mount(ck, "allow_other")
+    try:
+        r = run_or_unblock(["ls", "-A", str(m.dir / ".raw")], ck / "pipe")
+        assert r.returncode == 0, r.stderr
+        want = sorted(own + ["config.json", "common.pt", "secret.txt", "link.json"])
+        assert sorted(r.stdout.split()) == want, r.stdout
+        for n in want:
+            assert (m.dir / ".raw" / n).read_bytes() == (ck / n).read_bytes(), n
+        log = m.log()
+        assert "pipe: not shown under .raw: not a regular file" in log, log
+        assert "zero: not shown under .raw: not a regular file" in log, log
+        assert os.stat(m.dir / ".raw" / "secret.txt").st_mode & 0o077 == 0
+        assert os.stat(m.dir / ".raw" / "config.json").st_mode & 0o004
+        tensor = m.dir / next(iter(Ref(FIXTURES / "fsdp2_ws2").tensors))
+        assert reads(USERS[0], m.dir / ".raw" / "config.json", m.dir / ".raw" / "secret.txt",
+                     tensor) == ["OK", "EACCES", "OK"]
+    finally:
+        unblock(ck / "pipe")
+        m.close()
+
+
 @pytest.mark.skipif(not CLI, reason="CKPT_BIN is not set")
 @pytest.mark.parametrize("cmd", ["cat", "export", "verify", "ls"])
 def test_fifo_shard_cli(base, cmd):

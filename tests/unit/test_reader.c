@@ -7,6 +7,7 @@
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 
 static ckpt_reader *open_fixture(const ref_fixture *f) {
@@ -219,8 +220,11 @@ Test(reader, missing_directory_and_key) {
     cr_expect_eq(ckpt_reader_open("/nonexistent/ckpt", NULL, &r, &err), CKPT_E_NOTFOUND);
     cr_expect_null(r);
     cr_expect(strstr(err.message, "/nonexistent/ckpt") != NULL, "message: %s", err.message);
-    cr_expect_eq(ckpt_reader_open("/tmp", NULL, &r, &err), CKPT_E_NOTFOUND);
+    char empty[] = "/tmp/ckpt-reader-empty-XXXXXX"; /* not /tmp itself: anything may be there */
+    cr_assert_not_null(mkdtemp(empty));
+    cr_expect_eq(ckpt_reader_open(empty, NULL, &r, &err), CKPT_E_NOTFOUND);
     cr_expect(strstr(err.message, ".metadata") != NULL, "message: %s", err.message);
+    rmdir(empty);
     cr_expect_str_eq(ckpt_strerror(CKPT_E_FORMAT), "malformed checkpoint data");
 }
 
