@@ -624,6 +624,8 @@ def test_default_io_mode_follows_the_kernel(tmp_path):
 # Requests a read does not wait for: RELEASE is sent after the close, in the background;
 # FORGET when the kernel drops an inode.
 NOT_ON_READ_PATH = ("RELEASE", "FORGET", "BATCH_FORGET")
+# Requests not caused by the files read (the kernel dropping dentries under memory pressure).
+STRAY = 8
 
 
 def request_counts(m, since: int) -> dict[str, int]:
@@ -675,11 +677,14 @@ def test_small_files_cost_one_read(tmp_path):
             c, _ = cat_all(m, files, want)
             assert c.get("OPEN") == n and c.get("READ") == reads * n, (opts, c)
             assert c.get("RELEASE") == n and "FLUSH" not in c, (opts, c)
-            assert read_path(c) == (1 + reads) * n, (opts, c)
+            # (a LOOKUP or two when the kernel drops dentries under memory pressure: not per
+            # file, while a request more per file adds n)
+            assert read_path(c) <= (1 + reads) * n + STRAY, (opts, c)
             if reads == 1:
-                assert read_path(c) <= 2 * n, (opts, c)
+                assert read_path(c) <= 2 * n + STRAY, (opts, c)
                 c, _ = cat_all(m, files, want)
-                assert read_path(c) == n and c.get("OPEN") == n, (opts, c)  # no READ
+                assert c.get("OPEN") == n and "READ" not in c, (opts, c)
+                assert read_path(c) <= n + STRAY, (opts, c)
         finally:
             m.close()
 
@@ -697,7 +702,7 @@ def test_small_files_cost_one_read(tmp_path):
         for again in (False, True):
             c, took = cat_all(m, files, want)
             # revalidating `latest` and step-200 (1 s entries): LOOKUP, GETATTR, READLINK
-            per_second = 6 * (int(took) + 2)
+            per_second = 6 * (int(took) + 2) + STRAY
             assert c.get("OPEN") == n and c.get("READ", 0) == (0 if again else n), c
             assert c.get("READLINK", 0) <= per_second, c
             assert read_path(c) <= (1 if again else 2) * n + per_second, (again, took, c)
