@@ -637,12 +637,13 @@ def request_counts(m, since: int) -> dict[str, int]:
 
 
 def cat_all(m, files, want) -> tuple[dict[str, int], float]:
-    """`cat` of each file (checked against `want`), and the requests it cost."""
+    """`cat` of each file (checked against `want`, unless None), and the requests it cost."""
     time.sleep(0.2)
     at = len(m.log())
     t = time.monotonic()
-    for f, w in zip(files, want):
-        assert subprocess.run(["cat", str(f)], capture_output=True, check=True).stdout == w, f
+    for f, w in zip(files, want or [None] * len(files)):
+        out = subprocess.run(["cat", str(f)], capture_output=True, check=True).stdout
+        assert w is None or out == w, f
     took = time.monotonic() - t
     time.sleep(0.3)  # (RELEASE arrives after the close)
     return request_counts(m, at), took
@@ -659,7 +660,7 @@ def test_small_files_cost_one_read(tmp_path):
     read costs OPEN only (the page cache holds the bytes).  The same through `latest/` of a
     directory of checkpoints: the kernel keeps `latest`'s target, so no READLINK per file
     (only the 1 s revalidation of `latest` and the step: a few requests per second, not per
-    file).  Under -o direct_io every file takes a second READ to learn EOF."""
+    file), and in the .npy and .layout views.  Under -o direct_io every file takes a second READ to learn EOF."""
     fixture = FIXTURES / "fsdp2_ws2"
     ref = Ref(fixture)
     paths = [p for p, v in ref.tensors.items() if v[2] and len(v[2]) <= 65536]
@@ -687,6 +688,20 @@ def test_small_files_cost_one_read(tmp_path):
                 assert read_path(c) <= n + STRAY, (opts, c)
         finally:
             m.close()
+
+    # the views: .npy (header + data) and .layout files
+    m = Mount(fixture / "ckpt", "debug")
+    try:
+        for view in (".npy", ".layout/dim0-of-2/1", ".layout/2x2:S0,S1/3"):
+            files = sorted(f for f in (m.dir / view).rglob("*")
+                           if f.is_file() and 0 < f.stat().st_size <= 65536)
+            assert len(files) > 20, view
+            c, _ = cat_all(m, files, None)
+            k = len(files)
+            assert c.get("OPEN") == k and c.get("READ") == k, (view, c)
+            assert read_path(c) <= 2 * k + STRAY, (view, c)
+    finally:
+        m.close()
 
     # a directory of checkpoints, read through `latest`
     run = tmp_path / "run"
