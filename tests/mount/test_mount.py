@@ -624,7 +624,8 @@ def test_default_io_mode_follows_the_kernel(tmp_path):
 # Requests a read does not wait for: RELEASE is sent after the close, in the background;
 # FORGET when the kernel drops an inode.
 NOT_ON_READ_PATH = ("RELEASE", "FORGET", "BATCH_FORGET")
-# Requests not caused by the files read (the kernel dropping dentries under memory pressure).
+# Requests not caused by the files read: the kernel dropping dentries or cached pages under
+# memory pressure (seen on a loaded machine).
 STRAY = 8
 
 
@@ -684,7 +685,8 @@ def test_small_files_cost_one_read(tmp_path):
             if reads == 1:
                 assert read_path(c) <= 2 * n + STRAY, (opts, c)
                 c, _ = cat_all(m, files, want)
-                assert c.get("OPEN") == n and "READ" not in c, (opts, c)
+                # (a page the kernel evicted under memory pressure is read again)
+                assert c.get("OPEN") == n and c.get("READ", 0) <= STRAY, (opts, c)
                 assert read_path(c) <= n + STRAY, (opts, c)
         finally:
             m.close()
@@ -718,7 +720,8 @@ def test_small_files_cost_one_read(tmp_path):
             c, took = cat_all(m, files, want)
             # revalidating `latest` and step-200 (1 s entries): LOOKUP, GETATTR, READLINK
             per_second = 6 * (int(took) + 2) + STRAY
-            assert c.get("OPEN") == n and c.get("READ", 0) == (0 if again else n), c
+            assert c.get("OPEN") == n, c
+            assert c.get("READ", 0) <= STRAY if again else c.get("READ") == n, c
             assert c.get("READLINK", 0) <= per_second, c
             assert read_path(c) <= (1 if again else 2) * n + per_second, (again, took, c)
 
