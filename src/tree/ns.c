@@ -494,7 +494,11 @@ static ckpt_status resolve(ckpt_tree *t, ckpt_ino ino, obj *o, ckpt_error *err) 
             o->kind = O_TOPROOT;
             return CKPT_OK;
         }
-        if (o->node == TOP_NODE_LATEST) {
+        if (o->node > TOP_NODE_LATEST) { /* `latest` as it named slot node - 1 */
+            pthread_mutex_lock(&t->lock);
+            bool known = o->node - TOP_NODE_LATEST < t->nslots;
+            pthread_mutex_unlock(&t->lock);
+            if (!known) return not_found(err);
             o->kind = O_LATEST;
             return CKPT_OK;
         }
@@ -673,7 +677,7 @@ static ckpt_status stat_obj_raw(ckpt_tree *t, const obj *o, ckpt_ino ino, ckpt_t
         st->flags = CKPT_TREE_CHANGES;
         pthread_mutex_lock(&t->lock);
         st->mtime = t->root_mtime;
-        st->size = t->latest ? strlen(t->slots[t->latest]->name) : 0;
+        st->size = strlen(t->slots[o->node - TOP_NODE_LATEST]->name);
         pthread_mutex_unlock(&t->lock);
         return CKPT_OK;
     case O_DIR: {
@@ -786,7 +790,7 @@ static ckpt_status lookup_ino(ckpt_tree *t, const obj *p, const char *name, ckpt
         maybe_rescan(t); /* at most once a second: new steps and a new `latest` */
         {
             if (t->latest && strcmp(name, "latest") == 0) {
-                *out = tree_ino(0, 0, TOP_NODE_LATEST);
+                *out = tree_latest_ino(t->latest);
                 s = CKPT_OK;
             }
             for (uint32_t i = 0; i < t->norder && s != CKPT_OK; i++)
@@ -895,8 +899,9 @@ ckpt_status ckpt_tree_readdir(ckpt_tree *t, ckpt_ino dir, uint64_t cookie, ckpt_
         uint64_t i = cookie;
         uint64_t base = t->latest ? 1 : 0;
         if (i == 0 && t->latest) {
+            ckpt_ino latest = tree_latest_ino(t->latest);
             pthread_mutex_unlock(&t->lock);
-            if (!emit(t, fn, ctx, "latest", tree_ino(0, 0, TOP_NODE_LATEST), 1)) return s;
+            if (!emit(t, fn, ctx, "latest", latest, 1)) return s;
             pthread_mutex_lock(&t->lock);
             i = 1;
         }
@@ -1065,10 +1070,12 @@ ckpt_status ckpt_tree_readlink(ckpt_tree *t, ckpt_ino ino, char **target, ckpt_e
     obj o;
     CKPT_TRY(resolve(t, ino, &o, err));
     if (o.kind != O_LATEST) return ckpt_fail(err, CKPT_E_INVAL, "not a symlink");
+    /* the step this inode of `latest` names (tree_latest_ino): fixed, so the kernel may cache
+     * it; `latest` moving gives it a new inode */
     pthread_mutex_lock(&t->lock);
-    *target = t->latest ? strdup(t->slots[t->latest]->name) : NULL;
+    *target = strdup(t->slots[o.node - TOP_NODE_LATEST]->name);
     pthread_mutex_unlock(&t->lock);
-    return *target ? CKPT_OK : not_found(err);
+    return *target ? CKPT_OK : ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
 }
 
 /* ------------------------------------------------------------------ xattrs */

@@ -52,10 +52,16 @@ static inline bool tree_ino_is_layout(ckpt_ino ino) {
     return ino != 0 && ((ino - 1) & TREE_LAYOUT_BIT) != 0;
 }
 
-/* Multi-checkpoint top level: node 0 the root, node 1 `latest`. */
 /* Entries whose path has more elements are left out of the tree (logged). */
 #define TREE_MAX_DEPTH 1024
+/* Multi-checkpoint top level: node 0 the root, node TOP_NODE_LATEST + s `latest` while it
+ * names slot s (s >= 1).  Its inode number changes with its target, so a target the kernel
+ * caches (FUSE_CAP_CACHE_SYMLINKS) is never stale for its inode: the dentry of `latest` is
+ * looked up again after 1 s and then finds a new inode when `latest` has moved. */
 #define TOP_NODE_LATEST 1u
+static inline ckpt_ino tree_latest_ino(uint32_t target_slot) {
+    return tree_ino(0, 0, TOP_NODE_LATEST + target_slot);
+}
 
 /* ------------------------------------------------------------------ plain tree */
 

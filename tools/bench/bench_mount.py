@@ -52,9 +52,12 @@ what: stream (default all):
            entries, about half under 64 KiB; written by tools/demo/demo_gpt_save under mpirun
            into --work): every entry file read through a fresh mount, 1 and 2 readers, vs
            the shard files read through the same mount's .raw/ and directly, files/s and
-           GiB/s; requests per file from the daemon's -d trace (cat of every file: OPEN,
-           READ, RELEASE, FLUSH); `cp -r model/` vs `cp` of the shard files out of .raw/.
-           --daemon-b BUILD compares another build's daemon in the same rounds.
+           GiB/s; the small entry files alone (<= 64 KiB: files/s, first read after a fresh
+           mount and the re-read), also through latest/ of the run directory; requests per
+           file from the daemon's -d trace (cat of every file, every opcode, small and large
+           files apart, plain and through latest/); `cp -r model/` vs `cp` of the shard
+           files out of .raw/.  --daemon-b BUILD (repeatable) compares other builds' daemons in
+           the same rounds.
 --opt O (repeatable) adds -o O to every mount (e.g. --opt max_read=1032192).
 All reads use tools/bench/bench_read (C, 1 MiB read(2) calls into a reused buffer). Best of
 --runs for every cell. The checkpoint is written once by make_big_ckpt.py (real torch).
@@ -650,39 +653,65 @@ def entry_files(root: Path) -> list[Path]:
     return out
 
 
-def request_counts(daemon: Path, ckpt: Path, opts: list[str]) -> tuple[int, dict[str, float]]:
-    """Requests per entry file when `cat` reads every entry file once (after a stat of each,
-    so LOOKUP is not counted), from the daemon's -d trace."""
+SMALL = 64 << 10
+
+
+def request_counts(daemon: Path, src: Path, opts: list[str],
+                   sub: str = "") -> tuple[dict[str, int], dict[str, dict[str, float]]]:
+    """Requests per entry file, by opcode, when `cat` reads every entry file once (after a
+    stat of each, so LOOKUP is not counted), from the daemon's -d trace: small (<= SMALL
+    bytes) and large files apart, and the small ones read again.  `sub`: the files are read
+    under this directory of the mount (latest/ of a run directory)."""
     import re
     log = tempfile.TemporaryFile()
     mnt = Path(tempfile.mkdtemp(prefix="ckptfs-bench-"))
-    args = [str(daemon), "-d", str(ckpt), str(mnt)]
+    args = [str(daemon), "-d", str(src), str(mnt)]
     for o in opts:
         args += ["-o", o]
     proc = subprocess.Popen(args, stderr=log, stdout=subprocess.DEVNULL)
+    counts, out = {}, {}
     try:
         t = time.time() + 30
         while not os.path.ismount(mnt):
             if proc.poll() is not None or time.time() > t:
                 raise SystemExit("mount failed")
             time.sleep(0.02)
-        files = entry_files(mnt)
-        for f in files:
-            f.stat()
-        time.sleep(0.3)
-        at = log.tell()
-        for f in files:
-            subprocess.run(["cat", str(f)], stdout=subprocess.DEVNULL, check=True)
-        time.sleep(0.3)
-        log.seek(at)
-        text = log.read().decode(errors="replace")
+        files = entry_files(mnt / sub)
+        small = [f for f in files if f.stat().st_size <= SMALL]
+        groups = {"small": small, "small again": small,
+                  "large": [f for f in files if f.stat().st_size > SMALL]}
+        counts = {k: len(v) for k, v in groups.items()}
+        for name, group in groups.items():
+            time.sleep(0.3)
+            at = log.seek(0, 2)
+            for f in group:
+                subprocess.run(["cat", str(f)], stdout=subprocess.DEVNULL, check=True)
+            time.sleep(0.3)
+            log.seek(at)
+            ops: dict[str, float] = {}
+            for op in re.findall(r"opcode: (\w+)", log.read().decode(errors="replace")):
+                ops[op] = ops.get(op, 0) + 1 / len(group)
+            out[name] = ops
     finally:
         subprocess.run(["fusermount3", "-u", str(mnt)], check=True)
         proc.wait(timeout=60)
         os.rmdir(mnt)
-    ops = {op: len(re.findall(rf"opcode: {op}\b", text)) / len(files)
-           for op in ("OPEN", "READ", "FLUSH", "RELEASE", "GETATTR", "LOOKUP")}
-    return len(files), ops
+    return counts, out
+
+
+def read_small(tool: Path, daemon: Path, src: Path, opts: list[str], sub: str,
+               jobs: int) -> tuple[float, float]:
+    """files/s reading every small entry file (under `sub` of a fresh mount of `src`, after a
+    stat of each): the first read, then the re-read."""
+    m = Mount(daemon, src, *opts)
+    try:
+        files = [f for f in entry_files(m.dir / sub) if f.stat().st_size <= SMALL]
+        nbytes = sum(f.stat().st_size for f in files)
+        # bench_read's own time (open, read, close of every file), not its start-up
+        return tuple(len(files) / (nbytes / (read_files(tool, files, jobs) * 2**30))
+                     for _ in range(2))
+    finally:
+        m.close()
 
 
 def copy_time(src: list[Path], dst: Path) -> float:
@@ -705,18 +734,34 @@ def bench_realistic(a, build, tool, out):
                         str(build / "tools/demo/demo_gpt_save"), str(run), "step-1000"],
                        check=True, stdout=subprocess.DEVNULL)
     daemons = {"this build": build / "tools/ckptfs/ckptfs"}
-    if a.daemon_b:
-        daemons["B"] = Path(a.daemon_b).resolve() / "tools/ckptfs/ckptfs"
+    for i, b in enumerate(a.daemon_b):
+        daemons["B" if len(a.daemon_b) == 1 else f"B{i + 1}"] = \
+            Path(b).resolve() / "tools/ckptfs/ckptfs"
     shards = sorted(ckpt.glob("*.distcp"))
     read_files(tool, shards)  # source hot
     nbytes = sum(s.stat().st_size for s in shards)
     out.append(f"\nrealistic checkpoint: {ckpt} ({nbytes / 2**20:.0f} MiB in {len(shards)} "
                f"shard files), best of {a.runs}")
+    out.append("requests per entry file, `cat` of each (after a stat of each), from the -d "
+               "trace:\n\n| daemon | mode | files | n | requests per file |\n|---|---|---|---|---|")
     for name, daemon in daemons.items():
-        for opts in ([], ["direct_io"]):
-            n, ops = request_counts(daemon, ckpt, [*opts, *a.opt])
-            out.append(f"requests per entry file ({name}, {' '.join(opts) or 'default'}; cat of "
-                       f"each of {n} files): " + ", ".join(f"{k} {v:.2f}" for k, v in ops.items()))
+        for opts, src, sub in (([], ckpt, ""), (["direct_io"], ckpt, ""), ([], run, "latest")):
+            n, res = request_counts(daemon, src, [*opts, *a.opt], sub)
+            for group, ops in res.items():
+                total = sum(ops.values())
+                out.append(f"| {name} | {' '.join(opts) or 'default'}{' latest/' if sub else ''} "
+                           f"| {group} | {n[group]} | {total:.2f}: " +
+                           ", ".join(f"{k} {v:.2f}" for k, v in sorted(ops.items())) + " |")
+    out.append("\nsmall entry files (<= 64 KiB) alone, files/s, fresh mount: first read / "
+               "re-read\n\n| daemon | readers | plain | plain re-read | latest/ | "
+               "latest/ re-read |\n|---|---|---|---|---|---|")
+    for name, daemon in daemons.items():
+        for jobs in (1, 2):
+            r = [[read_small(tool, daemon, src, a.opt, sub, jobs)
+                  for src, sub in ((ckpt, ""), (run, "latest"))] for _ in range(a.runs)]
+            cells = [max(x[i][j] for x in r) for i in (0, 1) for j in (0, 1)]
+            out.append(f"| {name} | {jobs} | " + " | ".join(f"{c:.0f}" for c in cells) + " |")
+    out.append("")
     out.append("| daemon | readers | entry files GiB/s | files/s | .raw GiB/s | direct GiB/s | "
                "entries / .raw | cp -r model/ GiB/s | cp .raw shards GiB/s | cp model / cp shards |")
     out.append("|---|---|---|---|---|---|---|---|---|---|")
@@ -777,8 +822,9 @@ def main():
     ap.add_argument("--export-dir", default="/dev/shm/ckptfs-export" if os.path.isdir("/dev/shm")
                     else None, help="where both exports write (default: tmpfs)")
     ap.add_argument("--opt", action="append", default=[], help="extra -o option for every mount")
-    ap.add_argument("--daemon-b", default=None,
-                    help="realistic: another build directory whose daemon runs in the same rounds")
+    ap.add_argument("--daemon-b", action="append", default=[],
+                    help="realistic: another build directory whose daemon runs in the same "
+                    "rounds (repeatable: B1, B2, ...)")
     ap.add_argument("--loop", action="append", default=[],
                     help="listing: daemon flags of one configuration, e.g. '-s' or "
                     "'-o max_idle_threads=1' (repeatable: interleaved in every round)")

@@ -63,6 +63,9 @@ static void op_init(void *userdata, struct fuse_conn_info *conn) {
     if (conn->capable & FUSE_CAP_READDIRPLUS) conn->want |= FUSE_CAP_READDIRPLUS;
     if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
     if (conn->capable & FUSE_CAP_AUTO_INVAL_DATA) conn->want |= FUSE_CAP_AUTO_INVAL_DATA;
+    /* the kernel keeps symlink targets: `latest` no longer costs a READLINK per path walked
+     * through it.  Safe because its inode number changes with its target (ckpt_tree). */
+    if (conn->capable & FUSE_CAP_CACHE_SYMLINKS) conn->want |= FUSE_CAP_CACHE_SYMLINKS;
     fs->no_opendir = (conn->capable & FUSE_CAP_NO_OPENDIR_SUPPORT) != 0;
     conn->max_read = fs->cfg.max_read;
     conn->time_gran = 1;
