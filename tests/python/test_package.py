@@ -54,7 +54,7 @@ def test_import_from_the_venv(installed):
                        text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     version, lib = p.stdout.split()
-    assert lib.startswith(str(VENV)) and lib.endswith("libckpt.so.0")
+    assert lib.startswith(str(VENV)) and lib.endswith("libckpt_load.so.0")
     meson = (SOURCE / "meson.build").read_text()
     assert f"version : '{version}'" in meson
 
