@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static ckpt_reader *open_fixture(const ref_fixture *f) {
     ckpt_reader *r = NULL;
@@ -219,8 +220,13 @@ Test(reader, missing_directory_and_key) {
     cr_expect_eq(ckpt_reader_open("/nonexistent/ckpt", NULL, &r, &err), CKPT_E_NOTFOUND);
     cr_expect_null(r);
     cr_expect(strstr(err.message, "/nonexistent/ckpt") != NULL, "message: %s", err.message);
-    cr_expect_eq(ckpt_reader_open("/tmp", NULL, &r, &err), CKPT_E_NOTFOUND);
+    /* a directory without a checkpoint: a fresh empty one (/tmp itself may hold anything,
+     * e.g. another program's *.safetensors file) */
+    char empty[] = "/tmp/ckpt-empty-XXXXXX";
+    cr_assert_not_null(mkdtemp(empty));
+    cr_expect_eq(ckpt_reader_open(empty, NULL, &r, &err), CKPT_E_NOTFOUND);
     cr_expect(strstr(err.message, ".metadata") != NULL, "message: %s", err.message);
+    rmdir(empty);
     cr_expect_str_eq(ckpt_strerror(CKPT_E_FORMAT), "malformed checkpoint data");
 }
 
