@@ -1,9 +1,10 @@
-"""Builds the ckptfs wheel: the pure-Python package plus libckpt.so.0, compiled from the C
+"""Builds the ckptfs wheel: the pure-Python package plus libckpt_load.so.0, compiled from the C
 sources of the ckptfs checkout this directory belongs to (`..`), with meson and ninja.
 
 pip builds a local directory in place (pip >= 21.3), so `..` is the checkout.  The library is
 built with the optional parts off (no FUSE, MPI, CUDA, tests): the reader, the value decoder,
-manifests.  CKPTFS_SOURCE_ROOT overrides where the checkout is; CKPTFS_MESON_ARGS adds meson
+manifests, and the collective loader over a caller-supplied transport (libckpt_load, which
+ckptfs.load drives over torch.distributed).  CKPTFS_SOURCE_ROOT overrides where the checkout is; CKPTFS_MESON_ARGS adds meson
 options (space separated); CKPTFS_BUILD_DIR is meson's build directory (default
 python/build/libckpt, kept between builds); CKPTFS_BUILD_JOBS caps ninja's parallel jobs."""
 
@@ -20,7 +21,7 @@ from setuptools.command.build_py import build_py
 from setuptools.dist import Distribution
 
 HERE = Path(__file__).resolve().parent
-LIBNAME = "libckpt.so.0"
+LIBNAME = "libckpt_load.so.0"
 
 
 def source_root() -> Path:
@@ -47,7 +48,7 @@ def run(cmd):
 
 
 class BuildWithLibckpt(build_py):
-    """build_py, plus libckpt.so.0 built by meson and copied into the package."""
+    """build_py, plus libckpt_load.so.0 built by meson and copied into the package."""
 
     def run(self):
         super().run()
@@ -70,7 +71,7 @@ class BuildWithLibckpt(build_py):
                  "-Dfuse=disabled", "-Dmpi=disabled", "-Dcuda=disabled", "-Dnccl=disabled",
                  "-Dtests=disabled", "-Dfuzz=false", "--wrap-mode=nodownload"]
                 + shlex.split(os.environ.get("CKPTFS_MESON_ARGS", "")))
-        target = f"src/libckpt.so.{version}"
+        target = f"src/libckpt_load.so.{version}"
         jobs = os.environ.get("CKPTFS_BUILD_JOBS")
         run(["ninja", "-C", build] + (["-j", jobs] if jobs else []) + [target])
         dest = Path(self.build_lib) / "ckptfs" / LIBNAME

@@ -7,17 +7,20 @@
         lr = ck.read_value("optim/param_groups/0/lr")
 
 `ckptfs.dcp.StorageReader(path)` plugs the same reader into torch.distributed.checkpoint.load.
+`ckptfs.load(state_dict, path)` loads a state_dict in place under torchrun, collectively: each
+needed stored byte is read once across the process group (DTensors get their local shards).
 """
 
 from ._lib import __version__
 from ._lib import path as library_path
+from ._load import LoadStats, load
 from ._reader import Checkpoint, Entry, open, torch_dtype
 from .errors import (AccessError, ChecksumError, CkptError, CkptIOError, FormatError,
                      InvalidArgumentError, LimitError, NotFoundError, OutOfMemoryError,
                      RangeError, UnsupportedError)
 from .values import Object, Reference
 
-__all__ = ["__version__", "library_path", "Checkpoint", "Entry", "open", "torch_dtype",
-           "Object", "Reference", "CkptError", "CkptIOError", "OutOfMemoryError", "FormatError",
-           "UnsupportedError", "LimitError", "NotFoundError", "RangeError",
+__all__ = ["__version__", "library_path", "load", "LoadStats", "Checkpoint", "Entry", "open",
+           "torch_dtype", "Object", "Reference", "CkptError", "CkptIOError", "OutOfMemoryError",
+           "FormatError", "UnsupportedError", "LimitError", "NotFoundError", "RangeError",
            "InvalidArgumentError", "ChecksumError", "AccessError"]

@@ -1,13 +1,17 @@
 """ctypes declarations of the public libckpt API (include/ckpt.h) that the package uses.
 
-The library is the libckpt.so.0 shipped inside this package (built from the same checkout as
-the Python code).  CKPTFS_LIBCKPT=/path/to/libckpt.so.0 loads another one instead (a
-development build); it must export ckpt_version() returning this package's version."""
+The library is the libckpt_load.so.0 shipped inside this package (built from the same checkout
+as the Python code, without MPI): the reader, the value decoder, manifests, and the collective
+loader over a caller-supplied transport (include/ckpt_load.h, ckpt_transport.h), which
+ckptfs.load drives over torch.distributed.  CKPTFS_LIBCKPT=/path/to/lib loads another one
+instead (a development build: libckpt_load.so.0, or libckpt.so.0, which lacks the loader, so
+ckptfs.load then raises UnsupportedError); it must export ckpt_version() returning this
+package's version."""
 
 import ctypes
 import os
 from ctypes import (POINTER, Structure, c_bool, c_char, c_char_p, c_double, c_int, c_int32,
-                    c_int64, c_size_t, c_uint32, c_uint64, c_void_p)
+                    c_int64, c_size_t, c_uint, c_uint32, c_uint64, c_void_p)
 
 try:
     from ._version import __version__  # written by the build (setup.py)
@@ -55,6 +59,73 @@ class ChunkInfo(Structure):
                 ("file_id", c_int32), ("file_offset", c_uint64), ("length", c_uint64),
                 ("transforms", c_char_p), ("problem", c_char_p)]
 
+
+class Placement(Structure):
+    _fields_ = [("kind", c_int), ("dim", c_int), ("split_factor", c_uint32)]
+
+
+CKPT_LAYOUT_MAX_MESH_NDIM = 8
+
+
+class Layout(Structure):
+    _fields_ = [("mesh_ndim", c_int), ("mesh", c_uint32 * CKPT_LAYOUT_MAX_MESH_NDIM),
+                ("placements", Placement * CKPT_LAYOUT_MAX_MESH_NDIM)]
+
+
+# ckpt_transport.h's callbacks
+T_ALLGATHERV_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_void_p, c_size_t, c_void_p,
+                                   POINTER(c_size_t), POINTER(c_size_t))
+T_ALLTOALLV_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_void_p, POINTER(c_size_t),
+                                  POINTER(c_size_t), c_void_p, POINTER(c_size_t),
+                                  POINTER(c_size_t))
+T_BCAST_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_void_p, c_size_t, c_int)
+T_MIN_FN = ctypes.CFUNCTYPE(c_int, c_void_p, POINTER(c_uint64), c_size_t)
+T_STRERROR_FN = ctypes.CFUNCTYPE(c_void_p, c_void_p, c_int)  # (a char *: see _load.py)
+T_DESTROY_FN = ctypes.CFUNCTYPE(None, c_void_p)
+CKPT_TRANSPORT_VERSION = 1
+
+
+class Transport(Structure):
+    _fields_ = [("version", c_uint), ("rank", c_int), ("size", c_int), ("ctx", c_void_p),
+                ("allgatherv", T_ALLGATHERV_FN), ("alltoallv", T_ALLTOALLV_FN),
+                ("bcast", T_BCAST_FN), ("allreduce_min_u64", T_MIN_FN),
+                ("strerror", T_STRERROR_FN), ("destroy", T_DESTROY_FN),
+                ("device", c_void_p)]
+
+
+class LoadOptions(Structure):
+    _fields_ = [("mode", c_int), ("staging_bytes", c_uint64), ("direct_min_bytes", c_uint64),
+                ("io_threads", c_uint), ("io_piece_bytes", c_uint64), ("transport", c_int)]
+
+
+class LoadStats(Structure):
+    _fields_ = [("bytes_requested", c_uint64), ("bytes_read", c_uint64),
+                ("bytes_sent", c_uint64), ("bytes_received", c_uint64),
+                ("bytes_local", c_uint64), ("union_bytes", c_uint64), ("rounds", c_uint32),
+                ("seconds_plan", c_double), ("seconds_read", c_double),
+                ("seconds_exchange", c_double), ("seconds_total", c_double),
+                ("bytes_device", c_uint64), ("transport", c_int),
+                ("bytes_sent_nccl", c_uint64), ("bytes_received_nccl", c_uint64),
+                ("seconds_nccl_init", c_double), ("io_threads", c_uint),
+                ("seconds_setup", c_double), ("preads", c_uint64),
+                ("bytes_read_plan", c_uint64), ("bytes_read_metadata", c_uint64)]
+
+
+# The collective loader (libckpt_load): optional, so that CKPTFS_LIBCKPT may name a plain
+# libckpt.so.0 (the reader alone); `has_loader` says whether they are there.
+_LOAD_PROTOS = [
+    ("ckpt_load_open_transport", c_int, [POINTER(Transport), c_char_p, POINTER(OpenOptions),
+                                         POINTER(c_void_p), POINTER(Error)]),
+    ("ckpt_load_free", None, [c_void_p]),
+    ("ckpt_load_reader", c_void_p, [c_void_p]),
+    ("ckpt_load_request_mem", c_int, [c_void_p, c_char_p, POINTER(c_int64), POINTER(c_int64),
+                                      c_void_p, c_size_t, c_int, POINTER(Error)]),
+    ("ckpt_load_request_layout", c_int, [c_void_p, c_char_p, POINTER(Layout),
+                                         POINTER(c_uint32), c_void_p, c_size_t, c_int,
+                                         POINTER(Error)]),
+    ("ckpt_load_execute", c_int, [c_void_p, POINTER(LoadOptions), POINTER(Error)]),
+    ("ckpt_load_get_stats", None, [c_void_p, POINTER(LoadStats)]),
+]
 
 # (name, restype, argtypes)
 _PROTOS = [
@@ -119,17 +190,22 @@ _PROTOS = [
                                      c_void_p, c_void_p, POINTER(c_uint64), POINTER(Error)]),
     ("ckpt_entry_check_layout", c_int, [c_void_p, POINTER(Error)]),
     ("ckpt_entry_check_chunk", c_int, [c_void_p, c_void_p, c_size_t, POINTER(Error)]),
+    ("ckpt_layout_format", c_size_t, [POINTER(Layout), c_char_p, c_size_t]),
+    ("ckpt_layout_shard_new", c_int, [POINTER(Layout), c_int, POINTER(c_int64),
+                                      POINTER(c_uint32), POINTER(c_void_p), POINTER(Error)]),
+    ("ckpt_layout_shard_free", None, [c_void_p]),
+    ("ckpt_layout_shard_local_shape", POINTER(c_int64), [c_void_p]),
 ]
 
 
 def _load():
     override = os.environ.get("CKPTFS_LIBCKPT")
-    path = override or os.path.join(os.path.dirname(os.path.abspath(__file__)), "libckpt.so.0")
+    path = override or os.path.join(os.path.dirname(os.path.abspath(__file__)), LIBNAME)
     if not os.path.exists(path):
         raise ImportError(
             f"ckptfs: {path} is missing: install the package with `python3 -m pip install "
-            "./python` from a ckptfs checkout (the build puts libckpt.so.0 into the package), "
-            "or set CKPTFS_LIBCKPT to a built libckpt.so.0")
+            f"./python` from a ckptfs checkout (the build puts {LIBNAME} into the package), "
+            f"or set CKPTFS_LIBCKPT to a built {LIBNAME}")
     lib = ctypes.CDLL(path)  # CDLL: calls release the GIL
     for name, res, args in _PROTOS:
         try:
@@ -139,15 +215,24 @@ def _load():
                               f"(reinstall with `python3 -m pip install ./python`)") from None
         fn.restype = res
         fn.argtypes = args
+    loader = True
+    for name, res, args in _LOAD_PROTOS:
+        fn = getattr(lib, name, None)
+        if fn is None:
+            loader = False
+            continue
+        fn.restype = res
+        fn.argtypes = args
     got = lib.ckpt_version().decode()
     if __version__ != "unknown" and got != __version__:
         raise ImportError(f"ckptfs {__version__}: {path} is libckpt {got}; the package needs "
                           f"the library of its own version (reinstall with `python3 -m pip "
                           f"install ./python` from the checkout)")
-    return lib, path
+    return lib, path, loader
 
 
-lib, path = _load()
+LIBNAME = "libckpt_load.so.0"
+lib, path, has_loader = _load()
 libc = ctypes.CDLL(None)
 libc.free.argtypes = [c_void_p]
 libc.free.restype = None

@@ -180,12 +180,29 @@ class Checkpoint:
         self._cache = [None] * self._n  # Entry objects, made on first use
         self._all = None
 
+    @classmethod
+    def _borrow(cls, ptr, path):
+        """A Checkpoint over a reader someone else owns (the collective loader's,
+        ckpt_load_reader): close() forgets it without freeing it."""
+        self = cls.__new__(cls)
+        self._ptr = None
+        self._lock = threading.Lock()
+        self._stage_lock = threading.Lock()
+        self._stage = None
+        self._borrowed = True
+        self.path = os.fspath(path)
+        self._ptr = ptr
+        self._n = lib.ckpt_reader_num_entries(ptr)
+        self._cache = [None] * self._n
+        self._all = None
+        return self
+
     # ---- life cycle
     def close(self):
         with self._lock:
-            if self._ptr:
+            if self._ptr and not getattr(self, "_borrowed", False):
                 lib.ckpt_reader_free(self._ptr)
-                self._ptr = None
+            self._ptr = None
             self._stage = None
 
     def __enter__(self):

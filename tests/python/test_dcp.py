@@ -202,7 +202,7 @@ def test_readme_examples(capsys):
     blocks = re.findall(r"\n\n((?:    .*\n)+)", section)
     code = [("\n".join(line[4:] for line in b.splitlines())) for b in blocks]
     code = [c for c in code if not c.startswith("python3 -m pip")]
-    assert len(code) == 3, code
+    assert len(code) == 4, code  # inspect, read, dcp.load, ckptfs.load
     d = str(ref("fsdp2_ws2").dir)
     with ckptfs.open(d) as ck:
         sd = flat_dest(ck)

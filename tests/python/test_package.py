@@ -1,7 +1,7 @@
 """The Python package as a user gets it: `python3 -m pip install ./python` into a fresh venv
 (with the system's site-packages for torch and the build tools; --no-build-isolation and
 --no-index, so nothing is downloaded), then the package suite (test_reader.py, test_dcp.py,
-test_dist.py) run by that venv's Python against the installed package.
+test_dist.py, test_load.py) run by that venv's Python against the installed package.
 
 Environment (set by meson): CKPT_SOURCE_ROOT, CKPT_BUILD_ROOT; CKPT_FIXTURES(_DEFAULT) and
 CKPT_BIN are passed on to the suite."""
@@ -54,7 +54,7 @@ def test_import_from_the_venv(installed):
                        text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     version, lib = p.stdout.split()
-    assert lib.startswith(str(VENV)) and lib.endswith("libckpt.so.0")
+    assert lib.startswith(str(VENV)) and lib.endswith("libckpt_load.so.0")
     meson = (SOURCE / "meson.build").read_text()
     assert f"version : '{version}'" in meson
 
@@ -65,7 +65,8 @@ def test_the_system_python_does_not_see_it():
 
 
 def test_suite_against_the_installed_package(installed):
-    files = [HERE / f for f in ("test_reader.py", "test_dcp.py", "test_dist.py")]
+    files = [HERE / f for f in ("test_reader.py", "test_dcp.py", "test_dist.py",
+                                "test_load.py")]
     # -p no:warnings and --tb=short keep the failures, not torch's warnings, in the tail that
     # a CI log shows; the failing tests' summary lines go into the assertion message too
     p = subprocess.run([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:warnings",

@@ -7,8 +7,8 @@
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>
 #include <string.h>
+#include <unistd.h>
 
 static ckpt_reader *open_fixture(const ref_fixture *f) {
     ckpt_reader *r = NULL;
@@ -220,7 +220,9 @@ Test(reader, missing_directory_and_key) {
     cr_expect_eq(ckpt_reader_open("/nonexistent/ckpt", NULL, &r, &err), CKPT_E_NOTFOUND);
     cr_expect_null(r);
     cr_expect(strstr(err.message, "/nonexistent/ckpt") != NULL, "message: %s", err.message);
-    char empty[] = "/tmp/ckpt-reader-empty-XXXXXX"; /* not /tmp itself: anything may be there */
+    /* a directory without a checkpoint: a fresh empty one (/tmp itself may hold anything,
+     * e.g. another program's *.safetensors file) */
+    char empty[] = "/tmp/ckpt-empty-XXXXXX";
     cr_assert_not_null(mkdtemp(empty));
     cr_expect_eq(ckpt_reader_open(empty, NULL, &r, &err), CKPT_E_NOTFOUND);
     cr_expect(strstr(err.message, ".metadata") != NULL, "message: %s", err.message);
