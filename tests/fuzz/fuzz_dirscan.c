@@ -34,7 +34,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static char root[64];
 
-static void rm_tree(const char *path, int depth) {
+/* Calls fn on everything below `path` (children before their directory), then on `path`. */
+static void post_order(const char *path, int depth, void (*fn)(const char *path, bool dir)) {
     DIR *d = depth < 16 ? opendir(path) : NULL;
     if (d) {
         struct dirent *de;
@@ -44,16 +45,25 @@ static void rm_tree(const char *path, int depth) {
             snprintf(p, sizeof p, "%s/%s", path, de->d_name);
             struct stat st;
             if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
-                rm_tree(p, depth + 1);
+                post_order(p, depth + 1, fn);
             else
-                unlink(p);
+                fn(p, false);
         }
         closedir(d);
     }
-    rmdir(path);
+    fn(path, true);
 }
 
-static void cleanup(void) { rm_tree(root, 0); }
+static void remove_one(const char *path, bool dir) {
+    if (dir)
+        rmdir(path);
+    else
+        unlink(path);
+}
+
+static void rm_tree(const char *path) { post_order(path, 0, remove_one); }
+
+static void cleanup(void) { rm_tree(root); }
 
 typedef struct {
     const uint8_t *p;
@@ -159,24 +169,12 @@ static void build(input *in) {
     }
 }
 
-static void backdate(const char *path, int depth) {
+static void backdate_one(const char *path, bool dir) {
+    (void)dir;
     struct timespec t[2];
     clock_gettime(CLOCK_REALTIME, &t[0]);
     t[0].tv_sec -= 3600;
     t[1] = t[0];
-    DIR *d = depth < 16 ? opendir(path) : NULL;
-    if (d) {
-        struct dirent *de;
-        while ((de = readdir(d))) {
-            if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-            char p[4096];
-            snprintf(p, sizeof p, "%s/%s", path, de->d_name);
-            struct stat st;
-            if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) backdate(p, depth + 1);
-            utimensat(AT_FDCWD, p, t, AT_SYMLINK_NOFOLLOW);
-        }
-        closedir(d);
-    }
     utimensat(AT_FDCWD, path, t, AT_SYMLINK_NOFOLLOW);
 }
 
@@ -247,11 +245,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         snprintf(root, sizeof root, "/tmp/fuzz-dirscan-%ld", (long)getpid());
         atexit(cleanup);
     }
-    rm_tree(root, 0);
+    rm_tree(root);
     if (mkdir(root, 0700) != 0) abort();
     input in = {data, size};
     build(&in);
-    backdate(root, 0);
+    post_order(root, 0, backdate_one); /* an hour back: every step counts as settled */
 
     struct timespec mt;
     (void)ckpt_checkpoint_dir_probe(root, &mt);
