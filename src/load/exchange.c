@@ -54,36 +54,48 @@ static bool before(int32_t f1, uint64_t o1, int32_t f2, uint64_t o2) {
     return f1 < f2 || (f1 == f2 && o1 < o2);
 }
 
-/* Walks the overlaps of requester j's pieces with a window, in the canonical order; calls
- * fn(ctx, piece, part, lo, n) for each; returns the bytes. */
-typedef void (*overlap_fn)(void *ctx, const gpiece *q, const wpart *w, uint64_t lo, uint64_t n);
+/* Walks the overlaps of requester j's pieces with a window, in the canonical order (pieces in
+ * (file, lo) order, then the window's parts, then the piece's rows); calls
+ * fn(ctx, piece, part, lo, n, dst) for each (`dst`: the byte of the request it goes to);
+ * returns the bytes.  Only the rows that meet the window are walked. */
+typedef void (*overlap_fn)(void *ctx, const gpiece *q, const wpart *w, uint64_t lo, uint64_t n,
+                           uint64_t dst);
+typedef struct overlap_walk {
+    overlap_fn fn;
+    void *ctx;
+    const wpart *w;
+    uint64_t total;
+} overlap_walk;
+static void overlap_row(void *ctx, const gpiece *q, uint64_t lo, uint64_t n, uint64_t dst) {
+    overlap_walk *x = ctx;
+    if (x->fn) x->fn(x->ctx, q, x->w, lo, n, dst);
+    x->total += n;
+}
 static uint64_t overlaps(const load_plan *p, int j, const wpart *w, size_t nw, overlap_fn fn,
                          void *ctx) {
     if (!nw) return 0;
     const wpart *last = &w[nw - 1];
-    uint64_t total = 0;
+    overlap_walk x = {fn, ctx, NULL, 0};
     for (size_t i = p->owner_first[j]; i < p->owner_first[j + 1]; i++) {
         const gpiece *q = &p->pieces[i];
-        if (!before(q->file, q->off, last->r.file, last->r.off + last->r.len)) break;
+        if (!before(q->file, q->lo, last->r.file, last->r.off + last->r.len)) break;
         for (size_t k = 0; k < nw; k++) {
             if (w[k].r.file != q->file) continue;
-            uint64_t lo = q->off > w[k].r.off ? q->off : w[k].r.off;
-            uint64_t qe = q->off + q->len, we = w[k].r.off + w[k].r.len;
-            uint64_t hi = qe < we ? qe : we;
-            if (lo >= hi) continue;
-            if (fn) fn(ctx, q, &w[k], lo, hi - lo);
-            total += hi - lo;
+            x.w = &w[k];
+            gpiece_rows(q, w[k].r.off, w[k].r.off + w[k].r.len, overlap_row, &x);
         }
     }
-    return total;
+    return x.total;
 }
 
 typedef struct pack_ctx {
     const uint8_t *stage;
     uint8_t *out;
 } pack_ctx;
-static void pack(void *ctx, const gpiece *q, const wpart *w, uint64_t lo, uint64_t n) {
+static void pack(void *ctx, const gpiece *q, const wpart *w, uint64_t lo, uint64_t n,
+                 uint64_t dst) {
     (void)q;
+    (void)dst;
     pack_ctx *c = ctx;
     memcpy(c->out, c->stage + w->stage + (lo - w->r.off), n);
     c->out += n;
@@ -95,11 +107,13 @@ typedef struct unpack_ctx {
     ckpt_status s; /* of the first failed device copy */
     ckpt_error *err;
 } unpack_ctx;
-static void unpack(void *ctx, const gpiece *q, const wpart *w, uint64_t lo, uint64_t n) {
+static void unpack(void *ctx, const gpiece *q, const wpart *w, uint64_t lo, uint64_t n,
+                   uint64_t to) {
     (void)w;
+    (void)lo;
     unpack_ctx *c = ctx;
     const lreq *r = &c->l->reqs[q->req];
-    uint8_t *dst = r->dst + q->dst + (lo - q->off);
+    uint8_t *dst = r->dst + to;
     if (!r->device) {
         memcpy(dst, c->in, n);
     } else if (c->s == CKPT_OK) {
@@ -119,14 +133,14 @@ typedef struct dpack_ctx {
     ckpt_status s;
     ckpt_error *err;
 } dpack_ctx;
-static void dpack(void *ctx, const gpiece *q, const wpart *w, uint64_t lo, uint64_t n) {
+static void dpack(void *ctx, const gpiece *q, const wpart *w, uint64_t lo, uint64_t n,
+                  uint64_t dst) {
     dpack_ctx *c = ctx;
     uint64_t from = w->stage + (lo - w->r.off);
     if (c->s != CKPT_OK) return;
     if (c->self) {
         const lreq *r = &c->l->reqs[q->req];
-        c->s =
-            nccl_link_place(c->l->nccl, r->dst, r->dst + q->dst + (lo - q->off), from, n, c->err);
+        c->s = nccl_link_place(c->l->nccl, r->dst, r->dst + dst, from, n, c->err);
         c->l->stats.bytes_device += n;
     } else {
         c->s = nccl_link_pack(c->l->nccl, c->to, from, n, c->err);
@@ -142,13 +156,14 @@ typedef struct ddeliver_ctx {
     ckpt_status s;
     ckpt_error *err;
 } ddeliver_ctx;
-static void ddeliver(void *ctx, const gpiece *q, const wpart *w, uint64_t lo, uint64_t n) {
+static void ddeliver(void *ctx, const gpiece *q, const wpart *w, uint64_t lo, uint64_t n,
+                     uint64_t dst) {
     (void)w;
+    (void)lo;
     ddeliver_ctx *c = ctx;
     const lreq *r = &c->l->reqs[q->req];
     if (c->s == CKPT_OK)
-        c->s = nccl_link_deliver(c->l->nccl, r->dst, r->dst + q->dst + (lo - q->off), c->from, n,
-                                 c->err);
+        c->s = nccl_link_deliver(c->l->nccl, r->dst, r->dst + dst, c->from, n, c->err);
     c->l->stats.bytes_device += n;
     c->from += n;
 }
