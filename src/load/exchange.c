@@ -222,6 +222,8 @@ typedef struct rounds {
     int *sc, *sd, *rc, *rd;
     size_t *zsc, *zsd, *zrc, *zrd; /* the same as size_t, for the transport */
     uint64_t stot, rtot;
+    uint8_t *sbuf, *rbuf; /* host: what is sent and received, kept over the rounds */
+    uint64_t scap, rcap;
 } rounds;
 
 /* Counts of round r, both ways, from the plan alone; CKPT_E_LIMIT over int counts
@@ -257,8 +259,23 @@ static ckpt_status move_host(rounds *x, uint64_t r, ckpt_status rs, ckpt_status 
     const load_plan *p = x->p;
     ckpt_status s = load_agree(l, rs, err);
     if (s != CKPT_OK) return s;
-    uint8_t *sbuf = malloc(x->stot + 1), *rbuf = malloc(x->rtot + 1);
-    s = load_agree(l, sbuf && rbuf ? CKPT_OK : ckpt_fail(err, CKPT_E_NOMEM, "out of memory"), err);
+    /* the send and receive buffers are kept over the rounds (grown when a round needs more):
+     * fresh large blocks every round cost their page faults again */
+    bool ok = true;
+    if (x->stot + 1 > x->scap) {
+        free(x->sbuf);
+        x->scap = x->stot + 1;
+        ok = (x->sbuf = malloc(x->scap)) != NULL;
+        if (!ok) x->scap = 0;
+    }
+    if (ok && x->rtot + 1 > x->rcap) {
+        free(x->rbuf);
+        x->rcap = x->rtot + 1;
+        ok = (x->rbuf = malloc(x->rcap)) != NULL;
+        if (!ok) x->rcap = 0;
+    }
+    uint8_t *sbuf = x->sbuf, *rbuf = x->rbuf;
+    s = load_agree(l, ok ? CKPT_OK : ckpt_fail(err, CKPT_E_NOMEM, "out of memory"), err);
     if (s == CKPT_OK) {
         for (int j = 0; j < l->size; j++) {
             pack_ctx pc = {x->stage, sbuf + x->sd[j]};
@@ -285,8 +302,6 @@ static ckpt_status move_host(rounds *x, uint64_t r, ckpt_status rs, ckpt_status 
         l->stats.bytes_sent += x->stot - (uint64_t)x->sc[l->rank];
         l->stats.bytes_received += x->rtot - (uint64_t)x->rc[l->rank];
     }
-    free(sbuf);
-    free(rbuf);
     return s;
 }
 
@@ -396,6 +411,8 @@ ckpt_status load_exchange(ckpt_load *l, const load_plan *p, uint64_t staging_byt
     if (s == CKPT_OK) s = load_agree(l, us, err);
     free(x.mine);
     free(x.theirs);
+    free(x.sbuf);
+    free(x.rbuf);
     if (!l->use_nccl) free(x.stage); /* the link's window is freed with its staging */
     free(x.sc);
     free(x.sd);
