@@ -189,22 +189,30 @@ static void push_row(void *ctx, const gpiece *q, uint64_t lo, uint64_t n, uint64
     x->rows++;
 }
 
-/* Strided pieces in band order: (file, row stride, rows, offset). */
-static const gpiece *band_base;
+/* A strided piece's band key (a copy, so that qsort needs no context). */
+typedef struct bkey {
+    int32_t file;
+    int64_t stride, rows;
+    uint64_t off, len;
+    size_t piece;
+} bkey;
+/* Band order: (file, row stride, rows, offset). */
 static int by_band(const void *a, const void *b) {
-    const gpiece *x = &band_base[*(const size_t *)a], *y = &band_base[*(const size_t *)b];
+    const bkey *x = a, *y = b;
     if (x->file != y->file) return x->file < y->file ? -1 : 1;
-    if (x->sstride[0] != y->sstride[0]) return x->sstride[0] < y->sstride[0] ? -1 : 1;
-    if (x->count[0] != y->count[0]) return x->count[0] < y->count[0] ? -1 : 1;
+    if (x->stride != y->stride) return x->stride < y->stride ? -1 : 1;
+    if (x->rows != y->rows) return x->rows < y->rows ? -1 : 1;
     if (x->off != y->off) return x->off < y->off ? -1 : 1;
-    return x->len < y->len ? -1 : x->len > y->len;
+    if (x->len != y->len) return x->len < y->len ? -1 : 1;
+    return x->piece < y->piece ? -1 : x->piece > y->piece;
 }
 
 /* The ranges the union is computed from: contiguous pieces as they are, strided pieces as
  * bands where the job covers their row pattern whole, else as rows. */
-static ckpt_status coverage(load_plan *p, clist *c, size_t **strided_out) {
-    size_t ns = 0, *st = malloc((p->npieces + 1) * sizeof *st);
-    *strided_out = st;
+static ckpt_status coverage(load_plan *p, clist *c, bkey **keys_out) {
+    size_t ns = 0;
+    bkey *st = malloc((p->npieces + 1) * sizeof *st);
+    *keys_out = st;
     if (!st) return CKPT_E_NOMEM;
     for (size_t i = 0; i < p->npieces; i++) {
         const gpiece *q = &p->pieces[i];
@@ -212,14 +220,13 @@ static ckpt_status coverage(load_plan *p, clist *c, size_t **strided_out) {
         if (q->ndim == 0) {
             if (!cpush(c, q->file, q->off, q->len, i)) return CKPT_E_NOMEM;
         } else {
-            st[ns++] = i;
+            st[ns++] = (bkey){q->file, q->sstride[0], q->count[0], q->off, q->len, i};
         }
     }
-    band_base = p->pieces; /* (planning runs on one thread of a handle) */
     if (ns) qsort(st, ns, sizeof *st, by_band);
     row_push rp = {c, true, 0};
     for (size_t a = 0; a < ns;) {
-        const gpiece *g = &p->pieces[st[a]];
+        const gpiece *g = &p->pieces[st[a].piece];
         uint64_t S = (uint64_t)g->sstride[0];
         if (g->ndim != 1 || g->len > S) { /* not a band's row pattern: its rows */
             gpiece_rows(g, 0, UINT64_MAX, push_row, &rp);
@@ -230,7 +237,7 @@ static ckpt_status coverage(load_plan *p, clist *c, size_t **strided_out) {
         uint64_t base = g->off, covered = 0, end = base; /* in-row union, swept in order */
         size_t b = a;
         for (; b < ns; b++) {
-            const gpiece *h = &p->pieces[st[b]];
+            const gpiece *h = &p->pieces[st[b].piece];
             if (h->file != g->file || h->ndim != 1 || (uint64_t)h->sstride[0] != S ||
                 h->count[0] != g->count[0] || h->off >= base + S || h->off + h->len > base + S)
                 break;
@@ -243,7 +250,7 @@ static ckpt_status coverage(load_plan *p, clist *c, size_t **strided_out) {
             if (!cpush(c, g->file, base, S * (uint64_t)g->count[0], SIZE_MAX)) return CKPT_E_NOMEM;
         } else {
             for (size_t k = a; k < b; k++)
-                gpiece_rows(&p->pieces[st[k]], 0, UINT64_MAX, push_row, &rp);
+                gpiece_rows(&p->pieces[st[k].piece], 0, UINT64_MAX, push_row, &rp);
         }
         a = b;
     }
@@ -388,9 +395,9 @@ ckpt_status load_plan_build(ckpt_load *l, const gpiece *mine, size_t nmine, uint
      * one contiguous piece, in long runs, are read by their owner straight into place
      * ("direct"); the rest, the shared union, is split below */
     clist c = {0};
-    size_t *strided = NULL;
-    s = coverage(p, &c, &strided);
-    free(strided);
+    bkey *keys = NULL;
+    s = coverage(p, &c, &keys);
+    free(keys);
     p->nranges = c.n;
     sweep w = {
         .p = p, .items = c.v, .rank = (uint32_t)l->rank, .direct_min = direct_min, .dcap = 16};
@@ -400,7 +407,7 @@ ckpt_status load_plan_build(ckpt_load *l, const gpiece *mine, size_t nmine, uint
     ev *evs = s == CKPT_OK ? malloc((2 * c.n + 1) * sizeof *evs) : NULL;
     p->memory += (uint64_t)c.cap * sizeof *c.v +
                  (uint64_t)(2 * c.n + 1) * (sizeof *w.u + sizeof *evs) +
-                 (uint64_t)(p->npieces + 1) * sizeof(size_t);
+                 (uint64_t)(p->npieces + 1) * sizeof(bkey);
     if (s != CKPT_OK || !w.u || !p->direct || !p->direct_piece || !evs) {
         s = CKPT_E_NOMEM;
     } else {
