@@ -107,6 +107,15 @@ typedef struct ckpt_load_stats {
     /* bytes the preads of metadata files (`.metadata`, index json, safetensors headers)
      * returned on this rank since ckpt_load_open (every rank reads them, in the open) */
     uint64_t bytes_read_metadata;
+    /* the collective plan's size (same on every rank but plan_memory): the job's transfers
+     * (one per request and stored chunk it meets, in strided form: never one per row), the
+     * ranges the union of needed bytes was computed from (runs, bands of rows), of them the
+     * rows listed one by one (only where the job's requests leave holes between a stored
+     * chunk's rows), and the peak bytes of this rank's plan tables; 0 in the independent mode */
+    uint64_t plan_transfers;
+    uint64_t plan_ranges;
+    uint64_t plan_rows;
+    uint64_t plan_memory;
 } ckpt_load_stats;
 
 /* Where a destination buffer lives. */

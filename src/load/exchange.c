@@ -54,36 +54,48 @@ static bool before(int32_t f1, uint64_t o1, int32_t f2, uint64_t o2) {
     return f1 < f2 || (f1 == f2 && o1 < o2);
 }
 
-/* Walks the overlaps of requester j's pieces with a window, in the canonical order; calls
- * fn(ctx, piece, part, lo, n) for each; returns the bytes. */
-typedef void (*overlap_fn)(void *ctx, const gpiece *q, const wpart *w, uint64_t lo, uint64_t n);
+/* Walks the overlaps of requester j's pieces with a window, in the canonical order (pieces in
+ * (file, lo) order, then the window's parts, then the piece's rows); calls
+ * fn(ctx, piece, part, lo, n, dst) for each (`dst`: the byte of the request it goes to);
+ * returns the bytes.  Only the rows that meet the window are walked. */
+typedef void (*overlap_fn)(void *ctx, const gpiece *q, const wpart *w, uint64_t lo, uint64_t n,
+                           uint64_t dst);
+typedef struct overlap_walk {
+    overlap_fn fn;
+    void *ctx;
+    const wpart *w;
+    uint64_t total;
+} overlap_walk;
+static void overlap_row(void *ctx, const gpiece *q, uint64_t lo, uint64_t n, uint64_t dst) {
+    overlap_walk *x = ctx;
+    if (x->fn) x->fn(x->ctx, q, x->w, lo, n, dst);
+    x->total += n;
+}
 static uint64_t overlaps(const load_plan *p, int j, const wpart *w, size_t nw, overlap_fn fn,
                          void *ctx) {
     if (!nw) return 0;
     const wpart *last = &w[nw - 1];
-    uint64_t total = 0;
+    overlap_walk x = {fn, ctx, NULL, 0};
     for (size_t i = p->owner_first[j]; i < p->owner_first[j + 1]; i++) {
         const gpiece *q = &p->pieces[i];
-        if (!before(q->file, q->off, last->r.file, last->r.off + last->r.len)) break;
+        if (!before(q->file, q->lo, last->r.file, last->r.off + last->r.len)) break;
         for (size_t k = 0; k < nw; k++) {
             if (w[k].r.file != q->file) continue;
-            uint64_t lo = q->off > w[k].r.off ? q->off : w[k].r.off;
-            uint64_t qe = q->off + q->len, we = w[k].r.off + w[k].r.len;
-            uint64_t hi = qe < we ? qe : we;
-            if (lo >= hi) continue;
-            if (fn) fn(ctx, q, &w[k], lo, hi - lo);
-            total += hi - lo;
+            x.w = &w[k];
+            gpiece_rows(q, w[k].r.off, w[k].r.off + w[k].r.len, overlap_row, &x);
         }
     }
-    return total;
+    return x.total;
 }
 
 typedef struct pack_ctx {
     const uint8_t *stage;
     uint8_t *out;
 } pack_ctx;
-static void pack(void *ctx, const gpiece *q, const wpart *w, uint64_t lo, uint64_t n) {
+static void pack(void *ctx, const gpiece *q, const wpart *w, uint64_t lo, uint64_t n,
+                 uint64_t dst) {
     (void)q;
+    (void)dst;
     pack_ctx *c = ctx;
     memcpy(c->out, c->stage + w->stage + (lo - w->r.off), n);
     c->out += n;
@@ -95,11 +107,13 @@ typedef struct unpack_ctx {
     ckpt_status s; /* of the first failed device copy */
     ckpt_error *err;
 } unpack_ctx;
-static void unpack(void *ctx, const gpiece *q, const wpart *w, uint64_t lo, uint64_t n) {
+static void unpack(void *ctx, const gpiece *q, const wpart *w, uint64_t lo, uint64_t n,
+                   uint64_t to) {
     (void)w;
+    (void)lo;
     unpack_ctx *c = ctx;
     const lreq *r = &c->l->reqs[q->req];
-    uint8_t *dst = r->dst + q->dst + (lo - q->off);
+    uint8_t *dst = r->dst + to;
     if (!r->device) {
         memcpy(dst, c->in, n);
     } else if (c->s == CKPT_OK) {
@@ -119,14 +133,14 @@ typedef struct dpack_ctx {
     ckpt_status s;
     ckpt_error *err;
 } dpack_ctx;
-static void dpack(void *ctx, const gpiece *q, const wpart *w, uint64_t lo, uint64_t n) {
+static void dpack(void *ctx, const gpiece *q, const wpart *w, uint64_t lo, uint64_t n,
+                  uint64_t dst) {
     dpack_ctx *c = ctx;
     uint64_t from = w->stage + (lo - w->r.off);
     if (c->s != CKPT_OK) return;
     if (c->self) {
         const lreq *r = &c->l->reqs[q->req];
-        c->s =
-            nccl_link_place(c->l->nccl, r->dst, r->dst + q->dst + (lo - q->off), from, n, c->err);
+        c->s = nccl_link_place(c->l->nccl, r->dst, r->dst + dst, from, n, c->err);
         c->l->stats.bytes_device += n;
     } else {
         c->s = nccl_link_pack(c->l->nccl, c->to, from, n, c->err);
@@ -142,13 +156,14 @@ typedef struct ddeliver_ctx {
     ckpt_status s;
     ckpt_error *err;
 } ddeliver_ctx;
-static void ddeliver(void *ctx, const gpiece *q, const wpart *w, uint64_t lo, uint64_t n) {
+static void ddeliver(void *ctx, const gpiece *q, const wpart *w, uint64_t lo, uint64_t n,
+                     uint64_t dst) {
     (void)w;
+    (void)lo;
     ddeliver_ctx *c = ctx;
     const lreq *r = &c->l->reqs[q->req];
     if (c->s == CKPT_OK)
-        c->s = nccl_link_deliver(c->l->nccl, r->dst, r->dst + q->dst + (lo - q->off), c->from, n,
-                                 c->err);
+        c->s = nccl_link_deliver(c->l->nccl, r->dst, r->dst + dst, c->from, n, c->err);
     c->l->stats.bytes_device += n;
     c->from += n;
 }
@@ -207,6 +222,8 @@ typedef struct rounds {
     int *sc, *sd, *rc, *rd;
     size_t *zsc, *zsd, *zrc, *zrd; /* the same as size_t, for the transport */
     uint64_t stot, rtot;
+    uint8_t *sbuf, *rbuf; /* host: what is sent and received, kept over the rounds */
+    uint64_t scap, rcap;
 } rounds;
 
 /* Counts of round r, both ways, from the plan alone; CKPT_E_LIMIT over int counts
@@ -242,8 +259,23 @@ static ckpt_status move_host(rounds *x, uint64_t r, ckpt_status rs, ckpt_status 
     const load_plan *p = x->p;
     ckpt_status s = load_agree(l, rs, err);
     if (s != CKPT_OK) return s;
-    uint8_t *sbuf = malloc(x->stot + 1), *rbuf = malloc(x->rtot + 1);
-    s = load_agree(l, sbuf && rbuf ? CKPT_OK : ckpt_fail(err, CKPT_E_NOMEM, "out of memory"), err);
+    /* the send and receive buffers are kept over the rounds (grown when a round needs more):
+     * fresh large blocks every round cost their page faults again */
+    bool ok = true;
+    if (x->stot + 1 > x->scap) {
+        free(x->sbuf);
+        x->scap = x->stot + 1;
+        ok = (x->sbuf = malloc(x->scap)) != NULL;
+        if (!ok) x->scap = 0;
+    }
+    if (ok && x->rtot + 1 > x->rcap) {
+        free(x->rbuf);
+        x->rcap = x->rtot + 1;
+        ok = (x->rbuf = malloc(x->rcap)) != NULL;
+        if (!ok) x->rcap = 0;
+    }
+    uint8_t *sbuf = x->sbuf, *rbuf = x->rbuf;
+    s = load_agree(l, ok ? CKPT_OK : ckpt_fail(err, CKPT_E_NOMEM, "out of memory"), err);
     if (s == CKPT_OK) {
         for (int j = 0; j < l->size; j++) {
             pack_ctx pc = {x->stage, sbuf + x->sd[j]};
@@ -270,8 +302,6 @@ static ckpt_status move_host(rounds *x, uint64_t r, ckpt_status rs, ckpt_status 
         l->stats.bytes_sent += x->stot - (uint64_t)x->sc[l->rank];
         l->stats.bytes_received += x->rtot - (uint64_t)x->rc[l->rank];
     }
-    free(sbuf);
-    free(rbuf);
     return s;
 }
 
@@ -381,6 +411,8 @@ ckpt_status load_exchange(ckpt_load *l, const load_plan *p, uint64_t staging_byt
     if (s == CKPT_OK) s = load_agree(l, us, err);
     free(x.mine);
     free(x.theirs);
+    free(x.sbuf);
+    free(x.rbuf);
     if (!l->use_nccl) free(x.stage); /* the link's window is freed with its staging */
     free(x.sc);
     free(x.sd);

@@ -3,6 +3,8 @@
  * the exchange rounds, then the requests only this rank can serve), with counters and
  * CKPT_DEBUG logging. */
 #include "load/load_i.h"
+#include "slice/region.h"
+#include "tensor/strided.h"
 #include "util/error.h"
 
 #include <sched.h>
@@ -254,44 +256,102 @@ ckpt_status ckpt_load_request_layout(ckpt_load *l, const char *key, const ckpt_l
     return s;
 }
 
-/* Plans this rank's requests into pieces; requests with decoded or byte-swapped pieces are
- * marked local. */
+/* This rank's transfers while they are made: one per (request, stored chunk) box, in
+ * strided form (dims merged; more outer dims than a piece holds are split off). */
+typedef struct local_plan {
+    ckpt_load *l;
+    uint32_t req;
+    bool local; /* the request meets a decoded or byte-swapped chunk */
+    gpiece *v;
+    size_t n, cap;
+} local_plan;
+
+static ckpt_status push_piece(local_plan *x, const gpiece *g, ckpt_error *err) {
+    if (x->n == x->cap) {
+        size_t cap = x->cap ? 2 * x->cap : 64;
+        gpiece *m = realloc(x->v, cap * sizeof *m);
+        if (!m) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        x->v = m;
+        x->cap = cap;
+    }
+    x->v[x->n++] = *g;
+    return CKPT_OK;
+}
+
+static ckpt_status plan_box(void *ctx, const slice_box *b, ckpt_error *err) {
+    local_plan *x = ctx;
+    if (x->local) return CKPT_OK;
+    if (b->c->res->kind == CHUNK_IN_MEMORY || (b->c->res->big_endian && b->itemsize > 1)) {
+        x->local = true;
+        return CKPT_OK;
+    }
+    int64_t ds[CKPT_MAX_NDIM], ss[CKPT_MAX_NDIM], cnt[CKPT_MAX_NDIM], run;
+    memcpy(ds, b->dst_stride, sizeof(int64_t) * (size_t)b->ndim);
+    memcpy(ss, b->src_stride, sizeof(int64_t) * (size_t)b->ndim);
+    memcpy(cnt, b->count, sizeof(int64_t) * (size_t)b->ndim);
+    int n = ckpt_merge_dims(ds, ss, cnt, b->ndim, b->itemsize, &run);
+    for (int d = 0; d < n; d++)
+        if (ss[d] < 0 || ds[d] < 0) { /* (never from torch): served by this rank alone */
+            x->local = true;
+            return CKPT_OK;
+        }
+    /* the outer dims beyond what a piece holds are walked here (pieces of GPIECE_DIMS dims) */
+    int split = n > GPIECE_DIMS ? n - GPIECE_DIMS : 0;
+    int64_t idx[CKPT_MAX_NDIM] = {0};
+    gpiece g = {.file = b->c->loc.file_id,
+                .req = x->req,
+                .len = (uint64_t)run,
+                .ndim = (uint32_t)(n - split),
+                .owner = (uint32_t)x->l->rank};
+    for (int d = split; d < n; d++) {
+        g.count[d - split] = cnt[d];
+        g.sstride[d - split] = ss[d];
+        g.dstride[d - split] = ds[d];
+    }
+    for (;;) {
+        g.off = b->src0;
+        g.dst = b->dst0;
+        for (int d = 0; d < split; d++) {
+            g.off += (uint64_t)(idx[d] * ss[d]);
+            g.dst += (uint64_t)(idx[d] * ds[d]);
+        }
+        gpiece_extent(&g);
+        CKPT_TRY(push_piece(x, &g, err));
+        int d = split - 1;
+        for (; d >= 0; d--) {
+            if (++idx[d] < cnt[d]) break;
+            idx[d] = 0;
+        }
+        if (d < 0) return CKPT_OK;
+    }
+}
+
+/* Plans this rank's requests into transfers; requests that meet decoded or byte-swapped
+ * chunks are marked local. */
 static ckpt_status plan_local(ckpt_load *l, gpiece **out, size_t *n, ckpt_error *err) {
-    size_t cap = 64;
-    gpiece *v = malloc(cap * sizeof *v);
+    local_plan x = {.l = l};
+    *out = NULL;
     *n = 0;
-    if (!v) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
     for (size_t i = 0; i < l->nreqs; i++) {
         lreq *q = &l->reqs[i];
         int nd = ckpt_entry_ndim(q->e);
-        ckpt_plan *p = NULL;
-        ckpt_status ps =
-            ckpt_plan_region(l->r, q->e, nd ? q->start : NULL, nd ? q->count : NULL, &p, err);
-        if (ps != CKPT_OK) { /* (the pieces so far too: seen by transport-threads under ASan) */
-            free(v);
+        size_t mark = x.n;
+        x.req = (uint32_t)i;
+        x.local = false;
+        uint64_t bytes;
+        ckpt_status ps = slice_for_each_box(l->r, q->e, nd ? q->start : NULL, nd ? q->count : NULL,
+                                            plan_box, &x, &bytes, err);
+        if (ps != CKPT_OK) {
+            free(x.v);
             return ps;
         }
-        const ckpt_piece *pc = ckpt_plan_pieces(p);
-        size_t np = ckpt_plan_num_pieces(p);
-        for (size_t k = 0; k < np; k++)
-            if (pc[k].file_id == CKPT_PIECE_DECODED || pc[k].swap_unit) q->local = true;
-        for (size_t k = 0; !q->local && k < np; k++) {
-            if (*n == cap) {
-                cap *= 2;
-                gpiece *m = realloc(v, cap * sizeof *m);
-                if (!m) {
-                    ckpt_plan_free(p);
-                    free(v);
-                    return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
-                }
-                v = m;
-            }
-            v[(*n)++] = (gpiece){pc[k].file_id, (uint32_t)i,      pc[k].file_offset,
-                                 pc[k].length,  pc[k].dst_offset, (uint32_t)l->rank};
+        if (x.local) {
+            q->local = true;
+            x.n = mark;
         }
-        ckpt_plan_free(p);
     }
-    *out = v;
+    *out = x.v;
+    *n = x.n;
     return CKPT_OK;
 }
 
@@ -444,6 +504,10 @@ ckpt_status ckpt_load_execute(ckpt_load *l, const ckpt_load_options *opts, ckpt_
         l->stats.seconds_plan = now() - t_setup;
         if (s == CKPT_OK) {
             l->stats.union_bytes = p.union_bytes;
+            l->stats.plan_transfers = p.npieces;
+            l->stats.plan_ranges = p.nranges;
+            l->stats.plan_rows = p.nrows;
+            l->stats.plan_memory = p.memory;
             s = load_exchange(l, &p, exch_bytes, err);
             load_plan_release(&p, l->size);
         }

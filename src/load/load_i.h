@@ -17,17 +17,33 @@ typedef struct lreq {
     bool device; /* dst is CUDA device memory */
 } lreq;
 
-/* A piece of some rank's request: `len` bytes at `off` of data file `file` go to byte
- * `dst` of request `req` of rank `owner`.  The wire format is the first five fields. */
+/* A transfer of some rank's request: one stored chunk's region intersected with the
+ * request's box, in strided form (never one entry per row: rows are walked only while bytes
+ * move).  Row i (a multi-index over the `ndim` outer dims) is `len` bytes of data file `file`
+ * at off + sum(i[d] * sstride[d]), going to byte dst + sum(i[d] * dstride[d]) of request
+ * `req` of rank `owner`; ndim 0 is one contiguous run.  Strides are positive.  lo and hi
+ * bound its bytes in the file (derived).  The wire format is GPIECE_WIRE bytes. */
+#define GPIECE_DIMS 4
 typedef struct gpiece {
     int32_t file;
     uint32_t req;
     uint64_t off;
     uint64_t len;
     uint64_t dst;
-    uint32_t owner; /* filled after the gather */
+    uint32_t ndim;
+    int64_t count[GPIECE_DIMS];
+    int64_t sstride[GPIECE_DIMS];
+    int64_t dstride[GPIECE_DIMS];
+    uint64_t lo, hi; /* derived: the file extent [lo, hi) */
+    uint32_t owner;  /* filled after the gather */
 } gpiece;
-#define GPIECE_WIRE 32 /* bytes of file, req, off, len, dst */
+#define GPIECE_WIRE (36 + 24 * GPIECE_DIMS)
+/* Fills lo and hi from the other fields. */
+void gpiece_extent(gpiece *g);
+/* Calls fn for every row of piece q that meets bytes [a, b) of its file, in row order, with
+ * the part that does: file offset `lo`, `n` bytes, going to byte `dst` of the request. */
+typedef void (*row_fn)(void *ctx, const gpiece *q, uint64_t lo, uint64_t n, uint64_t dst);
+void gpiece_rows(const gpiece *q, uint64_t a, uint64_t b, row_fn fn, void *ctx);
 
 /* A byte range of a data file. */
 typedef struct frange {
@@ -177,8 +193,11 @@ ckpt_status load_min_u64(ckpt_load *l, uint64_t *v, size_t n, const char *what, 
  * broken handle returns its error. */
 ckpt_status load_agree(ckpt_load *l, ckpt_status s, ckpt_error *err);
 
-/* plan.c: every rank's pieces, sorted by (owner, file, off); the union of their ranges split
- * into `size` contiguous byte-balanced shares (reader k reads shares[k]). */
+/* plan.c: every rank's transfers, sorted by (owner, file, lo); the union of their bytes
+ * split into `size` contiguous byte-balanced shares (reader k reads shares[k]).  The union is
+ * computed from the transfers' extents: a strided transfer's rows count as one range when the
+ * job's transfers with the same row pattern cover every byte between its rows (a band);
+ * otherwise (a job that leaves holes between a chunk's rows) its rows are listed (nrows). */
 typedef struct load_plan {
     gpiece *pieces;
     size_t npieces;
@@ -187,11 +206,14 @@ typedef struct load_plan {
     size_t *nshares;
     uint64_t *share_bytes;
     uint64_t union_bytes; /* every needed byte, once */
-    /* this rank's direct ranges: needed by one of its pieces only, read straight into place */
+    /* this rank's direct ranges: needed by one contiguous piece only, read straight into place */
     frange *direct;
     size_t *direct_piece; /* index in pieces */
     size_t ndirect;
     uint64_t direct_bytes;
+    uint64_t nranges; /* ranges the union was computed from (bands, runs, listed rows) */
+    uint64_t nrows;   /* of them, rows listed one by one (holes between a chunk's rows) */
+    uint64_t memory;  /* peak bytes of the plan's tables on this rank */
 } load_plan;
 /* Default of ckpt_load_options.direct_min_bytes. */
 #define LOAD_DIRECT_MIN ((uint64_t)4 << 10)

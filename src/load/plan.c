@@ -1,10 +1,13 @@
-/* plan.c — the job-wide plan, computed identically on every rank: gather every rank's pieces
- * (file ranges and where they go), merge their ranges into the union of needed bytes (sort +
- * sweep: O(P log P) in the number of pieces, never pieces x chunks), and cut that union into
- * one contiguous, byte-balanced share per rank: the bytes it reads.  Ranks usually hand in
- * their pieces in file order already (one request's rows come in order): then nothing is
- * sorted, and the sweep merges the ranks' ordered streams of piece starts and ends without
- * storing them (O(n log R) for n pieces of R ranks). */
+/* plan.c — the job-wide plan, computed identically on every rank: gather every rank's
+ * transfers (a stored chunk's region intersected with a request's box, in strided form: one
+ * entry per (request, chunk), never one per row), compute the union of the needed bytes from
+ * their extents, and cut that union into one contiguous, byte-balanced share per rank: the
+ * bytes it reads.  A strided transfer counts as one range when the job's transfers with the
+ * same row pattern (file, row stride, rows) cover every byte between its rows: a band, as
+ * when ranks split a tensor's columns.  Only a job that leaves holes between a chunk's rows
+ * lists its rows, to keep reading exactly the needed bytes.  So planning grows with the
+ * transfers (tensors x ranks x chunks), not with rows; rows are walked while bytes move
+ * (gpiece_rows, exchange.c). */
 #include "load/load_i.h"
 #include "util/error.h"
 
@@ -12,12 +15,64 @@
 #include <stdlib.h>
 #include <string.h>
 
+void gpiece_extent(gpiece *g) {
+    g->lo = g->off;
+    g->hi = g->off + g->len;
+    for (uint32_t d = 0; d < g->ndim; d++) {
+        if (!g->count[d]) {
+            g->hi = g->lo;
+            return;
+        }
+        g->hi += (uint64_t)(g->count[d] - 1) * (uint64_t)g->sstride[d];
+    }
+}
+
+void gpiece_rows(const gpiece *q, uint64_t a, uint64_t b, row_fn fn, void *ctx) {
+    if (!q->len || a >= b || q->hi <= a || q->lo >= b || q->hi <= q->lo) return;
+    int n = (int)q->ndim;
+    if (n == 0) {
+        uint64_t lo = a > q->off ? a : q->off, e = q->off + q->len, hi = b < e ? b : e;
+        fn(ctx, q, lo, hi - lo, q->dst + (lo - q->off));
+        return;
+    }
+    /* the rows of outer index i0 lie in [off + i0 * s0, off + i0 * s0 + inner): only the
+     * i0 whose block meets [a, b) are walked */
+    uint64_t inner = q->len, s0 = (uint64_t)q->sstride[0];
+    for (int d = 1; d < n; d++)
+        inner += (uint64_t)(q->count[d] - 1) * (uint64_t)q->sstride[d];
+    int64_t i0_lo = 0, i0_hi = q->count[0];
+    if (s0) {
+        if (a >= q->off + inner) i0_lo = (int64_t)((a - q->off - inner) / s0) + 1;
+        uint64_t lim = b > q->off ? (b - q->off + s0 - 1) / s0 : 0;
+        if (lim < (uint64_t)i0_hi) i0_hi = (int64_t)lim;
+    }
+    if (i0_lo >= i0_hi) return;
+    int64_t idx[GPIECE_DIMS] = {0};
+    idx[0] = i0_lo;
+    for (;;) {
+        uint64_t s = q->off, t = q->dst;
+        for (int d = 0; d < n; d++) {
+            s += (uint64_t)(idx[d] * q->sstride[d]);
+            t += (uint64_t)(idx[d] * q->dstride[d]);
+        }
+        uint64_t lo = s > a ? s : a, e = s + q->len, hi = e < b ? e : b;
+        if (lo < hi) fn(ctx, q, lo, hi - lo, t + (lo - s));
+        int d = n - 1;
+        for (; d >= 0; d--) {
+            if (++idx[d] < (d ? q->count[d] : i0_hi)) break;
+            idx[d] = 0;
+        }
+        if (d < 0) return;
+    }
+}
+
 static int by_owner_file_off(const void *a, const void *b) {
     const gpiece *x = a, *y = b;
     if (x->owner != y->owner) return x->owner < y->owner ? -1 : 1;
     if (x->file != y->file) return x->file < y->file ? -1 : 1;
-    if (x->off != y->off) return x->off < y->off ? -1 : 1;
-    return x->len < y->len ? -1 : x->len > y->len;
+    if (x->lo != y->lo) return x->lo < y->lo ? -1 : 1;
+    if (x->hi != y->hi) return x->hi < y->hi ? -1 : 1;
+    return x->dst < y->dst ? -1 : x->dst > y->dst;
 }
 
 /* Whether pieces [a, b) (one owner's) are in by_owner_file_off order already. */
@@ -27,24 +82,20 @@ static bool in_order(const gpiece *g, size_t a, size_t b) {
     return true;
 }
 
-/* Whether an owner's ordered pieces [a, b) overlap nowhere: then its starts and ends,
- * alternating, are already in (file, position) order (zero-length pieces make no events). */
-static bool disjoint(const gpiece *g, size_t a, size_t b) {
-    const gpiece *prev = NULL;
-    for (size_t i = a; i < b; i++) {
-        if (!g[i].len) continue;
-        if (prev && prev->file == g[i].file && prev->off + prev->len > g[i].off) return false;
-        prev = &g[i];
-    }
-    return true;
-}
+/* A range of needed bytes the union is computed from: a contiguous piece's run (`piece` its
+ * index: it may be read in place), a band, or a listed row (piece SIZE_MAX). */
+typedef struct citem {
+    int32_t file;
+    uint64_t off, len;
+    size_t piece;
+} citem;
 
-/* A piece's start or end, for the coverage sweep. */
+/* A citem's start or end, for the coverage sweep. */
 typedef struct ev {
     int32_t file;
     uint64_t pos;
     int kind; /* 0 end, 1 start: ends first at equal positions */
-    size_t piece;
+    size_t item;
 } ev;
 static int by_event(const void *a, const void *b) {
     const ev *x = a, *y = b;
@@ -53,48 +104,12 @@ static int by_event(const void *a, const void *b) {
     return x->kind - y->kind;
 }
 
-/* One owner's next event in the merge (cur): piece `at` of its range, its start or its end. */
-typedef struct stream {
-    ev cur;
-    size_t at, end;
-} stream;
-
-static void stream_load(const gpiece *g, stream *t, int kind) {
-    const gpiece *q = &g[t->at];
-    t->cur = (ev){q->file, kind ? q->off : q->off + q->len, kind, t->at};
-}
-
-/* Moves to the stream's next event; false at its end (zero-length pieces are skipped). */
-static bool stream_next(const gpiece *g, stream *t) {
-    if (t->cur.kind) {
-        stream_load(g, t, 0);
-        return true;
-    }
-    for (t->at++; t->at < t->end && !g[t->at].len; t->at++) {
-    }
-    if (t->at == t->end) return false;
-    stream_load(g, t, 1);
-    return true;
-}
-
-static void sift_down(stream *h, size_t n, size_t i) {
-    for (;;) {
-        size_t l = 2 * i + 1, m = i;
-        if (l < n && by_event(&h[l].cur, &h[m].cur) < 0) m = l;
-        if (l + 1 < n && by_event(&h[l + 1].cur, &h[m].cur) < 0) m = l + 1;
-        if (m == i) return;
-        stream t = h[i];
-        h[i] = h[m];
-        h[m] = t;
-        i = m;
-    }
-}
-
 /* The coverage sweep over events in (file, position) order: between two positions, the
- * pieces covering the bytes are known by their number and the sum of their indices (which
- * names the piece when there is one). */
+ * ranges covering the bytes are known by their number and the sum of their indices (which
+ * names the range when there is one). */
 typedef struct sweep {
     load_plan *p;
+    const citem *items;
     uint32_t rank;
     uint64_t direct_min;
     uint64_t count, idsum;
@@ -109,9 +124,9 @@ static ckpt_status sweep_step(sweep *w, const ev *e) {
     if (w->started && w->count && e->file == w->prev.file && e->pos > w->prev.pos) {
         frange seg = {e->file, w->prev.pos, e->pos - w->prev.pos};
         p->union_bytes += seg.len;
-        const gpiece *only = w->count == 1 ? &p->pieces[w->idsum] : NULL;
-        if (only && seg.len >= w->direct_min) {
-            if (only->owner == w->rank) {
+        const citem *only = w->count == 1 ? &w->items[w->idsum] : NULL;
+        if (only && only->piece != SIZE_MAX && seg.len >= w->direct_min) {
+            if (p->pieces[only->piece].owner == w->rank) {
                 if (p->ndirect == w->dcap) {
                     size_t cap = 2 * w->dcap;
                     frange *m1 = realloc(p->direct, cap * sizeof *m1);
@@ -122,7 +137,7 @@ static ckpt_status sweep_step(sweep *w, const ev *e) {
                     w->dcap = cap;
                 }
                 p->direct[p->ndirect] = seg;
-                p->direct_piece[p->ndirect++] = w->idsum;
+                p->direct_piece[p->ndirect++] = only->piece;
                 p->direct_bytes += seg.len;
             }
         } else if (w->nu && w->u[w->nu - 1].file == seg.file &&
@@ -134,53 +149,149 @@ static ckpt_status sweep_step(sweep *w, const ev *e) {
     }
     if (e->kind) {
         w->count++;
-        w->idsum += e->piece;
+        w->idsum += e->item;
     } else {
         w->count--;
-        w->idsum -= e->piece;
+        w->idsum -= e->item;
     }
     w->prev = *e;
     w->started = true;
     return CKPT_OK;
 }
 
-/* Sweeps the events of every owner's disjoint, ordered pieces in (file, position) order,
- * merged from the owners' streams with a heap, without storing them.  (Events at one
- * position may come in any order: the sweep only cuts where the position moves.)  h holds
- * `size` slots. */
-static ckpt_status merge_events(const load_plan *p, int size, stream *h, sweep *w) {
-    size_t n = 0;
-    for (int k = 0; k < size; k++) {
-        stream t = {.at = p->owner_first[k], .end = p->owner_first[k + 1]};
-        while (t.at < t.end && !p->pieces[t.at].len)
-            t.at++;
-        if (t.at == t.end) continue;
-        stream_load(p->pieces, &t, 1);
-        h[n++] = t;
+/* The list of citems, grown on demand. */
+typedef struct clist {
+    citem *v;
+    size_t n, cap;
+} clist;
+static bool cpush(clist *c, int32_t file, uint64_t off, uint64_t len, size_t piece) {
+    if (!len) return true;
+    if (c->n == c->cap) {
+        size_t cap = c->cap ? 2 * c->cap : 64;
+        citem *m = realloc(c->v, cap * sizeof *m);
+        if (!m) return false;
+        c->v = m;
+        c->cap = cap;
     }
-    for (size_t i = n; i-- > 0;)
-        sift_down(h, n, i);
-    while (n) {
-        CKPT_TRY(sweep_step(w, &h[0].cur));
-        if (!stream_next(p->pieces, &h[0])) h[0] = h[--n];
-        if (n > 1) sift_down(h, n, 0);
-    }
-    return CKPT_OK;
+    c->v[c->n++] = (citem){file, off, len, piece};
+    return true;
 }
 
-static void put(uint8_t *p, const gpiece *g) {
-    memcpy(p, &g->file, 4);
-    memcpy(p + 4, &g->req, 4);
-    memcpy(p + 8, &g->off, 8);
-    memcpy(p + 16, &g->len, 8);
-    memcpy(p + 24, &g->dst, 8);
+typedef struct row_push {
+    clist *c;
+    bool ok;
+    uint64_t rows;
+} row_push;
+static void push_row(void *ctx, const gpiece *q, uint64_t lo, uint64_t n, uint64_t dst) {
+    (void)dst;
+    row_push *x = ctx;
+    x->ok = x->ok && cpush(x->c, q->file, lo, n, SIZE_MAX);
+    x->rows++;
 }
-static void get(const uint8_t *p, gpiece *g) {
-    memcpy(&g->file, p, 4);
-    memcpy(&g->req, p + 4, 4);
-    memcpy(&g->off, p + 8, 8);
-    memcpy(&g->len, p + 16, 8);
-    memcpy(&g->dst, p + 24, 8);
+
+/* A strided piece's band key (a copy, so that qsort needs no context). */
+typedef struct bkey {
+    int32_t file;
+    int64_t stride, rows;
+    uint64_t off, len;
+    size_t piece;
+} bkey;
+/* Band order: (file, row stride, rows, offset). */
+static int by_band(const void *a, const void *b) {
+    const bkey *x = a, *y = b;
+    if (x->file != y->file) return x->file < y->file ? -1 : 1;
+    if (x->stride != y->stride) return x->stride < y->stride ? -1 : 1;
+    if (x->rows != y->rows) return x->rows < y->rows ? -1 : 1;
+    if (x->off != y->off) return x->off < y->off ? -1 : 1;
+    if (x->len != y->len) return x->len < y->len ? -1 : 1;
+    return x->piece < y->piece ? -1 : x->piece > y->piece;
+}
+
+/* The ranges the union is computed from: contiguous pieces as they are, strided pieces as
+ * bands where the job covers their row pattern whole, else as rows. */
+static ckpt_status coverage(load_plan *p, clist *c, bkey **keys_out) {
+    size_t ns = 0;
+    bkey *st = malloc((p->npieces + 1) * sizeof *st);
+    *keys_out = st;
+    if (!st) return CKPT_E_NOMEM;
+    for (size_t i = 0; i < p->npieces; i++) {
+        const gpiece *q = &p->pieces[i];
+        if (q->hi <= q->lo) continue;
+        if (q->ndim == 0) {
+            if (!cpush(c, q->file, q->off, q->len, i)) return CKPT_E_NOMEM;
+        } else {
+            st[ns++] = (bkey){q->file, q->sstride[0], q->count[0], q->off, q->len, i};
+        }
+    }
+    if (ns) qsort(st, ns, sizeof *st, by_band);
+    row_push rp = {c, true, 0};
+    for (size_t a = 0; a < ns;) {
+        const gpiece *g = &p->pieces[st[a].piece];
+        uint64_t S = (uint64_t)g->sstride[0];
+        if (g->ndim != 1 || g->len > S) { /* not a band's row pattern: its rows */
+            gpiece_rows(g, 0, UINT64_MAX, push_row, &rp);
+            a++;
+            continue;
+        }
+        /* the group: same file, stride, rows, offsets within [base, base + S) */
+        uint64_t base = g->off, covered = 0, end = base; /* in-row union, swept in order */
+        size_t b = a;
+        for (; b < ns; b++) {
+            const gpiece *h = &p->pieces[st[b].piece];
+            if (h->file != g->file || h->ndim != 1 || (uint64_t)h->sstride[0] != S ||
+                h->count[0] != g->count[0] || h->off >= base + S || h->off + h->len > base + S)
+                break;
+            uint64_t lo = h->off > end ? h->off : end, hi = h->off + h->len;
+            if (hi > lo) covered += hi - lo;
+            if (hi > end) end = hi;
+        }
+        if (b == a) b = a + 1; /* (cannot happen: g itself belongs) */
+        if (covered == S) {
+            if (!cpush(c, g->file, base, S * (uint64_t)g->count[0], SIZE_MAX)) return CKPT_E_NOMEM;
+        } else {
+            for (size_t k = a; k < b; k++)
+                gpiece_rows(&p->pieces[st[k].piece], 0, UINT64_MAX, push_row, &rp);
+        }
+        a = b;
+    }
+    p->nrows = rp.rows;
+    return rp.ok ? CKPT_OK : CKPT_E_NOMEM;
+}
+
+static void put(uint8_t *b, const gpiece *g) {
+    memcpy(b, &g->file, 4);
+    memcpy(b + 4, &g->req, 4);
+    memcpy(b + 8, &g->off, 8);
+    memcpy(b + 16, &g->len, 8);
+    memcpy(b + 24, &g->dst, 8);
+    memcpy(b + 32, &g->ndim, 4);
+    for (int d = 0; d < GPIECE_DIMS; d++) {
+        memcpy(b + 36 + 24 * d, &g->count[d], 8);
+        memcpy(b + 44 + 24 * d, &g->sstride[d], 8);
+        memcpy(b + 52 + 24 * d, &g->dstride[d], 8);
+    }
+}
+static void get(const uint8_t *b, gpiece *g) {
+    memset(g, 0, sizeof *g);
+    memcpy(&g->file, b, 4);
+    memcpy(&g->req, b + 4, 4);
+    memcpy(&g->off, b + 8, 8);
+    memcpy(&g->len, b + 16, 8);
+    memcpy(&g->dst, b + 24, 8);
+    memcpy(&g->ndim, b + 32, 4);
+    for (int d = 0; d < GPIECE_DIMS; d++) {
+        memcpy(&g->count[d], b + 36 + 24 * d, 8);
+        memcpy(&g->sstride[d], b + 44 + 24 * d, 8);
+        memcpy(&g->dstride[d], b + 52 + 24 * d, 8);
+    }
+}
+
+/* Whether a gathered piece is well formed (the same data on every rank: the same decision). */
+static bool piece_ok(const gpiece *g) {
+    if (g->ndim > GPIECE_DIMS) return false;
+    for (uint32_t d = 0; d < g->ndim; d++)
+        if (g->count[d] < 0 || g->sstride[d] < 0 || g->dstride[d] < 0) return false;
+    return true;
 }
 
 void load_plan_release(load_plan *p, int size) {
@@ -253,16 +364,23 @@ ckpt_status load_plan_build(ckpt_load *l, const gpiece *mine, size_t nmine, uint
         goto out_free;
     }
     size_t at = 0;
+    bool well_formed = true;
     for (int k = 0; k < P; k++)
         for (long long i = 0; i < counts[k]; i++, at++) {
             get(all + at * GPIECE_WIRE, &p->pieces[at]);
+            well_formed = well_formed && piece_ok(&p->pieces[at]);
+            gpiece_extent(&p->pieces[at]);
             p->pieces[at].owner = (uint32_t)k;
         }
     free(all);
     p->npieces = at;
+    p->memory = (uint64_t)total * (GPIECE_WIRE + sizeof *p->pieces) + nmine * GPIECE_WIRE;
+    if (!well_formed) {
+        s = ckpt_fail(err, CKPT_E_TRANSPORT, "transport all-gather (pieces) delivered a bad piece");
+        goto out_free; /* same decision on every rank */
+    }
     /* the gather put the owners in order; each owner's pieces are sorted unless they came in
      * order (every rank decides alike: the same data) */
-    bool all_disjoint = true;
     for (size_t k = 0, i = 0; k <= (size_t)P; k++) {
         p->owner_first[k] = i;
         if (k < (size_t)P) i += (size_t)counts[k];
@@ -271,34 +389,39 @@ ckpt_status load_plan_build(ckpt_load *l, const gpiece *mine, size_t nmine, uint
         size_t a = p->owner_first[k], b = p->owner_first[k + 1];
         if (!in_order(p->pieces, a, b))
             qsort(p->pieces + a, b - a, sizeof *p->pieces, by_owner_file_off);
-        all_disjoint = all_disjoint && disjoint(p->pieces, a, b);
     }
 
-    /* 2. coverage sweep: bytes needed by exactly one piece, in long runs, are read by their
-     * owner straight into place ("direct"); the rest, the shared union, is split below */
-    sweep w = {.p = p, .rank = (uint32_t)l->rank, .direct_min = direct_min, .dcap = 16};
-    w.u = malloc((2 * p->npieces + 1) * sizeof *w.u);
+    /* 2. coverage sweep over the ranges (runs, bands, listed rows): bytes needed by exactly
+     * one contiguous piece, in long runs, are read by their owner straight into place
+     * ("direct"); the rest, the shared union, is split below */
+    clist c = {0};
+    bkey *keys = NULL;
+    s = coverage(p, &c, &keys);
+    free(keys);
+    p->nranges = c.n;
+    sweep w = {
+        .p = p, .items = c.v, .rank = (uint32_t)l->rank, .direct_min = direct_min, .dcap = 16};
+    w.u = s == CKPT_OK ? malloc((2 * c.n + 1) * sizeof *w.u) : NULL;
     p->direct = malloc(w.dcap * sizeof *p->direct);
     p->direct_piece = malloc(w.dcap * sizeof *p->direct_piece);
-    stream *h = all_disjoint ? malloc(((size_t)P + 1) * sizeof *h) : NULL;
-    ev *evs = all_disjoint ? NULL : malloc((2 * p->npieces + 1) * sizeof *evs);
-    if (!w.u || !p->direct || !p->direct_piece || (all_disjoint ? !h : !evs)) {
+    ev *evs = s == CKPT_OK ? malloc((2 * c.n + 1) * sizeof *evs) : NULL;
+    p->memory += (uint64_t)c.cap * sizeof *c.v +
+                 (uint64_t)(2 * c.n + 1) * (sizeof *w.u + sizeof *evs) +
+                 (uint64_t)(p->npieces + 1) * sizeof(bkey);
+    if (s != CKPT_OK || !w.u || !p->direct || !p->direct_piece || !evs) {
         s = CKPT_E_NOMEM;
-    } else if (all_disjoint) {
-        s = merge_events(p, P, h, &w);
     } else {
         size_t ne = 0;
-        for (size_t i = 0; i < p->npieces; i++) {
-            if (!p->pieces[i].len) continue;
-            evs[ne++] = (ev){p->pieces[i].file, p->pieces[i].off, 1, i};
-            evs[ne++] = (ev){p->pieces[i].file, p->pieces[i].off + p->pieces[i].len, 0, i};
+        for (size_t i = 0; i < c.n; i++) {
+            evs[ne++] = (ev){c.v[i].file, c.v[i].off, 1, i};
+            evs[ne++] = (ev){c.v[i].file, c.v[i].off + c.v[i].len, 0, i};
         }
         qsort(evs, ne, sizeof *evs, by_event);
         for (size_t i = 0; s == CKPT_OK && i < ne; i++)
             s = sweep_step(&w, &evs[i]);
     }
-    free(h);
     free(evs);
+    free(c.v);
     frange *u = w.u;
     size_t nu = w.nu;
     if (s != CKPT_OK) {

@@ -451,7 +451,8 @@ static int run(int argc, char **argv, int rank, int size) {
                        "%.6f, \"exchange_s\": %.6f, \"total_s\": %.6f, \"transport\": \"%s\", "
                        "\"sent_nccl\": %llu, \"received_nccl\": %llu, \"nccl_init_s\": %.6f, "
                        "\"io_threads\": %u, \"setup_s\": %.6f, \"preads\": %llu, \"read_plan\": "
-                       "%llu, \"read_metadata\": %llu}",
+                       "%llu, \"read_metadata\": %llu, \"plan_transfers\": %llu, "
+                       "\"plan_ranges\": %llu, \"plan_rows\": %llu, \"plan_memory\": %llu}",
                        k ? ", " : "", (unsigned long long)all[k].bytes_requested,
                        (unsigned long long)all[k].bytes_read, (unsigned long long)all[k].bytes_sent,
                        (unsigned long long)all[k].bytes_received,
@@ -463,7 +464,10 @@ static int run(int argc, char **argv, int rank, int size) {
                        (unsigned long long)all[k].bytes_received_nccl, all[k].seconds_nccl_init,
                        all[k].io_threads, all[k].seconds_setup, (unsigned long long)all[k].preads,
                        (unsigned long long)all[k].bytes_read_plan,
-                       (unsigned long long)all[k].bytes_read_metadata);
+                       (unsigned long long)all[k].bytes_read_metadata,
+                       (unsigned long long)all[k].plan_transfers,
+                       (unsigned long long)all[k].plan_ranges, (unsigned long long)all[k].plan_rows,
+                       (unsigned long long)all[k].plan_memory);
             printf("]}\n");
         } else {
             char a[32], b[32], c[32], d[32], e[32];
