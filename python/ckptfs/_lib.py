@@ -108,7 +108,9 @@ class LoadStats(Structure):
                 ("bytes_sent_nccl", c_uint64), ("bytes_received_nccl", c_uint64),
                 ("seconds_nccl_init", c_double), ("io_threads", c_uint),
                 ("seconds_setup", c_double), ("preads", c_uint64),
-                ("bytes_read_plan", c_uint64), ("bytes_read_metadata", c_uint64)]
+                ("bytes_read_plan", c_uint64), ("bytes_read_metadata", c_uint64),
+                ("plan_transfers", c_uint64), ("plan_ranges", c_uint64),
+                ("plan_rows", c_uint64), ("plan_memory", c_uint64)]
 
 
 # The collective loader (libckpt_load): optional, so that CKPTFS_LIBCKPT may name a plain

@@ -3,7 +3,9 @@ torch dtypes, shapes), whole tensors and regions bit for bit, caller-supplied de
 values, and the errors of damaged checkpoints."""
 
 import random
+import re
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -332,3 +334,42 @@ def test_reads_from_many_threads():
     with ckptfs.open(r.dir) as ck, ThreadPoolExecutor(8) as pool:
         got = list(pool.map(lambda e: bits(ck.read_tensor(e.key)), tensors))
     assert got == [bits(r.tensor(e)) for e in tensors]
+
+
+# The ctypes mirrors of the public structs (python/ckptfs/_lib.py) against the headers they
+# copy: a field added in C but not here makes the library write past a Python-made struct
+# (ckpt_load_stats grew by four fields once and every rank of a load crashed).
+MIRRORS = {"Error": "ckpt_error", "Limits": "ckpt_limits", "OpenOptions": "ckpt_open_options",
+           "ReaderInfo": "ckpt_reader_info", "ChunkInfo": "ckpt_chunk_info",
+           "Placement": "ckpt_placement", "Layout": "ckpt_layout",
+           "Transport": "ckpt_transport", "LoadOptions": "ckpt_load_options",
+           "LoadStats": "ckpt_load_stats"}
+
+
+def c_fields(text, name):
+    m = re.search(r"typedef struct %s\s*\{(.*?)\}\s*%s;" % (name, name), text, re.S)
+    assert m, name
+    body = re.sub(r"/\*.*?\*/", "", m.group(1), flags=re.S)
+    body = re.sub(r"\([^()]*\)\s*;", ";", body)  # function pointers: drop the argument list
+    names = []
+    for decl in body.split(";"):
+        decl = decl.strip()
+        if not decl:
+            continue
+        fp = re.search(r"\(\s*\*\s*(\w+)\s*\)", decl)
+        if fp:
+            names.append(fp.group(1))
+            continue
+        for part in decl.split(","):
+            part = re.sub(r"\[.*?\]", "", part).strip()
+            names.append(re.findall(r"\w+", part)[-1])
+    return names
+
+
+def test_ctypes_mirrors_match_the_headers():
+    import ckptfs._lib as lib
+    root = Path(__file__).resolve().parents[2] / "include"
+    text = "\n".join(p.read_text() for p in sorted(root.glob("*.h")))
+    for py, c in MIRRORS.items():
+        ours = [f[0] for f in getattr(lib, py)._fields_]
+        assert ours == c_fields(text, c), (py, c)
