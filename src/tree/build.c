@@ -246,7 +246,8 @@ static ckpt_status list_raw_others(tree_ckpt *c, const ckpt_tree_options *o, ckp
         struct stat st = {0};
         int fd = ckpt_open_regular(path, &st);
         if (fd < 0) {
-            if (errno != EISDIR && !(errno == CKPT_ENOTREG && S_ISDIR(st.st_mode)))
+            /* a link to a directory is left out silently, as directories are */
+            if (!(errno == CKPT_ENOTREG && S_ISDIR(st.st_mode)))
                 tree_log(o, "%s: not shown under .raw: %s", path, ckpt_open_strerror(errno));
             continue;
         }
