@@ -101,8 +101,14 @@ ckpt_status ckpt_tree_readdir(ckpt_tree *t, ckpt_ino dir, uint64_t cookie, ckpt_
                               void *ctx, ckpt_error *err);
 
 /* Checks that a file can be read before it is opened: a non-tensor value that cannot be
- * decoded (or fails verification) is reported here, since its size shows as 0. */
+ * decoded (or fails verification) is reported here, since its size shows as 0.  On success
+ * the file counts as open until ckpt_tree_release_file: in a directory of checkpoints a step
+ * that is removed (or saved again in place) stays readable through the files opened before,
+ * as a removed file does on a local file system, and its index and shard file descriptors
+ * are freed once the last of them is released. */
 ckpt_status ckpt_tree_open_file(ckpt_tree *t, ckpt_ino ino, ckpt_error *err);
+/* Ends one successful ckpt_tree_open_file of `ino` (the kernel's RELEASE). */
+void ckpt_tree_release_file(ckpt_tree *t, ckpt_ino ino);
 
 /* ---------------------------------------------------------------- who may read what */
 
@@ -167,7 +173,9 @@ typedef struct ckpt_tree_scratch {
     size_t segs_cap;
     struct ckpt_tree_piece *pieces; /* private */
     size_t pieces_cap;
+    void *held; /* private: the checkpoint the last read's fd segments belong to */
 } ckpt_tree_scratch;
+/* Frees the scratch's memory; call ckpt_tree_read_end first if a read used it. */
 void ckpt_tree_scratch_release(ckpt_tree_scratch *s);
 
 /* Reads [off, off+len) of file `ino` (clamped at its size).  Pieces that lie contiguously in
@@ -180,6 +188,11 @@ void ckpt_tree_scratch_release(ckpt_tree_scratch *s);
 ckpt_status ckpt_tree_read(ckpt_tree *t, ckpt_ino ino, uint64_t off, size_t len, size_t max_segs,
                            size_t min_fd_run, ckpt_tree_scratch *s, const ckpt_tree_seg **segs,
                            size_t *nsegs, ckpt_error *err);
+/* Says that the segments of the last ckpt_tree_read with `s` are no longer used (the reply is
+ * sent): their file descriptors may be closed from now on, when their checkpoint is gone
+ * from a directory of checkpoints.  Until then they stay open.  Harmless when nothing is
+ * held; a new ckpt_tree_read with `s` ends the previous one itself. */
+void ckpt_tree_read_end(ckpt_tree *t, ckpt_tree_scratch *s);
 
 /* Totals for statfs. */
 typedef struct ckpt_tree_totals {

@@ -122,16 +122,30 @@ static int build_slot(ckpt_tree *t, tree_ckpt *c) {
     return state;
 }
 
-/* The built checkpoint of a slot; NULL with err filled when it does not exist or failed. */
+/* Slot `slot` of a multi tree with a reference taken (put_ckpt gives it back), or NULL when
+ * it does not exist or was freed: its step is gone. */
+static tree_ckpt *hold_slot(ckpt_tree *t, uint32_t slot) {
+    pthread_mutex_lock(&t->lock);
+    tree_ckpt *c = slot < t->nslots ? t->slots[slot] : NULL;
+    if (c) atomic_fetch_add(&c->refs, 1);
+    pthread_mutex_unlock(&t->lock);
+    return c;
+}
+
+/* Gives back what get_ckpt or hold_slot took (a single tree takes nothing: it is never freed
+ * before ckpt_tree_free). */
+static void put_ckpt(ckpt_tree *t, tree_ckpt *c) {
+    if (c && t->multi) atomic_fetch_sub(&c->refs, 1);
+}
+
+/* The built checkpoint of a slot, held until put_ckpt; NULL with err filled when it does not
+ * exist or failed. */
 static tree_ckpt *get_ckpt(ckpt_tree *t, uint32_t slot, ckpt_error *err) {
     tree_ckpt *c = NULL;
-    if (!t->multi) { /* one checkpoint, fixed at open: no lock on the read path */
+    if (!t->multi) /* one checkpoint, fixed at open: no lock on the read path */
         c = slot == 0 ? t->slots[0] : NULL;
-    } else {
-        pthread_mutex_lock(&t->lock);
-        if (slot < t->nslots) c = t->slots[slot];
-        pthread_mutex_unlock(&t->lock);
-    }
+    else
+        c = hold_slot(t, slot);
     if (!c) {
         ckpt_fail(err, CKPT_E_NOTFOUND, "no such inode");
         return NULL;
@@ -142,6 +156,7 @@ static tree_ckpt *get_ckpt(ckpt_tree *t, uint32_t slot, ckpt_error *err) {
             *err = c->open_error;
             pthread_mutex_unlock(&c->open_lock);
         }
+        put_ckpt(t, c);
         return NULL;
     }
     return c;
@@ -242,10 +257,24 @@ static void pick_latest(ckpt_tree *t, uint32_t *order, size_t *n) {
     free(cand);
 }
 
+/* Frees the steps that scan `gen` no longer found (removed, or indexed again under a newer
+ * slot) and that nothing uses: no call in progress, no read reply pending, no file open
+ * through them.  Their slots stay empty (never reused), so an inode the kernel kept of one
+ * reads as gone.  Caller holds t->lock, under which alone references are taken. */
+static void free_gone(ckpt_tree *t, uint64_t gen) {
+    for (uint32_t i = 1; i < t->nslots; i++) {
+        tree_ckpt *c = t->slots[i];
+        if (!c || c->seen_scan == gen || atomic_load(&c->refs) || atomic_load(&c->opens)) continue;
+        t->slots[i] = NULL;
+        tree_ckpt_release(c);
+    }
+}
+
 /* Finds the checkpoints of a multi tree (new ones get new slots; slots are never reused).
  * Caller holds t->lock. */
 static ckpt_status scan(ckpt_tree *t, ckpt_error *err) {
     clock_gettime(CLOCK_MONOTONIC, &t->last_scan);
+    uint64_t gen = ++t->scan_gen;
     DIR *d = opendir(t->dir);
     if (!d) return ckpt_fail(err, CKPT_E_IO, "%s: %s", t->dir, strerror(errno));
     uint32_t *order = malloc(((size_t)t->nslots + 64) * sizeof *order);
@@ -262,16 +291,18 @@ static ckpt_status scan(ckpt_tree *t, ckpt_error *err) {
         if (!is_checkpoint_dir(path, &mt, &settled)) continue;
         uint32_t slot = 0;
         for (uint32_t i = 1; i < t->nslots; i++) /* the name's newest slot */
-            if (strcmp(t->slots[i]->name, de->d_name) == 0) slot = i;
+            if (t->slots[i] && strcmp(t->slots[i]->name, de->d_name) == 0) slot = i;
         if (!settled && !slot) continue; /* being written: shown once it settles */
         /* one that failed to build (incomplete) stays out of the listing until its files
          * change and it builds */
-        if (slot && atomic_load(&t->slots[slot]->state) == 2 && build_slot(t, t->slots[slot]) == 2)
+        if (slot && atomic_load(&t->slots[slot]->state) == 2 &&
+            build_slot(t, t->slots[slot]) == 2) {
+            t->slots[slot]->seen_scan = gen;
             continue;
+        }
         /* rewritten since it was indexed (its mark, or an unmarked step's newest file, has
          * another time): once that settles, a new slot indexes it again (the old one, shown
-         * until then, stays with its open shard files until unmount, for files opened
-         * through it) */
+         * until then, is freed by free_gone once no file opened through it is open) */
         uint32_t old = slot;
         if (slot && settled &&
             (t->slots[slot]->mtime.tv_sec != mt.tv_sec ||
@@ -312,6 +343,7 @@ static ckpt_status scan(ckpt_tree *t, ckpt_error *err) {
             order = m;
         }
         order[n++] = slot;
+        t->slots[slot]->seen_scan = gen;
     }
     closedir(d);
     if (!order) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
@@ -319,6 +351,7 @@ static ckpt_status scan(ckpt_tree *t, ckpt_error *err) {
         free(order);
         return s;
     }
+    free_gone(t, gen);
     uint32_t old_latest = t->latest;
     pick_latest(t, order, &n);
     qsort_r(order, n, sizeof *order, by_version, t);
@@ -484,7 +517,22 @@ static ckpt_status not_found(ckpt_error *err) {
     return ckpt_fail(err, CKPT_E_NOTFOUND, "no such file or directory");
 }
 
+static ckpt_status resolve_in(ckpt_tree *t, ckpt_ino ino, obj *o, ckpt_error *err);
+
+/* Gives back the checkpoint a resolve() held. */
+static void obj_put(ckpt_tree *t, obj *o) {
+    put_ckpt(t, o->c);
+    o->c = NULL;
+}
+
+/* What inode `ino` names; on success o->c (when set) is held until obj_put. */
 static ckpt_status resolve(ckpt_tree *t, ckpt_ino ino, obj *o, ckpt_error *err) {
+    ckpt_status s = resolve_in(t, ino, o, err);
+    if (s != CKPT_OK) obj_put(t, o);
+    return s;
+}
+
+static ckpt_status resolve_in(ckpt_tree *t, ckpt_ino ino, obj *o, ckpt_error *err) {
     memset(o, 0, sizeof *o);
     if (ino == 0) return not_found(err);
     tree_ino_split(ino, &o->slot, &o->inst, &o->node);
@@ -496,7 +544,8 @@ static ckpt_status resolve(ckpt_tree *t, ckpt_ino ino, obj *o, ckpt_error *err) 
         }
         if (o->node > TOP_NODE_LATEST) { /* `latest` as it named slot node - 1 */
             pthread_mutex_lock(&t->lock);
-            bool known = o->node - TOP_NODE_LATEST < t->nslots;
+            uint32_t to = o->node - TOP_NODE_LATEST;
+            bool known = to < t->nslots && t->slots[to];
             pthread_mutex_unlock(&t->lock);
             if (!known) return not_found(err);
             o->kind = O_LATEST;
@@ -677,9 +726,10 @@ static ckpt_status stat_obj_raw(ckpt_tree *t, const obj *o, ckpt_ino ino, ckpt_t
         st->flags = CKPT_TREE_CHANGES;
         pthread_mutex_lock(&t->lock);
         st->mtime = t->root_mtime;
-        st->size = strlen(t->slots[o->node - TOP_NODE_LATEST]->name);
+        const tree_ckpt *to = t->slots[o->node - TOP_NODE_LATEST];
+        if (to) st->size = strlen(to->name);
         pthread_mutex_unlock(&t->lock);
-        return CKPT_OK;
+        return to ? CKPT_OK : not_found(err);
     case O_DIR: {
         const tnode *n = &o->c->nodes[o->node];
         st->type = CKPT_NODE_DIR;
@@ -738,12 +788,10 @@ ckpt_status ckpt_tree_getattr(ckpt_tree *t, ckpt_ino ino, ckpt_tree_stat *out, c
     uint32_t slot, inst, node;
     tree_ino_split(ino, &slot, &inst, &node);
     if (t->multi && slot > 0 && inst == 0 && node == 0) { /* a checkpoint's root: no build */
-        tree_ckpt *c = NULL;
-        pthread_mutex_lock(&t->lock);
-        if (slot < t->nslots) c = t->slots[slot];
-        pthread_mutex_unlock(&t->lock);
+        tree_ckpt *c = hold_slot(t, slot);
         if (!c) return not_found(err);
-        if (atomic_load(&c->state) != 1) {
+        bool built = atomic_load(&c->state) == 1;
+        if (!built) {
             *out = (ckpt_tree_stat){.ino = ino,
                                     .type = CKPT_NODE_DIR,
                                     .nlink = 2,
@@ -752,12 +800,15 @@ ckpt_status ckpt_tree_getattr(ckpt_tree *t, ckpt_ino ino, ckpt_tree_stat *out, c
             uint8_t cls;
             tree_dir_access(c->dir, &out->uid, &out->gid, &cls);
             out->mode = tree_cls_mode(cls, true);
-            return CKPT_OK;
         }
+        put_ckpt(t, c);
+        if (!built) return CKPT_OK;
     }
     obj o;
     CKPT_TRY(resolve(t, ino, &o, err));
-    return stat_obj(t, &o, ino, out, err);
+    ckpt_status s = stat_obj(t, &o, ino, out, err);
+    obj_put(t, &o);
+    return s;
 }
 
 /* ------------------------------------------------------------------ lookup */
@@ -801,7 +852,7 @@ static ckpt_status lookup_ino(ckpt_tree *t, const obj *p, const char *name, ckpt
             /* a step that failed to build is not listed, but named it is there and reads
              * as EIO with the reason (never as a missing directory): its newest slot */
             for (uint32_t i = t->nslots; i-- > 1 && s != CKPT_OK;)
-                if (strcmp(t->slots[i]->name, name) == 0) {
+                if (t->slots[i] && strcmp(t->slots[i]->name, name) == 0) {
                     if (atomic_load(&t->slots[i]->state) == 2) {
                         *out = tree_ino(i, 0, 0);
                         s = CKPT_OK;
@@ -869,8 +920,10 @@ ckpt_status ckpt_tree_lookup(ckpt_tree *t, ckpt_ino parent, const char *name, ck
     obj p;
     CKPT_TRY(resolve(t, parent, &p, err));
     ckpt_ino ino = 0;
-    CKPT_TRY(lookup_ino(t, &p, name, &ino, err));
-    return ckpt_tree_getattr(t, ino, out, err);
+    ckpt_status s = lookup_ino(t, &p, name, &ino, err);
+    if (s == CKPT_OK) s = ckpt_tree_getattr(t, ino, out, err);
+    obj_put(t, &p);
+    return s;
 }
 
 /* ------------------------------------------------------------------ readdir */
@@ -886,11 +939,9 @@ static bool emit(ckpt_tree *t, ckpt_tree_dirent_fn fn, void *ctx, const char *na
     return fn(ctx, name, &st, next);
 }
 
-ckpt_status ckpt_tree_readdir(ckpt_tree *t, ckpt_ino dir, uint64_t cookie, ckpt_tree_dirent_fn fn,
-                              void *ctx, ckpt_error *err) {
-    CKPT_ERR_OR_LOCAL(err);
-    obj p;
-    CKPT_TRY(resolve(t, dir, &p, err));
+static ckpt_status readdir_obj(ckpt_tree *t, const obj *po, uint64_t cookie, ckpt_tree_dirent_fn fn,
+                               void *ctx, ckpt_error *err) {
+    const obj p = *po;
     ckpt_status s = CKPT_OK;
     switch (p.kind) {
     case O_TOPROOT: {
@@ -906,11 +957,11 @@ ckpt_status ckpt_tree_readdir(ckpt_tree *t, ckpt_ino dir, uint64_t cookie, ckpt_
             i = 1;
         }
         for (; i - base < t->norder; i++) {
-            tree_ckpt *c = t->slots[t->order[i - base]];
+            uint32_t slot = t->order[i - base]; /* c may be freed once the lock is let go */
             char name[256];
-            snprintf(name, sizeof name, "%s", c->name);
+            snprintf(name, sizeof name, "%s", t->slots[slot]->name);
             pthread_mutex_unlock(&t->lock);
-            bool more = emit(t, fn, ctx, name, tree_ino(c->slot, 0, 0), i + 1);
+            bool more = emit(t, fn, ctx, name, tree_ino(slot, 0, 0), i + 1);
             pthread_mutex_lock(&t->lock);
             if (!more) break;
         }
@@ -978,15 +1029,42 @@ ckpt_status ckpt_tree_readdir(ckpt_tree *t, ckpt_ino dir, uint64_t cookie, ckpt_
     }
 }
 
+ckpt_status ckpt_tree_readdir(ckpt_tree *t, ckpt_ino dir, uint64_t cookie, ckpt_tree_dirent_fn fn,
+                              void *ctx, ckpt_error *err) {
+    CKPT_ERR_OR_LOCAL(err);
+    obj p;
+    CKPT_TRY(resolve(t, dir, &p, err));
+    ckpt_status s = readdir_obj(t, &p, cookie, fn, ctx, err);
+    obj_put(t, &p);
+    return s;
+}
+
 ckpt_status ckpt_tree_open_file(ckpt_tree *t, ckpt_ino ino, ckpt_error *err) {
     CKPT_ERR_OR_LOCAL(err);
     obj o;
     CKPT_TRY(resolve(t, ino, &o, err));
+    ckpt_status s = CKPT_OK;
     if (o.kind == O_ENTRY && ckpt_entry_kind_of(o.e) != CKPT_ENTRY_TENSOR) {
         size_t len;
-        if (!tree_object_text(o.c, o.e, &len, err)) return err ? err->code : CKPT_E_IO;
+        if (!tree_object_text(o.c, o.e, &len, err)) s = err ? err->code : CKPT_E_IO;
     }
-    return CKPT_OK;
+    /* counted while still held: free_gone never frees a step with a file open */
+    if (s == CKPT_OK && o.c && t->multi) atomic_fetch_add(&o.c->opens, 1);
+    obj_put(t, &o);
+    return s;
+}
+
+void ckpt_tree_release_file(ckpt_tree *t, ckpt_ino ino) {
+    if (!t || !t->multi) return;
+    uint32_t slot, inst, node;
+    tree_ino_split(ino, &slot, &inst, &node);
+    if (slot == 0) return; /* the top level: nothing counted */
+    tree_ckpt *c = hold_slot(t, slot);
+    if (!c) return;
+    uint32_t n = atomic_load(&c->opens);
+    while (n && !atomic_compare_exchange_weak(&c->opens, &n, n - 1)) {
+    }
+    put_ckpt(t, c);
 }
 
 /* ------------------------------------------------------------------ sources */
@@ -1007,10 +1085,9 @@ static void emit_path(src_walk *w, const char *dir, const char *name) {
     if (!w->fn(w->ctx, path)) w->stopped = true;
 }
 
-ckpt_status ckpt_tree_sources(ckpt_tree *t, ckpt_ino ino, ckpt_tree_source_fn fn, void *ctx,
-                              ckpt_error *err) {
-    obj o;
-    CKPT_TRY(resolve(t, ino, &o, err));
+static ckpt_status sources_obj(ckpt_tree *t, const obj *po, ckpt_tree_source_fn fn, void *ctx,
+                               ckpt_error *err) {
+    const obj o = *po;
     src_walk w = {.fn = fn, .ctx = ctx};
     if (!o.c) {
         if (o.kind == O_TOPROOT) emit_path(&w, t->dir, NULL);
@@ -1048,6 +1125,15 @@ ckpt_status ckpt_tree_sources(ckpt_tree *t, ckpt_ino ino, ckpt_tree_source_fn fn
     return CKPT_OK;
 }
 
+ckpt_status ckpt_tree_sources(ckpt_tree *t, ckpt_ino ino, ckpt_tree_source_fn fn, void *ctx,
+                              ckpt_error *err) {
+    obj o;
+    CKPT_TRY(resolve(t, ino, &o, err));
+    ckpt_status s = sources_obj(t, &o, fn, ctx, err);
+    obj_put(t, &o);
+    return s;
+}
+
 static bool check_one(void *ctx, const char *path) {
     void **a = ctx;
     const ckpt_tree_cred *cred = a[0];
@@ -1069,12 +1155,17 @@ ckpt_status ckpt_tree_readlink(ckpt_tree *t, ckpt_ino ino, char **target, ckpt_e
     CKPT_ERR_OR_LOCAL(err);
     obj o;
     CKPT_TRY(resolve(t, ino, &o, err));
-    if (o.kind != O_LATEST) return ckpt_fail(err, CKPT_E_INVAL, "not a symlink");
+    if (o.kind != O_LATEST) {
+        obj_put(t, &o);
+        return ckpt_fail(err, CKPT_E_INVAL, "not a symlink");
+    }
     /* the step this inode of `latest` names (tree_latest_ino): fixed, so the kernel may cache
      * it; `latest` moving gives it a new inode */
     pthread_mutex_lock(&t->lock);
-    *target = strdup(t->slots[o.node - TOP_NODE_LATEST]->name);
+    const tree_ckpt *to = t->slots[o.node - TOP_NODE_LATEST];
+    *target = to ? strdup(to->name) : NULL;
     pthread_mutex_unlock(&t->lock);
+    if (!to) return not_found(err);
     return *target ? CKPT_OK : ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
 }
 
@@ -1142,6 +1233,7 @@ ckpt_status ckpt_tree_listxattr(ckpt_tree *t, ckpt_ino ino, char **names, size_t
                 ckpt_strbuf_add(&sb, xattr_names[i], strlen(xattr_names[i]) + 1);
         }
     ckpt_strbuf_release(&v);
+    obj_put(t, &o);
     CKPT_TRY(ckpt_strbuf_status(&sb, "listxattr", err));
     *names = ckpt_strbuf_detach(&sb, len);
     return *names ? CKPT_OK : ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
@@ -1154,7 +1246,9 @@ ckpt_status ckpt_tree_getxattr(ckpt_tree *t, ckpt_ino ino, const char *name, cha
     CKPT_TRY(resolve(t, ino, &o, err));
     ckpt_strbuf sb = CKPT_STRBUF_INIT;
     ckpt_strbuf_add(&sb, "", 0);
-    if (o.kind != O_ENTRY || !entry_xattr(&o, name, &sb)) {
+    bool found = o.kind == O_ENTRY && entry_xattr(&o, name, &sb);
+    obj_put(t, &o);
+    if (!found) {
         ckpt_strbuf_release(&sb);
         return ckpt_fail(err, CKPT_E_NOTFOUND, "no attribute %s", name);
     }
@@ -1198,14 +1292,37 @@ static ckpt_status read_st(tree_read *x, tree_ckpt *c, st_file *f, uint64_t off,
     return CKPT_OK;
 }
 
+static ckpt_status read_obj(ckpt_tree *t, const obj *po, ckpt_ino ino, uint64_t off, size_t len,
+                            size_t max_segs, size_t min_fd_run, ckpt_tree_scratch *s,
+                            const ckpt_tree_seg **segs, size_t *nsegs, ckpt_error *err);
+
+void ckpt_tree_read_end(ckpt_tree *t, ckpt_tree_scratch *s) {
+    if (!s || !s->held) return;
+    put_ckpt(t, s->held);
+    s->held = NULL;
+}
+
 ckpt_status ckpt_tree_read(ckpt_tree *t, ckpt_ino ino, uint64_t off, size_t len, size_t max_segs,
                            size_t min_fd_run, ckpt_tree_scratch *s, const ckpt_tree_seg **segs,
                            size_t *nsegs, ckpt_error *err) {
     CKPT_ERR_OR_LOCAL(err);
     *segs = NULL;
     *nsegs = 0;
+    ckpt_tree_read_end(t, s);
     obj o;
     CKPT_TRY(resolve(t, ino, &o, err));
+    ckpt_status rs = read_obj(t, &o, ino, off, len, max_segs, min_fd_run, s, segs, nsegs, err);
+    if (rs == CKPT_OK && *nsegs && o.c && t->multi)
+        s->held = o.c; /* its fds serve the reply: given back by ckpt_tree_read_end */
+    else
+        obj_put(t, &o);
+    return rs;
+}
+
+static ckpt_status read_obj(ckpt_tree *t, const obj *po, ckpt_ino ino, uint64_t off, size_t len,
+                            size_t max_segs, size_t min_fd_run, ckpt_tree_scratch *s,
+                            const ckpt_tree_seg **segs, size_t *nsegs, ckpt_error *err) {
+    const obj o = *po;
     ckpt_tree_stat st;
     CKPT_TRY(stat_obj(t, &o, ino, &st, err));
     if (st.type != CKPT_NODE_FILE) return ckpt_fail(err, CKPT_E_INVAL, "not a file");

@@ -170,6 +170,13 @@ typedef struct tree_ckpt {
      * step is built again in place (ns.c) */
     tree_dir_sig fail_sig;
     struct timespec fail_checked; /* CLOCK_MONOTONIC */
+    /* a step of a directory (multi tree) is freed once it is no longer shown (removed, or
+     * indexed again under a new slot) and nothing uses it: `refs` counts calls in progress
+     * and reads whose reply still draws on its file descriptors (ckpt_tree_read_end),
+     * `opens` files opened through it and not yet released (ckpt_tree_release_file); both
+     * are raised only under the tree's lock, and scan() frees under it (ns.c) */
+    _Atomic uint32_t refs, opens;
+    uint64_t seen_scan; /* the last scan that found it shown or named (under the tree's lock) */
 } tree_ckpt;
 
 struct ckpt_tree {
@@ -182,7 +189,8 @@ struct ckpt_tree {
     tree_ckpt **slots;
     uint32_t nslots, slots_cap;
     struct timespec last_scan;
-    uint32_t *order; /* multi: slots of complete checkpoints in name order */
+    uint64_t scan_gen; /* scans so far (tree_ckpt.seen_scan) */
+    uint32_t *order;   /* multi: slots of complete checkpoints in name order */
     uint32_t norder;
     uint32_t latest; /* slot of the newest complete checkpoint, 0 when none */
     /* multi: the top level's owner and the classes that may list it (access.c), at open */

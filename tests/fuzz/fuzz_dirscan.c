@@ -232,6 +232,8 @@ static void walk(ckpt_tree *t, ckpt_ino dir, int depth, size_t *budget, ckpt_tre
                 const ckpt_tree_seg *segs;
                 size_t nsegs;
                 (void)ckpt_tree_read(t, st.ino, 0, 4096, 0, 0, s, &segs, &nsegs, &err);
+                ckpt_tree_read_end(t, s);
+                ckpt_tree_release_file(t, st.ino);
             }
         } else if (st.type == CKPT_NODE_DIR && depth < 8) {
             walk(t, st.ino, depth + 1, budget, s);

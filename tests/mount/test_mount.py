@@ -877,6 +877,74 @@ def test_step_copied_metadata_first(tmp_path):
         m.close()
 
 
+def daemon_fds_into(pid: int, d: Path) -> int:
+    """The daemon's file descriptors on files of directory d (removed: "<path> (deleted)")."""
+    n = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(str(d) + "/"):
+            n += 1
+    return n
+
+
+def test_removed_step_is_freed_after_its_last_close(tmp_path):
+    """Issue #22: a step removed under a mounted run directory (keep-N retention) keeps
+    serving a file opened before, bit-exactly, as a removed file does on a local file
+    system; once that file is closed, the daemon closes the step's shard files and frees its
+    index (they were kept until unmount: a long run leaked one step's fds and index per
+    save)."""
+    root = tmp_path / "run"
+    root.mkdir()
+    shutil.copytree(FIXTURES / "fsdp2_ws2" / "ckpt", root / "step-100")
+    shutil.copytree(FIXTURES / "fsdp2_ws1" / "ckpt", root / "step-200")
+    ref = Ref(FIXTURES / "fsdp2_ws2")
+    paths = sorted(ref.tensors, key=lambda p: -len(ref.tensors[p][2]))
+    m = Mount(root)
+    try:
+        pid = m.proc.pid
+        step = root / "step-100"
+        f = open(m.dir / "step-100" / paths[0], "rb", buffering=0)
+        try:
+            assert f.read() == ref.tensors[paths[0]][2]
+            for p in paths[1:]:
+                assert (m.dir / "step-100" / p).read_bytes() == ref.tensors[p][2]
+            held = daemon_fds_into(pid, step)
+            assert held > 0, "reading step-100 opened none of its shard files"
+            shutil.rmtree(step)
+            deadline = time.time() + 10
+            while "step-100" in os.listdir(m.dir) and time.time() < deadline:
+                time.sleep(0.3)
+            assert sorted(os.listdir(m.dir)) == ["latest", "step-200"]
+            time.sleep(1.2)
+            os.listdir(m.dir)  # one more rescan: the step must survive it while f is open
+            assert os.pread(f.fileno(), 1 << 30, 0) == ref.tensors[paths[0]][2]
+            assert daemon_fds_into(pid, step) == held
+        finally:
+            f.close()
+        # closed: the next rescans free the step (RELEASE reaches the daemon asynchronously)
+        deadline = time.time() + 10
+        while daemon_fds_into(pid, step) and time.time() < deadline:
+            time.sleep(0.3)
+            os.listdir(m.dir)
+        assert daemon_fds_into(pid, step) == 0, "the removed step's shard files stay open"
+        assert not (m.dir / "step-100").exists()
+        ref1 = Ref(FIXTURES / "fsdp2_ws1")
+        for p, v in ref1.tensors.items():
+            assert (m.dir / "latest" / p).read_bytes() == v[2], p
+        # a step put back under the removed one's name is a new step, read afresh
+        shutil.copytree(FIXTURES / "fsdp2_ws1" / "ckpt", root / "step-100")
+        deadline = time.time() + 10
+        while "step-100" not in os.listdir(m.dir) and time.time() < deadline:
+            time.sleep(0.3)
+        for p, v in ref1.tensors.items():
+            assert (m.dir / "step-100" / p).read_bytes() == v[2], p
+    finally:
+        m.close()
+
+
 def test_directory_of_megatron_iterations(tmp_path):
     """A Megatron run directory: `iter_0000010/`, `iter_0000020/` (megatron-core torch_dist
     checkpoints, flattened optimizer states included) and `latest_checkpointed_iteration.txt`,

@@ -9,6 +9,7 @@
 #include "fixture_ref.h"
 #include "tree/tree_i.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -222,5 +223,147 @@ Test(tree, layout_ranks_are_computed_not_stored) {
     cr_assert_eq(ckpt_tree_getattr(t, last, &st, &err), CKPT_OK);
     cr_assert_eq(st.type, CKPT_NODE_DIR);
     ckpt_tree_free(t);
+    ref_free(&fx);
+}
+
+/* ------------------------------------------------------------------ steps that go away */
+
+static size_t open_fds(void) {
+    size_t n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    cr_assert_not_null(d);
+    while (readdir(d))
+        n++;
+    closedir(d);
+    return n;
+}
+
+/* Fds of this process that point into `dir` (a removed directory's files read
+ * "<path> (deleted)"). */
+static size_t fds_into(const char *dir) {
+    size_t n = 0, dl = strlen(dir);
+    DIR *d = opendir("/proc/self/fd");
+    cr_assert_not_null(d);
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        char link[300], target[4096];
+        snprintf(link, sizeof link, "/proc/self/fd/%s", de->d_name);
+        ssize_t k = readlink(link, target, sizeof target - 1);
+        if (k <= 0) continue;
+        target[k] = 0;
+        if (strncmp(target, dir, dl) == 0 && target[dl] == '/') n++;
+    }
+    closedir(d);
+    return n;
+}
+
+/* Makes the top level rescan now (it rescans at most once a second, on getattr of it). */
+static void rescan(ckpt_tree *t) {
+    usleep(1100 * 1000);
+    ckpt_tree_stat st;
+    ckpt_error err = {0};
+    cr_assert_eq(ckpt_tree_getattr(t, CKPT_TREE_ROOT, &st, &err), CKPT_OK, "%s", err.message);
+}
+
+/* Issue #22: a step removed from a directory of checkpoints (keep-N retention) keeps serving
+ * the files opened through it, as a removed file does, and once the last of them is released
+ * its index and shard file descriptors are freed (they were kept until unmount). */
+Test(tree, removed_step_is_freed_after_its_last_open_file) {
+    ref_fixture fx;
+    cr_assert_eq(ref_load("fsdp2_ws2", &fx), 0);
+    char root[] = "/tmp/ckpt-tree-gone-XXXXXX", cmd[8192], step[300], gone[300];
+    cr_assert_not_null(mkdtemp(root));
+    snprintf(step, sizeof step, "%s/step-1", root);
+    snprintf(gone, sizeof gone, "%s/.removed", root);
+    snprintf(cmd, sizeof cmd, "cp -r '%s' '%s' && cp -r '%s' '%s/step-2'", fx.ckpt_dir, step,
+             fx.ckpt_dir, root);
+    cr_assert_eq(system(cmd), 0);
+    size_t fds0 = open_fds();
+    ckpt_tree *t = NULL;
+    ckpt_error err = {0};
+    cr_assert_eq(ckpt_tree_open(root, NULL, &t, &err), CKPT_OK, "%s", err.message);
+
+    /* two tensors of step-1: one read and kept open, one only read */
+    const ref_entry *re[2] = {NULL, NULL};
+    for (size_t i = 0; i < fx.n && !re[1]; i++)
+        if (fx.entries[i].kind == 'T' && fx.entries[i].nbytes) re[re[0] ? 1 : 0] = &fx.entries[i];
+    cr_assert_not_null(re[1]);
+    ckpt_ino ino[2];
+    ckpt_tree_scratch s = {0};
+    /* entry paths come from a reader of the same checkpoint */
+    ckpt_reader *r = NULL;
+    cr_assert_eq(ckpt_reader_open(step, NULL, &r, &err), CKPT_OK, "%s", err.message);
+    for (int k = 0; k < 2; k++) {
+        const ckpt_entry *e = ckpt_reader_find(r, re[k]->key);
+        cr_assert_not_null(e);
+        char path[4096];
+        snprintf(path, sizeof path, "step-1/%s", ckpt_entry_path(e));
+        ino[k] = lookup_path(t, path);
+        size_t got;
+        free(read_window(t, ino[k], 0, re[k]->nbytes, 8, 1, &s, &got));
+        ckpt_tree_read_end(t, &s);
+    }
+    ckpt_reader_free(r);
+    cr_assert_eq(ckpt_tree_open_file(t, ino[0], &err), CKPT_OK, "%s", err.message);
+    size_t held = fds_into(step);
+    cr_assert_gt(held, 0, "reading step-1 opened none of its shard files");
+
+    /* the step goes away (renamed to a hidden name: no longer a step, its files still
+     * exist, so the fds can be told apart by path) */
+    cr_assert_eq(rename(step, gone), 0);
+    rescan(t);
+    rescan(t);
+    /* the open file still reads, bit-exactly: the step is kept whole while a file of it is
+     * open */
+    size_t got;
+    uint8_t *b = read_window(t, ino[0], 0, re[0]->nbytes, 8, 1, &s, &got);
+    cr_assert_eq(got, re[0]->nbytes);
+    cr_assert(memcmp(b, fx.bin + re[0]->offset, got) == 0, "the open file changed");
+    free(b);
+    ckpt_tree_read_end(t, &s);
+    cr_assert_eq(fds_into(gone), held, "fds of the removed step closed while a file is open");
+
+    /* a read reply still pending holds it too */
+    const ckpt_tree_seg *segs;
+    size_t nsegs;
+    cr_assert_eq(ckpt_tree_read(t, ino[0], 0, re[0]->nbytes, 8, 1, &s, &segs, &nsegs, &err),
+                 CKPT_OK, "%s", err.message);
+    ckpt_tree_release_file(t, ino[0]);
+    rescan(t);
+    cr_assert_eq(fds_into(gone), held, "fds closed under a pending read reply");
+    ckpt_tree_read_end(t, &s);
+
+    /* released and not read: freed at the next rescan; its inodes read as gone */
+    rescan(t);
+    cr_assert_eq(fds_into(gone), 0, "the removed step's shard files are still open");
+    ckpt_tree_stat st;
+    cr_assert_eq(ckpt_tree_getattr(t, ino[0], &st, &err), CKPT_E_NOTFOUND);
+    cr_assert_eq(ckpt_tree_getattr(t, ino[1], &st, &err), CKPT_E_NOTFOUND);
+    cr_assert_eq(ckpt_tree_read(t, ino[1], 0, 16, 8, 1, &s, &segs, &nsegs, &err), CKPT_E_NOTFOUND);
+    /* the other step reads on, and `latest` names it */
+    char *target = NULL;
+    ckpt_tree_stat lst;
+    cr_assert_eq(ckpt_tree_lookup(t, CKPT_TREE_ROOT, "latest", &lst, &err), CKPT_OK, "%s",
+                 err.message);
+    cr_assert_eq(ckpt_tree_readlink(t, lst.ino, &target, &err), CKPT_OK, "%s", err.message);
+    cr_assert_str_eq(target, "step-2");
+    free(target);
+    r = NULL;
+    snprintf(step, sizeof step, "%s/step-2", root);
+    cr_assert_eq(ckpt_reader_open(step, NULL, &r, &err), CKPT_OK, "%s", err.message);
+    char path[4096];
+    snprintf(path, sizeof path, "step-2/%s", ckpt_entry_path(ckpt_reader_find(r, re[1]->key)));
+    ckpt_reader_free(r);
+    ckpt_ino i2 = lookup_path(t, path);
+    b = read_window(t, i2, 0, re[1]->nbytes, 8, 1, &s, &got);
+    cr_assert(got == re[1]->nbytes && memcmp(b, fx.bin + re[1]->offset, got) == 0);
+    free(b);
+    ckpt_tree_read_end(t, &s);
+
+    ckpt_tree_scratch_release(&s);
+    ckpt_tree_free(t);
+    cr_assert_eq(open_fds(), fds0, "fds leaked");
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    cr_assert_eq(system(cmd), 0);
     ref_free(&fx);
 }

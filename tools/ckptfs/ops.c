@@ -309,6 +309,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     if (nsegs > 8) {
         bv = malloc(sizeof *bv + (nsegs - 1) * sizeof(struct fuse_buf));
         if (!bv) {
+            ckpt_tree_read_end(fs->tree, s);
             pool_put(&fs->pool, s);
             fuse_reply_err(req, ENOMEM);
             return;
@@ -337,7 +338,16 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                        strerror(-r));
     }
     if (bv != &small.v) free(bv);
+    ckpt_tree_read_end(fs->tree, s); /* the reply is sent: its fds may close */
     pool_put(&fs->pool, s);
+}
+
+/* Ends an open: a step removed from a directory of checkpoints is freed once its last open
+ * file is released (ckpt_tree_open_file). */
+static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+    (void)fi;
+    ckpt_tree_release_file(fs_of(req)->tree, ino);
+    fuse_reply_err(req, 0);
 }
 
 /* ------------------------------------------------------------------ xattrs, statfs */
@@ -447,6 +457,7 @@ const struct fuse_lowlevel_ops ckptfs_ops = {
     .readlink = op_readlink,
     .open = op_open,
     .read = op_read,
+    .release = op_release,
     .opendir = op_opendir,
     .readdir = op_readdir,
     .readdirplus = op_readdirplus,
