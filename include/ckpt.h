@@ -397,6 +397,28 @@ ckpt_status ckpt_layout_boxes(const ckpt_layout *l, int ndim, const int64_t *sha
                               int64_t *starts, int64_t *counts, size_t cap, size_t *nboxes,
                               int64_t *local_shape, int64_t *global_offset, ckpt_error *err);
 
+/* A layout map: which layout each entry of a checkpoint is resharded to (`ckpt load
+ * --layout-map`).  Its text is a JSON object whose members name an entry by its flat key, by
+ * its tree path, or by a directory of tree paths (`model/layers/0`), each with a layout spec
+ * (above, or `dim<d>`: Shard(d) over `nranks`); the member `*` is the default.  Every spec
+ * must have exactly `nranks` ranks.  An entry takes the longest member that names it (the
+ * later of equal ones), else the default. */
+typedef struct ckpt_layout_map ckpt_layout_map;
+#define CKPT_LAYOUT_MAP_MAX_BYTES (64u << 20) /* longest text accepted */
+
+/* Parses `len` bytes of JSON text (no NUL needed).  CKPT_E_INVAL naming the member for a bad
+ * spec, a spec of another rank count, a non-string spec or a key holding a NUL character;
+ * CKPT_E_FORMAT for text that is not a JSON object; CKPT_E_LIMIT above the bounds. */
+ckpt_status ckpt_layout_map_parse(const char *json, size_t len, uint32_t nranks,
+                                  ckpt_layout_map **out, ckpt_error *err);
+void ckpt_layout_map_free(ckpt_layout_map *m);
+/* The layout of entry e: the longest member naming it, else the map's default (`*`), else
+ * `def` (may be NULL). */
+const ckpt_layout *ckpt_layout_map_find(const ckpt_layout_map *m, const ckpt_entry *e,
+                                        const ckpt_layout *def);
+/* The map's `*` layout, or NULL when it has none. */
+const ckpt_layout *ckpt_layout_map_default(const ckpt_layout_map *m);
+
 /* An open read-only file descriptor of data file `file_id` (owned by the reader; do not
  * close), for zero-copy users (splice).  -1 with `err` filled on failure.  What is read
  * through it is counted only when reported (ckpt_reader_add_read). */

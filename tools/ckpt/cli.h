@@ -56,6 +56,17 @@ void cmd_reshard_help(FILE *out);
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Prints "ckpt: <msg>" and "Try 'ckpt <cmd> --help'." and returns CLI_EXIT_USAGE. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Fills err (may be NULL) with `code` and a formatted message; returns code.  The CLI's own
+ * counterpart of the library's internal error helper, for the ckpt_status functions of its
+ * subcommands. */
+ckpt_status cli_fail(ckpt_error *err, ckpt_status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Returns from the calling function with the status of `expr` unless it is CKPT_OK. */
+#define CLI_TRY(expr)                                                                              \
+    do {                                                                                           \
+        ckpt_status cli_try_status_ = (expr);                                                      \
+        if (cli_try_status_ != CKPT_OK) return cli_try_status_;                                    \
+    } while (0)
 
 /* ---- option parsing (no global state; options and operands may be interleaved) ---- */
 

@@ -26,6 +26,17 @@ void cli_error(const char *fmt, ...) {
     va_end(ap);
 }
 
+ckpt_status cli_fail(ckpt_error *err, ckpt_status code, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        err->code = code;
+        vsnprintf(err->message, sizeof err->message, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
 int cli_usage_error(const char *cmd, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

@@ -7,9 +7,6 @@
  * is found. */
 #include "ckpt_load_mpi.h"
 #include "cli.h"
-#include "util/arena.h"
-#include "util/error.h"
-#include "util/json.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -194,79 +191,24 @@ static int layout_arg(const char *what, const char *arg, int size, ckpt_layout *
     return CLI_EXIT_OK;
 }
 
-typedef struct map_item {
-    const char *key; /* flat key, tree path or directory of paths */
-    size_t len;
-    ckpt_layout layout;
-} map_item;
-
-typedef struct layout_map {
-    ckpt_arena *arena;
-    map_item *v;
-    size_t n;
-} layout_map;
-
-#define LAYOUT_MAP_MAX_BYTES (64u << 20)
-
 /* --layout-map FILE: a JSON object of key/path/directory -> spec; "*" replaces the default. */
-static int layout_map_load(const char *file, int size, layout_map *m, ckpt_layout *def) {
+static int layout_map_load(const char *file, int size, ckpt_layout_map **m, ckpt_layout *def) {
     FILE *f = fopen(file, "rb");
     if (!f) return cli_usage_error("load", "--layout-map %s: %s", file, strerror(errno));
-    char *text = malloc(LAYOUT_MAP_MAX_BYTES + 1);
-    size_t len = text ? fread(text, 1, LAYOUT_MAP_MAX_BYTES + 1, f) : 0;
+    char *text = malloc(CKPT_LAYOUT_MAP_MAX_BYTES + 1);
+    size_t len = text ? fread(text, 1, CKPT_LAYOUT_MAP_MAX_BYTES + 1, f) : 0;
     fclose(f);
-    if (!text || len > LAYOUT_MAP_MAX_BYTES) {
+    if (!text || len > CKPT_LAYOUT_MAP_MAX_BYTES) {
         free(text);
         return cli_usage_error("load", "--layout-map %s: %s", file,
                                text ? "larger than 64 MiB" : "out of memory");
     }
-    const ckpt_json *root = NULL;
     ckpt_error err = {0};
-    m->arena = ckpt_arena_new(4 * (uint64_t)len + (1u << 20));
-    ckpt_status st = m->arena ? ckpt_json_parse(m->arena, text, len, 0, &root, &err)
-                              : ckpt_fail(&err, CKPT_E_NOMEM, "out of memory");
+    ckpt_status st = ckpt_layout_map_parse(text, len, (uint32_t)size, m, &err);
     free(text);
     if (st != CKPT_OK) return cli_usage_error("load", "--layout-map %s: %s", file, err.message);
-    if (root->type != CKPT_JSON_OBJECT)
-        return cli_usage_error("load", "--layout-map %s: not a JSON object of specs", file);
-    m->v = calloc(root->len ? root->len : 1, sizeof *m->v);
-    if (!m->v) return cli_usage_error("load", "out of memory");
-    for (size_t i = 0; i < root->len; i++) {
-        const ckpt_json_member *mb = &root->u.members[i];
-        char what[600];
-        snprintf(what, sizeof what, "--layout-map %s: '%.512s'", file, mb->key);
-        if (strlen(mb->key) != mb->key_len)
-            return cli_usage_error("load", "%s: a key with a NUL character", what);
-        if (mb->value.type != CKPT_JSON_STRING || strlen(mb->value.u.str) != mb->value.len)
-            return cli_usage_error("load", "%s: the spec is not a string", what);
-        ckpt_layout l;
-        int rc = layout_arg(what, mb->value.u.str, size, &l);
-        if (rc != CLI_EXIT_OK) return rc;
-        if (strcmp(mb->key, "*") == 0)
-            *def = l;
-        else
-            m->v[m->n++] = (map_item){mb->key, mb->key_len, l};
-    }
+    if (ckpt_layout_map_default(*m)) *def = *ckpt_layout_map_default(*m);
     return CLI_EXIT_OK;
-}
-
-static void layout_map_free(layout_map *m) {
-    free(m->v);
-    ckpt_arena_free(m->arena);
-}
-
-/* The layout of entry e: the longest map item naming its key, its path or a directory of it. */
-static const ckpt_layout *layout_of(const layout_map *m, const ckpt_entry *e,
-                                    const ckpt_layout *def) {
-    const char *key = ckpt_entry_key(e), *path = ckpt_entry_path(e);
-    const map_item *best = NULL;
-    for (size_t i = 0; i < m->n; i++) {
-        const map_item *it = &m->v[i];
-        bool hit = strcmp(key, it->key) == 0 || (strncmp(path, it->key, it->len) == 0 &&
-                                                 (path[it->len] == '\0' || path[it->len] == '/'));
-        if (hit && (!best || it->len >= best->len)) best = it;
-    }
-    return best ? &best->layout : def;
 }
 
 typedef struct buf {
@@ -356,11 +298,11 @@ static int run(int argc, char **argv, int rank, int size) {
     cli_dir dd;
     if (!(dir = cli_step_dir(dir, &dd))) return CLI_EXIT_FAIL;
     ckpt_layout def;
-    layout_map map = {0};
+    ckpt_layout_map *map = NULL;
     int rc = layout_arg("--layout", layout_text, size, &def);
     if (rc == CLI_EXIT_OK && map_file) rc = layout_map_load(map_file, size, &map, &def);
     if (rc != CLI_EXIT_OK) {
-        layout_map_free(&map);
+        ckpt_layout_map_free(map);
         return rc;
     }
     char spec_text[CKPT_LAYOUT_SPEC_MAX];
@@ -370,7 +312,7 @@ static int run(int argc, char **argv, int rank, int size) {
     if (pick_device(cuda, rank) != CLI_EXIT_OK ||
         ckpt_load_open(MPI_COMM_WORLD, dir, NULL, &l, &err) != CKPT_OK) {
         if (rank == 0 && err.code) cli_error("%s", err.message);
-        layout_map_free(&map);
+        ckpt_layout_map_free(map);
         return CLI_EXIT_FAIL;
     }
     ckpt_reader *r = ckpt_load_reader(l);
@@ -380,7 +322,7 @@ static int run(int argc, char **argv, int rank, int size) {
     for (size_t i = 0; status == CLI_EXIT_OK && i < n; i++) {
         const ckpt_entry *e = ckpt_reader_entry(r, i);
         if (ckpt_entry_kind_of(e) != CKPT_ENTRY_TENSOR || !selected(e, keys)) continue;
-        const ckpt_layout *lay = layout_of(&map, e, &def);
+        const ckpt_layout *lay = ckpt_layout_map_find(map, e, &def);
         uint32_t coord[CKPT_LAYOUT_MAX_MESH_NDIM];
         ckpt_layout_shard *sh = NULL;
         if (ckpt_layout_coord(lay, (uint32_t)rank, coord) != CKPT_OK ||
@@ -489,7 +431,7 @@ static int run(int argc, char **argv, int rank, int size) {
         buf_free(bufs[i].data, cuda);
     free(bufs);
     ckpt_load_free(l);
-    layout_map_free(&map);
+    ckpt_layout_map_free(map);
     return status;
 }
 
