@@ -139,5 +139,6 @@ ckpt_dir_kind ckpt_checkpoint_dir_probe(const char *dir, struct timespec *mtime)
         }
     }
     ckpt_dir_kind k = ckpt_hf_dir_probe(dir, mtime);
-    return k != CKPT_DIR_NONE ? k : torch_bin_dir_probe(dir, mtime);
+    if (k == CKPT_DIR_NONE) k = torch_bin_dir_probe(dir, mtime);
+    return k != CKPT_DIR_NONE ? k : tc_dir_probe(dir, mtime);
 }
