@@ -533,7 +533,26 @@ ckpt_dir_kind tc_dir_probe(const char *dir, struct timespec *mtime) {
         if (mtime) *mtime = st.st_mtim;
         return CKPT_DIR_MARKED;
     }
-    return CKPT_DIR_NONE; /* without metadata.pkl nothing marks a save as complete */
+    /* without metadata.pkl (no resharder declared) nothing marks a save as complete: its
+     * `<item>_0.pt` files make it an unmarked one, dated by the newest of them */
+    char **names;
+    size_t count;
+    ckpt_dir_kind k = CKPT_DIR_NONE;
+    if (unnamed_files(dir, NULL, &names, &count, NULL) != CKPT_OK) count = 0;
+    for (size_t i = 0; i < count; i++) {
+        n = snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        if (n > 0 && (size_t)n < sizeof path && stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+            if (mtime &&
+                (k == CKPT_DIR_NONE || st.st_mtim.tv_sec > mtime->tv_sec ||
+                 (st.st_mtim.tv_sec == mtime->tv_sec && st.st_mtim.tv_nsec > mtime->tv_nsec)))
+                *mtime = st.st_mtim;
+            k = CKPT_DIR_UNMARKED;
+        }
+    }
+    for (size_t i = 0; i < count; i++)
+        free(names[i]);
+    free(names);
+    return k;
 }
 
 static ckpt_status tc_add(ckpt_reader *r, ckpt_error *err) {
