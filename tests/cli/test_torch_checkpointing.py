@@ -77,8 +77,8 @@ def test_sharded_tensors_have_their_global_shape_and_replicas_once():
     for path in ["model/0.weight", "misc/cols", "misc/rep", "misc/plain", "misc/list/0"]:
         r = ckpt("cat", "-f", "--path", d, path)
         assert r.returncode == 0 and r.stdout == bytes.fromhex(ref[path]["hex"]), path
-    # 45 entries: 30 tensors (26 sharded over 2 ranks: 2 chunks each but the 0-d `step`s,
-    # `rep` and `plain` once), 15 values
+    # 45 entries: 29 tensors (the 0-d optimizer `step`s, `rep` and `plain` stored once though
+    # both ranks saved them; the others in two shards), 16 values
     v = ckpt("verify", d).stdout.decode()
     assert "45 entries" in v and "49 chunks" in v, v
 
