@@ -1,5 +1,5 @@
 """test_torch_checkpointing.py — checkpoints written by the real torch-checkpointing
-(tests/fixtures/torch_checkpointing/, made by generate_torch_checkpointing.py) read by `ckpt`
+(tests/fixtures/torch-checkpointing/, made by generate_torch_checkpointing.py) read by `ckpt`
 and mounted by ckptfs, against what torch-checkpointing's own load returns
 (reference.json): every tensor's bytes, every value's repr; damaged metadata.pkl and data
 files refused with a message naming the file.
@@ -25,7 +25,9 @@ FS_BIN = os.environ.get("CKPTFS_BIN")
 if not BIN:
     pytest.skip("CKPT_BIN is not set (run through meson test)", allow_module_level=True)
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "torch_checkpointing"
+# CKPT_TC_FIXTURES: fixtures generated afresh (tools/run-tests.sh), else the committed ones
+FIXTURES = Path(os.environ.get("CKPT_TC_FIXTURES") or
+                Path(__file__).resolve().parents[1] / "fixtures" / "torch-checkpointing")
 NAMES = sorted(p.name for p in FIXTURES.iterdir() if (p / "reference.json").is_file())
 
 

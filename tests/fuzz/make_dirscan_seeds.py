@@ -47,7 +47,7 @@ def main():
     st = sorted((DATA / "safetensors_fmt" / "ckpt").iterdir())
     hf = sorted((DATA / "hf_sharded" / "ckpt").iterdir())
     meta = (DATA / "zstd" / "ckpt" / ".metadata").read_bytes()
-    tc = sorted((HERE.parent / "fixtures" / "torch_checkpointing" / "tc_sharded" / "ckpt")
+    tc = sorted((HERE.parent / "fixtures" / "torch-checkpointing" / "tc_sharded" / "ckpt")
                 .iterdir())
     seeds = {
         "seed-run": step("step-1", zstd) + step("step-2", zstd) + file("latest", b"step-2\n"),

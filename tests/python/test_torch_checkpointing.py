@@ -1,8 +1,9 @@
-"""torch-checkpointing checkpoints (tests/fixtures/torch_checkpointing/) through the Python
+"""torch-checkpointing checkpoints (tests/fixtures/torch-checkpointing/) through the Python
 package: ckptfs.open reads every tensor as torch-checkpointing's own load returned it
 (reference.json), and dcp.load with ckptfs.dcp.StorageReader fills a state_dict alike."""
 
 import json
+import os
 import warnings
 from pathlib import Path
 
@@ -15,7 +16,9 @@ from ckptfs.dcp import StorageReader
 
 warnings.filterwarnings("ignore")
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "torch_checkpointing"
+# CKPT_TC_FIXTURES: fixtures generated afresh (tools/run-tests.sh), else the committed ones
+FIXTURES = Path(os.environ.get("CKPT_TC_FIXTURES") or
+                Path(__file__).resolve().parents[1] / "fixtures" / "torch-checkpointing")
 NAMES = sorted(p.name for p in FIXTURES.iterdir() if (p / "reference.json").is_file())
 
 
