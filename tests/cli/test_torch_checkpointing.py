@@ -13,6 +13,7 @@ import json
 import os
 import pickle
 import shutil
+import struct
 import subprocess
 import tempfile
 import time
@@ -76,13 +77,27 @@ def test_sharded_tensors_have_their_global_shape_and_replicas_once():
     tensor (saved as replicated) are stored by both ranks and indexed once."""
     d = FIXTURES / "tc_sharded" / "ckpt"
     ref = {"/".join(map(str, e["path"])): e for e in reference("tc_sharded")["entries"]}
-    for path in ["model/0.weight", "misc/cols", "misc/rep", "misc/plain", "misc/list/0"]:
+    for path in ["model/0.weight", "misc/cols", "misc/rep", "misc/plain", "misc/list/0",
+                 "misc/strided"]:
         r = ckpt("cat", "-f", "--path", d, path)
         assert r.returncode == 0 and r.stdout == bytes.fromhex(ref[path]["hex"]), path
-    # 45 entries: 29 tensors (the 0-d optimizer `step`s, `rep` and `plain` stored once though
-    # both ranks saved them; the others in two shards), 16 values
+    # 46 entries: 30 tensors (the 0-d optimizer `step`s, `rep` and `plain` stored once though
+    # both ranks saved them; `strided` in four boxes, two per rank; the others in two shards),
+    # 16 values
     v = ckpt("verify", d).stdout.decode()
-    assert "45 entries" in v and "49 chunks" in v, v
+    assert "46 entries" in v and "53 chunks" in v, v
+
+
+def test_strided_shard_is_the_saved_tensor():
+    """_StridedShard(0, split_factor=2) over 2 ranks: rank 0 holds rows 0-1 and 4-5.  ckpt
+    gives the tensor that was saved (DTensor.full_tensor()); torch-checkpointing 0.1.1's own
+    load of it is wrong (reference.json keeps both)."""
+    d = FIXTURES / "tc_sharded" / "ckpt"
+    e = next(e for e in reference("tc_sharded")["entries"] if e["path"] == ["misc", "strided"])
+    r = ckpt("cat", "-f", "--path", d, "misc/strided")
+    assert r.returncode == 0 and r.stdout == bytes.fromhex(e["hex"])
+    assert r.stdout == b"".join(struct.pack("<f", float(i)) for i in range(16))
+    assert e.get("library_load_hex", e["hex"]) != e["hex"] or "library_defect" not in e
 
 
 def damaged(tmp: Path, name: str) -> Path:
