@@ -70,7 +70,7 @@ static long long tc_file_rank(const char *name) {
     size_t end = n - 3, i = end;
     while (i > 0 && name[i - 1] >= '0' && name[i - 1] <= '9')
         i--;
-    if (i == end || i == 0 || name[i - 1] != '_' || end - i > 9) return -1;
+    if (i == end || i < 2 || name[i - 1] != '_' || end - i > 9) return -1; /* an item key */
     if (name[i] == '0' && end - i > 1) return -1;
     return strtoll(name + i, NULL, 10);
 }
@@ -79,6 +79,11 @@ static long long tc_file_rank(const char *name) {
 
 /* The group of `groups` whose ranks hold `rank`, or NULL. */
 static const pk_value *group_of(const pk_value *groups, long long rank) {
+    for (size_t i = 0; i < pk_len(groups); i++) { /* the usual (0, 1, ..., N-1) first */
+        int64_t x;
+        if (pk_as_int(pk_item(pk_get(pk_item(groups, i), "ranks"), (size_t)rank), &x) && x == rank)
+            return pk_item(groups, i);
+    }
     for (size_t i = 0; i < pk_len(groups); i++) {
         const pk_value *ranks = pk_get(pk_item(groups, i), "ranks");
         for (size_t j = 0; j < pk_len(ranks); j++) {
@@ -93,6 +98,8 @@ static const pk_value *group_of(const pk_value *groups, long long rank) {
  * false with *why when it cannot be read, true with *in_mesh false when rank is not in it. */
 static bool layout_of(const pk_value *data, long long rank, int ndim, ckpt_layout *l,
                       uint32_t *coord, bool *in_mesh, const char **why) {
+    /* (a replica: a rank whose coordinate is not 0 along some Replicate mesh dim holds the
+     * boxes of the rank that has 0 there; the caller skips it) */
     const pk_value *ms = pk_get(data, "mesh_spec"), *pl = pk_get(data, "placements");
     int64_t shape[CKPT_LAYOUT_MAX_MESH_NDIM];
     size_t nd = 0;
@@ -130,8 +137,12 @@ static bool layout_of(const pk_value *data, long long rank, int ndim, ckpt_layou
     }
     const pk_value *md = pk_get(ms, "mesh_data");
     if (pk_len(md) != total) return *why = "mesh_data does not fill mesh_shape", false;
-    for (size_t i = 0; i < total; i++) {
-        int64_t x;
+    int64_t x;
+    size_t first =
+        rank >= 0 && (uint64_t)rank < total && pk_as_int(pk_item(md, (size_t)rank), &x) && x == rank
+            ? (size_t)rank /* the usual mesh of ranks in order */
+            : 0;
+    for (size_t i = first; i < total; i++) {
         if (!pk_as_int(pk_item(md, i), &x)) return *why = "mesh_data holds a non-int", false;
         if (x != rank) continue;
         for (size_t d = nd; d-- > 0;) { /* row-major, as DeviceMeshSpec flattens the mesh */
@@ -150,12 +161,6 @@ static bool c_order(const ts_tensor_view *t) {
         if (t->shape[d] != 1 && t->stride[d] != want) return false;
         want *= t->shape[d];
     }
-    return true;
-}
-
-static bool same_box(const ckpt_chunk *c, const int64_t *start, const int64_t *count, int nd) {
-    for (int d = 0; d < nd; d++)
-        if (c->offsets[d] != start[d] || c->sizes[d] != count[d]) return false;
     return true;
 }
 
@@ -190,6 +195,9 @@ static ckpt_status add_shard(tc *w, pending *p, const pk_value *local, ckpt_erro
         return CKPT_OK;
     }
     if (!in_mesh) return CKPT_OK;
+    for (int d = 0; d < l.mesh_ndim; d++)
+        if (l.placements[d].kind == CKPT_PLACEMENT_REPLICATE && coord[d] != 0)
+            return CKPT_OK; /* a replica: the rank at 0 along that dim stores it once */
     ckpt_layout_shard *sh = NULL;
     ckpt_error lerr = {0};
     if (ckpt_layout_shard_new(&l, e->ndim, e->shape, coord, &sh, &lerr) != CKPT_OK) {
@@ -221,10 +229,13 @@ static ckpt_status add_shard(tc *w, pending *p, const pk_value *local, ckpt_erro
         uint64_t numel = 1;
         for (int d = 0; d < e->ndim; d++)
             numel *= (uint64_t)box[nd + (size_t)d];
-        bool dup = false; /* a replica: the same box from another rank, stored once */
-        for (size_t i = 0; i < p->nchunks && !dup; i++)
-            dup = same_box(p->chunks[i], box, box + nd, e->ndim);
-        if (dup) continue;
+        /* disjoint boxes hold at most numel elements, one empty box a rank: more is metadata
+         * whose ranks disagree (their overlaps are for verify to find), bounded here */
+        if (p->nchunks >= e->numel + TC_MAX_WORLD) {
+            e->problem =
+                index_problemf(r->arena, "%s: '%s': more shards than elements", w->md_path, e->key);
+            break;
+        }
         if (p->nchunks == p->cap) {
             size_t cap = p->cap ? p->cap * 2 : 4;
             ckpt_chunk **m = realloc(p->chunks, cap * sizeof *m);
@@ -291,10 +302,13 @@ static ckpt_status walk_file(tc *w, const char *name, long long rank, ckpt_error
 static const char *rank_file(tc *w, const pk_value *layouts, long long rank, char *buf, size_t size,
                              ckpt_error *err) {
     const pk_value *lay = NULL;
-    for (size_t i = 0; layouts && layouts->type == PK_DICT && i < layouts->u.dict.len; i++) {
-        int64_t k;
-        if (pk_as_int(layouts->u.dict.keys[i], &k) && k == rank) lay = layouts->u.dict.vals[i];
-    }
+    int64_t k;
+    if (layouts && layouts->type == PK_DICT && (size_t)rank < layouts->u.dict.len &&
+        pk_as_int(layouts->u.dict.keys[rank], &k) && k == rank) /* the usual order */
+        lay = layouts->u.dict.vals[rank];
+    else
+        for (size_t i = 0; layouts && layouts->type == PK_DICT && i < layouts->u.dict.len; i++)
+            if (pk_as_int(layouts->u.dict.keys[i], &k) && k == rank) lay = layouts->u.dict.vals[i];
     if (!lay || lay->type == PK_NONE) {
         int n = snprintf(buf, size, "%s_%lld.pt", w->item, rank);
         if (n < 0 || (size_t)n >= size) {
