@@ -199,3 +199,24 @@ def test_mount_reads_every_entry_file(name, tmp_path):
         subprocess.run(["fusermount3", "-u", str(mnt)])
         proc.wait(timeout=60)
         os.rmdir(mnt)
+
+
+def test_diff_and_export(tmp_path):
+    """ckpt diff of the checkpoint with itself: all the same; ckpt export writes every tensor
+    whole, named by its path, with the bytes the library's load gives."""
+    d = FIXTURES / "tc_sharded" / "ckpt"
+    r = ckpt("diff", d, d)
+    assert r.returncode == 0 and b"46 same, 0 changed" in r.stdout, r.stdout
+    ref = {"/".join(map(str, e["path"])): e for e in reference("tc_sharded")["entries"]
+           if e["kind"] == "tensor"}
+    out = tmp_path / "all.safetensors"
+    r = ckpt("export", d, out)
+    assert r.returncode == 0, r.stderr
+    blob = out.read_bytes()
+    n = struct.unpack_from("<Q", blob)[0]
+    header = json.loads(blob[8:8 + n])
+    header.pop("__metadata__", None)
+    assert sorted(header) == sorted(ref)
+    for k, h in header.items():
+        a, b = h["data_offsets"]
+        assert blob[8 + n + a:8 + n + b] == bytes.fromhex(ref[k]["hex"]), k
