@@ -220,3 +220,32 @@ def test_diff_and_export(tmp_path):
     for k, h in header.items():
         a, b = h["data_offsets"]
         assert blob[8 + n + a:8 + n + b] == bytes.fromhex(ref[k]["hex"]), k
+
+
+@pytest.mark.skipif(not FS_BIN, reason="ckptfs not built")
+def test_run_directory_of_steps(tmp_path):
+    """Steps saved by torch-checkpointing under one run directory: metadata.pkl marks each
+    complete; `latest` is the newest; RUN@latest reads through it with ckpt too."""
+    run = tmp_path / "run"
+    run.mkdir()
+    run.chmod(0o755)
+    for step in ("step-100", "step-200"):
+        shutil.copytree(FIXTURES / "tc_sharded" / "ckpt", run / step)
+    ref = {"/".join(map(str, e["path"])): e for e in reference("tc_sharded")["entries"]}
+    r = ckpt("cat", "-f", "--path", f"{run}@latest", "misc/strided")
+    assert r.returncode == 0 and r.stdout == bytes.fromhex(ref["misc/strided"]["hex"]), r.stderr
+    mnt = Path(tempfile.mkdtemp(prefix="ckpt-tc-mnt-"))
+    proc = subprocess.Popen([FS_BIN, "-f", str(run), str(mnt)], stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 30
+        while not os.path.ismount(mnt):
+            assert proc.poll() is None and time.time() < deadline, proc.stderr.read()
+            time.sleep(0.05)
+        assert sorted(p.name for p in mnt.iterdir()) == ["latest", "step-100", "step-200"]
+        assert os.readlink(mnt / "latest") == "step-200"
+        f = mnt / "latest" / "optim" / "state" / "0" / "exp_avg"
+        assert f.read_bytes() == bytes.fromhex(ref["optim/state/0/exp_avg"]["hex"])
+    finally:
+        subprocess.run(["fusermount3", "-u", str(mnt)])
+        proc.wait(timeout=60)
+        os.rmdir(mnt)
