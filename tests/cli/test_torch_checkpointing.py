@@ -157,6 +157,20 @@ def test_missing_or_damaged_rank_file_names_it(tmp_path):
     assert r.returncode == 1 and b"optim_1.pt" in r.stderr, r.stderr
 
 
+def test_other_serialization_formats_are_refused_by_name(tmp_path):
+    """A custom layout in JSON (or raw bytes, or safetensors) is not read: the open fails
+    naming metadata.pkl, the item, the rank and the file."""
+    d = damaged(tmp_path, "tc_sharded")
+    md = pickle.loads((d / "metadata.pkl").read_bytes())  # our own fixture
+    md["metadata"]["misc"]["rank_to_layout_info"][1] = {
+        "file_path": "misc_1.json", "serialization_format": {"type": "JsonSerialization"}}
+    (d / "metadata.pkl").write_bytes(pickle.dumps(md))
+    r = ckpt("ls", d)
+    err = r.stderr.decode()
+    assert r.returncode == 1 and "metadata.pkl" in err and "misc_1.json" in err \
+        and "JsonSerialization" in err, err
+
+
 def test_metadata_whose_shapes_disagree_with_the_files(tmp_path):
     """A global shape metadata.pkl changed: the tensor is reported, the rest still reads."""
     d = damaged(tmp_path, "tc_sharded")
