@@ -44,7 +44,7 @@
 typedef struct pending {
     size_t entry;           /* index in r->entries */
     const pk_value *groups; /* list of {sharding_metadata, ranks} */
-    ckpt_chunk **chunks;    /* collected over the ranks' files (malloc'ed vector) */
+    ck_chunk **chunks;      /* collected over the ranks' files (malloc'ed vector) */
     size_t nchunks, cap;
 } pending;
 
@@ -61,7 +61,7 @@ typedef struct tc {
     ts_item *it;
     int32_t file_id;
     const char *file_path;
-    ckpt_strbuf key;
+    ck_strbuf key;
 } tc;
 
 static long long tc_file_rank(const char *name) {
@@ -219,7 +219,7 @@ static ckpt_status add_shard(tc *w, pending *p, const pk_value *local, ckpt_erro
                                     w->file_path, w->rank, e->key);
     size_t nd = (size_t)(e->ndim ? e->ndim : 1);
     for (uint64_t b = 0; b < nboxes && !e->problem && s == CKPT_OK; b++) {
-        int64_t *box = ckpt_arena_alloc(r->arena, 2 * nd * sizeof *box);
+        int64_t *box = ck_arena_alloc(r->arena, 2 * nd * sizeof *box);
         if (!box) {
             s = index_nomem(err);
             break;
@@ -238,7 +238,7 @@ static ckpt_status add_shard(tc *w, pending *p, const pk_value *local, ckpt_erro
         }
         if (p->nchunks == p->cap) {
             size_t cap = p->cap ? p->cap * 2 : 4;
-            ckpt_chunk **m = realloc(p->chunks, cap * sizeof *m);
+            ck_chunk **m = realloc(p->chunks, cap * sizeof *m);
             if (!m) {
                 s = index_nomem(err);
                 break;
@@ -246,7 +246,7 @@ static ckpt_status add_shard(tc *w, pending *p, const pk_value *local, ckpt_erro
             p->chunks = m;
             p->cap = cap;
         }
-        ckpt_chunk *c = ckpt_arena_alloc(r->arena, sizeof *c);
+        ck_chunk *c = ck_arena_alloc(r->arena, sizeof *c);
         if (!c) {
             s = index_nomem(err);
             break;
@@ -263,13 +263,13 @@ static ckpt_status tc_leaf(void *ctx, const index_elem *elems, size_t n, const p
                            ckpt_error *err) {
     tc *w = ctx;
     ckpt_reader *r = w->r;
-    ckpt_strbuf_reset(&w->key);
+    ck_strbuf_reset(&w->key);
     for (size_t i = 0; i < n; i++) {
-        if (i) ckpt_strbuf_addc(&w->key, '.');
-        ckpt_strbuf_add(&w->key, elems[i].s, elems[i].len);
+        if (i) ck_strbuf_addc(&w->key, '.');
+        ck_strbuf_add(&w->key, elems[i].s, elems[i].len);
     }
-    if (ckpt_strbuf_status(&w->key, "a key", err) != CKPT_OK) return CKPT_E_NOMEM;
-    const ckpt_entry *e = index_find(r, ckpt_strbuf_cstr(&w->key));
+    if (ck_strbuf_status(&w->key, "a key", err) != CKPT_OK) return CKPT_E_NOMEM;
+    const ckpt_entry *e = index_find(r, ck_strbuf_cstr(&w->key));
     const pk_value *global = NULL, *local = ts_is_tensor_node(v) ? v : ts_dtensor_local(v, &global);
     if (e && e->index >= w->first_entry && e->index < w->first_entry + w->npend && local)
         return add_shard(w, &w->pend[e->index - w->first_entry], local, err);
@@ -312,8 +312,8 @@ static const char *rank_file(tc *w, const pk_value *layouts, long long rank, cha
     if (!lay || lay->type == PK_NONE) {
         int n = snprintf(buf, size, "%s_%lld.pt", w->item, rank);
         if (n < 0 || (size_t)n >= size) {
-            ckpt_fail(err, CKPT_E_FORMAT, "%s: item '%.200s': file name too long", w->md_path,
-                      w->item);
+            ck_fail(err, CKPT_E_FORMAT, "%s: item '%.200s': file name too long", w->md_path,
+                    w->item);
             return NULL;
         }
         return buf;
@@ -321,15 +321,15 @@ static const char *rank_file(tc *w, const pk_value *layouts, long long rank, cha
     const char *file = pk_as_str(pk_get(lay, "file_path"));
     const char *fmt = pk_as_str(pk_get(pk_get(lay, "serialization_format"), "type"));
     if (!file) {
-        ckpt_fail(err, CKPT_E_FORMAT, "%s: item '%.200s' rank %lld: layout without file_path",
-                  w->md_path, w->item, rank);
+        ck_fail(err, CKPT_E_FORMAT, "%s: item '%.200s' rank %lld: layout without file_path",
+                w->md_path, w->item, rank);
         return NULL;
     }
     if (!fmt || strcmp(fmt, "TorchSerialization") != 0) {
-        ckpt_fail(err, CKPT_E_UNSUPPORTED,
-                  "%s: item '%.200s' rank %lld: %s stored as %s: not read (only "
-                  "TorchSerialization)",
-                  w->md_path, w->item, rank, file, fmt ? fmt : "an unknown format");
+        ck_fail(err, CKPT_E_UNSUPPORTED,
+                "%s: item '%.200s' rank %lld: %s stored as %s: not read (only "
+                "TorchSerialization)",
+                w->md_path, w->item, rank, file, fmt ? fmt : "an unknown format");
         return NULL;
     }
     return file;
@@ -337,49 +337,48 @@ static const char *rank_file(tc *w, const pk_value *layouts, long long rank, cha
 
 /* The entries the metadata names in `paths` (nested_path_to_metadata), made before any file
  * is walked: global shape and dtype, chunks to come. */
-static ckpt_status named_entries(tc *w, const pk_value *paths, ckpt_arena *tmp, ckpt_error *err) {
+static ckpt_status named_entries(tc *w, const pk_value *paths, ck_arena *tmp, ckpt_error *err) {
     ckpt_reader *r = w->r;
     if (!paths || paths->type != PK_DICT)
-        return ckpt_fail(err, CKPT_E_FORMAT,
-                         "%s: item '%.200s': nested_path_to_metadata is not a dict", w->md_path,
-                         w->item);
+        return ck_fail(err, CKPT_E_FORMAT,
+                       "%s: item '%.200s': nested_path_to_metadata is not a dict", w->md_path,
+                       w->item);
     w->pend = calloc(paths->u.dict.len ? paths->u.dict.len : 1, sizeof *w->pend);
     if (!w->pend) return index_nomem(err);
     w->first_entry = r->nentries;
     w->npend = 0;
     for (size_t i = 0; i < paths->u.dict.len; i++) {
         const char *js = pk_as_str(paths->u.dict.keys[i]);
-        const ckpt_json *path = NULL;
+        const ck_json *path = NULL;
         ckpt_error jerr = {0};
         if (!js ||
-            ckpt_json_parse(tmp, js, paths->u.dict.keys[i]->u.str.len, 8, &path, &jerr) !=
-                CKPT_OK ||
+            ck_json_parse(tmp, js, paths->u.dict.keys[i]->u.str.len, 8, &path, &jerr) != CKPT_OK ||
             path->type != CKPT_JSON_ARRAY || path->len + 1 > TC_MAX_PATH)
-            return ckpt_fail(err, CKPT_E_FORMAT,
-                             "%s: item '%.200s': nested path %zu is not a JSON list of keys%s%s",
-                             w->md_path, w->item, i, jerr.message[0] ? ": " : "", jerr.message);
+            return ck_fail(err, CKPT_E_FORMAT,
+                           "%s: item '%.200s': nested path %zu is not a JSON list of keys%s%s",
+                           w->md_path, w->item, i, jerr.message[0] ? ": " : "", jerr.message);
         index_elem elems[TC_MAX_PATH];
         char nums[TC_MAX_PATH][24];
         elems[0] = (index_elem){w->item, strlen(w->item), false};
-        ckpt_strbuf_reset(&w->key);
-        ckpt_strbuf_add(&w->key, w->item, strlen(w->item));
+        ck_strbuf_reset(&w->key);
+        ck_strbuf_add(&w->key, w->item, strlen(w->item));
         for (size_t j = 0; j < path->len; j++) {
-            const ckpt_json *x = &path->u.items[j];
+            const ck_json *x = &path->u.items[j];
             if (x->type == CKPT_JSON_STRING) {
                 elems[j + 1] = (index_elem){x->u.str, x->len, false};
             } else if (x->type == CKPT_JSON_NUMBER && x->is_int) {
                 int len = snprintf(nums[j], sizeof nums[j], "%lld", (long long)x->u.num.i);
                 elems[j + 1] = (index_elem){nums[j], (size_t)len, true};
             } else {
-                return ckpt_fail(err, CKPT_E_FORMAT,
-                                 "%s: item '%.200s': nested path '%.200s' holds a %s", w->md_path,
-                                 w->item, js, ckpt_json_type_name(x->type));
+                return ck_fail(err, CKPT_E_FORMAT,
+                               "%s: item '%.200s': nested path '%.200s' holds a %s", w->md_path,
+                               w->item, js, ck_json_type_name(x->type));
             }
-            ckpt_strbuf_addc(&w->key, '.');
-            ckpt_strbuf_add(&w->key, elems[j + 1].s, elems[j + 1].len);
+            ck_strbuf_addc(&w->key, '.');
+            ck_strbuf_add(&w->key, elems[j + 1].s, elems[j + 1].len);
         }
-        if (ckpt_strbuf_status(&w->key, "a key", err) != CKPT_OK) return CKPT_E_NOMEM;
-        const char *key = ckpt_strbuf_cstr(&w->key);
+        if (ck_strbuf_status(&w->key, "a key", err) != CKPT_OK) return CKPT_E_NOMEM;
+        const char *key = ck_strbuf_cstr(&w->key);
         if (index_find(r, key)) continue; /* named twice ("a.b" and ["a", "b"]): the first */
         ckpt_entry *e = index_new_entry(r, key);
         if (!e) return index_nomem(err);
@@ -410,7 +409,7 @@ static ckpt_status named_entries(tc *w, const pk_value *paths, ckpt_arena *tmp, 
         }
         if (e->dtype == CKPT_DTYPE_INVALID)
             e->problem = index_problemf(r->arena, "%s: '%s': unknown dtype", w->md_path, key);
-        int64_t *sh = ckpt_arena_alloc(r->arena, (nd ? nd : 1) * sizeof *sh);
+        int64_t *sh = ck_arena_alloc(r->arena, (nd ? nd : 1) * sizeof *sh);
         if (!sh) return index_nomem(err);
         memcpy(sh, shape, nd * sizeof *sh);
         e->ndim = (int)nd;
@@ -430,7 +429,7 @@ static ckpt_status settle(tc *w, ckpt_error *err) {
         pending *p = &w->pend[i];
         ckpt_entry *e = &r->entries[p->entry];
         if (p->nchunks) {
-            ckpt_chunk *c = ckpt_arena_alloc(r->arena, p->nchunks * sizeof *c);
+            ck_chunk *c = ck_arena_alloc(r->arena, p->nchunks * sizeof *c);
             if (!c) return index_nomem(err);
             for (size_t j = 0; j < p->nchunks; j++)
                 memcpy(&c[j], p->chunks[j], sizeof *c);
@@ -454,15 +453,15 @@ static void drop_pending(tc *w) {
 }
 
 /* An item metadata.pkl names: its entries, then every rank's file. */
-static ckpt_status add_named_item(tc *w, const pk_value *md, long long world, ckpt_arena *tmp,
+static ckpt_status add_named_item(tc *w, const pk_value *md, long long world, ck_arena *tmp,
                                   ckpt_error *err) {
     ckpt_status s = named_entries(w, pk_get(md, "nested_path_to_metadata"), tmp, err);
     const pk_value *layouts = pk_get(md, "rank_to_layout_info");
     if (s == CKPT_OK &&
         (!layouts || layouts->type != PK_DICT || layouts->u.dict.len != (size_t)world))
-        s = ckpt_fail(err, CKPT_E_FORMAT,
-                      "%s: item '%.200s': rank_to_layout_info does not give all %lld ranks",
-                      w->md_path, w->item, world);
+        s = ck_fail(err, CKPT_E_FORMAT,
+                    "%s: item '%.200s': rank_to_layout_info does not give all %lld ranks",
+                    w->md_path, w->item, world);
     for (long long rank = 0; s == CKPT_OK && rank < world; rank++) {
         char buf[512];
         const char *name = rank_file(w, layouts, rank, buf, sizeof buf, err);
@@ -485,7 +484,7 @@ static ckpt_status unnamed_files(const char *dir, const pk_value *md_items, char
     *out = NULL;
     *n = 0;
     DIR *d = opendir(dir);
-    if (!d) return ckpt_fail(err, CKPT_E_IO, "%s: cannot list: %s", dir, strerror(errno));
+    if (!d) return ck_fail(err, CKPT_E_IO, "%s: cannot list: %s", dir, strerror(errno));
     char **v = NULL;
     size_t cap = 0;
     ckpt_status s = CKPT_OK;
@@ -538,7 +537,7 @@ static ckpt_status add_unnamed(tc *w, const pk_value *md_items, ckpt_error *err)
     return s;
 }
 
-ckpt_dir_kind tc_dir_probe(const char *dir, struct timespec *mtime) {
+ck_dir_kind tc_dir_probe(const char *dir, struct timespec *mtime) {
     char path[4096];
     struct stat st;
     int n = snprintf(path, sizeof path, "%s/%s", dir, TC_METADATA);
@@ -551,7 +550,7 @@ ckpt_dir_kind tc_dir_probe(const char *dir, struct timespec *mtime) {
      * `<item>_0.pt` files make it an unmarked one, dated by the newest of them */
     char **names;
     size_t count;
-    ckpt_dir_kind k = CKPT_DIR_NONE;
+    ck_dir_kind k = CKPT_DIR_NONE;
     if (unnamed_files(dir, NULL, &names, &count, NULL) != CKPT_OK) count = 0;
     for (size_t i = 0; i < count; i++) {
         n = snprintf(path, sizeof path, "%s/%s", dir, names[i]);
@@ -576,7 +575,7 @@ static ckpt_status tc_add(ckpt_reader *r, ckpt_error *err) {
     if (pn < 0 || (size_t)pn >= sizeof path) return CKPT_E_NOTFOUND;
     bool has_md = stat(path, &st) == 0;
     tc w = {.r = r};
-    ckpt_strbuf_init(&w.key, 0);
+    ck_strbuf_init(&w.key, 0);
     if (!has_md) { /* no resharder declared: only `<item>_<rank>.pt` files */
         char **names;
         size_t n;
@@ -585,21 +584,21 @@ static ckpt_status tc_add(ckpt_reader *r, ckpt_error *err) {
             free(names[i]);
         free(names);
         if (s != CKPT_OK || n == 0) {
-            ckpt_strbuf_release(&w.key);
+            ck_strbuf_release(&w.key);
             return CKPT_E_NOTFOUND;
         }
         r->info.format_hint = "torch-checkpointing (no metadata.pkl: rank 0's files)";
         s = add_unnamed(&w, NULL, err);
-        ckpt_strbuf_release(&w.key);
+        ck_strbuf_release(&w.key);
         return s;
     }
-    char *md_path = ckpt_arena_strndup(r->arena, path, (size_t)pn);
+    char *md_path = ck_arena_strndup(r->arena, path, (size_t)pn);
     if (!md_path) return index_nomem(err);
     w.md_path = md_path;
     pk_doc *doc = NULL;
     size_t len = 0;
-    ckpt_status s = ckpt_metadata_decode_file(path, &r->limits, &doc, &len, err);
-    ckpt_arena *tmp = s == CKPT_OK ? ckpt_arena_new(r->limits.max_metadata_bytes) : NULL;
+    ckpt_status s = ck_metadata_decode_file(path, &r->limits, &doc, &len, err);
+    ck_arena *tmp = s == CKPT_OK ? ck_arena_new(r->limits.max_metadata_bytes) : NULL;
     if (s == CKPT_OK && !tmp) s = index_nomem(err);
     const pk_value *root = doc ? pk_doc_root(doc) : NULL;
     const pk_value *items = NULL;
@@ -609,32 +608,32 @@ static ckpt_status tc_add(ckpt_reader *r, ckpt_error *err) {
         const char *version = pk_as_str(pk_get(root, "version"));
         items = pk_get(root, "metadata");
         if (!root || root->type != PK_DICT)
-            s = ckpt_fail(err, CKPT_E_FORMAT, "%s: not a torch-checkpointing metadata dict (a %s)",
-                          md_path, root ? pk_type_name((pk_type)root->type) : "nothing");
+            s = ck_fail(err, CKPT_E_FORMAT, "%s: not a torch-checkpointing metadata dict (a %s)",
+                        md_path, root ? pk_type_name((pk_type)root->type) : "nothing");
         else if (!version || strcmp(version, "2.0") != 0)
-            s = ckpt_fail(err, CKPT_E_UNSUPPORTED,
-                          "%s: metadata version '%.40s' is not read (only \"2.0\", "
-                          "torch-checkpointing 0.1)",
-                          md_path, version ? version : "1.0");
+            s = ck_fail(err, CKPT_E_UNSUPPORTED,
+                        "%s: metadata version '%.40s' is not read (only \"2.0\", "
+                        "torch-checkpointing 0.1)",
+                        md_path, version ? version : "1.0");
         else if (!pk_as_int(pk_get(root, "world_size"), &world) || world < 1 ||
                  world > TC_MAX_WORLD)
-            s = ckpt_fail(err, CKPT_E_FORMAT, "%s: world_size is not an int in 1..%u", md_path,
-                          TC_MAX_WORLD);
+            s = ck_fail(err, CKPT_E_FORMAT, "%s: world_size is not an int in 1..%u", md_path,
+                        TC_MAX_WORLD);
         else if (!items || items->type != PK_DICT)
-            s = ckpt_fail(err, CKPT_E_FORMAT, "%s: 'metadata' is not a dict of items", md_path);
+            s = ck_fail(err, CKPT_E_FORMAT, "%s: 'metadata' is not a dict of items", md_path);
     }
     if (s == CKPT_OK) r->info.format_hint = "torch-checkpointing (metadata.pkl)";
     for (size_t i = 0; s == CKPT_OK && i < items->u.dict.len; i++) {
         w.item = pk_as_str(items->u.dict.keys[i]);
         if (!w.item || !*w.item || strlen(w.item) != items->u.dict.keys[i]->u.str.len)
-            s = ckpt_fail(err, CKPT_E_FORMAT, "%s: item %zu's key is not a string", md_path, i);
+            s = ck_fail(err, CKPT_E_FORMAT, "%s: item %zu's key is not a string", md_path, i);
         else
             s = add_named_item(&w, items->u.dict.vals[i], world, tmp, err);
     }
     if (s == CKPT_OK) s = add_unnamed(&w, items, err);
     drop_pending(&w);
-    ckpt_strbuf_release(&w.key);
-    ckpt_arena_free(tmp);
+    ck_strbuf_release(&w.key);
+    ck_arena_free(tmp);
     pk_doc_free(doc);
     return s;
 }

@@ -25,11 +25,11 @@ ckpt_status index_ts_walk(ckpt_reader *r, ts_item *it, int32_t file_id, const in
 /* The entry of a leaf (the elements joined with '.' as its key, built in *keybuf): a tensor
  * read in place, or a value; nothing when the key is taken. */
 ckpt_status index_ts_add_leaf(ckpt_reader *r, ts_item *it, int32_t file_id, const index_elem *elems,
-                              size_t n, const pk_value *v, ckpt_strbuf *keybuf, ckpt_error *err);
+                              size_t n, const pk_value *v, ck_strbuf *keybuf, ckpt_error *err);
 /* Fills chunk c (offsets, sizes: ndim values kept by the caller) with numel elements of view
  * t from its element elem_offset (which needs a C-order view when not 0) in file_id. */
 ckpt_status index_ts_chunk(ckpt_reader *r, const ts_item *it, int32_t file_id,
                            const ts_tensor_view *t, uint64_t elem_offset, const int64_t *offsets,
-                           const int64_t *sizes, uint64_t numel, ckpt_chunk *c, ckpt_error *err);
+                           const int64_t *sizes, uint64_t numel, ck_chunk *c, ckpt_error *err);
 
 #endif
