@@ -60,8 +60,13 @@ tally build
 if python3 -c "import torch" 2>/dev/null; then
   step "fixtures regenerated with real torch $(python3 -c 'import torch; print(torch.__version__)')"
   fresh=$(mktemp -d)
-  if python3 tests/fixtures/generate.py --out "$fresh" >"$fresh.log" 2>&1; then
-    CKPT_FIXTURES="$fresh" meson test -C build --suite cli --suite reader --suite mount --suite python --print-errorlogs \
+  # torch-checkpointing's fixtures too, when it is installed (the generator skips, exit 0,
+  # without it: the committed ones are then what the suites test)
+  if python3 tests/fixtures/generate.py --out "$fresh" >"$fresh.log" 2>&1 &&
+    python3 tests/fixtures/generate_torch_checkpointing.py --out "$fresh/tc" >>"$fresh.log" 2>&1; then
+    tc_fresh=tests/fixtures/torch-checkpointing
+    [ -d "$fresh/tc" ] && tc_fresh="$fresh/tc"
+    CKPT_FIXTURES="$fresh" CKPT_TC_FIXTURES="$(realpath "$tc_fresh")" meson test -C build --suite cli --suite reader --suite mount --suite python --print-errorlogs \
       --num-processes 1
     tally build
   else

@@ -37,6 +37,12 @@ extern const index_format index_format_torch_bin;
  * exists); *mtime the newest of them. */
 ck_dir_kind torch_bin_dir_probe(const char *dir, struct timespec *mtime);
 
+/* torch_checkpointing.c: torch-checkpointing's metadata.pkl and `<item>_<rank>.pt` files. */
+extern const index_format index_format_torch_checkpointing;
+/* Whether dir holds a torch-checkpointing metadata.pkl (MARKED, *mtime its modification time)
+ * or only `<item>_0.pt` files (UNMARKED, *mtime the newest one's). */
+ck_dir_kind tc_dir_probe(const char *dir, struct timespec *mtime);
+
 /* Indexes r->dir in the first format that recognises it (in the order above); the last
  * format's CKPT_E_NOTFOUND when none does. */
 ckpt_status index_build(ckpt_reader *r, ckpt_error *err);

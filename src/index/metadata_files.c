@@ -139,5 +139,6 @@ ck_dir_kind ck_checkpoint_dir_probe(const char *dir, struct timespec *mtime) {
         }
     }
     ck_dir_kind k = ck_hf_dir_probe(dir, mtime);
-    return k != CKPT_DIR_NONE ? k : torch_bin_dir_probe(dir, mtime);
+    if (k == CKPT_DIR_NONE) k = torch_bin_dir_probe(dir, mtime);
+    return k != CKPT_DIR_NONE ? k : tc_dir_probe(dir, mtime);
 }

@@ -12,6 +12,7 @@
 #include "index/formats.h"
 #include "index/hf_storage.h"
 #include "index/metadata_files.h"
+#include "index/torchsave_walk.h"
 
 #include "torchsave/item.h"
 #include "util/error.h"
@@ -29,6 +30,8 @@ typedef struct walk {
     ckpt_reader *r;
     ts_item *it;
     int32_t file_id;
+    index_ts_leaf_fn leaf; /* NULL: index_ts_add_leaf */
+    void *ctx;
     index_elem elems[MAX_ELEMS];
     char nums[MAX_ELEMS][24];
     size_t depth;
@@ -46,6 +49,11 @@ static const pk_value *dict_of(const pk_value *v) {
 
 static ckpt_status add_leaf(walk *w, const pk_value *v, ckpt_error *err);
 
+static ckpt_status leaf(walk *w, const pk_value *v, ckpt_error *err) {
+    if (!w->leaf) return add_leaf(w, v, err);
+    return w->leaf(w->ctx, w->elems, w->depth, v, err);
+}
+
 /* torch's flatten_state_dict (_traverse.py): a mapping is always traversed, a tuple never; a
  * list only when something in it is a tensor, a mapping or such a list. */
 static bool is_terminal(const pk_value *v, unsigned depth) {
@@ -53,7 +61,7 @@ static bool is_terminal(const pk_value *v, unsigned depth) {
     if (v->type != PK_LIST || depth > MAX_ELEMS) return true;
     for (size_t i = 0; i < v->u.seq.len; i++) {
         const pk_value *x = v->u.seq.items[i];
-        if (ts_is_tensor_node(x) ||
+        if (ts_is_tensor_node(x) || ts_dtensor_local(x, NULL) ||
             ((is_dict(x) || x->type == PK_LIST) && !is_terminal(x, depth + 1)))
             return false;
     }
@@ -63,7 +71,7 @@ static bool is_terminal(const pk_value *v, unsigned depth) {
 static ckpt_status walk_value(walk *w, const pk_value *v, ckpt_error *err) {
     const pk_value *d = is_dict(v) ? dict_of(v) : NULL;
     if (!d && (is_terminal(v, 0) || w->depth == MAX_ELEMS))
-        return w->depth ? add_leaf(w, v, err) : CKPT_OK;
+        return w->depth ? leaf(w, v, err) : CKPT_OK;
     size_t n = d ? d->u.dict.len : v->u.seq.len;
     for (size_t i = 0; i < n && w->depth < MAX_ELEMS; i++) {
         const pk_value *k = d ? d->u.dict.keys[i] : NULL;
@@ -95,28 +103,32 @@ static bool c_order(const ts_tensor_view *t) {
 }
 
 static ckpt_status add_leaf(walk *w, const pk_value *v, ckpt_error *err) {
-    ckpt_reader *r = w->r;
-    ck_strbuf_reset(&w->key);
-    for (size_t i = 0; i < w->depth; i++) {
-        if (i) ck_strbuf_addc(&w->key, '.');
-        ck_strbuf_add(&w->key, w->elems[i].s, w->elems[i].len);
+    return index_ts_add_leaf(w->r, w->it, w->file_id, w->elems, w->depth, v, &w->key, err);
+}
+
+ckpt_status index_ts_add_leaf(ckpt_reader *r, ts_item *it, int32_t file_id, const index_elem *elems,
+                              size_t n, const pk_value *v, ck_strbuf *keybuf, ckpt_error *err) {
+    ck_strbuf_reset(keybuf);
+    for (size_t i = 0; i < n; i++) {
+        if (i) ck_strbuf_addc(keybuf, '.');
+        ck_strbuf_add(keybuf, elems[i].s, elems[i].len);
     }
-    if (ck_strbuf_status(&w->key, "a key", err) != CKPT_OK) return CKPT_E_NOMEM;
-    const char *key = ck_strbuf_cstr(&w->key);
+    if (ck_strbuf_status(keybuf, "a key", err) != CKPT_OK) return CKPT_E_NOMEM;
+    const char *key = ck_strbuf_cstr(keybuf);
     if (index_find(r, key)) return CKPT_OK; /* "a.b" twice ({"a.b": x, "a": {"b": y}}): first */
     ckpt_entry *e = index_new_entry(r, key);
     if (!e) return index_nomem(err);
-    CKPT_TRY(index_set_path(r, e, w->elems, w->depth, err));
+    CKPT_TRY(index_set_path(r, e, elems, n, err));
     if (!ts_is_tensor_node(v)) {
         e->kind = CKPT_ENTRY_OBJECT;
-        e->value = v;                /* converted when loaded (object_load.c) */
-        e->loc.file_id = w->file_id; /* its source, for who may read it (no byte range) */
+        e->value = v;             /* converted when loaded (object_load.c) */
+        e->loc.file_id = file_id; /* its source, for who may read it (no byte range) */
         return CKPT_OK;
     }
     e->kind = CKPT_ENTRY_TENSOR;
     ts_tensor_view t;
     ckpt_error terr = {0};
-    if (ts_tensor_view_of(w->it, v, &t, &terr) != CKPT_OK) {
+    if (ts_tensor_view_of(it, v, &t, &terr) != CKPT_OK) {
         if (terr.code == CKPT_E_NOMEM) return index_nomem(err);
         e->problem = index_problemf(r->arena, "%s", terr.message);
         return CKPT_OK;
@@ -136,36 +148,47 @@ static ckpt_status add_leaf(walk *w, const pk_value *v, ckpt_error *err) {
     e->numel = index_numel(r->arena, shape, t.ndim, &bad);
     e->nbytes = index_nbytes(t.dtype, e->numel);
     if (bad) e->problem = bad;
-    memset(c, 0, sizeof *c);
-    c->offsets = offsets;
-    c->sizes = shape;
-    c->numel = e->numel;
-    c->loc.file_id = -1;
     e->chunks = c;
     e->nchunks = 1;
-    if (!e->problem && e->numel) {
-        size_t isz = ckpt_dtype_itemsize(t.dtype);
-        uint64_t span = 1; /* elements from the first to the last one the view addresses */
-        for (int d = 0; d < t.ndim; d++)
-            span += (uint64_t)(t.shape[d] - 1) * (uint64_t)t.stride[d];
-        c->loc.file_id = w->file_id;
-        c->loc.raw = true;
-        c->loc.big_endian = ts_item_big_endian(w->it);
-        c->loc.offset = t.record->data_offset + (uint64_t)t.storage_offset * isz;
-        c->loc.length = span * isz; /* inside the record: ts_tensor_view_of checked it */
-        if (!c_order(&t)) {
-            int64_t *stride = ck_arena_alloc(r->arena, (size_t)t.ndim * sizeof *stride);
-            if (!stride) return index_nomem(err);
-            memcpy(stride, t.stride, (size_t)t.ndim * sizeof *stride);
-            c->loc.raw_stride = stride;
-        }
-        r->info.stored_bytes += e->nbytes;
+    CKPT_TRY(index_ts_chunk(r, it, file_id, &t, 0, offsets, shape, e->numel, c, err));
+    if (!e->problem && e->numel && c->loc.file_id >= 0) r->info.stored_bytes += e->nbytes;
+    return CKPT_OK;
+}
+
+ckpt_status index_ts_chunk(ckpt_reader *r, const ts_item *it, int32_t file_id,
+                           const ts_tensor_view *t, uint64_t elem_offset, const int64_t *offsets,
+                           const int64_t *sizes, uint64_t numel, ck_chunk *c, ckpt_error *err) {
+    memset(c, 0, sizeof *c);
+    c->offsets = offsets;
+    c->sizes = sizes;
+    c->numel = numel;
+    c->loc.file_id = -1;
+    if (!numel) return CKPT_OK;
+    size_t isz = ckpt_dtype_itemsize(t->dtype);
+    uint64_t span = 1; /* elements from the first to the last one the view addresses */
+    for (int d = 0; d < t->ndim; d++)
+        span += (uint64_t)(t->shape[d] - 1) * (uint64_t)t->stride[d];
+    c->loc.file_id = file_id;
+    c->loc.raw = true;
+    c->loc.big_endian = ts_item_big_endian(it);
+    c->loc.offset = t->record->data_offset + ((uint64_t)t->storage_offset + elem_offset) * isz;
+    if (elem_offset) { /* a box of a C-order view: numel elements from elem_offset */
+        c->loc.length = numel * isz;
+        return CKPT_OK;
+    }
+    c->loc.length = span * isz; /* inside the record: ts_tensor_view_of checked it */
+    if (!c_order(t)) {
+        int64_t *stride = ck_arena_alloc(r->arena, (size_t)t->ndim * sizeof *stride);
+        if (!stride) return index_nomem(err);
+        memcpy(stride, t->stride, (size_t)t->ndim * sizeof *stride);
+        c->loc.raw_stride = stride;
     }
     return CKPT_OK;
 }
 
-/* Indexes torch.save file `name` of r->dir (its entries added to what is there). */
-static ckpt_status add_one(ckpt_reader *r, const char *name, ckpt_error *err) {
+ckpt_status index_ts_open(ckpt_reader *r, const char *name, ts_item **out, int32_t *file_id,
+                          const char **path_out, ckpt_error *err) {
+    *out = NULL;
     const char *problem = NULL;
     int32_t id = ck_files_intern(r, name, &problem);
     if (id < 0)
@@ -202,11 +225,32 @@ static ckpt_status add_one(ckpt_reader *r, const char *name, ckpt_error *err) {
     r->owned_items = m;
     r->owned_items[r->nowned++] = it; /* value entries point into its pickle */
     r->info.metadata_bytes += (uint64_t)st.st_size;
-    walk w = {.r = r, .it = it, .file_id = id};
+    *out = it;
+    *file_id = id;
+    if (path_out) *path_out = path;
+    return CKPT_OK;
+}
+
+ckpt_status index_ts_walk(ckpt_reader *r, ts_item *it, int32_t file_id, const index_elem *prefix,
+                          size_t nprefix, index_ts_leaf_fn fn, void *ctx, ckpt_error *err) {
+    if (nprefix >= MAX_ELEMS) return ck_fail(err, CKPT_E_LIMIT, "path prefix too deep");
+    walk w = {.r = r, .it = it, .file_id = file_id, .leaf = fn, .ctx = ctx, .depth = nprefix};
+    for (size_t i = 0; i < nprefix; i++)
+        w.elems[i] = prefix[i];
     ck_strbuf_init(&w.key, 0);
-    size_t before = r->nentries;
     ckpt_status s = walk_value(&w, ts_item_root(it), err);
     ck_strbuf_release(&w.key);
+    return s;
+}
+
+/* Indexes torch.save file `name` of r->dir (its entries added to what is there). */
+static ckpt_status add_one(ckpt_reader *r, const char *name, ckpt_error *err) {
+    ts_item *it;
+    int32_t id;
+    const char *path;
+    CKPT_TRY(index_ts_open(r, name, &it, &id, &path, err));
+    size_t before = r->nentries;
+    ckpt_status s = index_ts_walk(r, it, id, NULL, 0, NULL, NULL, err);
     if (s == CKPT_OK && r->nentries == before)
         s = ck_fail(err, CKPT_E_FORMAT, "%s: holds no dict or list of values", path);
     return s;

@@ -57,6 +57,12 @@ ckpt_status ts_tensor_view_of(const ts_item *it, const pk_value *v, ts_tensor_vi
 /* True when `v` is an object node built by one of torch's tensor rebuild functions. */
 bool ts_is_tensor_node(const pk_value *v);
 
+/* The local tensor (a rebuild-tensor node) of a pickled DTensor — torch.save writes one as
+ * _rebuild_from_type_v2(_rebuild_wrapper_subclass, DTensor, (DTensor, dtype, size, ...),
+ * state holding "_local_tensor") — or NULL when v is none; *global (may be NULL) gets the
+ * wrapper's size (the global shape). */
+const pk_value *ts_dtensor_local(const pk_value *v, const pk_value **global);
+
 /* Copies the view's elements in C order into dst (dst_size >= numel*itemsize), swapping
  * bytes when the archive is big-endian. */
 ckpt_status ts_tensor_copy(const ts_item *it, const ts_tensor_view *view, void *dst,

@@ -25,6 +25,25 @@ static ckpt_status bad(ckpt_error *err, const ts_item *it, const char *what) {
                    what);
 }
 
+/* The local tensor of a pickled DTensor: torch.save writes one as
+ * _rebuild_from_type_v2(_rebuild_wrapper_subclass, DTensor, (DTensor, dtype, size, ...),
+ * {"_local_tensor": tensor, "_spec": ...}); NULL when v is no DTensor.  *global (may be NULL)
+ * gets the wrapper's size tuple. */
+const pk_value *ts_dtensor_local(const pk_value *v, const pk_value **global) {
+    if (!v || v->type != PK_OBJECT || !pk_is_global(v->u.obj.cls, NULL, "_rebuild_from_type_v2"))
+        return NULL;
+    const pk_value *a = v->u.obj.args;
+    if (pk_len(a) < 4 || !pk_is_global(pk_item(a, 1), NULL, "DTensor")) return NULL;
+    /* the state: a dict, or (dict or None, slots dict) as _get_obj_state gives it */
+    const pk_value *st = pk_item(a, 3), *local = pk_get(st, "_local_tensor");
+    if (!local && st && st->type == PK_TUPLE)
+        for (size_t i = 0; i < pk_len(st) && !local; i++)
+            local = pk_get(pk_item(st, i), "_local_tensor");
+    if (!local || !ts_is_tensor_node(local)) return NULL;
+    if (global) *global = pk_len(pk_item(a, 2)) >= 3 ? pk_item(pk_item(a, 2), 2) : NULL;
+    return local;
+}
+
 static bool empty_or_none(const pk_value *v) {
     if (!v || v->type == PK_NONE) return true;
     if (v->type == PK_DICT) return v->u.dict.len == 0;

@@ -2,7 +2,7 @@
 """Writes the seed inputs of fuzz_dirscan (tests/fuzz/corpus/dirscan) from fixture files:
 run directories with complete, half-copied and hostile steps (FIFO shards, symlinks to
 /dev/zero, loops, `latest` pointing anywhere), a checkpoint at the top, HuggingFace
-safetensors.  The encoding is fuzz_dirscan.c's."""
+safetensors, torch-checkpointing.  The encoding is fuzz_dirscan.c's."""
 import struct
 import sys
 from pathlib import Path
@@ -47,6 +47,8 @@ def main():
     st = sorted((DATA / "safetensors_fmt" / "ckpt").iterdir())
     hf = sorted((DATA / "hf_sharded" / "ckpt").iterdir())
     meta = (DATA / "zstd" / "ckpt" / ".metadata").read_bytes()
+    tc = sorted((HERE.parent / "fixtures" / "torch-checkpointing" / "tc_sharded" / "ckpt")
+                .iterdir())
     seeds = {
         "seed-run": step("step-1", zstd) + step("step-2", zstd) + file("latest", b"step-2\n"),
         "seed-hostile-run": (
@@ -59,6 +61,9 @@ def main():
             + file("latest_checkpointed_iteration.txt", b"4")),
         "seed-top": b"".join(file(f.name, f.read_bytes()) for f in zstd),
         "seed-safetensors": step("iter_0000010", st) + step("hf", hf),
+        # torch-checkpointing: metadata.pkl and <item>_<rank>.pt, and a step without metadata
+        "seed-torch-checkpointing": (step("step_10", tc) + step("step_20", [
+            f for f in tc if f.name.startswith("train_")])),
     }
     for k, v in seeds.items():
         (out / k).write_bytes(v)

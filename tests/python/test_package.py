@@ -66,7 +66,7 @@ def test_the_system_python_does_not_see_it():
 
 def test_suite_against_the_installed_package(installed):
     files = [HERE / f for f in ("test_reader.py", "test_dcp.py", "test_dist.py",
-                                "test_load.py")]
+                                "test_load.py", "test_torch_checkpointing.py")]
     # -p no:warnings and --tb=short keep the failures, not torch's warnings, in the tail that
     # a CI log shows; the failing tests' summary lines go into the assertion message too
     p = subprocess.run([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:warnings",
