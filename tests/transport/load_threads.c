@@ -20,8 +20,11 @@
  * The barrier's timeout (default 20 s) turns a rank that never arrives into an error on the
  * others: a loader bug that skips a collective on one rank shows up as a failure, not a hang.
  *
- * Prints one line per rank: "rank\tK\tSTATUS\tMESSAGE" then "stats\tK\tREAD\tUNION\tCALLS"
- * (CALLS: the transport calls the rank made); exits 0 when every rank loaded, 1 otherwise. */
+ * Prints one line per rank: "rank\tK\tSTATUS\tMESSAGE" then
+ * "stats\tK\tREAD\tUNION\tCALLS\tMETA\tMETA_RECV\tDATA\tADOPTED" (READ: the plan's reads;
+ * CALLS: the transport calls the rank made; META: bytes_read_metadata; META_RECV:
+ * bytes_received_metadata; DATA: bytes_read; ADOPTED: chunks_adopted); exits 0 when every rank
+ * loaded, 1 otherwise. */
 #include "ckpt_load.h"
 
 #include <errno.h>
@@ -374,7 +377,7 @@ static void *rank_main(void *p) {
     }
     if (!bufs) abort();
     rr->status = ckpt_load_execute(l, &a->o, &rr->err);
-    ckpt_load_get_stats(l, &rr->stats);
+    ckpt_load_get_stats(l, &rr->stats, sizeof rr->stats);
     for (size_t i = 0; rr->status == CKPT_OK && i < nb; i++) {
         char path[8192];
         snprintf(path, sizeof path, "%s/rank%d/%s", a->out, rank, ckpt_entry_path(bufs[i].e));
@@ -526,8 +529,13 @@ int main(int argc, char **argv) {
         rc |= runs[k].status != CKPT_OK;
     }
     for (int k = 0; k < h.size; k++)
-        printf("stats\t%d\t%llu\t%llu\t%d\n", k, (unsigned long long)runs[k].stats.bytes_read_plan,
-               (unsigned long long)runs[k].stats.union_bytes, runs[k].calls);
+        printf("stats\t%d\t%llu\t%llu\t%d\t%llu\t%llu\t%llu\t%llu\n", k,
+               (unsigned long long)runs[k].stats.bytes_read_plan,
+               (unsigned long long)runs[k].stats.union_bytes, runs[k].calls,
+               (unsigned long long)runs[k].stats.bytes_read_metadata,
+               (unsigned long long)runs[k].stats.bytes_received_metadata,
+               (unsigned long long)runs[k].stats.bytes_read,
+               (unsigned long long)runs[k].stats.chunks_adopted);
     free(h.slots);
     free(runs);
     free(tids);
