@@ -29,6 +29,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -447,6 +448,21 @@ static int check_open(const char *dir) {
         ckpt_status s = ckpt_load_open_transport(&t, d, NULL, &l, &err);
         int after_open = destroyed, calls = g_calls;
         if ((s == CKPT_OK) != (l != NULL)) return 1;
+        if (l) { /* ckpt_load_get_stats writes no more than the caller's size */
+            ckpt_load_stats two[2];
+            size_t older = offsetof(ckpt_load_stats, bytes_received_metadata), bad = 0;
+            memset(two, 0xAB, sizeof two);
+            size_t lib = ckpt_load_get_stats(l, &two[0], older);
+            for (size_t b = older; b < sizeof two; b++)
+                bad += ((const unsigned char *)two)[b] != 0xAB;
+            size_t none = ckpt_load_get_stats(l, NULL, 0);
+            memset(two, 0xAB, sizeof two);
+            ckpt_load_get_stats(l, &two[0], sizeof two[0]);
+            for (size_t b = sizeof two[0]; b < sizeof two; b++)
+                bad += ((const unsigned char *)two)[b] != 0xAB;
+            printf("stats-abi\t%zu\t%zu\t%zu\t%zu\t%llu\n", lib, none, sizeof two[0], bad,
+                   (unsigned long long)two[0].bytes_requested);
+        }
         ckpt_load_free(l);
         printf("open\t%s\t%d\t%d/%d\t%d\t%s\n", c, (int)s, after_open, destroyed, calls,
                s ? err.message : "");

@@ -262,8 +262,12 @@ def test_the_open_refuses_bad_transports_before_any_call():
     r = subprocess.run([BIN, "--check-open", str(FX)], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
-    got = {f[1]: (int(f[2]), f[3], int(f[4]), f[5])
-           for f in (ln.split("\t") for ln in r.stdout.splitlines())}
+    lines = [ln.split("\t") for ln in r.stdout.splitlines()]
+    got = {f[1]: (int(f[2]), f[3], int(f[4]), f[5]) for f in lines if f[0] == "open"}
+    # ckpt_load_get_stats(l, out, size): never past `size` bytes (an older caller's struct,
+    # the fields before bytes_received_metadata), returns the library's sizeof
+    abi = [tuple(map(int, f[1:])) for f in lines if f[0] == "stats-abi"]
+    assert len(abi) == 1 and abi[0][0] == abi[0][1] == abi[0][2] and abi[0][3] == 0, abi
     assert got["ok"][:2] == (0, "0/1") and got["ok"][2] > 0, got["ok"]
     want = {"version": (4, "version 2, this loader knows version 1"),
             "rank": (8, "rank 1 of 1 ranks"), "size": (8, "rank 0 of 0 ranks"),
