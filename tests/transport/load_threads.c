@@ -21,9 +21,10 @@
  * others: a loader bug that skips a collective on one rank shows up as a failure, not a hang.
  *
  * Prints one line per rank: "rank\tK\tSTATUS\tMESSAGE" then
- * "stats\tK\tREAD\tUNION\tCALLS\tMETA\tMETA_RECV\tDATA\tADOPTED" (READ: the plan's reads;
+ * "stats\tK\tREAD\tUNION\tCALLS\tMETA\tMETA_RECV\tDATA\tADOPTED\tSENT" (READ: the plan's reads;
  * CALLS: the transport calls the rank made; META: bytes_read_metadata; META_RECV:
- * bytes_received_metadata; DATA: bytes_read; ADOPTED: chunks_adopted); exits 0 when every rank
+ * bytes_received_metadata; DATA: bytes_read; ADOPTED: chunks_adopted; SENT: bytes_sent); exits
+ * 0 when every rank
  * loaded, 1 otherwise. */
 #include "ckpt_load.h"
 
@@ -545,13 +546,14 @@ int main(int argc, char **argv) {
         rc |= runs[k].status != CKPT_OK;
     }
     for (int k = 0; k < h.size; k++)
-        printf("stats\t%d\t%llu\t%llu\t%d\t%llu\t%llu\t%llu\t%llu\n", k,
+        printf("stats\t%d\t%llu\t%llu\t%d\t%llu\t%llu\t%llu\t%llu\t%llu\n", k,
                (unsigned long long)runs[k].stats.bytes_read_plan,
                (unsigned long long)runs[k].stats.union_bytes, runs[k].calls,
                (unsigned long long)runs[k].stats.bytes_read_metadata,
                (unsigned long long)runs[k].stats.bytes_received_metadata,
                (unsigned long long)runs[k].stats.bytes_read,
-               (unsigned long long)runs[k].stats.chunks_adopted);
+               (unsigned long long)runs[k].stats.chunks_adopted,
+               (unsigned long long)runs[k].stats.bytes_sent);
     free(h.slots);
     free(runs);
     free(tids);
