@@ -13,8 +13,8 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     ckpt_load *l = NULL;
     ckpt_error err = {0};
-    ckpt_status s = argc == 2 ? ckpt_load_open(MPI_COMM_WORLD, argv[1], NULL, &l, &err)
-                              : CKPT_E_INVAL;
+    ckpt_status s =
+        argc == 2 ? ckpt_load_open(MPI_COMM_WORLD, argv[1], NULL, &l, &err) : CKPT_E_INVAL;
     ckpt_load_stats st = {0};
     if (l) {
         /* an empty execute: the counters of the open (the metadata) */
