@@ -23,13 +23,13 @@ typedef struct blob_buf {
 
 static ckpt_status blob_grow(blob_buf *b, size_t more, ckpt_error *err) {
     if (more > SIZE_MAX - b->len)
-        return ckpt_fail(err, CKPT_E_LIMIT, "metadata image: too large for this process");
+        return ck_fail(err, CKPT_E_LIMIT, "metadata image: too large for this process");
     if (b->len + more <= b->cap) return CKPT_OK;
     size_t cap = b->cap ? b->cap : 4096;
     while (cap < b->len + more)
         cap = cap > SIZE_MAX / 2 ? b->len + more : cap * 2;
     uint8_t *m = realloc(b->p, cap);
-    if (!m) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory (metadata image of %zu bytes)", cap);
+    if (!m) return ck_fail(err, CKPT_E_NOMEM, "out of memory (metadata image of %zu bytes)", cap);
     b->p = m;
     b->cap = cap;
     return CKPT_OK;
@@ -43,14 +43,14 @@ static void put_u64(blob_buf *b, uint64_t v) {
 /* Appends the file dir/name whole: its header, then its bytes read through the metadata
  * stream (the index's errors: missing, over the limit, a failed read with its offset). */
 static ckpt_status add_file(blob_buf *b, const char *dir, const char *name, uint64_t max,
-                            ckpt_io_count *count, ckpt_error *err) {
+                            ck_io_count *count, ckpt_error *err) {
     char path[4096];
     int pn = snprintf(path, sizeof path, "%s/%s", dir, name);
     if (pn < 0 || (size_t)pn >= sizeof path)
-        return ckpt_fail(err, CKPT_E_INVAL, "%s: path too long", dir);
-    ckpt_metadata_stream *ms = NULL;
-    CKPT_TRY(ckpt_metadata_stream_open(path, max, count, &ms, err));
-    const pk_input *in = ckpt_metadata_stream_input(ms);
+        return ck_fail(err, CKPT_E_INVAL, "%s: path too long", dir);
+    ck_metadata_stream *ms = NULL;
+    CKPT_TRY(ck_metadata_stream_open(path, max, count, &ms, err));
+    const pk_input *in = ck_metadata_stream_input(ms);
     size_t nl = strlen(name);
     ckpt_status s = blob_grow(b, 16 + nl + in->len, err);
     if (s == CKPT_OK) {
@@ -64,9 +64,9 @@ static ckpt_status add_file(blob_buf *b, const char *dir, const char *name, uint
             at += got;
         }
         b->len += in->len;
-        s = ckpt_metadata_stream_finish(ms, err);
+        s = ck_metadata_stream_finish(ms, err);
     }
-    ckpt_metadata_stream_free(ms);
+    ck_metadata_stream_free(ms);
     return s;
 }
 
@@ -78,8 +78,8 @@ ckpt_status index_image_read(const char *dir, const ckpt_limits *limits, uint8_t
     struct stat st;
     if (!dir || stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) return CKPT_E_NOTFOUND;
     ckpt_limits lim;
-    ckpt_limits_resolve(&lim, limits);
-    ckpt_io_count count = {0};
+    ck_limits_resolve(&lim, limits);
+    ck_io_count count = {0};
     blob_buf b = {0};
     ckpt_status s = blob_grow(&b, 16, err);
     if (s != CKPT_OK) return s;
@@ -96,7 +96,7 @@ ckpt_status index_image_read(const char *dir, const ckpt_limits *limits, uint8_t
     } else {
         long long *ranks = NULL;
         size_t n = 0;
-        s = ckpt_metadata_list_ranks(dir, &ranks, &n, err);
+        s = ck_metadata_list_ranks(dir, &ranks, &n, err);
         for (size_t i = 0; s == CKPT_OK && i < n; i++) {
             char name[64];
             snprintf(name, sizeof name, "__%lld.metadata", ranks[i]);
@@ -131,9 +131,9 @@ ckpt_status index_image_parse(const uint8_t *blob, size_t len, index_image *img,
     size_t at = 8;
     if (!blob || len < 16 || memcmp(blob, IMAGE_MAGIC, 8) != 0 || !get_u64(blob, len, &at, &n) ||
         n > IMAGE_MAX_FILES || n > (len - at) / 16)
-        return ckpt_fail(err, CKPT_E_FORMAT, "metadata image: bad header (%zu bytes)", len);
+        return ck_fail(err, CKPT_E_FORMAT, "metadata image: bad header (%zu bytes)", len);
     img->files = calloc(n ? n : 1, sizeof *img->files);
-    if (!img->files) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (!img->files) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     for (uint64_t i = 0; i < n; i++) {
         uint64_t nl, dl;
         if (!get_u64(blob, len, &at, &nl) || !get_u64(blob, len, &at, &dl) || nl == 0 || nl > 255 ||
@@ -141,8 +141,8 @@ ckpt_status index_image_parse(const uint8_t *blob, size_t len, index_image *img,
             memchr(blob + at, '\0', nl)) {
             free(img->files);
             *img = (index_image){0};
-            return ckpt_fail(err, CKPT_E_FORMAT, "metadata image: file %llu is malformed at %zu",
-                             (unsigned long long)i, at);
+            return ck_fail(err, CKPT_E_FORMAT, "metadata image: file %llu is malformed at %zu",
+                           (unsigned long long)i, at);
         }
         img->files[i] = (index_image_file){.name = (const char *)blob + at,
                                            .name_len = (size_t)nl,

@@ -46,8 +46,8 @@ ckpt_status load_open_reader(ckpt_load *l, const char *dir, const ckpt_open_opti
             len = (size_t)hdr[1];
             blob = hdr[1] <= SIZE_MAX ? malloc(len ? len : 1) : NULL;
             if (!blob)
-                s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory (the metadata: %llu bytes)",
-                              (unsigned long long)hdr[1]);
+                s = ck_fail(err, CKPT_E_NOMEM, "out of memory (the metadata: %llu bytes)",
+                            (unsigned long long)hdr[1]);
         }
         s = load_agree(l, s, err);
     }
@@ -84,7 +84,7 @@ static int cmp_pair(const void *a, const void *b) {
 
 /* The chunk of global id `id` (first[i]: the id of entry i's chunk 0). */
 static bool chunk_of(const ckpt_reader *r, const uint64_t *first, uint64_t id, const ckpt_entry **e,
-                     ckpt_chunk **c) {
+                     ck_chunk **c) {
     size_t lo = 0, hi = r->nentries; /* the last entry i with first[i] <= id */
     if (id >= first[r->nentries]) return false;
     while (hi - lo > 1) {
@@ -118,7 +118,7 @@ static ckpt_status my_needs(ckpt_load *l, const uint64_t *first, uint64_t **out,
         for (int d = 0; d < e->ndim; d++)
             empty |= q->count[d] == 0;
         for (size_t k = 0; !empty && k < e->nchunks; k++) {
-            const ckpt_chunk *c = &e->chunks[k];
+            const ck_chunk *c = &e->chunks[k];
             bool meets = c->numel > 0;
             for (int d = 0; meets && d < e->ndim; d++)
                 meets = c->offsets[d] < q->start[d] + q->count[d] &&
@@ -127,7 +127,7 @@ static ckpt_status my_needs(ckpt_load *l, const uint64_t *first, uint64_t **out,
             size_t f = k;
             while (e->flat && f > 0 && e->flat[f].skip)
                 f--;
-            const ckpt_chunk *fc = &e->chunks[f];
+            const ck_chunk *fc = &e->chunks[f];
             if (atomic_load_explicit(&fc->state, memory_order_acquire) != CHUNK_UNRESOLVED ||
                 fc->loc.raw || fc->loc.file_id < 0 || fc->loc.problem)
                 continue;
@@ -136,7 +136,7 @@ static ckpt_status my_needs(ckpt_load *l, const uint64_t *first, uint64_t **out,
                 uint64_t *m = realloc(v, cap * sizeof *m);
                 if (!m) {
                     free(v);
-                    return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+                    return ck_fail(err, CKPT_E_NOMEM, "out of memory");
                 }
                 v = m;
             }
@@ -166,7 +166,7 @@ static ckpt_status gather_blocks(ckpt_load *l, ckpt_status s, const void *mine, 
     *all = NULL;
     *displs = NULL;
     uint64_t *counts = malloc(P * sizeof *counts);
-    if (s == CKPT_OK && !counts) s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (s == CKPT_OK && !counts) s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
     s = load_agree(l, s, err);
     if (s == CKPT_OK)
         s = load_agree(l, load_allgather(l, &n, sizeof n, counts, what_counts, err), err);
@@ -178,7 +178,7 @@ static ckpt_status gather_blocks(ckpt_load *l, ckpt_status s, const void *mine, 
         *displs = malloc((P + 1) * sizeof **displs);
         cnt = malloc(P * sizeof *cnt);
         *all = malloc(total ? (size_t)total : 1);
-        if (!*displs || !cnt || !*all) s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        if (!*displs || !cnt || !*all) s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
         for (size_t k = 0, at = 0; s == CKPT_OK && k <= P; k++) {
             (*displs)[k] = at;
             if (k < P) at += (cnt[k] = (size_t)counts[k]);
@@ -207,7 +207,7 @@ ckpt_status load_share_chunks(ckpt_load *l, ckpt_error *err) {
     size_t nneed = 0, *displs = NULL;
     uint8_t *all = NULL, *res = NULL;
     uint64_t *pairs = NULL;
-    ckpt_status s = first ? CKPT_OK : ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    ckpt_status s = first ? CKPT_OK : ck_fail(err, CKPT_E_NOMEM, "out of memory");
     for (size_t i = 0; s == CKPT_OK && i <= r->nentries; i++)
         first[i] = i ? first[i - 1] + r->entries[i - 1].nchunks : 0;
     if (s == CKPT_OK) s = my_needs(l, first, &need, &nneed, err);
@@ -219,7 +219,7 @@ ckpt_status load_share_chunks(ckpt_load *l, ckpt_error *err) {
      * number)-th; a chunk one rank needs is that rank's own business, as before */
     pairs = malloc(2 * total * sizeof *pairs);
     size_t rcap = 0, rlen = 0;
-    if (!pairs) s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (!pairs) s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
     for (size_t k = 0, m = 0; s == CKPT_OK && k < P; k++)
         for (size_t j = 0; j < (displs[k + 1] - displs[k]) / 8; j++, m++) {
             memcpy(&pairs[2 * m], all + displs[k] + 8 * j, 8);
@@ -232,11 +232,11 @@ ckpt_status load_share_chunks(ckpt_load *l, ckpt_error *err) {
             j++;
         uint64_t id = pairs[2 * i];
         const ckpt_entry *e;
-        ckpt_chunk *c;
+        ck_chunk *c;
         if (j - i >= 2 && pairs[2 * (i + id % (j - i)) + 1] == (uint64_t)l->rank &&
             chunk_of(r, first, id, &e, &c)) {
             ckpt_error ignored = {0}; /* a failure is reported by each rank that needs it */
-            if (ckpt_chunk_resolve(r, e, c, &ignored) == CKPT_OK && c->res->kind == CHUNK_IN_FILE) {
+            if (ck_chunk_resolve(r, e, c, &ignored) == CKPT_OK && c->res->kind == CHUNK_IN_FILE) {
                 size_t rec = REC_HEAD + (size_t)e->ndim * 8;
                 if (rlen + rec > rcap) {
                     size_t cap = rcap ? 2 * rcap : 4096;
@@ -244,7 +244,7 @@ ckpt_status load_share_chunks(ckpt_load *l, ckpt_error *err) {
                         cap *= 2;
                     uint8_t *m = realloc(res, cap);
                     if (!m) {
-                        s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+                        s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
                         break;
                     }
                     res = m;
@@ -281,7 +281,7 @@ ckpt_status load_share_chunks(ckpt_load *l, ckpt_error *err) {
             memcpy(stride, all + at + REC_HEAD, (size_t)nd * 8);
             at += REC_HEAD + (size_t)nd * 8;
             const ckpt_entry *e;
-            ckpt_chunk *c;
+            ck_chunk *c;
             if (!bsearch(&id, need, nneed, sizeof *need, cmp_u64) ||
                 !chunk_of(r, first, id, &e, &c) || (uint32_t)e->ndim != nd)
                 continue;
