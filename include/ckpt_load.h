@@ -105,7 +105,8 @@ typedef struct ckpt_load_stats {
      * independent mode */
     uint64_t bytes_read_plan;
     /* bytes the preads of metadata files (`.metadata`, index json, safetensors headers)
-     * returned on this rank since ckpt_load_open (every rank reads them, in the open) */
+     * returned on this rank since ckpt_load_open (in the open: DCP metadata on rank 0 only,
+     * other formats' on every rank) */
     uint64_t bytes_read_metadata;
     /* the collective plan's size (same on every rank but plan_memory): the job's transfers
      * (one per request and stored chunk it meets, in strided form: never one per row), the
@@ -116,6 +117,15 @@ typedef struct ckpt_load_stats {
     uint64_t plan_ranges;
     uint64_t plan_rows;
     uint64_t plan_memory;
+    /* DCP metadata is read by rank 0 alone and broadcast (docs/loader.md "Read once"): the
+     * metadata bytes this rank received over the transport instead of reading them (0 on rank
+     * 0, in one-rank jobs and for formats without `.metadata`); summed over the job,
+     * bytes_read_metadata is one copy of the metadata files */
+    uint64_t bytes_received_metadata;
+    /* stored chunks whose container headers (torch.save zip records) another rank read for
+     * this one in this execute (each chunk several ranks need is resolved by one of them) */
+    uint64_t chunks_adopted;
+    /* New fields are only ever appended here (ckpt_load_get_stats). */
 } ckpt_load_stats;
 
 /* Where a destination buffer lives. */
@@ -180,8 +190,14 @@ ckpt_status ckpt_load_request_layout(ckpt_load *l, const char *key, const ckpt_l
  * all the same), then forgets the requests.  `opts` may be NULL. */
 ckpt_status ckpt_load_execute(ckpt_load *l, const ckpt_load_options *opts, ckpt_error *err);
 
-/* Counters of the last ckpt_load_execute on this rank. */
-void ckpt_load_get_stats(const ckpt_load *l, ckpt_load_stats *out);
+/* Counters of the last ckpt_load_execute on this rank, into the caller's struct of
+ * `out_size` bytes (pass sizeof(ckpt_load_stats) as the caller was compiled with it): the
+ * first min(out_size, sizeof(ckpt_load_stats)) bytes are written, never more, so a caller
+ * built against an older header (a shorter struct: fields are only appended) is safe with a
+ * newer library, and a newer caller's fields the library does not know are left as they were
+ * (zero them first).  Returns the library's sizeof(ckpt_load_stats): when it is smaller than
+ * out_size, the trailing fields were not filled. */
+size_t ckpt_load_get_stats(const ckpt_load *l, ckpt_load_stats *out, size_t out_size);
 
 #ifdef __cplusplus
 }

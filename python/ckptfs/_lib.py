@@ -110,7 +110,8 @@ class LoadStats(Structure):
                 ("seconds_setup", c_double), ("preads", c_uint64),
                 ("bytes_read_plan", c_uint64), ("bytes_read_metadata", c_uint64),
                 ("plan_transfers", c_uint64), ("plan_ranges", c_uint64),
-                ("plan_rows", c_uint64), ("plan_memory", c_uint64)]
+                ("plan_rows", c_uint64), ("plan_memory", c_uint64),
+                ("bytes_received_metadata", c_uint64), ("chunks_adopted", c_uint64)]
 
 
 # The collective loader (libckpt_load): optional, so that CKPTFS_LIBCKPT may name a plain
@@ -126,7 +127,8 @@ _LOAD_PROTOS = [
                                          POINTER(c_uint32), c_void_p, c_size_t, c_int,
                                          POINTER(Error)]),
     ("ckpt_load_execute", c_int, [c_void_p, POINTER(LoadOptions), POINTER(Error)]),
-    ("ckpt_load_get_stats", None, [c_void_p, POINTER(LoadStats)]),
+    # (the struct's size: the library writes no more than the mirror holds)
+    ("ckpt_load_get_stats", c_size_t, [c_void_p, POINTER(LoadStats), c_size_t]),
 ]
 
 # (name, restype, argtypes)

@@ -35,7 +35,9 @@ class LoadStats:
     shard files returned here), `bytes_read_plan` (of those, the plan's: summed over the ranks
     it is `union_bytes`, each needed stored byte once), `union_bytes` (the job's needed stored
     bytes), `bytes_requested`, `bytes_sent`, `bytes_received`, `bytes_local`,
-    `bytes_read_metadata`, `preads`, `rounds`, `io_threads`, `seconds_*`; `as_dict()`."""
+    `bytes_read_metadata` (summed over the ranks: one copy of DCP metadata, which rank 0 reads
+    and broadcasts), `bytes_received_metadata`, `chunks_adopted`, `preads`, `rounds`,
+    `io_threads`, `seconds_*`; `as_dict()`."""
 
     def __init__(self, s):
         for name, _ in _lib.LoadStats._fields_:
@@ -416,7 +418,7 @@ def load(state_dict, checkpoint_id, *, process_group=None, mode="collective",
         if st:
             raise from_status(st, err.message.decode("utf-8", "replace"))
         s = _lib.LoadStats()
-        lib.ckpt_load_get_stats(h, byref(s))
+        lib.ckpt_load_get_stats(h, byref(s), ctypes.sizeof(s))
         stats = LoadStats(s)
 
         exc = None

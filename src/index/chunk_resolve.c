@@ -382,3 +382,26 @@ ckpt_status ck_chunk_resolve(ckpt_reader *r, const ckpt_entry *e, ck_chunk *c, c
     ts_item_free(res.item);
     return s;
 }
+
+bool index_chunk_adopt(ckpt_reader *r, const ckpt_entry *e, ck_chunk *c, bool big_endian,
+                       bool contiguous, uint64_t elem0, const int64_t *stride) {
+    bool done = false;
+    pthread_mutex_lock(&r->lock);
+    if (atomic_load_explicit(&c->state, memory_order_relaxed) == CHUNK_UNRESOLVED) {
+        ck_chunk_res *x =
+            ck_arena_alloc(r->arena, sizeof *x + (size_t)e->ndim * sizeof x->stride[0]);
+        if (x) {
+            memset(x, 0, sizeof *x);
+            memcpy(x->stride, stride, (size_t)e->ndim * sizeof x->stride[0]);
+            x->kind = CHUNK_IN_FILE;
+            x->big_endian = big_endian;
+            x->contiguous = contiguous;
+            x->elem0 = elem0;
+            c->res = x;
+            atomic_store_explicit(&c->state, CHUNK_RESOLVED, memory_order_release);
+            done = true;
+        }
+    }
+    pthread_mutex_unlock(&r->lock);
+    return done;
+}

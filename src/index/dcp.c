@@ -6,6 +6,7 @@
 #include "index/dcp.h"
 
 #include "index/formats.h"
+#include "index/image.h"
 #include "index/mcore_flat.h"
 #include "index/metadata_files.h"
 #include "index/metadata_overlap.h"
@@ -13,6 +14,7 @@
 
 #include "util/error.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,14 +68,42 @@ static ckpt_status add_metadata(ckpt_reader *r, const char *path, const uint8_t 
 static ckpt_status add_file(ckpt_reader *r, const char *name, bool only_file, ckpt_error *err) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", r->dir, name);
-    return add_metadata(r, path, NULL, 0, only_file, false, err);
+    if (!r->image) return add_metadata(r, path, NULL, 0, only_file, false, err);
+    /* opened from an image (image.h): its bytes, as if read from the file */
+    const index_image_file *f = index_image_find(r->image, name);
+    if (!f) return ck_fail(err, CKPT_E_NOTFOUND, "%s: cannot open: %s", path, strerror(ENOENT));
+    CKPT_TRY(index_metadata_check_head(path, f->data, (size_t)f->len, err));
+    return add_metadata(r, path, f->data, (size_t)f->len, only_file, false, err);
+}
+
+/* The ranks of an image's `__<rank>.metadata` files (malloc'ed). */
+static ckpt_status image_ranks(const index_image *img, long long **ranks, size_t *n,
+                               ckpt_error *err) {
+    *n = 0;
+    *ranks = malloc((img->n ? img->n : 1) * sizeof **ranks);
+    if (!*ranks) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
+    for (size_t i = 0; i < img->n; i++) {
+        char name[64];
+        long long k;
+        int used = 0;
+        if (img->files[i].name_len >= sizeof name) continue;
+        memcpy(name, img->files[i].name, img->files[i].name_len);
+        name[img->files[i].name_len] = '\0';
+        if (sscanf(name, "__%lld.metadata%n", &k, &used) == 1 &&
+            (size_t)used == img->files[i].name_len && k >= 0)
+            (*ranks)[(*n)++] = k;
+    }
+    return CKPT_OK;
 }
 
 /* Rank-local metadata: `__<rank>.metadata` files, merged in rank order. */
 static ckpt_status add_rank_local(ckpt_reader *r, ckpt_error *err) {
     long long *ranks = NULL;
     size_t n = 0;
-    CKPT_TRY(ck_metadata_list_ranks(r->dir, &ranks, &n, err));
+    if (r->image) /* the image's files, in rank order as listed when it was read */
+        CKPT_TRY(image_ranks(r->image, &ranks, &n, err));
+    else
+        CKPT_TRY(ck_metadata_list_ranks(r->dir, &ranks, &n, err));
     ckpt_status s = CKPT_OK;
     if (!n) {
         free(ranks);

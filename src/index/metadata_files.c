@@ -39,6 +39,15 @@ pk_limits ck_metadata_pk_limits(const ckpt_limits *l, size_t len) {
     };
 }
 
+ckpt_status index_metadata_check_head(const char *path, const uint8_t *buf, size_t len,
+                                      ckpt_error *err) {
+    if (len >= 2 && buf[0] == 0x80 && buf[1] >= 2 && buf[1] <= 5) return CKPT_OK;
+    return ck_fail(err, CKPT_E_FORMAT,
+                   "%s: not a pickle of protocol 2-5 (as torch writes metadata): not a "
+                   "checkpoint metadata file",
+                   path);
+}
+
 ckpt_status ck_metadata_decode_file(const char *path, const ckpt_limits *l, pk_doc **doc,
                                     size_t *len, ckpt_error *err) {
     return ck_metadata_decode_file_watched(path, l, NULL, NULL, doc, len, err);
@@ -55,9 +64,9 @@ ckpt_status ck_metadata_decode_file_watched(const char *path, const ckpt_limits 
     /* torch pickles its metadata with protocol 2 or later: PROTO (0x80) and the protocol.
      * Anything else is not a metadata file, and the decoder's messages (opcode bytes,
      * argument lengths) would echo bytes of it: say so without them. */
-    uint8_t head[2];
-    if (in->len < 2 || in->read(in->ctx, head, 0, 2) != 2 || head[0] != 0x80 || head[1] < 2 ||
-        head[1] > 5) {
+    uint8_t head[2] = {0};
+    if (in->len < 2 || in->read(in->ctx, head, 0, 2) != 2 ||
+        index_metadata_check_head(path, head, 2, NULL) != CKPT_OK) {
         ckpt_error read_err;
         ckpt_status rs = ck_metadata_stream_finish(ms, &read_err);
         ck_metadata_stream_free(ms);
@@ -65,10 +74,7 @@ ckpt_status ck_metadata_decode_file_watched(const char *path, const ckpt_limits 
             if (err) *err = read_err;
             return rs;
         }
-        return ck_fail(err, CKPT_E_FORMAT,
-                       "%s: not a pickle of protocol 2-5 (as torch writes metadata): not a "
-                       "checkpoint metadata file",
-                       path);
+        return index_metadata_check_head(path, head, in->len < 2 ? in->len : 2, err);
     }
     pk_limits pl = ck_metadata_pk_limits(l, in->len);
     ckpt_status s = pk_decode_watched(in, &pl, watch, doc, err);

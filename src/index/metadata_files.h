@@ -30,6 +30,12 @@ ckpt_status ck_metadata_decode_file(const char *path, const ckpt_limits *l, pk_d
 ckpt_status ck_metadata_decode_file_watched(const char *path, const ckpt_limits *l,
                                             const pk_watch *watch, ck_io_count *count, pk_doc **doc,
                                             size_t *len, ckpt_error *err);
+/* torch pickles its metadata with protocol 2 or later: PROTO (0x80) and the protocol.  Anything
+ * else is not a metadata file, and the decoder's messages (opcode bytes, argument lengths)
+ * would echo bytes of it: CKPT_E_FORMAT saying so without them.  buf: the file's first len
+ * bytes (at least 2 unless the file is shorter). */
+ckpt_status index_metadata_check_head(const char *path, const uint8_t *buf, size_t len,
+                                      ckpt_error *err);
 /* Ranks r of the `__<r>.metadata` files in dir, sorted ascending (malloc'ed; may be empty). */
 ckpt_status ck_metadata_list_ranks(const char *dir, long long **ranks, size_t *count,
                                    ckpt_error *err);

@@ -4,6 +4,7 @@
 
 #include "index/dcp.h"
 #include "index/formats.h"
+#include "index/image.h"
 #include "index/metadata_files.h"
 
 #include "util/error.h"
@@ -81,6 +82,62 @@ ckpt_status ckpt_reader_open(const char *dir, const ckpt_open_options *opts, ckp
 fail:
     ckpt_reader_free(r);
     return s;
+}
+
+ckpt_status index_reader_open_image(const char *dir, const ckpt_open_options *opts,
+                                    const uint8_t *blob, size_t len, const ckpt_reader_stats *read,
+                                    ckpt_reader **out, ckpt_error *err) {
+    *out = NULL;
+    if (!dir) return ck_fail(err, CKPT_E_INVAL, "no checkpoint directory given");
+    struct stat st;
+    if (stat(dir, &st) < 0)
+        return ck_fail(err, errno == ENOENT ? CKPT_E_NOTFOUND : CKPT_E_IO, "%s: %s", dir,
+                       strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return ck_fail(err, CKPT_E_INVAL,
+                       "%s: not a directory (the metadata read elsewhere is "
+                       "a directory's)",
+                       dir);
+    index_image img;
+    CKPT_TRY(index_image_parse(blob, len, &img, err));
+    ckpt_reader *r = NULL;
+    ckpt_status s = reader_new(dir, opts ? opts->limits : NULL, &r, err);
+    /* the same checkpoint here: every file of the image, with its size (a stat, not a read) */
+    for (size_t i = 0; s == CKPT_OK && i < img.n; i++) {
+        char path[4096];
+        int n = snprintf(path, sizeof path, "%s/%.*s", dir, (int)img.files[i].name_len,
+                         img.files[i].name);
+        if (n < 0 || (size_t)n >= sizeof path)
+            s = ck_fail(err, CKPT_E_INVAL, "%s: path too long", dir);
+        else if (stat(path, &st) < 0)
+            s = ck_fail(err, errno == ENOENT ? CKPT_E_NOTFOUND : CKPT_E_IO, "%s: cannot open: %s",
+                        path, strerror(errno));
+        else if ((uint64_t)st.st_size != img.files[i].len)
+            s = ck_fail(err, CKPT_E_INVAL,
+                        "%s: %lld bytes here, %llu in the metadata read by another process: "
+                        "ranks see different checkpoint metadata",
+                        path, (long long)st.st_size, (unsigned long long)img.files[i].len);
+        else if (img.files[i].len > r->limits.max_metadata_bytes)
+            s = ck_fail(err, CKPT_E_LIMIT, "%s: %llu bytes exceed the metadata size limit of %llu",
+                        path, (unsigned long long)img.files[i].len,
+                        (unsigned long long)r->limits.max_metadata_bytes);
+    }
+    if (s == CKPT_OK) {
+        r->image = &img;
+        s = index_build(r, err);
+        r->image = NULL;
+    }
+    free(img.files);
+    if (s != CKPT_OK) {
+        ckpt_reader_free(r);
+        return s;
+    }
+    if (read) {
+        atomic_fetch_add(&r->io_meta.bytes, read->bytes_read_metadata);
+        atomic_fetch_add(&r->io_meta.calls, read->preads_metadata);
+    }
+    *out = r;
+    return CKPT_OK;
 }
 
 void ckpt_reader_free(ckpt_reader *r) {

@@ -126,6 +126,8 @@ struct ckpt_reader {
     uint64_t decoded_bytes;
     /* what preads returned (ckpt_reader_get_stats): data files, metadata files */
     ck_io_count io_data, io_meta;
+    /* while index_reader_open_image indexes: the metadata files, taken from it (image.h) */
+    const struct index_image *image;
 };
 
 /* A reader over an in-memory `.metadata` (fuzzing and tests); data files are looked up in
@@ -155,6 +157,12 @@ ckpt_status ck_chunk_resolve(ckpt_reader *r, const ckpt_entry *e, ck_chunk *c, c
 ckpt_status ck_chunk_pin(ckpt_reader *r, const ckpt_entry *e, ck_chunk *c,
                          const ck_source **decoded, ckpt_error *err);
 void ck_chunk_unpin(ckpt_reader *r, ck_chunk *c);
+/* Marks an unresolved chunk resolved as CHUNK_IN_FILE with what another process's
+ * ck_chunk_resolve found for the same chunk of the same checkpoint (the collective loader
+ * resolves each chunk on one rank: no container header is read here).  False when the chunk
+ * was resolved meanwhile, or out of memory (it is then resolved the usual way).  Thread-safe. */
+bool index_chunk_adopt(ckpt_reader *r, const ckpt_entry *e, ck_chunk *c, bool big_endian,
+                       bool contiguous, uint64_t elem0, const int64_t *stride);
 
 /* path escaping (path.c) */
 char *ck_path_escape_elem(ck_arena *a, const char *elem, size_t len);

@@ -85,8 +85,9 @@ ckpt_status ckpt_load_open_transport(const ckpt_transport *t, const char *dir,
         return s;
     }
     s = auto_io_threads(l, &l->auto_io_threads, err); /* agreed */
-    if (s == CKPT_OK) s = load_agree(l, ckpt_reader_open(dir, opts, &l->r, err), err);
-    if (s == CKPT_OK) { /* every rank must see the same data files in the same order */
+    bool shared = false; /* the metadata read by rank 0 for all: one index everywhere */
+    if (s == CKPT_OK) s = load_open_reader(l, dir, opts, &shared, err);
+    if (s == CKPT_OK && !shared) { /* every rank must see the same data files in the same order */
         uint64_t h = ckpt_reader_num_files(l->r), v[2];
         for (uint32_t i = 0; i < ckpt_reader_num_files(l->r); i++)
             for (const char *c = ckpt_reader_file_name(l->r, i); *c; c++)
@@ -119,7 +120,12 @@ void ckpt_load_free(ckpt_load *l) {
 
 ckpt_reader *ckpt_load_reader(ckpt_load *l) { return l->r; }
 
-void ckpt_load_get_stats(const ckpt_load *l, ckpt_load_stats *out) { *out = l->stats; }
+size_t ckpt_load_get_stats(const ckpt_load *l, ckpt_load_stats *out, size_t out_size) {
+    /* fields are only ever appended: an older caller's struct is a prefix of this one */
+    size_t n = out_size < sizeof l->stats ? out_size : sizeof l->stats;
+    if (out && n) memcpy(out, &l->stats, n);
+    return sizeof l->stats;
+}
 
 bool ckpt_load_has_cuda(void) { return dev_supported(); }
 
@@ -360,13 +366,15 @@ static void log_stats(const ckpt_load *l) {
     const ckpt_load_stats *s = &l->stats;
     fprintf(stderr,
             "ckpt_load rank %d/%d: requested %llu B, read %llu B in %llu preads (planned %llu B; "
-            "metadata %llu B), sent %llu B, received %llu B, "
+            "metadata %llu B, received %llu B; %llu chunks' headers adopted), sent %llu B, "
+            "received %llu B, "
             "local %llu B, to device %llu B, union %llu B, %u rounds, over %s (NCCL sent %llu B, "
             "received %llu B); %u I/O threads; setup %.3f s (NCCL init %.3f s), plan %.3f s, "
             "read %.3f s, exchange %.3f s, total %.3f s\n",
             l->rank, l->size, (unsigned long long)s->bytes_requested,
             (unsigned long long)s->bytes_read, (unsigned long long)s->preads,
             (unsigned long long)s->bytes_read_plan, (unsigned long long)s->bytes_read_metadata,
+            (unsigned long long)s->bytes_received_metadata, (unsigned long long)s->chunks_adopted,
             (unsigned long long)s->bytes_sent, (unsigned long long)s->bytes_received,
             (unsigned long long)s->bytes_local, (unsigned long long)s->bytes_device,
             (unsigned long long)s->union_bytes, s->rounds,
@@ -496,7 +504,8 @@ ckpt_status ckpt_load_execute(ckpt_load *l, const ckpt_load_options *opts, ckpt_
     } else {
         gpiece *mine = NULL;
         size_t nmine = 0;
-        s = load_agree(l, plan_local(l, &mine, &nmine, err), err);
+        s = load_share_chunks(l, err); /* agreed: each chunk's headers read by one rank */
+        if (s == CKPT_OK) s = load_agree(l, plan_local(l, &mine, &nmine, err), err);
         load_plan p = {0};
         if (s == CKPT_OK) s = load_plan_build(l, mine, nmine, o.direct_min_bytes, &p, err);
         free(mine);
@@ -532,6 +541,7 @@ ckpt_status ckpt_load_execute(ckpt_load *l, const ckpt_load_options *opts, ckpt_
     l->stats.bytes_read = io1.bytes_read - io0.bytes_read;
     l->stats.preads = io1.preads - io0.preads;
     l->stats.bytes_read_metadata = io1.bytes_read_metadata;
+    l->stats.bytes_received_metadata = l->meta_received;
     l->stats.seconds_total = now() - t0;
     log_stats(l);
     return s;

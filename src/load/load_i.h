@@ -166,6 +166,7 @@ struct ckpt_load {
     lreq *reqs;
     size_t nreqs, reqs_cap;
     ckpt_load_stats stats;
+    uint64_t meta_received; /* metadata bytes the open received instead of reading them */
 };
 
 /* transport.c: the loader's use of its transport.  The data calls return this rank's status
@@ -220,6 +221,16 @@ typedef struct load_plan {
 ckpt_status load_plan_build(ckpt_load *l, const gpiece *mine, size_t nmine, uint64_t direct_min,
                             load_plan *p, ckpt_error *err);
 void load_plan_release(load_plan *p, int size);
+
+/* share.c: what one rank reads for the job.  load_open_reader: l->r for `dir` (collective,
+ * agreed): rank 0 reads DCP metadata files whole and broadcasts them, every rank indexes the
+ * checkpoint from those bytes (*shared true); other formats (and one rank): every rank opens
+ * the directory itself.  load_share_chunks (collective, agreed): the unresolved stored chunks
+ * this rank's requests meet are resolved once across the job, each by one of the ranks that
+ * need it, the others adopting the result (stats.chunks_adopted). */
+ckpt_status load_open_reader(ckpt_load *l, const char *dir, const ckpt_open_options *opts,
+                             bool *shared, ckpt_error *err);
+ckpt_status load_share_chunks(ckpt_load *l, ckpt_error *err);
 
 /* exchange.c: the rounds of reading and redistribution. */
 ckpt_status load_exchange(ckpt_load *l, const load_plan *p, uint64_t staging_bytes,

@@ -308,6 +308,112 @@ void load_plan_release(load_plan *p, int size) {
     memset(p, 0, sizeof *p);
 }
 
+/* 4. Which rank reads which share.  The shares stay as cut (contiguous, byte-balanced), but
+ * each goes to a rank that needs many of its bytes (by the extents of the ranks' transfers),
+ * greedily, heaviest first, one share per rank: bytes that a few ranks need (replicated
+ * targets, HSDP's R,S0) are then read by one of those ranks and sent once to each other one,
+ * not read by a bystander that sends a copy to each.  Every rank computes the same
+ * permutation (the same data, a total order).  Jobs of more ranks than this keep share k on
+ * rank k (the table is ranks x ranks). */
+#define LOAD_ALIGN_MAX_RANKS 1024
+
+typedef struct sfr {
+    int32_t file;
+    uint64_t off, len;
+    uint32_t share;
+} sfr;
+typedef struct cand {
+    uint64_t w;
+    uint32_t share, rank;
+} cand;
+static int by_cand(const void *a, const void *b) {
+    const cand *x = a, *y = b;
+    if (x->w != y->w) return x->w > y->w ? -1 : 1;
+    if (x->share != y->share) return x->share < y->share ? -1 : 1;
+    return x->rank < y->rank ? -1 : x->rank > y->rank;
+}
+
+static ckpt_status assign_readers(load_plan *p, int P) {
+    if (P < 2 || P > LOAD_ALIGN_MAX_RANKS) return CKPT_OK;
+    size_t nf = 0, PP = (size_t)P * (size_t)P, nc = 0;
+    for (int k = 0; k < P; k++)
+        nf += p->nshares[k];
+    sfr *f = malloc((nf + 1) * sizeof *f);
+    uint64_t *w = calloc(PP, sizeof *w);
+    int *reader_of = malloc((size_t)P * sizeof *reader_of), *share_of = NULL;
+    cand *c = NULL;
+    frange **shares = malloc((size_t)P * sizeof *shares);
+    size_t *nshares = malloc((size_t)P * sizeof *nshares);
+    uint64_t *share_bytes = malloc((size_t)P * sizeof *share_bytes);
+    ckpt_status s =
+        f && w && reader_of && shares && nshares && share_bytes ? CKPT_OK : CKPT_E_NOMEM;
+    for (size_t k = 0, at = 0; s == CKPT_OK && k < (size_t)P; k++)
+        for (size_t i = 0; i < p->nshares[k]; i++, at++)
+            f[at] =
+                (sfr){p->shares[k][i].file, p->shares[k][i].off, p->shares[k][i].len, (uint32_t)k};
+    /* each transfer's extent against the shares' ranges (in (file, offset) order) */
+    for (size_t i = 0; s == CKPT_OK && i < p->npieces; i++) {
+        const gpiece *q = &p->pieces[i];
+        if (q->hi <= q->lo) continue;
+        size_t lo = 0, hi = nf; /* the first range not wholly before q */
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (f[mid].file < q->file ||
+                (f[mid].file == q->file && f[mid].off + f[mid].len <= q->lo))
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        for (size_t j = lo; j < nf && f[j].file == q->file && f[j].off < q->hi; j++) {
+            uint64_t a = f[j].off > q->lo ? f[j].off : q->lo,
+                     b = f[j].off + f[j].len < q->hi ? f[j].off + f[j].len : q->hi;
+            if (b > a) w[(size_t)f[j].share * (size_t)P + q->owner] += b - a;
+        }
+    }
+    for (size_t i = 0; s == CKPT_OK && i < PP; i++)
+        nc += w[i] != 0;
+    if (s == CKPT_OK && !(c = malloc((nc + 1) * sizeof *c))) s = CKPT_E_NOMEM;
+    if (s == CKPT_OK && !(share_of = malloc((size_t)P * sizeof *share_of))) s = CKPT_E_NOMEM;
+    if (s == CKPT_OK) {
+        nc = 0;
+        for (size_t i = 0; i < PP; i++)
+            if (w[i]) c[nc++] = (cand){w[i], (uint32_t)(i / (size_t)P), (uint32_t)(i % (size_t)P)};
+        qsort(c, nc, sizeof *c, by_cand);
+        for (int k = 0; k < P; k++)
+            reader_of[k] = share_of[k] = -1;
+        for (size_t i = 0; i < nc; i++)
+            if (reader_of[c[i].share] < 0 && share_of[c[i].rank] < 0) {
+                reader_of[c[i].share] = (int)c[i].rank;
+                share_of[c[i].rank] = (int)c[i].share;
+            }
+        for (int k = 0, r = 0; k < P; k++) { /* the rest in order */
+            if (reader_of[k] >= 0) continue;
+            while (share_of[r] >= 0)
+                r++;
+            reader_of[k] = r;
+            share_of[r] = k;
+        }
+        for (int k = 0; k < P; k++) {
+            shares[reader_of[k]] = p->shares[k];
+            nshares[reader_of[k]] = p->nshares[k];
+            share_bytes[reader_of[k]] = p->share_bytes[k];
+        }
+        memcpy(p->shares, shares, (size_t)P * sizeof *shares);
+        memcpy(p->nshares, nshares, (size_t)P * sizeof *nshares);
+        memcpy(p->share_bytes, share_bytes, (size_t)P * sizeof *share_bytes);
+        p->memory += (uint64_t)nf * sizeof *f + (uint64_t)PP * sizeof *w + (uint64_t)nc * sizeof *c;
+    }
+    free(f);
+    free(w);
+    free(c);
+    free(reader_of);
+    free(share_of);
+    free(shares);
+    free(nshares);
+    free(share_bytes);
+    return s;
+}
+
 ckpt_status load_plan_build(ckpt_load *l, const gpiece *mine, size_t nmine, uint64_t direct_min,
                             load_plan *p, ckpt_error *err) {
     memset(p, 0, sizeof *p);
@@ -474,6 +580,8 @@ ckpt_status load_plan_build(ckpt_load *l, const gpiece *mine, size_t nmine, uint
         }
     }
     free(u);
+    if (s == CKPT_OK && assign_readers(p, P) != CKPT_OK)
+        s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
 agree_out:
     s = load_agree(l, s, err);
 out_free:

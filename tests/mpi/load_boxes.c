@@ -97,7 +97,7 @@ int main(int argc, char **argv) {
     }
     if (ckpt_load_execute(l, NULL, &err) != CKPT_OK) return fail(rank, "execute", &err);
     ckpt_load_stats s;
-    ckpt_load_get_stats(l, &s);
+    ckpt_load_get_stats(l, &s, sizeof s);
     unsigned long long requested = 0, read = s.bytes_read_plan, all_read = 0;
     for (int k = 0; k < nkeys; k++) {
         requested += 2 * len[k];

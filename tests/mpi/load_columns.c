@@ -75,7 +75,7 @@ int main(int argc, char **argv) {
         free(buf[k]);
     }
     ckpt_load_stats s;
-    ckpt_load_get_stats(l, &s);
+    ckpt_load_get_stats(l, &s, sizeof s);
     unsigned long long read = s.bytes_read_plan, all_read = 0, all_asked = 0, mem = s.plan_memory,
                        peak = 0;
     MPI_Allreduce(&read, &all_read, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);

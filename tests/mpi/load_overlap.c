@@ -97,7 +97,7 @@ int main(int argc, char **argv) {
         ckpt_plan_free(plan);
     }
     ckpt_load_stats st;
-    ckpt_load_get_stats(l, &st);
+    ckpt_load_get_stats(l, &st, sizeof st);
     unsigned long long read = st.bytes_read_plan + st.bytes_local, total = 0;
     MPI_Allreduce(&read, &total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
     if (total != needed || st.union_bytes != needed) {

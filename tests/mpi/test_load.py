@@ -258,3 +258,49 @@ def test_column_slices_with_holes(name):
     for m in (2, 3):
         columns(fx / "ckpt", m, "holes", *keys)
         columns(fx / "ckpt", m, "full", *keys)
+
+
+def open_all(m, ckpt):
+    """`mpirun -np m load_open ckpt` -> [(status, message, metadata bytes read)] per rank."""
+    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca",
+           "btl_vader_single_copy_mechanism", "none", "-np", str(m),
+           os.environ["CKPT_LOAD_OPEN"], str(ckpt)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    got = {}
+    for line in r.stdout.splitlines():
+        f = line.split("\t")
+        if f[0] == "rank":
+            got[int(f[1])] = (int(f[2]), f[3], int(f[4]))
+    assert sorted(got) == list(range(m)), r.stdout + r.stderr
+    return [got[k] for k in range(m)]
+
+
+@pytest.mark.parametrize("name", ["fsdp2_ws4", "rank_local", "megatron"])
+def test_metadata_read_by_rank_0_alone(name):
+    """Over MPI: rank 0 reads the DCP metadata (one copy: the files' size, from the preads),
+    the others receive it and read none."""
+    ck = FIXTURES / name / "ckpt"
+    one = ck / ".metadata"
+    size = sum(f.stat().st_size for f in ([one] if one.is_file() else ck.glob("__*.metadata")))
+    got = open_all(3, ck)
+    assert [g[0] for g in got] == [0, 0, 0], got
+    assert [g[2] for g in got] == [size, 0, 0], (got, size)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not a pickle", "garbage inside"])
+def test_corrupt_metadata_fails_every_rank_alike(damage, tmp_path):
+    """A bad `.metadata`: the same status and message on every rank (rank 0's, naming the
+    file), and no hang (the subprocess timeout)."""
+    ck = tmp_path / "ck"
+    shutil.copytree(FIXTURES / "fsdp2_ws4" / "ckpt", ck)
+    raw = bytearray((ck / ".metadata").read_bytes())
+    if damage == "truncated":
+        raw = raw[: len(raw) // 2]
+    elif damage == "not a pickle":
+        raw[0:2] = b"PK"
+    else:
+        raw[len(raw) // 3: len(raw) // 3 + 64] = bytes(range(200, 256)) + bytes(8)
+    (ck / ".metadata").write_bytes(bytes(raw))
+    got = open_all(3, ck)
+    assert len(set(got)) == 1 and got[0][0] != 0, got
+    assert got[0][1].startswith(f"rank 0: {ck}/.metadata: "), got

@@ -5,7 +5,7 @@ descriptors with their paths); tests/lib/strace_io.py adds up what the read-fami
 the checkpoint's files returned.  Each rank's `read` (bytes the preads of shard files returned
 during the execute) and `preads` must equal strace's count for the data files, and
 `read_metadata` strace's count for `.metadata` (the process reads nothing else of the
-checkpoint): collective with shared bytes through the exchange and with in-place runs, the
+checkpoint; rank 0 alone reads DCP metadata, the job's sum is one copy of it): collective with shared bytes through the exchange and with in-place runs, the
 independent mode, dim0 and dim1, a zstd checkpoint (compressed input of decoded chunks),
 HuggingFace storage (the total only: its safetensors headers are metadata to the reader, data
 to a path-based count).  And the counter can tell a lie apart: a `[2048, 64]` float32 tensor
@@ -52,14 +52,16 @@ def traced_load(ckpt: Path, m: int, tmp: Path, *args):
     return stats, [strace_io.tally(str(tmp / f"trace.{k}"), str(ckpt)) for k in range(m)]
 
 
-def check_exact(stats, tallies, split=True):
+def check_exact(stats, tallies, split=True, meta_once=True):
     for k, (p, t) in enumerate(zip(stats["per_rank"], tallies)):
         seen = (p["read"], p["preads"], p["read_metadata"])
         if split:
             assert seen == (t.data_bytes, t.data_calls, t.meta_bytes), (k, seen, t)
         else:
             assert p["read"] + p["read_metadata"] == t.data_bytes + t.meta_bytes, (k, seen, t)
-        assert p["read_metadata"] > 0, (k, p)
+        # DCP metadata: read by rank 0 alone, broadcast whole to the others
+        assert (p["read_metadata"] > 0) == (k == 0 or not meta_once), (k, p)
+        assert (p["received_metadata"] > 0) == (k > 0 and meta_once), (k, p)
 
 
 CASES = [  # fixture, ranks, extra options
@@ -82,11 +84,27 @@ def test_counters_equal_strace(name, m, extra, tmp_path):
     check_exact(stats, tallies)
     if "independent" not in extra:
         assert sum(p["read_plan"] for p in stats["per_rank"]) == stats["union_bytes"]
+    ckpt = FIXTURES / name / "ckpt"
+    assert sum(p["read_metadata"] for p in stats["per_rank"]) == \
+        (ckpt / ".metadata").stat().st_size  # one copy per job
+
+
+def test_headers_once_per_job_by_strace(tmp_path):
+    """The job's reads of shard files (strace) add up to one rank's loading all of it: the
+    union once, and each chunk's zip records once (resolved by one rank, adopted by the
+    others), over MPI; dim1 makes every rank meet every chunk."""
+    fx = FIXTURES / "fsdp2_ws4" / "ckpt"
+    one, t1 = traced_load(fx, 1, tmp_path / "one", "--layout", "dim1")
+    four, t4 = traced_load(fx, 4, tmp_path / "four", "--layout", "dim1")
+    check_exact(one, t1)
+    check_exact(four, t4)
+    assert sum(t.data_bytes for t in t4) == sum(t.data_bytes for t in t1)
+    assert sum(p["chunks_adopted"] for p in four["per_rank"]) > 0
 
 
 def test_counters_hf_storage(tmp_path):
     stats, tallies = traced_load(FIXTURES / "hf_sharded" / "ckpt", 2, tmp_path, "--layout", "dim0")
-    check_exact(stats, tallies, split=False)
+    check_exact(stats, tallies, split=False, meta_once=False)  # (no .metadata: every rank)
 
 
 @pytest.fixture(scope="module")

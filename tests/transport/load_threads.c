@@ -20,12 +20,17 @@
  * The barrier's timeout (default 20 s) turns a rank that never arrives into an error on the
  * others: a loader bug that skips a collective on one rank shows up as a failure, not a hang.
  *
- * Prints one line per rank: "rank\tK\tSTATUS\tMESSAGE" then "stats\tK\tREAD\tUNION\tCALLS"
- * (CALLS: the transport calls the rank made); exits 0 when every rank loaded, 1 otherwise. */
+ * Prints one line per rank: "rank\tK\tSTATUS\tMESSAGE" then
+ * "stats\tK\tREAD\tUNION\tCALLS\tMETA\tMETA_RECV\tDATA\tADOPTED\tSENT" (READ: the plan's reads;
+ * CALLS: the transport calls the rank made; META: bytes_read_metadata; META_RECV:
+ * bytes_received_metadata; DATA: bytes_read; ADOPTED: chunks_adopted; SENT: bytes_sent); exits
+ * 0 when every rank
+ * loaded, 1 otherwise. */
 #include "ckpt_load.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -374,7 +379,7 @@ static void *rank_main(void *p) {
     }
     if (!bufs) abort();
     rr->status = ckpt_load_execute(l, &a->o, &rr->err);
-    ckpt_load_get_stats(l, &rr->stats);
+    ckpt_load_get_stats(l, &rr->stats, sizeof rr->stats);
     for (size_t i = 0; rr->status == CKPT_OK && i < nb; i++) {
         char path[8192];
         snprintf(path, sizeof path, "%s/rank%d/%s", a->out, rank, ckpt_entry_path(bufs[i].e));
@@ -444,6 +449,21 @@ static int check_open(const char *dir) {
         ckpt_status s = ckpt_load_open_transport(&t, d, NULL, &l, &err);
         int after_open = destroyed, calls = g_calls;
         if ((s == CKPT_OK) != (l != NULL)) return 1;
+        if (l) { /* ckpt_load_get_stats writes no more than the caller's size */
+            ckpt_load_stats two[2];
+            size_t older = offsetof(ckpt_load_stats, bytes_received_metadata), bad = 0;
+            memset(two, 0xAB, sizeof two);
+            size_t lib = ckpt_load_get_stats(l, &two[0], older);
+            for (size_t b = older; b < sizeof two; b++)
+                bad += ((const unsigned char *)two)[b] != 0xAB;
+            size_t none = ckpt_load_get_stats(l, NULL, 0);
+            memset(two, 0xAB, sizeof two);
+            ckpt_load_get_stats(l, &two[0], sizeof two[0]);
+            for (size_t b = sizeof two[0]; b < sizeof two; b++)
+                bad += ((const unsigned char *)two)[b] != 0xAB;
+            printf("stats-abi\t%zu\t%zu\t%zu\t%zu\t%llu\n", lib, none, sizeof two[0], bad,
+                   (unsigned long long)two[0].bytes_requested);
+        }
         ckpt_load_free(l);
         printf("open\t%s\t%d\t%d/%d\t%d\t%s\n", c, (int)s, after_open, destroyed, calls,
                s ? err.message : "");
@@ -526,8 +546,14 @@ int main(int argc, char **argv) {
         rc |= runs[k].status != CKPT_OK;
     }
     for (int k = 0; k < h.size; k++)
-        printf("stats\t%d\t%llu\t%llu\t%d\n", k, (unsigned long long)runs[k].stats.bytes_read_plan,
-               (unsigned long long)runs[k].stats.union_bytes, runs[k].calls);
+        printf("stats\t%d\t%llu\t%llu\t%d\t%llu\t%llu\t%llu\t%llu\t%llu\n", k,
+               (unsigned long long)runs[k].stats.bytes_read_plan,
+               (unsigned long long)runs[k].stats.union_bytes, runs[k].calls,
+               (unsigned long long)runs[k].stats.bytes_read_metadata,
+               (unsigned long long)runs[k].stats.bytes_received_metadata,
+               (unsigned long long)runs[k].stats.bytes_read,
+               (unsigned long long)runs[k].stats.chunks_adopted,
+               (unsigned long long)runs[k].stats.bytes_sent);
     free(h.slots);
     free(runs);
     free(tids);

@@ -52,8 +52,8 @@ def run(fx: Path | str, spec: str, out: Path, *extra, timeout=120):
         if f[0] == "rank":
             assert int(f[1]) == len(ranks)
             ranks.append((int(f[2]), f[3]))
-        elif f[0] == "stats":
-            stats.append((int(f[2]), int(f[3]), int(f[4])))
+        elif f[0] == "stats":  # plan reads, union, calls, metadata read, received, read,
+            stats.append(tuple(int(x) for x in f[2:11]))  # chunks adopted, sent
     assert r.returncode in (0, 1), r.stdout + r.stderr
     assert ranks and len(stats) == len(ranks), r.stdout + r.stderr
     return r.returncode, ranks, stats, time.monotonic() - t0
@@ -135,15 +135,25 @@ FX = FIXTURES / "fsdp2_ws4" / "ckpt"
                            "of alltoallv failed here alone"),
     ("3:alltoallv:3:lone", "rank 3: transport all-to-all failed: injected fault: rank 3's call 3"),
     ("2:allgatherv:1:lone", "rank 2: transport all-gather (CPU sets) failed: injected fault"),
-    ("2:allgatherv:2:lone", "rank 2: transport all-gather (piece counts) failed"),
-    ("0:allgatherv:3:lone", "rank 0: transport all-gather (pieces) failed"),
+    # the open: rank 0 reads the metadata and broadcasts it (size, then bytes)
+    ("0:bcast:1:lone", "rank 0: transport broadcast (metadata size) failed: injected fault"),
+    ("2:bcast:2:lone", "rank 2: transport broadcast (metadata) failed: injected fault: rank 2's "
+                       "call 2 of bcast failed here alone"),
+    # the execute: the chunks' headers resolved once (needs, then results), then the plan
+    ("2:allgatherv:2:lone", "rank 2: transport all-gather (chunk need counts) failed"),
+    ("0:allgatherv:3:lone", "rank 0: transport all-gather (chunk needs) failed"),
+    ("3:allgatherv:5:lone", "rank 3: transport all-gather (chunk headers) failed"),
+    ("2:allgatherv:6:lone", "rank 2: transport all-gather (piece counts) failed"),
+    ("0:allgatherv:7:lone", "rank 0: transport all-gather (pieces) failed"),
     # the call fails on every rank: agreed, the lowest rank's message
     ("1:alltoallv:2:op", "rank 0: transport all-to-all failed: injected fault: rank 1's call 2 "
                          "of alltoallv failed"),
-    ("3:allgatherv:3:op", "rank 0: transport all-gather (pieces) failed: injected fault: "
-                          "rank 3's call 3"),
+    ("3:allgatherv:7:op", "rank 0: transport all-gather (pieces) failed: injected fault: "
+                          "rank 3's call 7"),
+    ("1:bcast:2:op", "rank 0: transport broadcast (metadata) failed: injected fault: rank 1's "
+                     "call 2 of bcast failed"),
     # the minimum (all-or-nothing) fails everywhere: not agreed, but the same failure
-    ("3:min:4:op", "transport minimum (metadata check) failed: injected fault: rank 3's call 4 "
+    ("3:min:7:op", "transport minimum (execute options) failed: injected fault: rank 3's call 7 "
                    "of min failed"),
     ("2:min:1:op", "transport agreement (minimum) failed: injected fault: rank 2's call 1"),
     # the transport goes down: every later call fails on every rank
@@ -162,8 +172,8 @@ def test_a_failing_callback_fails_every_rank_alike(fault, want, tmp_path):
 
 
 def test_the_fault_is_seen_where_it_happens(tmp_path):
-    """Sanity of the injection: rank 2's 3rd all-gather (the pieces) alone: rank 2 named."""
-    rc, ranks, _, _ = run(FX, "2x3:R,S0", tmp_path / "o", "--fault", "2:allgatherv:3:lone")
+    """Sanity of the injection: rank 2's 7th all-gather (the pieces) alone: rank 2 named."""
+    rc, ranks, _, _ = run(FX, "2x3:R,S0", tmp_path / "o", "--fault", "2:allgatherv:7:lone")
     assert "rank 2: transport all-gather (pieces) failed" in same_everywhere(ranks)
 
 
@@ -241,7 +251,7 @@ def test_a_failing_broadcast_in_the_agreement(tmp_path):
     """Rank 1's checkpoint is missing, and the agreement's broadcast of its message fails on
     every rank: the agreement says so, the same on every rank."""
     rc, ranks, _, _ = run(FX, "2x2:S0,S1", tmp_path / "o", "--dir-of", f"1:{tmp_path}/none",
-                          "--fault", "0:bcast:1:op")
+                          "--fault", "0:bcast:3:op")  # (1, 2: the metadata's)
     msg = same_everywhere(ranks)
     assert msg == ("rank 0: transport agreement (broadcast) failed, sending rank 1's error"), msg
 
@@ -252,8 +262,12 @@ def test_the_open_refuses_bad_transports_before_any_call():
     r = subprocess.run([BIN, "--check-open", str(FX)], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
-    got = {f[1]: (int(f[2]), f[3], int(f[4]), f[5])
-           for f in (ln.split("\t") for ln in r.stdout.splitlines())}
+    lines = [ln.split("\t") for ln in r.stdout.splitlines()]
+    got = {f[1]: (int(f[2]), f[3], int(f[4]), f[5]) for f in lines if f[0] == "open"}
+    # ckpt_load_get_stats(l, out, size): never past `size` bytes (an older caller's struct,
+    # the fields before bytes_received_metadata), returns the library's sizeof
+    abi = [tuple(map(int, f[1:])) for f in lines if f[0] == "stats-abi"]
+    assert len(abi) == 1 and abi[0][0] == abi[0][1] == abi[0][2] and abi[0][3] == 0, abi
     assert got["ok"][:2] == (0, "0/1") and got["ok"][2] > 0, got["ok"]
     want = {"version": (4, "version 2, this loader knows version 1"),
             "rank": (8, "rank 1 of 1 ranks"), "size": (8, "rank 0 of 0 ranks"),
@@ -265,3 +279,120 @@ def test_the_open_refuses_bad_transports_before_any_call():
         assert (st, destroyed, calls) == (status, "1/1", 0) and text in msg, (case, got[case])
     st, destroyed, calls, msg = got["missing-dir"]  # agreed over the transport, then destroyed
     assert st == 6 and destroyed == "1/1" and calls > 0 and "rank 0: " in msg, got["missing-dir"]
+
+
+# ---------------------------------------------------------------- read once: metadata, headers
+
+def metadata_bytes(ckpt: Path):
+    """The sizes of the metadata files the index reads: `.metadata`, else `__<r>.metadata`."""
+    one = ckpt / ".metadata"
+    files = [one] if one.is_file() else list(ckpt.glob("__*.metadata"))
+    return sum(f.stat().st_size for f in files)
+
+
+@pytest.mark.parametrize("name", ["fsdp2_ws4", "rank_local", "megatron_flat", "torch113", "zstd"])
+@pytest.mark.parametrize("spec", ["2x2:S0,S1", "2x3:R,S0", "5:S0"])
+def test_metadata_is_read_once_per_job(name, spec, tmp_path):
+    """Rank 0 alone reads the DCP metadata (bytes_read_metadata, from the preads: one copy
+    over the job), every other rank receives it whole (bytes_received_metadata) and builds the
+    same index: the loads stay bit-exact (check_load)."""
+    check_load(name, spec, tmp_path / "o")
+    _, _, stats, _ = run(FIXTURES / name / "ckpt", spec, tmp_path / "p")
+    size = metadata_bytes(FIXTURES / name / "ckpt")
+    assert [s[3] for s in stats] == [size] + [0] * (len(stats) - 1), (stats, size)
+    assert [s[4] for s in stats] == [0] + [stats[1][4]] * (len(stats) - 1), stats
+    assert stats[1][4] >= size  # (the image: the files and their names and sizes)
+
+
+def test_other_formats_are_opened_by_every_rank(tmp_path):
+    """HuggingFace safetensors storage has no `.metadata`: every rank reads its headers."""
+    _, ranks, stats, _ = run(FIXTURES / "hf_sharded" / "ckpt", "2x2:S0,S1", tmp_path / "o")
+    assert all(s == 0 for s, _ in ranks), ranks
+    assert all(s[3] == stats[0][3] > 0 and s[4] == 0 for s in stats), stats
+
+
+@pytest.mark.parametrize("name", ["fsdp2_ws4", "torch113", "megatron_flat", "hsdp"])
+@pytest.mark.parametrize("spec", ["2x2:S0,S1", "2x3:R,S0", "5:S0"])
+def test_each_chunk_header_is_read_once_per_job(name, spec, tmp_path):
+    """The job's preads of shard files (bytes_read, from the syscalls' returns) add up to what
+    one rank loading everything reads: the union once, and each chunk's zip records once
+    (a chunk several ranks need is resolved by one of them, the others adopt it)."""
+    fx = FIXTURES / name / "ckpt"
+    _, _, one, _ = run(fx, "1:R", tmp_path / "one")
+    _, ranks, many, _ = run(fx, spec, tmp_path / "many")
+    assert all(s == 0 for s, _ in ranks), ranks
+    assert sum(s[5] for s in many) == one[0][5], (one, many)
+    assert sum(s[6] for s in many) > 0  # the others' results were adopted
+
+
+@pytest.mark.parametrize("where", ["everywhere", "rank 0 only"])
+@pytest.mark.parametrize("damage", ["truncated", "not a pickle", "garbage inside"])
+def test_a_corrupt_metadata_fails_every_rank_alike(where, damage, tmp_path):
+    """A bad `.metadata` as rank 0 reads it: the same status and message on every rank
+    (rank 0's, naming the file), in bounded time; no other rank reads the file."""
+    bad = tmp_path / "bad"
+    shutil.copytree(FX, bad)
+    meta = bad / ".metadata"
+    raw = bytearray(meta.read_bytes())
+    if damage == "truncated":
+        raw = raw[: len(raw) // 2]
+    elif damage == "not a pickle":
+        raw[0:2] = b"PK"
+    else:
+        raw[len(raw) // 3: len(raw) // 3 + 64] = bytes(range(200, 256)) + bytes(8)
+    meta.write_bytes(bytes(raw))
+    if where == "everywhere":
+        rc, ranks, _, secs = run(bad, "2x2:S0,S1", tmp_path / "o", "--timeout-ms", "10000")
+    else:
+        rc, ranks, _, secs = run(FX, "2x2:S0,S1", tmp_path / "o", "--dir-of", f"0:{bad}",
+                                 "--timeout-ms", "10000")
+    assert rc == 1
+    msg = same_everywhere(ranks, status=ranks[0][0])
+    assert ranks[0][0] not in (0, E_TRANSPORT), ranks
+    assert msg.startswith(f"rank 0: {meta}: "), msg
+    if damage == "not a pickle":
+        assert "not a pickle of protocol 2-5" in msg, msg
+    assert secs < 8, secs  # agreed, not timed out
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_unreadable_metadata_on_rank_0(tmp_path):
+    """`.metadata` is a FIFO for rank 0 (never opened blocking): its error on every rank."""
+    bad = tmp_path / "bad"
+    shutil.copytree(FX, bad)
+    (bad / ".metadata").unlink()
+    os.mkfifo(bad / ".metadata")
+    rc, ranks, _, secs = run(FX, "2x2:S0,S1", tmp_path / "o", "--dir-of", f"0:{bad}")
+    msg = same_everywhere(ranks, status=ranks[0][0])
+    assert ranks[0][0] != 0 and msg.startswith(f"rank 0: {bad}/.metadata: "), msg
+    assert secs < 8
+
+
+def test_a_rank_with_another_checkpoint_is_told(tmp_path):
+    """Rank 2's copy has a `.metadata` of another size than rank 0 read (a stat, not a read):
+    every rank fails with its message."""
+    other = tmp_path / "other"
+    shutil.copytree(FX, other)
+    with open(other / ".metadata", "ab") as f:
+        f.write(b"\0")
+    rc, ranks, _, _ = run(FX, "2x2:S0,S1", tmp_path / "o", "--dir-of", f"2:{other}")
+    msg = same_everywhere(ranks, status=8)  # CKPT_E_INVAL
+    assert msg.startswith(f"rank 2: {other}/.metadata: ") and "different checkpoint" in msg, msg
+
+
+# ---------------------------------------------------------------- replicated targets
+
+def test_replicated_targets_are_read_by_a_rank_that_needs_them(tmp_path):
+    """HSDP (R,S0: every byte needed by 2 ranks): each share of the union is read by a rank
+    that needs most of it, which sends it once to the other replica, not a bystander sending
+    two copies (fsdp2_ws4: 1.38x / 1.70x of the union sent before, 1.18x / 1.15x now; the
+    rest is shares that straddle two tensors).  M:R: every rank sends its share to the M - 1
+    others, (M - 1) x the union in all, the bound.  Loads bit-exact (check_load)."""
+    fx = FIXTURES / "fsdp2_ws4"
+    for spec in ("2x2:R,S0", "2x3:R,S0"):
+        check_load("fsdp2_ws4", spec, tmp_path / spec, "--direct-min", "1")
+        _, _, stats, _ = run(fx / "ckpt", spec, tmp_path / f"{spec}-2", "--direct-min", "1")
+        sent, union = sum(s[7] for s in stats), stats[0][1]
+        assert sent <= 1.25 * union, (spec, sent, union)
+    _, _, stats, _ = run(fx / "ckpt", "4:R", tmp_path / "r", "--direct-min", "1")
+    assert sum(s[7] for s in stats) == 3 * stats[0][1], stats

@@ -5,6 +5,7 @@
                                     [--gib 2.5] [--saved 4] [--ranks 3] [--runs 3] [--gpu]
                                     [--transport auto|mpi|nccl] [--sweep "1 1:4 4 8:2"]
                                     [--extra "CKPT LOAD OPTIONS"] [--ckpt-bin PATH]
+                                    [--replicated]
 
 A checkpoint of GIB GiB is written by real torch with SAVED gloo ranks (make_big_ckpt.py:
 float32 tensors of 1021 rows, Shard(0), uneven). RANKS processes then load it as Shard(0) and
@@ -25,7 +26,15 @@ pinned host tensor copied to each device, synchronised, best of --runs), as a ra
 (mpi: through host memory; nccl: device to device; auto: nccl when available); the table
 says which one the loader used.  --sweep "1 1:4 4 8:2" (with --gpu): one row pair per
 RANKS[:IO_THREADS], with each phase of the slowest rank.  Ranks run unbound
-(`mpirun --bind-to none`), like torch's processes."""
+(`mpirun --bind-to none`), like torch's processes.
+
+--replicated: instead, replicated targets (#20 item 3): RANKS processes load the model as
+`RANKS:R` (every rank the whole model) and `2x(RANKS/2):R,S0` (HSDP), collective and
+independent; reported per layout: wall time, bytes read / union, the bytes each rank sent
+(max and mean over the ranks) against the union U, and the lower bound of a rank's egress
+when every needed byte is read once, spread evenly and each rank receives what it does not
+read (a ring all-gather's): (c-1)/M x U for bytes needed by c ranks (M:R: c = M; R,S0: c = 2).
+Metadata and chunk headers once per job (docs/loader.md "Read once") show in `meta read`."""
 from __future__ import annotations
 
 import argparse
@@ -87,10 +96,11 @@ TORCH_LOADER = textwrap.dedent("""
 
 
 def ckpt_load(ckpt_bin, ckpt, ranks, dim, mode, extra=(), full=False):
+    layout = dim if isinstance(dim, str) else f"dim{dim}"
     # unbound, like torch's processes (mpirun binds up to 2 ranks to one core each)
     r = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
                         "--mca", "btl_vader_single_copy_mechanism", "none", "-np", str(ranks),
-                        str(ckpt_bin), "load", str(ckpt), "--layout", f"dim{dim}", "--keys",
+                        str(ckpt_bin), "load", str(ckpt), "--layout", layout, "--keys",
                         "model", "--mode", mode, "--json", *extra],
                        capture_output=True, text=True)
     if r.returncode != 0:
@@ -180,6 +190,28 @@ def gpu_bench(a, ckpt_bin, ckpt):
                   flush=True)
 
 
+def replicated_bench(a, ckpt_bin, ckpt):
+    m = a.ranks
+    print("| layout | ranks | method | wall s | read / union | meta read (job) | "
+          "sent per rank max / mean | max sent / U | bound / U |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for layout, copies in ((f"{m}:R", m), (f"2x{m // 2}:R,S0", 2)):
+        for mode in ("collective", "independent"):
+            runs = [ckpt_load(ckpt_bin, ckpt, m, layout, mode, full=True)
+                    for _ in range(a.runs)]
+            best = min(runs, key=lambda s: max(p["total_s"] for p in s["per_rank"]))
+            per = best["per_rank"]
+            u = best["union_bytes"] or sum(p["requested"] for p in per) // copies
+            sent = [p["sent"] for p in per]
+            wall = max(p["total_s"] for p in per)
+            read = sum(p["read"] for p in per)
+            meta = sum(p["read_metadata"] for p in per)
+            bound = (copies - 1) / m  # each rank's part of the ring all-gathers, over U
+            print(f"| {layout} | {m} | {mode} | {wall:.3f} | {read / u:.3f}x | {meta} B | "
+                  f"{max(sent) / 2**20:.1f} / {sum(sent) / len(sent) / 2**20:.1f} MiB | "
+                  f"{max(sent) / u:.3f} | {bound:.3f} |", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
@@ -196,6 +228,8 @@ def main():
                     help="with --gpu: rows 'RANKS[:IO_THREADS] ...' instead of --ranks alone")
     ap.add_argument("--extra", default="",
                     help="with --gpu: more `ckpt load` options, e.g. '--budget 64M'")
+    ap.add_argument("--replicated", action="store_true",
+                    help="replicated layouts (RANKS:R, 2x(RANKS/2):R,S0): bytes sent per rank")
     ap.add_argument("--ckpt-bin", default="",
                     help="the ckpt executable (default: BUILD/tools/ckpt/ckpt)")
     a = ap.parse_args()
@@ -212,6 +246,9 @@ def main():
     print(f"\n{ckpt}: saved by {a.saved} ranks, loaded by {a.ranks}; best of {a.runs}\n")
     if a.gpu:
         gpu_bench(a, ckpt_bin, ckpt)
+        return
+    if a.replicated:
+        replicated_bench(a, ckpt_bin, ckpt)
         return
     print("| layout | method | wall s | read from storage / needed | vs torch |")
     print("|---|---|---|---|---|")

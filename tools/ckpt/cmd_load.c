@@ -354,7 +354,7 @@ static int run(int argc, char **argv, int rank, int size) {
         status = CLI_EXIT_FAIL;
     }
     ckpt_load_stats st;
-    ckpt_load_get_stats(l, &st);
+    ckpt_load_get_stats(l, &st, sizeof st);
     if (status == CLI_EXIT_OK && dump) {
         for (size_t i = 0; i < nb; i++) {
             char path[8192];
@@ -394,7 +394,8 @@ static int run(int argc, char **argv, int rank, int size) {
                        "\"sent_nccl\": %llu, \"received_nccl\": %llu, \"nccl_init_s\": %.6f, "
                        "\"io_threads\": %u, \"setup_s\": %.6f, \"preads\": %llu, \"read_plan\": "
                        "%llu, \"read_metadata\": %llu, \"plan_transfers\": %llu, "
-                       "\"plan_ranges\": %llu, \"plan_rows\": %llu, \"plan_memory\": %llu}",
+                       "\"plan_ranges\": %llu, \"plan_rows\": %llu, \"plan_memory\": %llu, "
+                       "\"received_metadata\": %llu, \"chunks_adopted\": %llu}",
                        k ? ", " : "", (unsigned long long)all[k].bytes_requested,
                        (unsigned long long)all[k].bytes_read, (unsigned long long)all[k].bytes_sent,
                        (unsigned long long)all[k].bytes_received,
@@ -409,7 +410,9 @@ static int run(int argc, char **argv, int rank, int size) {
                        (unsigned long long)all[k].bytes_read_metadata,
                        (unsigned long long)all[k].plan_transfers,
                        (unsigned long long)all[k].plan_ranges, (unsigned long long)all[k].plan_rows,
-                       (unsigned long long)all[k].plan_memory);
+                       (unsigned long long)all[k].plan_memory,
+                       (unsigned long long)all[k].bytes_received_metadata,
+                       (unsigned long long)all[k].chunks_adopted);
             printf("]}\n");
         } else {
             char a[32], b[32], c[32], d[32], e[32];
