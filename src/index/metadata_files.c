@@ -68,13 +68,14 @@ ckpt_status ck_metadata_decode_file_watched(const char *path, const ckpt_limits 
     if (in->len < 2 || in->read(in->ctx, head, 0, 2) != 2 ||
         index_metadata_check_head(path, head, 2, NULL) != CKPT_OK) {
         ckpt_error read_err;
+        size_t have = in->len < 2 ? in->len : 2; /* `in` lives in ms */
         ckpt_status rs = ck_metadata_stream_finish(ms, &read_err);
         ck_metadata_stream_free(ms);
         if (rs != CKPT_OK) {
             if (err) *err = read_err;
             return rs;
         }
-        return index_metadata_check_head(path, head, in->len < 2 ? in->len : 2, err);
+        return index_metadata_check_head(path, head, have, err);
     }
     pk_limits pl = ck_metadata_pk_limits(l, in->len);
     ckpt_status s = pk_decode_watched(in, &pl, watch, doc, err);
