@@ -336,6 +336,30 @@ static ckpt_status list_st(tree_ckpt *c, ckpt_error *err) {
     return CKPT_OK;
 }
 
+/* ------------------------------------------------------------------ torch.save files */
+
+static ckpt_status list_pt(tree_ckpt *c, ckpt_error *err) {
+    const tnode *root = &c->nodes[0];
+    c->pt = calloc((size_t)root->nsubdirs + 1, sizeof *c->pt);
+    if (!c->pt) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    for (uint32_t i = 0; i < root->nkids; i++) {
+        uint32_t k = c->kid_ids[root->kids + i];
+        if (c->nodes[k].e) continue;
+        pt_file *f = &c->pt[c->npt];
+        size_t len = strlen(c->nodes[k].name) + sizeof ".pt";
+        f->name = malloc(len);
+        if (!f->name) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        snprintf(f->name, len, "%s.pt", c->nodes[k].name);
+        f->top = k;
+        c->npt++;
+    }
+    pt_file *all = &c->pt[c->npt++];
+    all->name = strdup("@all.pt");
+    if (!all->name) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    all->top = 0;
+    return CKPT_OK;
+}
+
 /* ------------------------------------------------------------------ the checkpoint */
 
 ckpt_status tree_ckpt_build(tree_ckpt *c, const ckpt_tree_options *o, ckpt_error *err) {
@@ -367,6 +391,7 @@ ckpt_status tree_ckpt_build(tree_ckpt *c, const ckpt_tree_options *o, ckpt_error
     if (!c->objects) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
     CKPT_TRY(list_raw(c, o, err));
     CKPT_TRY(list_st(c, err));
+    CKPT_TRY(list_pt(c, err));
     CKPT_TRY(tree_access_build(c, err));
     if (o && o->verify) {
         ckpt_status ms = ckpt_manifest_load(c->dir, &c->manifest, err);
@@ -401,6 +426,12 @@ void tree_ckpt_clear(tree_ckpt *c) {
         free(c->st[i].begin);
     }
     free(c->st);
+    for (uint32_t i = 0; i < c->npt; i++) {
+        free(c->pt[i].name);
+        free(c->pt[i].error);
+        ckpt_torchsave_free(c->pt[i].ts);
+    }
+    free(c->pt);
     free(c->file_cls);
     free(c->nodes);
     free(c->kid_ids);
@@ -413,6 +444,8 @@ void tree_ckpt_clear(tree_ckpt *c) {
     c->nraw = 0;
     c->st = NULL;
     c->nst = 0;
+    c->pt = NULL;
+    c->npt = 0;
     c->file_cls = NULL;
     c->nodes = NULL;
     c->nnodes = 0;
