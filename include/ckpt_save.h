@@ -317,6 +317,13 @@ typedef struct ckpt_torchsave_options {
      * path becomes the archive's root (a dict, a list, or a tensor); NULL or "": the whole
      * state_dict. */
     const char *under;
+    /* The value at `under` is an optimizer state_dict keyed by parameter FQN (`state` maps
+     * FQNs to their state, each of `param_groups` lists its FQNs under `params`, as
+     * torch.distributed.checkpoint.state_dict.get_state_dict gives it): write it in the form
+     * torch.optim.Optimizer.load_state_dict takes instead — parameters numbered 0, 1, ... in
+     * param_groups order, `params` lists of those numbers, `state` keyed by them (in number
+     * order).  CKPT_E_FORMAT, naming what is missing, when the value is not of that form. */
+    bool by_id;
 } ckpt_torchsave_options;
 
 /* Lays out the archive: decodes the non-tensor values under `under` (reading their stored

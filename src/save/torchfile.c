@@ -374,6 +374,175 @@ static bool entry_under(const ckpt_entry *e, const char *under, size_t n) {
     return strncmp(p, under, n) == 0 && (p[n] == '\0' || p[n] == '/');
 }
 
+/* ------------------------------------------------------------------ optimizer by id */
+
+static uint32_t dict_get(const builder *b, uint32_t at, const char *key) {
+    elem k = {.s = key, .len = strlen(key)};
+    return dict_find(b, at, &k);
+}
+
+typedef struct fqn_probe {
+    const char **fqns;
+    const char *s;
+    size_t len;
+} fqn_probe;
+
+static bool fqn_eq(const void *ctx, uint64_t v) {
+    const fqn_probe *p = ctx;
+    return strlen(p->fqns[v]) == p->len && memcmp(p->fqns[v], p->s, p->len) == 0;
+}
+
+typedef struct id_kid {
+    int64_t id;
+    uint32_t node;
+} id_kid;
+
+static int by_id_cmp(const void *a, const void *b) {
+    int64_t x = ((const id_kid *)a)->id, y = ((const id_kid *)b)->id;
+    return x < y ? -1 : x > y;
+}
+
+static ckpt_status not_optim(const char *under, const char *what, ckpt_error *err) {
+    return ckpt_fail(err, CKPT_E_FORMAT,
+                     "'%s' is not an optimizer state_dict keyed by parameter FQN: %s",
+                     *under ? under : "(the root)", what);
+}
+
+/* Rewrites the tree rooted at b->root (an FQN-keyed optimizer state_dict) into
+ * torch.optim's form: ids in param_groups order. */
+static ckpt_status number_params(builder *b, const char *under, ckpt_error *err) {
+    uint32_t root = b->root;
+    if (b->nodes[root].kind != N_DICT) return not_optim(under, "not a dict", err);
+    uint32_t st = dict_get(b, root, "state"), pg = dict_get(b, root, "param_groups");
+    if (pg == UINT32_MAX || b->nodes[pg].kind != N_LIST)
+        return not_optim(under, "no param_groups list", err);
+    if (st != UINT32_MAX && b->nodes[st].kind != N_DICT)
+        return not_optim(under, "its state is not a dict", err);
+    if (st == UINT32_MAX) { /* no parameter has state yet: torch.optim still wants "state" */
+        static const elem state_key = {.s = "state", .len = 5};
+        CKPT_TRY(new_node(b, N_DICT, &st, err));
+        CKPT_TRY(dict_add(b, root, &state_key, st, err));
+        tnode *r = &b->nodes[root]; /* first, as torch.optim's state_dict has it */
+        memmove(r->kids + 1, r->kids, (r->nkids - 1) * sizeof *r->kids);
+        r->kids[0] = st;
+    }
+    ckpt_status s = CKPT_OK;
+    const char **fqns = NULL;
+    size_t nf = 0, cap = 0;
+    ckpt_object **objs = NULL;
+    size_t nobj = 0;
+    ckpt_htab by_fqn = {0};
+    id_kid *kids = NULL;
+    if (!ckpt_htab_init(&by_fqn, 64)) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    objs = calloc(b->nodes[pg].nkids ? b->nodes[pg].nkids : 1, sizeof *objs);
+    if (!objs) {
+        s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        goto done;
+    }
+    for (uint32_t i = 0; i < b->nodes[pg].nkids; i++) {
+        uint32_t gi = b->nodes[pg].kids[i];
+        if (gi == NONE_KID || b->nodes[gi].kind != N_DICT) {
+            s = not_optim(under, "a param group that is not a dict", err);
+            goto done;
+        }
+        uint32_t pi = dict_get(b, gi, "params");
+        if (pi == UINT32_MAX || b->nodes[pi].kind != N_VALUE) {
+            s = not_optim(under, "a param group without a params list", err);
+            goto done;
+        }
+        ckpt_error lerr = {0};
+        s = ckpt_object_load(b->t->r, b->nodes[pi].e, &objs[nobj], &lerr);
+        if (s != CKPT_OK) {
+            if (err) *err = lerr;
+            goto done;
+        }
+        const ckpt_value *v = ckpt_object_root(objs[nobj++]);
+        ckpt_value_type vt = ckpt_value_type_of(v);
+        if (vt != CKPT_VALUE_LIST && vt != CKPT_VALUE_TUPLE) {
+            s = not_optim(under, "a params value that is not a list", err);
+            goto done;
+        }
+        ckpt_save_value *ids = ckpt_save_value_list();
+        for (size_t k = 0; ids && k < ckpt_value_len(v); k++) {
+            const ckpt_value *x = ckpt_value_item(v, k);
+            if (ckpt_value_type_of(x) != CKPT_VALUE_STRING) {
+                ckpt_save_value_free(ids);
+                s = not_optim(under, "a params list holding something else than FQNs "
+                                     "(already numbered?)", err);
+                goto done;
+            }
+            const char *fqn = ckpt_value_str(x, NULL);
+            fqn_probe fp = {fqns, fqn, strlen(fqn)};
+            uint64_t h = ckpt_hash_bytes(fqn, fp.len, 0), dup;
+            if (ckpt_htab_find(&by_fqn, h, fqn_eq, &fp, &dup)) {
+                ckpt_save_value_free(ids);
+                s = ckpt_fail(err, CKPT_E_FORMAT, "'%s': parameter '%s' is in two param groups",
+                              under, fqn);
+                goto done;
+            }
+            if (nf == cap) {
+                cap = cap ? cap * 2 : 64;
+                const char **m = realloc(fqns, cap * sizeof *m);
+                if (!m) {
+                    ckpt_save_value_free(ids);
+                    s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+                    goto done;
+                }
+                fqns = m;
+            }
+            fqns[nf] = fqn;
+            if (!ckpt_htab_insert(&by_fqn, h, nf) ||
+                ckpt_save_value_append(ids, ckpt_save_value_int((int64_t)nf)) != CKPT_OK) {
+                ckpt_save_value_free(ids);
+                s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+                goto done;
+            }
+            nf++;
+        }
+        if (!ids) {
+            s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+            goto done;
+        }
+        ckpt_save_value_free(b->nodes[pi].v);
+        b->nodes[pi].v = ids;
+    }
+    if (st != UINT32_MAX) {
+        tnode *sn = &b->nodes[st];
+        kids = calloc(sn->nkids ? sn->nkids : 1, sizeof *kids);
+        if (!kids) {
+            s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+            goto done;
+        }
+        for (uint32_t i = 0; i < sn->nkids; i++) {
+            tnode *k = &b->nodes[sn->kids[i]];
+            fqn_probe fp = {fqns, k->key, k->key_len};
+            uint64_t id;
+            if (k->key_int ||
+                !ckpt_htab_find(&by_fqn, ckpt_hash_bytes(k->key, k->key_len, 0), fqn_eq, &fp,
+                                &id)) {
+                s = ckpt_fail(err, CKPT_E_FORMAT,
+                              "'%s': the state of '%.*s' belongs to no param group", under,
+                              (int)k->key_len, k->key);
+                goto done;
+            }
+            k->key_int = true;
+            k->key_i = (int64_t)id;
+            kids[i] = (id_kid){(int64_t)id, sn->kids[i]};
+        }
+        qsort(kids, sn->nkids, sizeof *kids, by_id_cmp);
+        for (uint32_t i = 0; i < sn->nkids; i++)
+            sn->kids[i] = kids[i].node;
+    }
+done:
+    free(kids);
+    free(fqns);
+    for (size_t i = 0; i < nobj; i++)
+        ckpt_object_free(objs[i]);
+    free(objs);
+    ckpt_htab_release(&by_fqn);
+    return s;
+}
+
 /* ------------------------------------------------------------------ pickling */
 
 typedef struct pickler {
@@ -511,7 +680,7 @@ ckpt_status ckpt_torchsave_create(ckpt_reader *r, const ckpt_torchsave_options *
         const ckpt_entry *e = ckpt_reader_entry(r, i);
         if (!entry_under(e, under, ulen)) continue;
         nsel++;
-        uint32_t leaf;
+        uint32_t leaf = 0;
         if (ckpt_entry_kind_of(e) == CKPT_ENTRY_TENSOR) {
             if (ckpt_entry_problem(e)) {
                 CKPT_TRY_GOTO(st, skip(t, e, "%s", ckpt_entry_problem(e), err), done);
@@ -557,6 +726,7 @@ ckpt_status ckpt_torchsave_create(ckpt_reader *r, const ckpt_torchsave_options *
     }
     if (b.root == UINT32_MAX) CKPT_TRY_GOTO(st, new_node(&b, N_DICT, &b.root, err), done);
 
+    if (opts && opts->by_id) CKPT_TRY_GOTO(st, number_params(&b, under, err), done);
     tensors = calloc(t->ntensors ? t->ntensors : 1, sizeof *tensors);
     if (!tensors) {
         st = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");

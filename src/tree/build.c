@@ -338,26 +338,48 @@ static ckpt_status list_st(tree_ckpt *c, ckpt_error *err) {
 
 /* ------------------------------------------------------------------ torch.save files */
 
+/* Directory `top` looks like an FQN-keyed optimizer state_dict: a `param_groups` directory
+ * whose groups (directories) each hold a `params` entry, and no `state` that is not a
+ * directory (the by-id build checks the rest). */
+static bool optim_shaped(const tree_ckpt *c, uint32_t top) {
+    uint32_t pg = tree_find_kid(c, top, "param_groups", 12);
+    uint32_t st = tree_find_kid(c, top, "state", 5);
+    if (pg == UINT32_MAX || c->nodes[pg].e || !c->nodes[pg].nkids) return false;
+    if (st != UINT32_MAX && c->nodes[st].e) return false;
+    const tnode *n = &c->nodes[pg];
+    for (uint32_t i = 0; i < n->nkids; i++) {
+        uint32_t g = c->kid_ids[n->kids + i];
+        uint32_t p = c->nodes[g].e ? UINT32_MAX : tree_find_kid(c, g, "params", 6);
+        if (p == UINT32_MAX || !c->nodes[p].e) return false;
+    }
+    return true;
+}
+
+static ckpt_status add_pt(tree_ckpt *c, uint32_t top, bool by_id, ckpt_error *err) {
+    pt_file *f = &c->pt[c->npt];
+    const char *base = top ? c->nodes[top].name : "@all";
+    const char *ext = by_id ? ".by-id.pt" : ".pt";
+    size_t len = strlen(base) + strlen(ext) + 1;
+    f->name = malloc(len);
+    if (!f->name) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    snprintf(f->name, len, "%s%s", base, ext);
+    f->top = top;
+    f->by_id = by_id;
+    c->npt++;
+    return CKPT_OK;
+}
+
 static ckpt_status list_pt(tree_ckpt *c, ckpt_error *err) {
     const tnode *root = &c->nodes[0];
-    c->pt = calloc((size_t)root->nsubdirs + 1, sizeof *c->pt);
+    c->pt = calloc(2 * (size_t)root->nsubdirs + 1, sizeof *c->pt);
     if (!c->pt) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
     for (uint32_t i = 0; i < root->nkids; i++) {
         uint32_t k = c->kid_ids[root->kids + i];
         if (c->nodes[k].e) continue;
-        pt_file *f = &c->pt[c->npt];
-        size_t len = strlen(c->nodes[k].name) + sizeof ".pt";
-        f->name = malloc(len);
-        if (!f->name) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
-        snprintf(f->name, len, "%s.pt", c->nodes[k].name);
-        f->top = k;
-        c->npt++;
+        if (optim_shaped(c, k)) CKPT_TRY(add_pt(c, k, true, err));
+        CKPT_TRY(add_pt(c, k, false, err));
     }
-    pt_file *all = &c->pt[c->npt++];
-    all->name = strdup("@all.pt");
-    if (!all->name) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
-    all->top = 0;
-    return CKPT_OK;
+    return add_pt(c, 0, false, err);
 }
 
 /* ------------------------------------------------------------------ the checkpoint */

@@ -2,6 +2,8 @@
  * `@all.pt`): the archive's layout comes from ckpt_torchsave (the nested state_dict pickled,
  * every record placed) on first use; reads map a byte range to rendered bytes and byte
  * ranges of tensors, which the read engine turns into fd segments like any tensor file.
+ * A top-level directory shaped like an optimizer state_dict (`state/` and `param_groups/`
+ * with `params` in each group) also gets `<top>.by-id.pt`, in torch.optim's form.
  * Entries left out (values torch.load(weights_only=True) refuses...) are logged once. */
 #include "tree/tree_i.h"
 #include "util/error.h"
@@ -27,7 +29,8 @@ static ckpt_status verify_values(tree_ckpt *c, const pt_file *f, ckpt_error *err
 
 static ckpt_status build(tree_ckpt *c, pt_file *f, const ckpt_tree_options *o, ckpt_error *err) {
     CKPT_TRY(verify_values(c, f, err));
-    ckpt_torchsave_options to = {.under = f->top ? c->nodes[f->top].name : ""};
+    ckpt_torchsave_options to = {.under = f->top ? c->nodes[f->top].name : "",
+                                 .by_id = f->by_id};
     CKPT_TRY(ckpt_torchsave_create(c->r, &to, &f->ts, err));
     for (size_t i = 0; i < ckpt_torchsave_num_skipped(f->ts); i++) {
         const char *why;

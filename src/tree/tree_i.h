@@ -109,8 +109,9 @@ typedef struct st_file {
  * built on first use, under the checkpoint's open lock; a failure is remembered with its
  * message. */
 typedef struct pt_file {
-    char *name;         /* "<top>.pt" */
+    char *name;         /* "<top>.pt", "<top>.by-id.pt" */
     uint32_t top;       /* plain node of the top-level directory, 0 for `@all` */
+    bool by_id;         /* an optimizer state_dict in torch.optim's form (ckpt_torchsave) */
     ckpt_status status; /* of the build */
     char *error;        /* its message when it failed */
     ckpt_torchsave *ts;

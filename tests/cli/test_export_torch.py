@@ -272,3 +272,63 @@ def test_failures_leave_nothing(tmp_path):
     r = export("--format", "onnx", ckpt, tmp_path / "x.pt")
     assert r.returncode == 2 and b"--format" in r.stderr
     assert not list(tmp_path.iterdir())
+
+
+def module_of(sd):
+    """A plain module whose parameters are sd's keys (dotted FQNs), in sd's order."""
+    module = torch.nn.Module()
+    for k, t in sd.items():
+        parent = module
+        *pre, last = k.split(".")
+        for el in pre:
+            if not hasattr(parent, el):
+                parent.add_module(el, torch.nn.Module())
+            parent = getattr(parent, el)
+        parent.register_parameter(last, torch.nn.Parameter(t.clone()))
+    return module
+
+
+def test_by_id_loads_into_a_plain_optimizer(tmp_path):
+    """--by-id: torch.optim's own form of the FSDP2 run's FQN-keyed AdamW state; a plain
+    AdamW over the model's parameters loads it, and its next step equals the one torch takes
+    after its own conversion (set_state_dict from the FQN-keyed state)."""
+    from torch.distributed.checkpoint.state_dict import set_state_dict
+    fx = FIXTURES / "fsdp2_ws4"
+    want = torch_reading(fx / "ckpt", tmp_path)
+    out = tmp_path / "optim.by-id.pt"
+    r = export("-q", "--by-id", "--keys", "optim", fx / "ckpt", out)
+    assert r.returncode == 0, r.stderr
+    byid = torch.load(out, weights_only=True, mmap=True)
+    fqns = want["optim"]["param_groups"][0]["params"]
+    assert byid["param_groups"][0]["params"] == list(range(len(fqns)))
+    assert list(byid["state"]) == sorted(byid["state"])
+    for i, fqn in enumerate(fqns):
+        if fqn in want["optim"]["state"]:
+            assert not diff(want["optim"]["state"][fqn], byid["state"][i], fqn)
+    ours = module_of(want["model"])
+    theirs = module_of(want["model"])
+    assert [n for n, _ in ours.named_parameters()] == fqns
+    opt_ours = torch.optim.AdamW(ours.parameters())
+    opt_ours.load_state_dict(byid)
+    opt_theirs = torch.optim.AdamW(theirs.parameters())
+    set_state_dict(theirs, opt_theirs, model_state_dict=want["model"],
+                   optim_state_dict=want["optim"])
+    a, b = opt_ours.state_dict(), opt_theirs.state_dict()
+    assert a["param_groups"] == b["param_groups"]
+    assert not diff({k: dict(sorted(v.items())) for k, v in b["state"].items()},
+                    {k: dict(sorted(v.items())) for k, v in a["state"].items()})
+    g = torch.Generator().manual_seed(5)
+    for _ in range(2):
+        for p, q in zip(ours.parameters(), theirs.parameters()):
+            p.grad = torch.randn(p.shape, generator=g)
+            q.grad = p.grad.clone()
+        opt_ours.step()
+        opt_theirs.step()
+    for (n, p), q in zip(ours.named_parameters(), theirs.parameters()):
+        assert tbytes(p.detach()) == tbytes(q.detach()), n
+    # not an optimizer state_dict: refused, naming what is missing
+    r = export("--by-id", "--keys", "model", fx / "ckpt", tmp_path / "m.pt")
+    assert r.returncode == 1 and b"no param_groups list" in r.stderr, r.stderr
+    r = export("--by-id", "--format", "safetensors", fx / "ckpt", tmp_path / "m.pt")
+    assert r.returncode == 2
+    assert not (tmp_path / "m.pt").exists()

@@ -6,8 +6,9 @@ tensors), bit for bit, nested dicts, lists and the optimizer state included, and
 `.torch/<top>.pt` equals that top-level value; torch's own record-offset arithmetic agrees
 with the layout; the view's bytes are `ckpt export --format torch`'s except the CRC-32 fields
 of the tensor records (0 in the view), also under concurrent unaligned preads; a value left
-out is named in the log; a 4 GiB tensor (a sparse safetensors file) gives a Zip64 archive
-that torch maps.
+out is named in the log; an optimizer state_dict keyed by FQN also shows as
+`<top>.by-id.pt` (torch.optim's form, as `ckpt export --by-id`), which a plain optimizer
+loads; a 4 GiB tensor (a sparse safetensors file) gives a Zip64 archive that torch maps.
 
 Environment: CKPTFS_BIN, CKPT_BIN (the built daemon and CLI); CKPT_FIXTURES /
 CKPT_FIXTURES_DEFAULT.
@@ -82,7 +83,9 @@ def test_views_load_as_torch_reads_the_checkpoint(mounted, monkeypatch):
     tdir = m.dir / ".torch"
     names = sorted(p.name for p in tdir.iterdir())
     tops = sorted(p.name for p in m.dir.iterdir() if p.is_dir() and not p.name.startswith("."))
-    assert names == sorted(["@all.pt"] + [t + ".pt" for t in tops])
+    optims = [t for t in tops if (m.dir / t / "param_groups").is_dir()]
+    assert names == sorted(["@all.pt"] + [t + ".pt" for t in tops] +
+                           [t + ".by-id.pt" for t in optims])
     got = load_checked(tdir / "@all.pt", monkeypatch)
     skipped = {"cfg"} if fixture.name == "noflatten_per_item" else set()
     if want is not None:
@@ -112,6 +115,41 @@ def test_optimizer_state_keeps_its_shape(mounted):
     for fqn, st in optim["state"].items():
         assert set(st) == {"step", "exp_avg", "exp_avg_sq"}, fqn
         assert st["exp_avg"].shape == want["model"][fqn].shape
+
+
+def test_by_id_view_is_torch_optims_form(mounted, monkeypatch):
+    """`.torch/<top>.by-id.pt` for an FQN-keyed optimizer state_dict: the bytes of `ckpt
+    export --by-id --keys <top>` (tensor CRCs aside), ids in param_groups order, loaded by a
+    plain optimizer over parameters in that order."""
+    m, fixture, want, tmp = mounted
+    tops = [p.name[:-len(".by-id.pt")] for p in (m.dir / ".torch").iterdir()
+            if p.name.endswith(".by-id.pt")]
+    if not tops:
+        pytest.skip("no optimizer state_dict here")
+    for top in tops:
+        out = tmp / f"{top}.by-id.pt"
+        r = subprocess.run([CKPT, "export", "-q", "--by-id", "--keys", top,
+                            str(fixture / "ckpt"), str(out)], capture_output=True)
+        assert r.returncode == 0, r.stderr
+        f = m.dir / ".torch" / f"{top}.by-id.pt"
+        assert f.read_bytes() == view_bytes_of(out.read_bytes())
+        sd = load_checked(f, monkeypatch)
+        fqns = [p for g in want[top]["param_groups"] for p in g["params"]] if want else None
+        ids = [i for g in sd["param_groups"] for i in g["params"]]
+        assert ids == list(range(len(ids)))
+        if fqns is None:
+            continue
+        assert len(fqns) == len(ids)
+        assert list(sd) == ["state", "param_groups"]
+        for i, fqn in enumerate(fqns):
+            if fqn in want[top].get("state", {}):
+                assert not diff(want[top]["state"][fqn], sd["state"][i], fqn)
+        params = [torch.nn.Parameter(torch.zeros_like(sd["state"][i]["exp_avg"]))
+                  if i in sd["state"] else torch.nn.Parameter(torch.zeros(1)) for i in ids]
+        opt = torch.optim.AdamW(params)
+        opt.load_state_dict(sd)
+        for mine, saved in zip(opt.state_dict()["param_groups"], sd["param_groups"]):
+            assert {k: mine[k] for k in saved} == saved
 
 
 def test_view_bytes_are_the_exports(mounted):

@@ -32,11 +32,16 @@ void cmd_export_help(FILE *out) {
           "int, float, str, bytes, tuples, lists, dicts, sets); with --keys PATH the value\n"
           "at PATH (`--keys model` a model's state_dict).  Values torch.load(weights_only=\n"
           "True) refuses or that are objects of other classes are left out with a warning.\n"
-          "OUT `-` writes to standard output.\n"
+          "OUT `-` writes to standard output.  With --by-id (implies --format torch), the\n"
+          "optimizer state_dict at --keys PATH, keyed by parameter FQN as DCP saves it, in\n"
+          "the form torch.optim.Optimizer.load_state_dict takes: parameters numbered in\n"
+          "param_groups order (`opt.load_state_dict(torch.load(OUT))` for a plain\n"
+          "optimizer over the model's parameters in that order).\n"
           "\n"
           "Options:\n"
           "      --format F      safetensors (default) or torch\n"
           "      --keys PATH     export only the subtree PATH (a tree path or directory)\n"
+          "      --by-id         the optimizer state at PATH with parameter ids (torch)\n"
           "      --dtype T       cast floating tensors (float64/32/16, bfloat16) to T: bf16,\n"
           "                      fp16 or fp32 (rounding as torch's .to(T)); others unchanged\n"
           "                      (safetensors only)\n"
@@ -45,10 +50,11 @@ void cmd_export_help(FILE *out) {
           out);
 }
 
-enum { OPT_KEYS = 1, OPT_DTYPE, OPT_QUIET, OPT_FORMAT };
+enum { OPT_KEYS = 1, OPT_DTYPE, OPT_QUIET, OPT_FORMAT, OPT_BY_ID };
 static const cli_opt export_opts[] = {
     {"keys", 0, true, OPT_KEYS},
     {"format", 0, true, OPT_FORMAT},
+    {"by-id", 0, false, OPT_BY_ID},
     {"dtype", 0, true, OPT_DTYPE},
     {"quiet", 'q', false, OPT_QUIET},
 };
@@ -203,8 +209,8 @@ static bool close_out(int fd, const char *tmp, const char *out, bool ok) {
 }
 
 static int export_torch(ckpt_reader *r, const char *dir, const char *out, const char *keys,
-                        bool quiet) {
-    ckpt_torchsave_options o = {.under = keys};
+                        bool by_id, bool quiet) {
+    ckpt_torchsave_options o = {.under = keys, .by_id = by_id};
     ckpt_torchsave *t = NULL;
     ckpt_error err = {0};
     if (ckpt_torchsave_create(r, &o, &t, &err) != CKPT_OK) {
@@ -258,7 +264,7 @@ int cmd_export(int argc, char **argv) {
     cli_parser_init(&p, "export", argc, argv);
     const char *dir = NULL, *out = NULL, *keys = "", *arg;
     ckpt_dtype cast = CKPT_DTYPE_INVALID;
-    bool quiet = false;
+    bool quiet = false, by_id = false;
     const char *format = NULL;
     for (int id;
          (id = cli_next(&p, export_opts, sizeof export_opts / sizeof *export_opts, &arg));) {
@@ -283,6 +289,7 @@ int cmd_export(int argc, char **argv) {
                 return cli_usage_error("export", "--dtype wants bf16, fp16 or fp32, not '%s'", arg);
             break;
         case OPT_QUIET: quiet = true; break;
+        case OPT_BY_ID: by_id = true; break;
         case OPT_FORMAT:
             if (strcmp(arg, "torch") != 0 && strcmp(arg, "safetensors") != 0)
                 return cli_usage_error("export", "--format wants safetensors or torch, not '%s'",
@@ -292,6 +299,9 @@ int cmd_export(int argc, char **argv) {
         }
     }
     if (!dir || !out) return cli_usage_error("export", "usage: ckpt export DIR OUT.safetensors");
+    if (by_id && format && strcmp(format, "torch") != 0)
+        return cli_usage_error("export", "--by-id writes --format torch");
+    if (by_id) format = "torch";
     if (!format) {
         size_t ol = strlen(out);
         bool pt = (ol > 3 && strcmp(out + ol - 3, ".pt") == 0) ||
@@ -306,7 +316,7 @@ int cmd_export(int argc, char **argv) {
     ckpt_reader *r = cli_open(dir);
     if (!r) return CLI_EXIT_FAIL;
     if (torch) {
-        int rc = export_torch(r, dir, out, keys, quiet);
+        int rc = export_torch(r, dir, out, keys, by_id, quiet);
         ckpt_reader_free(r);
         return rc;
     }
