@@ -263,6 +263,21 @@ def test_stdout_and_format_by_suffix(tmp_path):
     assert (tmp_path / "e.safetensors").read_bytes()[8:9] == b"{"
 
 
+def test_full_disk_names_the_output_file(tmp_path):
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8k", "tmpfs", str(disk)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    try:
+        r = export("--format", "torch", FIXTURES / "fsdp2_ws4" / "ckpt", disk / "all.pt")
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert b"all.pt" in r.stderr and b"No space left on device" in r.stderr, r.stderr
+        assert not list(disk.iterdir())
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
 def test_failures_leave_nothing(tmp_path):
     ckpt = FIXTURES / "fsdp2_ws1" / "ckpt"
     r = export("--format", "torch", "--keys", "no/such", ckpt, tmp_path / "x.pt")

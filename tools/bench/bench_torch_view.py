@@ -23,13 +23,14 @@ built the model (and optimizer) before its clock starts:
   cp:      cp .torch/@all.pt to --export-dir through a fresh mount (the daemon's peak RSS,
            VmHWM) vs dcp_to_torch_save alone (the process's peak RSS)
 
-Best wall time of --runs (interleaved); each process's peak RSS (ru_maxrss); a digest of the
-model's parameters (and the optimizer's state) after each load, which must agree."""
+Every load ends by reading one element per 4 KiB page of every parameter and state tensor
+(an optimizer's load_state_dict keeps a memory-mapped tensor as it is, unread).  Best wall
+time of --runs (interleaved); each process's peak RSS (VmHWM); a digest of the model's
+parameters (and the optimizer's state) after each load, which must agree."""
 
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -76,6 +77,26 @@ def digest(model, opt=None):
     return h.hexdigest()[:16]
 
 
+def touch(model, opt):
+    """Reads one element of every 4 KiB of every parameter and optimizer state tensor: an
+    optimizer's load_state_dict keeps a tensor of the right dtype and device as it is, so a
+    memory-mapped one would otherwise not be read until the first step."""
+    ts = list(model.state_dict().values())
+    if opt is not None:
+        ts += [v for st in opt.state_dict()["state"].values() for v in st.values()]
+    for t in ts:
+        if t.numel():
+            t.reshape(-1)[::4096 // t.element_size()].sum()
+
+
+def peak_rss_mib(pid="self"):
+    """VmHWM (reset by exec, unlike ru_maxrss, which a child inherits from its parent)."""
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def child(a):
     import torch
     import torch.distributed.checkpoint as dcp
@@ -109,12 +130,13 @@ def child(a):
             sd = {"model": msd, "optim": osd}
             dcp.load(sd, checkpoint_id=a.ckpt, no_dist=True)
         set_state_dict(model, opt, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
+    touch(model, opt)
     seconds = time.perf_counter() - t0
     del sd
     if out.exists():
         out.unlink()
     print(json.dumps({"seconds": seconds,
-                      "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                      "maxrss_mib": peak_rss_mib(),
                       "digest": digest(model, opt)}))
 
 
@@ -132,10 +154,7 @@ class Mount:
             time.sleep(0.02)
 
     def peak_rss_mib(self):
-        for line in open(f"/proc/{self.proc.pid}/status"):
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-        return float("nan")
+        return peak_rss_mib(self.proc.pid)
 
     def close(self):
         subprocess.run(["fusermount3", "-u", str(self.dir)], check=True)
@@ -213,13 +232,15 @@ def main():
             m.close()
             dst.unlink(missing_ok=True)
         p = subprocess.run([sys.executable, "-c",
-                            "import sys, time, resource, os\n"
+                            "import sys, time, os\n"
                             "from torch.distributed.checkpoint.format_utils import "
                             "dcp_to_torch_save\n"
                             "t = time.perf_counter()\n"
                             "dcp_to_torch_save(sys.argv[1], sys.argv[2])\n"
-                            "print(time.perf_counter() - t, resource.getrusage("
-                            "resource.RUSAGE_SELF).ru_maxrss / 1024)\n"
+                            "t = time.perf_counter() - t\n"
+                            "hwm = [l for l in open('/proc/self/status') if "
+                            "l.startswith('VmHWM:')][0].split()[1]\n"
+                            "print(t, int(hwm) / 1024)\n"
                             "os.unlink(sys.argv[2])",
                             str(a.ckpt), str(dst)], capture_output=True, text=True, check=True)
         t_conv, rss_conv = map(float, p.stdout.split())

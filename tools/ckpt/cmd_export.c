@@ -167,11 +167,15 @@ typedef struct torch_sink {
     int fd;
     uint64_t done, total;
     cli_progress *prog;
+    int write_errno; /* the write that failed, else 0 */
 } torch_sink;
 
 static bool torch_write(void *ctx, const void *buf, size_t len) {
     torch_sink *s = ctx;
-    if (!cli_write_all(s->fd, buf, len)) return false;
+    if (!cli_write_all(s->fd, buf, len)) {
+        s->write_errno = errno ? errno : EIO;
+        return false;
+    }
     s->done += len;
     cli_progress_fn(s->prog, s->done, s->total);
     return true;
@@ -238,9 +242,9 @@ static int export_torch(ckpt_reader *r, const char *dir, const char *out, const 
     bool ok = ckpt_torchsave_write(t, BLOCK, torch_write, &ts, &err) == CKPT_OK;
     cli_progress_end(&prog);
     if (!ok) {
-        if (err.code == CKPT_E_IO && ts.done < ts.total && errno)
+        if (ts.write_errno)
             cli_error("error writing to %s: %s", tmp[0] ? tmp : "standard output",
-                      strerror(errno));
+                      strerror(ts.write_errno));
         else
             cli_error("%s", err.message);
     }
