@@ -290,18 +290,21 @@ ckpt_status ckpt_save_leftovers(const char *parent, ckpt_save_leftover_fn fn, vo
  * size and the place of every byte are known before any tensor is read, so any byte range
  * can be produced on demand (the mount's `.torch/` view) or the whole file streamed in order
  * (`ckpt export --format torch`), in memory proportional to the number of entries (the
- * pickle and a record table), never to the tensor bytes.
+ * pickle and a record table), never to the entries' tensor bytes.
  *
  * The archive holds the nested state_dict that torch.distributed.checkpoint's own
  * conversion (dcp_to_torch_save) rebuilds from the same checkpoint: path elements become
  * nested dict keys, int elements list positions (lists padded with None, as DCP's
  * set_element does), in `state_dict_metadata` order.  Tensors are C-contiguous CPU tensors
  * of their own storages (records data/0, data/1 ... in pickle order, each 64-byte aligned);
- * non-tensor values are pickled again as plain data.  Left out (ckpt_torchsave_skipped
- * says which and why): tensors with a metadata defect, values that torch.load(weights_only=
- * True) refuses or that are not plain data (objects of other classes, embedded tensors, a
- * frozenset, empty bytes, ints of 256 bytes or more), and entries whose path conflicts with
- * an earlier one (a value where a container is, a str key under a list).
+ * non-tensor values are pickled again as plain data, the tensors inside them (a value saved
+ * whole, not flattened) as storages of their own, read into memory when the archive is laid
+ * out (64 MiB of them at most per archive).  Left out (ckpt_torchsave_skipped says which and
+ * why): tensors with a metadata defect, values that torch.load(weights_only=True) refuses or
+ * that are not plain data (objects of other classes, a frozenset, empty bytes, ints of 256
+ * bytes or more, a tensor as a dict key, embedded tensors past the budget), and entries
+ * whose path conflicts with an earlier one (a value where a container is, a str key under a
+ * list).
  *
  * Records: data.pkl, .format_version, .storage_alignment, byteorder, data/<N>..., version,
  * .data/serialization_id (derived from the content, so the same entries give the same

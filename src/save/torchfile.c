@@ -26,6 +26,9 @@ typedef unsigned long long ull;
 #define TS_MAX_LIST_INDEX (1u << 24)
 /* weights_only knows LONG1 only: ints of fewer than 256 bytes (decimal digits, safely). */
 #define TS_MAX_BIGINT_DIGITS 600u
+/* Tensors inside non-tensor values are kept in memory (read when the archive is laid out):
+ * at most this many bytes of them per archive; a value over the budget is left out. */
+#define TS_MAX_EMBEDDED ((uint64_t)64 << 20)
 
 /* ------------------------------------------------------------------ records */
 
@@ -42,8 +45,9 @@ typedef struct ts_rec {
     uint64_t cdo;         /* central directory entry offset */
     const ckpt_entry *e;  /* tensor records: data/<key> */
     const uint8_t *mem;   /* small records */
-    uint32_t crc;         /* small records: the real one; tensors: 0 */
-    uint32_t key;         /* tensors: the storage key; small: index in small_names */
+    uint32_t crc;         /* small records: the real one; storages: 0 */
+    uint32_t key;         /* storages: the key; small: index in small_names */
+    bool storage;         /* data/<key>: an entry's tensor (e), or an embedded one (mem) */
 } ts_rec;
 
 typedef struct ts_skip {
@@ -64,6 +68,9 @@ struct ckpt_torchsave {
     uint64_t cd_off, cd_size, size;
     ts_skip *skips;
     size_t nskips, skips_cap;
+    uint8_t **owned; /* the bytes of embedded tensors */
+    size_t nowned;
+    uint64_t embedded_bytes;
 };
 
 static size_t rec_name(const ts_rec *r, bool tensor, char *out) {
@@ -72,7 +79,7 @@ static size_t rec_name(const ts_rec *r, bool tensor, char *out) {
     return (size_t)n;
 }
 
-static bool rec_is_tensor(const ts_rec *r) { return r->e != NULL; }
+static bool rec_is_tensor(const ts_rec *r) { return r->storage; }
 
 /* ------------------------------------------------------------------ the container tree */
 
@@ -89,7 +96,8 @@ typedef struct tnode {
     uint32_t *kids; /* dict: insertion order; list: by position (NONE_KID = None) */
     uint32_t nkids, cap;
     const ckpt_entry *e;
-    ckpt_save_value *v;
+    ckpt_save_value *v; /* N_VALUE: a value without tensors */
+    ckpt_object *o;     /* N_VALUE: a value holding tensors (v NULL) */
 } tnode;
 
 typedef struct builder {
@@ -251,6 +259,7 @@ static void builder_release(builder *b) {
     for (uint32_t i = 0; i < b->n; i++) {
         free(b->nodes[i].kids);
         ckpt_save_value_free(b->nodes[i].v);
+        ckpt_object_free(b->nodes[i].o);
     }
     free(b->nodes);
     ckpt_htab_release(&b->by_key);
@@ -275,8 +284,15 @@ static ckpt_status skip(ckpt_torchsave *t, const ckpt_entry *e, const char *fmt,
     return CKPT_OK;
 }
 
-/* What torch.load(weights_only=True) refuses in a value the saver can pickle, or NULL. */
-static const char *weights_only_refuses(const ckpt_value *v, unsigned depth) {
+typedef struct value_scan {
+    uint64_t tensor_bytes; /* of the tensors it holds */
+    size_t ntensors;
+} value_scan;
+
+/* What torch.load(weights_only=True) refuses in a value (or what this writer cannot write
+ * again), or NULL; counts the tensors it holds.  `hashed`: inside a dict key or a set. */
+static const char *weights_only_refuses(const ckpt_value *v, unsigned depth, bool hashed,
+                                        value_scan *sc) {
     if (depth > 10000) return "nesting too deep";
     size_t len = 0;
     switch (ckpt_value_type_of(v)) {
@@ -287,20 +303,37 @@ static const char *weights_only_refuses(const ckpt_value *v, unsigned depth) {
         const char *s = ckpt_value_str(v, NULL);
         return s && strlen(s) > TS_MAX_BIGINT_DIGITS ? "an int of 256 bytes or more" : NULL;
     }
+    case CKPT_VALUE_TENSOR: {
+        if (hashed) return "a tensor as a dict key or in a set";
+        size_t isz = ckpt_dtype_itemsize(ckpt_value_tensor_dtype(v));
+        if (!isz) return "a tensor of an unknown dtype";
+        uint64_t n = isz;
+        const int64_t *shape = ckpt_value_tensor_shape(v);
+        for (int d = 0; d < ckpt_value_tensor_ndim(v); d++) {
+            if (shape[d] < 0 || (shape[d] && n > TS_MAX_EMBEDDED / (uint64_t)shape[d]))
+                return "a tensor larger than the 64 MiB kept in memory";
+            n *= (uint64_t)shape[d];
+        }
+        sc->tensor_bytes += n;
+        sc->ntensors++;
+        return NULL;
+    }
+    case CKPT_VALUE_OBJECT: return "an object of another class";
     case CKPT_VALUE_SET:
         if (ckpt_value_set_frozen(v)) return "a frozenset";
+        hashed = true;
         /* fall through */
     case CKPT_VALUE_LIST:
     case CKPT_VALUE_TUPLE:
         for (size_t i = 0; i < ckpt_value_len(v); i++) {
-            const char *w = weights_only_refuses(ckpt_value_item(v, i), depth + 1);
+            const char *w = weights_only_refuses(ckpt_value_item(v, i), depth + 1, hashed, sc);
             if (w) return w;
         }
         return NULL;
     case CKPT_VALUE_DICT:
         for (size_t i = 0; i < ckpt_value_len(v); i++) {
-            const char *w = weights_only_refuses(ckpt_value_dict_key(v, i), depth + 1);
-            if (!w) w = weights_only_refuses(ckpt_value_dict_val(v, i), depth + 1);
+            const char *w = weights_only_refuses(ckpt_value_dict_key(v, i), depth + 1, true, sc);
+            if (!w) w = weights_only_refuses(ckpt_value_dict_val(v, i), depth + 1, hashed, sc);
             if (w) return w;
         }
         return NULL;
@@ -308,32 +341,43 @@ static const char *weights_only_refuses(const ckpt_value *v, unsigned depth) {
     }
 }
 
-/* The entry's value as a saver value, or NULL with the entry recorded as left out (*st says
- * whether something worse happened). */
-static ckpt_save_value *load_value(ckpt_torchsave *t, const ckpt_entry *e, ckpt_status *st,
-                                   ckpt_error *err) {
+/* The entry's value: a saver value (*v), or, when it holds tensors, the loaded object (*o),
+ * or neither, with the entry recorded as left out (*st says whether something worse
+ * happened). */
+static void load_value(ckpt_torchsave *t, const ckpt_entry *e, ckpt_save_value **v,
+                       ckpt_object **o, ckpt_status *st, ckpt_error *err) {
     *st = CKPT_OK;
-    ckpt_object *o = NULL;
+    *v = NULL;
+    *o = NULL;
+    ckpt_object *obj = NULL;
     ckpt_error lerr = {0};
-    ckpt_status s = ckpt_object_load(t->r, e, &o, &lerr);
+    ckpt_status s = ckpt_object_load(t->r, e, &obj, &lerr);
     if (s == CKPT_E_IO || s == CKPT_E_NOMEM) {
         if (err) *err = lerr;
         *st = s;
-        return NULL;
+        return;
     }
     if (s != CKPT_OK) {
         *st = skip(t, e, "cannot be decoded: %s", lerr.message, err);
-        return NULL;
+        return;
     }
-    const char *why = weights_only_refuses(ckpt_object_root(o), 0);
-    ckpt_save_value *v = NULL;
+    value_scan sc = {0};
+    const char *why = weights_only_refuses(ckpt_object_root(obj), 0, false, &sc);
+    if (!why && sc.ntensors) {
+        if (sc.tensor_bytes > TS_MAX_EMBEDDED - t->embedded_bytes) {
+            why = "tensors beyond the 64 MiB of embedded tensors kept in memory";
+        } else {
+            t->embedded_bytes += sc.tensor_bytes;
+            *o = obj;
+            return;
+        }
+    }
     if (!why) {
-        v = ckpt_save_value_from(ckpt_object_root(o), &why);
-        if (!v && !why) why = "a dict key repeats (or out of memory)";
+        *v = ckpt_save_value_from(ckpt_object_root(obj), &why);
+        if (!*v && !why) why = "a dict key repeats (or out of memory)";
     }
-    ckpt_object_free(o);
-    if (!v) *st = skip(t, e, "the value holds %s", why, err);
-    return v;
+    ckpt_object_free(obj);
+    if (!*v) *st = skip(t, e, "the value holds %s", why, err);
 }
 
 /* Path elements of e after the first k (its flat key as the one element when it has no
@@ -549,9 +593,122 @@ typedef struct pickler {
     pkw w;
     builder *b;
     ckpt_torchsave *t;
-    ts_rec *tensors; /* in pickle order */
-    size_t ntensors;
+    ts_rec *tensors; /* storages in pickle order */
+    size_t ntensors, cap;
+    ckpt_status st; /* the first failure (embedded tensors: reading, memory) */
+    ckpt_error *err;
 } pickler;
+
+/* The next storage record (data/<key>, key = its index); NULL when out of memory. */
+static ts_rec *new_storage(pickler *p, char key[24]) {
+    if (p->ntensors == p->cap) {
+        size_t cap = p->cap ? p->cap * 2 : 64;
+        ts_rec *m = realloc(p->tensors, cap * sizeof *m);
+        if (!m) return NULL;
+        p->tensors = m;
+        p->cap = cap;
+    }
+    snprintf(key, 24, "%zu", p->ntensors);
+    ts_rec *r = &p->tensors[p->ntensors];
+    *r = (ts_rec){.storage = true, .key = (uint32_t)p->ntensors};
+    p->ntensors++;
+    return r;
+}
+
+static bool holds_tensor(const ckpt_value *v) {
+    switch (ckpt_value_type_of(v)) {
+    case CKPT_VALUE_TENSOR: return true;
+    case CKPT_VALUE_LIST:
+    case CKPT_VALUE_TUPLE:
+        for (size_t i = 0; i < ckpt_value_len(v); i++)
+            if (holds_tensor(ckpt_value_item(v, i))) return true;
+        return false;
+    case CKPT_VALUE_DICT:
+        for (size_t i = 0; i < ckpt_value_len(v); i++)
+            if (holds_tensor(ckpt_value_dict_val(v, i))) return true;
+        return false;
+    default: return false;
+    }
+}
+
+/* A plain value (no tensor in it) through the saver's value pickler. */
+static void pickle_plain(pickler *p, const ckpt_value *v) {
+    const char *why = NULL;
+    ckpt_save_value *sv = ckpt_save_value_from(v, &why);
+    if (!sv) {
+        if (p->st == CKPT_OK)
+            p->st = ckpt_fail(p->err, why ? CKPT_E_UNSUPPORTED : CKPT_E_NOMEM,
+                              "a value could not be pickled again: %s", why ? why : "no memory");
+        pkw_none(&p->w);
+        return;
+    }
+    save_value_pickle(&p->w, sv);
+    ckpt_save_value_free(sv);
+}
+
+/* A value holding tensors (checked by weights_only_refuses): containers as Python pickles
+ * them (save_value_pickle's opcodes), tensors as their own storages, read now. */
+static void pickle_embedded(pickler *p, const ckpt_value *v) {
+    if (!holds_tensor(v)) {
+        pickle_plain(p, v);
+        return;
+    }
+    size_t n = ckpt_value_len(v);
+    switch (ckpt_value_type_of(v)) {
+    case CKPT_VALUE_TENSOR: {
+        ckpt_dtype dt = ckpt_value_tensor_dtype(v);
+        int nd = ckpt_value_tensor_ndim(v);
+        const int64_t *shape = ckpt_value_tensor_shape(v);
+        uint64_t bytes = ckpt_dtype_itemsize(dt);
+        for (int d = 0; d < nd; d++)
+            bytes *= (uint64_t)shape[d];
+        char key[24];
+        ts_rec *r = new_storage(p, key);
+        uint8_t *data = malloc(bytes ? (size_t)bytes : 1);
+        uint8_t **owned = realloc(p->t->owned, (p->t->nowned + 1) * sizeof *owned);
+        if (owned) p->t->owned = owned;
+        if (!r || !data || !owned) {
+            free(data);
+            if (p->st == CKPT_OK) p->st = ckpt_fail(p->err, CKPT_E_NOMEM, "out of memory");
+            return;
+        }
+        p->t->owned[p->t->nowned++] = data;
+        if (p->st == CKPT_OK)
+            p->st = ckpt_value_tensor_read(v, data, (size_t)bytes, p->err);
+        r->mem = data;
+        r->size = bytes;
+        save_pickle_tensor(&p->w, dt, nd, shape, key);
+        return;
+    }
+    case CKPT_VALUE_LIST:
+        pkw_op(&p->w, PKO_EMPTY_LIST);
+        pkw_memoize(&p->w);
+        for (size_t i = 0; i < n; i++) {
+            pkw_batch_item_begin(&p->w, i, n);
+            pickle_embedded(p, ckpt_value_item(v, i));
+            pkw_batch_item_end(&p->w, i, n, false);
+        }
+        return;
+    case CKPT_VALUE_TUPLE:
+        pkw_tuple_begin(&p->w, n);
+        for (size_t i = 0; i < n; i++)
+            pickle_embedded(p, ckpt_value_item(v, i));
+        pkw_tuple_end(&p->w, n);
+        pkw_memoize(&p->w);
+        return;
+    case CKPT_VALUE_DICT:
+        pkw_op(&p->w, PKO_EMPTY_DICT);
+        pkw_memoize(&p->w);
+        for (size_t i = 0; i < n; i++) {
+            pkw_batch_item_begin(&p->w, i, n);
+            pickle_plain(p, ckpt_value_dict_key(v, i));
+            pickle_embedded(p, ckpt_value_dict_val(v, i));
+            pkw_batch_item_end(&p->w, i, n, true);
+        }
+        return;
+    default: pickle_plain(p, v); return;
+    }
+}
 
 static void pickle_node(pickler *p, uint32_t at, unsigned depth);
 
@@ -586,14 +743,23 @@ static void pickle_node(pickler *p, uint32_t at, unsigned depth) {
     case N_TENSOR: {
         const ckpt_entry *e = n->e;
         char key[24];
-        snprintf(key, sizeof key, "%zu", p->ntensors);
+        ts_rec *r = new_storage(p, key);
+        if (!r) {
+            if (p->st == CKPT_OK) p->st = ckpt_fail(p->err, CKPT_E_NOMEM, "out of memory");
+            return;
+        }
+        r->e = e;
+        r->size = ckpt_entry_nbytes(e);
         save_pickle_tensor(&p->w, ckpt_entry_dtype(e), ckpt_entry_ndim(e), ckpt_entry_shape(e),
                            key);
-        size_t idx = p->ntensors++;
-        p->tensors[idx] = (ts_rec){.e = e, .size = ckpt_entry_nbytes(e), .key = (uint32_t)idx};
         return;
     }
-    case N_VALUE: save_value_pickle(&p->w, n->v); return;
+    case N_VALUE:
+        if (n->v)
+            save_value_pickle(&p->w, n->v);
+        else
+            pickle_embedded(p, ckpt_object_root(n->o));
+        return;
     }
 }
 
@@ -620,13 +786,14 @@ static ckpt_status lay_out(ckpt_torchsave *t, ts_rec *tensors, size_t ntensors,
         t->recs[k++] = (ts_rec){.mem = small[i].p, .size = small[i].n, .key = (uint32_t)i};
     for (size_t i = 0; i < ntensors; i++)
         t->recs[k++] = tensors[i];
+    t->ntensors = ntensors;
     for (int i = REC_VERSION; i < NSMALL; i++)
         t->recs[k++] = (ts_rec){.mem = small[i].p, .size = small[i].n, .key = (uint32_t)i};
     uint64_t cursor = 0;
     char name[ZW_NAME_MAX + 1];
     for (size_t i = 0; i < t->nrecs; i++) {
         ts_rec *r = &t->recs[i];
-        if (r->mem) r->crc = save_crc32(0, r->mem, (size_t)r->size);
+        if (!r->storage) r->crc = save_crc32(0, r->mem, (size_t)r->size);
         size_t nl = rec_name(r, rec_is_tensor(r), name);
         r->lho = cursor;
         r->data = cursor + zw_local_header(NULL, name, nl, cursor, r->size);
@@ -667,7 +834,6 @@ ckpt_status ckpt_torchsave_create(ckpt_reader *r, const ckpt_torchsave_options *
     builder b = {.t = t, .root = UINT32_MAX};
     elem *el = NULL;
     size_t elcap = 0, nsel = 0;
-    ts_rec *tensors = NULL;
     pickler p = {.b = &b, .t = t};
     ckpt_status st = CKPT_OK;
     size_t n = ckpt_reader_num_entries(r);
@@ -693,15 +859,19 @@ ckpt_status ckpt_torchsave_create(ckpt_reader *r, const ckpt_torchsave_options *
             CKPT_TRY_GOTO(st, new_node(&b, N_TENSOR, &leaf, err), done);
             b.nodes[leaf].e = e;
         } else {
-            ckpt_save_value *v = load_value(t, e, &st, err);
+            ckpt_save_value *v;
+            ckpt_object *o;
+            load_value(t, e, &v, &o, &st, err);
             if (st != CKPT_OK) goto done;
-            if (!v) continue;
+            if (!v && !o) continue;
             st = new_node(&b, N_VALUE, &leaf, err);
             if (st != CKPT_OK) {
                 ckpt_save_value_free(v);
+                ckpt_object_free(o);
                 goto done;
             }
             b.nodes[leaf].v = v;
+            b.nodes[leaf].o = o;
             b.nodes[leaf].e = e;
         }
         size_t m;
@@ -713,12 +883,10 @@ ckpt_status ckpt_torchsave_create(ckpt_reader *r, const ckpt_torchsave_options *
             b.nodes[leaf].kind = 0; /* unreachable; its value is freed with the builder */
             continue;
         }
-        if (b.nodes[leaf].kind == N_TENSOR) {
+        if (b.nodes[leaf].kind == N_TENSOR)
             t->ntensors++;
-            t->tensor_bytes += ckpt_entry_nbytes(e);
-        } else {
+        else
             t->nvalues++;
-        }
     }
     if (!nsel) {
         st = ckpt_fail(err, CKPT_E_NOTFOUND, "no entry under '%.*s'", (int)ulen, under);
@@ -727,18 +895,21 @@ ckpt_status ckpt_torchsave_create(ckpt_reader *r, const ckpt_torchsave_options *
     if (b.root == UINT32_MAX) CKPT_TRY_GOTO(st, new_node(&b, N_DICT, &b.root, err), done);
 
     if (opts && opts->by_id) CKPT_TRY_GOTO(st, number_params(&b, under, err), done);
-    tensors = calloc(t->ntensors ? t->ntensors : 1, sizeof *tensors);
-    if (!tensors) {
-        st = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
-        goto done;
-    }
-    p.tensors = tensors;
+    p.err = err;
     pkw_init(&p.w, 2);
     pickle_node(&p, b.root, 0);
+    if (p.st != CKPT_OK) {
+        pkw_release(&p.w);
+        st = p.st;
+        goto done;
+    }
     CKPT_TRY_GOTO(st, pkw_finish(&p.w, &t->pkl, &t->pkl_len, err), done);
-    CKPT_TRY_GOTO(st, lay_out(t, tensors, p.ntensors, err), done);
+    t->tensor_bytes = 0;
+    for (size_t i = 0; i < p.ntensors; i++)
+        t->tensor_bytes += p.tensors[i].size;
+    CKPT_TRY_GOTO(st, lay_out(t, p.tensors, p.ntensors, err), done);
 done:
-    free(tensors);
+    free(p.tensors);
     free(el);
     builder_release(&b);
     if (st != CKPT_OK) {
@@ -756,6 +927,9 @@ void ckpt_torchsave_free(ckpt_torchsave *t) {
     for (size_t i = 0; i < t->nskips; i++)
         free(t->skips[i].why);
     free(t->skips);
+    for (size_t i = 0; i < t->nowned; i++)
+        free(t->owned[i]);
+    free(t->owned);
     free(t);
 }
 
@@ -999,7 +1173,7 @@ ckpt_status ckpt_torchsave_write(const ckpt_torchsave *t, uint64_t block,
     uint8_t *buf = NULL;
     uint64_t max_size = 0;
     for (size_t i = 0; i < t->nrecs; i++)
-        if (rec_is_tensor(&t->recs[i]) && t->recs[i].size > max_size) max_size = t->recs[i].size;
+        if (t->recs[i].e && t->recs[i].size > max_size) max_size = t->recs[i].size;
     size_t bufsize = (size_t)(max_size < block ? max_size : block);
     if (crcs && bufsize) buf = malloc(bufsize);
     if (!crcs || (bufsize && !buf)) {
@@ -1021,6 +1195,7 @@ ckpt_status ckpt_torchsave_write(const ckpt_torchsave *t, uint64_t block,
         CKPT_TRY_GOTO(st, put(&w, hb, hl, err), done);
         uint32_t crc = r->crc;
         if (r->mem) {
+            if (r->storage) crc = save_crc32(0, r->mem, (size_t)r->size);
             CKPT_TRY_GOTO(st, put(&w, r->mem, (size_t)r->size, err), done);
         } else {
             crc = 0;
