@@ -35,19 +35,19 @@ typedef unsigned long long ull;
 /* The small records, as torch writes them (archive.c's common and tail records). */
 enum { REC_PKL, REC_FORMAT, REC_ALIGN, REC_BYTEORDER, REC_VERSION, REC_SERIAL, NSMALL };
 static const char *const small_names[NSMALL] = {
-    "data.pkl", ".format_version", ".storage_alignment", "byteorder", "version",
-    ".data/serialization_id"};
+    "data.pkl",  ".format_version", ".storage_alignment",
+    "byteorder", "version",         ".data/serialization_id"};
 
 typedef struct ts_rec {
     uint64_t lho;  /* local header offset */
     uint64_t data; /* first data byte */
     uint64_t size;
-    uint64_t cdo;         /* central directory entry offset */
-    const ckpt_entry *e;  /* tensor records: data/<key> */
-    const uint8_t *mem;   /* small records */
-    uint32_t crc;         /* small records: the real one; storages: 0 */
-    uint32_t key;         /* storages: the key; small: index in small_names */
-    bool storage;         /* data/<key>: an entry's tensor (e), or an embedded one (mem) */
+    uint64_t cdo;        /* central directory entry offset */
+    const ckpt_entry *e; /* tensor records: data/<key> */
+    const uint8_t *mem;  /* small records */
+    uint32_t crc;        /* small records: the real one; storages: 0 */
+    uint32_t key;        /* storages: the key; small: index in small_names */
+    bool storage;        /* data/<key>: an entry's tensor (e), or an embedded one (mem) */
 } ts_rec;
 
 typedef struct ts_skip {
@@ -169,12 +169,10 @@ static ckpt_status list_extend(builder *b, uint32_t at, int64_t i, ckpt_error *e
 static uint32_t dict_find(const builder *b, uint32_t at, const elem *k) {
     key_probe p = {b, at, k};
     uint64_t v;
-    return ckpt_htab_find(&b->by_key, key_hash(at, k), key_eq, &p, &v) ? (uint32_t)v
-                                                                         : UINT32_MAX;
+    return ckpt_htab_find(&b->by_key, key_hash(at, k), key_eq, &p, &v) ? (uint32_t)v : UINT32_MAX;
 }
 
-static ckpt_status dict_add(builder *b, uint32_t at, const elem *k, uint32_t kid,
-                            ckpt_error *err) {
+static ckpt_status dict_add(builder *b, uint32_t at, const elem *k, uint32_t kid, ckpt_error *err) {
     tnode *n = &b->nodes[kid];
     n->parent = at;
     n->key = k->s;
@@ -344,8 +342,8 @@ static const char *weights_only_refuses(const ckpt_value *v, unsigned depth, boo
 /* The entry's value: a saver value (*v), or, when it holds tensors, the loaded object (*o),
  * or neither, with the entry recorded as left out (*st says whether something worse
  * happened). */
-static void load_value(ckpt_torchsave *t, const ckpt_entry *e, ckpt_save_value **v,
-                       ckpt_object **o, ckpt_status *st, ckpt_error *err) {
+static void load_value(ckpt_torchsave *t, const ckpt_entry *e, ckpt_save_value **v, ckpt_object **o,
+                       ckpt_status *st, ckpt_error *err) {
     *st = CKPT_OK;
     *v = NULL;
     *o = NULL;
@@ -511,8 +509,10 @@ static ckpt_status number_params(builder *b, const char *under, ckpt_error *err)
             const ckpt_value *x = ckpt_value_item(v, k);
             if (ckpt_value_type_of(x) != CKPT_VALUE_STRING) {
                 ckpt_save_value_free(ids);
-                s = not_optim(under, "a params list holding something else than FQNs "
-                                     "(already numbered?)", err);
+                s = not_optim(under,
+                              "a params list holding something else than FQNs "
+                              "(already numbered?)",
+                              err);
                 goto done;
             }
             const char *fqn = ckpt_value_str(x, NULL);
@@ -561,9 +561,8 @@ static ckpt_status number_params(builder *b, const char *under, ckpt_error *err)
             tnode *k = &b->nodes[sn->kids[i]];
             fqn_probe fp = {fqns, k->key, k->key_len};
             uint64_t id;
-            if (k->key_int ||
-                !ckpt_htab_find(&by_fqn, ckpt_hash_bytes(k->key, k->key_len, 0), fqn_eq, &fp,
-                                &id)) {
+            if (k->key_int || !ckpt_htab_find(&by_fqn, ckpt_hash_bytes(k->key, k->key_len, 0),
+                                              fqn_eq, &fp, &id)) {
                 s = ckpt_fail(err, CKPT_E_FORMAT,
                               "'%s': the state of '%.*s' belongs to no param group", under,
                               (int)k->key_len, k->key);
@@ -673,8 +672,7 @@ static void pickle_embedded(pickler *p, const ckpt_value *v) {
             return;
         }
         p->t->owned[p->t->nowned++] = data;
-        if (p->st == CKPT_OK)
-            p->st = ckpt_value_tensor_read(v, data, (size_t)bytes, p->err);
+        if (p->st == CKPT_OK) p->st = ckpt_value_tensor_read(v, data, (size_t)bytes, p->err);
         r->mem = data;
         r->size = bytes;
         save_pickle_tensor(&p->w, dt, nd, shape, key);
@@ -765,8 +763,7 @@ static void pickle_node(pickler *p, uint32_t at, unsigned depth) {
 
 /* ------------------------------------------------------------------ layout */
 
-static ckpt_status lay_out(ckpt_torchsave *t, ts_rec *tensors, size_t ntensors,
-                           ckpt_error *err) {
+static ckpt_status lay_out(ckpt_torchsave *t, ts_rec *tensors, size_t ntensors, ckpt_error *err) {
     static const char fmt[] = "1", align[] = "64", order[] = "little", version[] = "3\n";
     t->nrecs = NSMALL + ntensors;
     t->recs = calloc(t->nrecs, sizeof *t->recs);
@@ -779,8 +776,8 @@ static ckpt_status lay_out(ckpt_torchsave *t, ts_rec *tensors, size_t ntensors,
     struct {
         const void *p;
         size_t n;
-    } small[NSMALL] = {{t->pkl, t->pkl_len}, {fmt, 1},          {align, 2},
-                       {order, 6},           {version, 2},       {t->serial, 40}};
+    } small[NSMALL] = {{t->pkl, t->pkl_len}, {fmt, 1},     {align, 2},
+                       {order, 6},           {version, 2}, {t->serial, 40}};
     size_t k = 0;
     for (int i = 0; i <= REC_BYTEORDER; i++)
         t->recs[k++] = (ts_rec){.mem = small[i].p, .size = small[i].n, .key = (uint32_t)i};
@@ -1044,8 +1041,7 @@ static ckpt_status lin_box(lin *l, uint8_t *dst, uint64_t nbytes, ckpt_error *er
 
 /* Elements [a, b) (a < b) of the sub-box whose dims < d are fixed in l->start/count, into
  * dst: at most 2 * ndim - 1 boxes. */
-static ckpt_status lin_range(lin *l, int d, uint64_t a, uint64_t b, uint8_t *dst,
-                             ckpt_error *err) {
+static ckpt_status lin_range(lin *l, int d, uint64_t a, uint64_t b, uint8_t *dst, ckpt_error *err) {
     if (d == l->ndim) return lin_box(l, dst, l->itemsize, err);
     uint64_t inner = 1;
     for (int k = d + 1; k < l->ndim; k++)

@@ -431,4 +431,3 @@ ckpt_save_value *ckpt_save_value_from(const ckpt_value *v, const char **why) {
     *why = "an unknown kind of value";
     return NULL;
 }
-

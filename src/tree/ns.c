@@ -465,8 +465,8 @@ typedef enum obj_kind {
     O_RAWFILE,
     O_STDIR,
     O_STFILE,
-    O_PTDIR,  /* `.torch` */
-    O_PTFILE, /* `.torch/<top>.pt` */
+    O_PTDIR,     /* `.torch` */
+    O_PTFILE,    /* `.torch/<top>.pt` */
     O_LAYOUTDIR, /* `.layout` */
     O_SPECDIR,   /* `.layout/<spec>` */
 } obj_kind;
@@ -1052,8 +1052,8 @@ ckpt_status ckpt_tree_sources(ckpt_tree *t, ckpt_ino ino, ckpt_tree_source_fn fn
     size_t nfiles = ckpt_reader_num_files(c->r);
     /* the sources' directory (a torch.save file's: the one holding it) */
     const char *src_dir = ckpt_reader_dir(c->r);
-    bool is_dir = o.kind != O_ENTRY && o.kind != O_RAWFILE && o.kind != O_STFILE &&
-                  o.kind != O_PTFILE;
+    bool is_dir =
+        o.kind != O_ENTRY && o.kind != O_RAWFILE && o.kind != O_STFILE && o.kind != O_PTFILE;
     if (is_dir) emit_path(&w, src_dir, NULL);
     int32_t raw_id = o.kind == O_RAWFILE ? c->raw[o.node - 1].file_id : -1;
     /* a data file under .raw draws from itself only; everything else from the metadata */

@@ -29,8 +29,7 @@ static ckpt_status verify_values(tree_ckpt *c, const pt_file *f, ckpt_error *err
 
 static ckpt_status build(tree_ckpt *c, pt_file *f, const ckpt_tree_options *o, ckpt_error *err) {
     CKPT_TRY(verify_values(c, f, err));
-    ckpt_torchsave_options to = {.under = f->top ? c->nodes[f->top].name : "",
-                                 .by_id = f->by_id};
+    ckpt_torchsave_options to = {.under = f->top ? c->nodes[f->top].name : "", .by_id = f->by_id};
     CKPT_TRY(ckpt_torchsave_create(c->r, &to, &f->ts, err));
     for (size_t i = 0; i < ckpt_torchsave_num_skipped(f->ts); i++) {
         const char *why;

@@ -43,8 +43,7 @@ static void zero_tensor_crcs(uint8_t *a, size_t n) {
     for (size_t at = 0; at + 46 <= n; at++) {
         if (le32(a + at) != 0x02014b50u) continue;
         uint16_t nl = le16(a + at + 28);
-        if (at + 46 + nl > n || nl < 13 || memcmp(a + at + 46, "archive/data/", 13) != 0)
-            continue;
+        if (at + 46 + nl > n || nl < 13 || memcmp(a + at + 46, "archive/data/", 13) != 0) continue;
         memset(a + at + 16, 0, 4);
         uint64_t lho = le32(a + at + 42), size = le32(a + at + 20);
         cr_assert_neq(lho, 0xffffffffu); /* small fixtures: no Zip64 fields */
@@ -107,8 +106,7 @@ Test(torchsave_out, stream_and_ranges_agree_on_every_fixture) {
         for (int k = 0; k < 300; k++) {
             uint64_t a = (uint64_t)rand() % out.n;
             size_t len = 1 + (size_t)rand() % 5000;
-            cr_assert_eq(ckpt_torchsave_read(t, a, got, len, &n, &err), CKPT_OK, "%s",
-                         err.message);
+            cr_assert_eq(ckpt_torchsave_read(t, a, got, len, &n, &err), CKPT_OK, "%s", err.message);
             cr_assert_eq(n, a + len > out.n ? out.n - a : len);
             cr_assert_eq(memcmp(got, out.p + a, n), 0, "%s [%llu, +%zu)", names[f],
                          (unsigned long long)a, n);
@@ -194,8 +192,8 @@ Test(torchsave_out, zip_pieces_have_minizs_lengths) {
     cr_assert_eq(zw_descriptor(b, 0, 0, 0), 0);
     cr_assert_eq(zw_descriptor(b, 0, 12, 0x1234), 16);
     cr_assert_eq(le32(b + 4), 0x1234);
-    cr_assert_eq(zw_descriptor(b, 1ull << 32, 12, 0), 24);          /* past 4 GiB */
-    cr_assert_eq(zw_descriptor(b, 0, 0xffffffffull, 0), 24);        /* 4 GiB - 1 and more */
+    cr_assert_eq(zw_descriptor(b, 1ull << 32, 12, 0), 24);   /* past 4 GiB */
+    cr_assert_eq(zw_descriptor(b, 0, 0xffffffffull, 0), 24); /* 4 GiB - 1 and more */
     cr_assert_eq(zw_central(b, nm, nl, 0, 12, 0), 46 + nl);
     cr_assert_eq(zw_central(b, nm, nl, 1ull << 32, 12, 0), 46 + nl + 12);
     cr_assert_eq(le32(b + 42), 0xffffffffu);

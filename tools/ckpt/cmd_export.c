@@ -52,11 +52,8 @@ void cmd_export_help(FILE *out) {
 
 enum { OPT_KEYS = 1, OPT_DTYPE, OPT_QUIET, OPT_FORMAT, OPT_BY_ID };
 static const cli_opt export_opts[] = {
-    {"keys", 0, true, OPT_KEYS},
-    {"format", 0, true, OPT_FORMAT},
-    {"by-id", 0, false, OPT_BY_ID},
-    {"dtype", 0, true, OPT_DTYPE},
-    {"quiet", 'q', false, OPT_QUIET},
+    {"keys", 0, true, OPT_KEYS},   {"format", 0, true, OPT_FORMAT},  {"by-id", 0, false, OPT_BY_ID},
+    {"dtype", 0, true, OPT_DTYPE}, {"quiet", 'q', false, OPT_QUIET},
 };
 
 #define BLOCK ((uint64_t)16 << 20)
@@ -438,7 +435,8 @@ int cmd_export(int argc, char **argv) {
         cli_slice_full(&s, ckpt_entry_ndim(e), ckpt_entry_shape(e));
         sc.from = ckpt_entry_dtype(e);
         sc.to = items[i].out;
-        if (cli_read_blocks(r, e, &s, BLOCK, sink, &sc, tmp[0] ? tmp : "standard output", &err) != CKPT_OK) {
+        if (cli_read_blocks(r, e, &s, BLOCK, sink, &sc, tmp[0] ? tmp : "standard output", &err) !=
+            CKPT_OK) {
             cli_error("%s", err.message);
             ok = false;
         }
