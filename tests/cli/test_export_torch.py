@@ -12,7 +12,6 @@ weights_only refuses left out with a warning; `-` writes the same bytes to stdou
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import subprocess
