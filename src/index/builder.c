@@ -15,12 +15,12 @@ static bool key_eq(const void *ctx, uint64_t v) {
     return strcmp(r->entries[v].key, (const char *)c[1]) == 0;
 }
 
-uint64_t index_key_hash(const char *key) { return ckpt_hash_bytes(key, strlen(key), 0); }
+uint64_t index_key_hash(const char *key) { return ck_hash_bytes(key, strlen(key), 0); }
 
 ckpt_entry *index_find_hashed(ckpt_reader *r, const char *key, uint64_t h) {
     const void *ctx[2] = {r, key};
     uint64_t v;
-    if (ckpt_htab_find(&r->by_key, h, key_eq, ctx, &v)) return &r->entries[v];
+    if (ck_htab_find(&r->by_key, h, key_eq, ctx, &v)) return &r->entries[v];
     return NULL;
 }
 
@@ -47,15 +47,15 @@ ckpt_entry *index_new_entry_hashed(ckpt_reader *r, const char *key, uint64_t h) 
     }
     ckpt_entry *e = &r->entries[r->nentries];
     memset(e, 0, sizeof *e);
-    e->key = ckpt_arena_strndup(r->arena, key, strlen(key));
+    e->key = ck_arena_strndup(r->arena, key, strlen(key));
     e->index = r->nentries;
     e->loc.file_id = -1;
-    if (!e->key || !ckpt_htab_insert(&r->by_key, h, e->index)) return NULL;
+    if (!e->key || !ck_htab_insert(&r->by_key, h, e->index)) return NULL;
     r->nentries++;
     return e;
 }
 
-uint64_t index_numel(ckpt_arena *a, const int64_t *shape, int ndim, const char **problem) {
+uint64_t index_numel(ck_arena *a, const int64_t *shape, int ndim, const char **problem) {
     uint64_t numel = 1;
     for (int d = 0; d < ndim; d++) {
         if (shape[d] < 0) {
@@ -77,16 +77,16 @@ uint64_t index_nbytes(ckpt_dtype dt, uint64_t numel) {
 }
 
 ckpt_status index_nomem(ckpt_error *err) {
-    return ckpt_fail(err, CKPT_E_NOMEM, "out of memory while indexing the metadata");
+    return ck_fail(err, CKPT_E_NOMEM, "out of memory while indexing the metadata");
 }
 
-const char *index_problemf(ckpt_arena *a, const char *fmt, ...) {
+const char *index_problemf(ck_arena *a, const char *fmt, ...) {
     char buf[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    const char *p = ckpt_arena_strndup(a, buf, strlen(buf));
+    const char *p = ck_arena_strndup(a, buf, strlen(buf));
     return p ? p : "(out of memory describing a problem)"; /* never lose the problem */
 }
 
@@ -97,11 +97,11 @@ ckpt_status index_set_path(ckpt_reader *r, ckpt_entry *e, const index_elem *elem
         elems = &flat;
         n = 1;
     }
-    e->elems = ckpt_arena_alloc(r->arena, n * sizeof *e->elems);
+    e->elems = ck_arena_alloc(r->arena, n * sizeof *e->elems);
     if (!e->elems) return index_nomem(err);
     for (size_t i = 0; i < n; i++) {
         e->elems[i] =
-            elems == &flat ? e->key : ckpt_arena_strndup(r->arena, elems[i].s, elems[i].len);
+            elems == &flat ? e->key : ck_arena_strndup(r->arena, elems[i].s, elems[i].len);
         if (!e->elems[i]) return index_nomem(err);
     }
     e->nelems = n;
@@ -109,7 +109,7 @@ ckpt_status index_set_path(ckpt_reader *r, ckpt_entry *e, const index_elem *elem
     for (size_t i = 0; i < n; i++) {
         if (!elems[i].is_int) continue;
         if (!is_int) {
-            if (!(is_int = ckpt_arena_alloc(r->arena, n))) return index_nomem(err);
+            if (!(is_int = ck_arena_alloc(r->arena, n))) return index_nomem(err);
             memset(is_int, 0, n);
         }
         is_int[i] = 1;
@@ -120,14 +120,14 @@ ckpt_status index_set_path(ckpt_reader *r, ckpt_entry *e, const index_elem *elem
     char **esc = malloc(n * sizeof *esc);
     if (!esc) return index_nomem(err);
     for (size_t i = 0; i < n; i++) {
-        esc[i] = ckpt_path_escape_elem(r->arena, elems[i].s, elems[i].len);
+        esc[i] = ck_path_escape_elem(r->arena, elems[i].s, elems[i].len);
         if (!esc[i]) {
             free(esc);
             return index_nomem(err);
         }
         total += strlen(esc[i]) + 1;
     }
-    char *p = ckpt_arena_alloc(r->arena, total + 1);
+    char *p = ck_arena_alloc(r->arena, total + 1);
     if (!p) {
         free(esc);
         return index_nomem(err);
@@ -152,15 +152,15 @@ static bool path_eq(const void *ctx, uint64_t v) {
 }
 
 ckpt_status index_paths(ckpt_reader *r, ckpt_error *err) {
-    if (!r->by_path.cap && !ckpt_htab_init(&r->by_path, r->nentries)) return index_nomem(err);
+    if (!r->by_path.cap && !ck_htab_init(&r->by_path, r->nentries)) return index_nomem(err);
     for (size_t i = r->paths_done; i < r->nentries; i++) {
         ckpt_entry *e = &r->entries[i];
         if (!e->path) CKPT_TRY(index_set_path(r, e, NULL, 0, err));
         const void *ctx[2] = {r, e->path};
         uint64_t dummy;
-        uint64_t h = ckpt_hash_bytes(e->path, strlen(e->path), 0);
-        if (!ckpt_htab_find(&r->by_path, h, path_eq, ctx, &dummy) &&
-            !ckpt_htab_insert(&r->by_path, h, i))
+        uint64_t h = ck_hash_bytes(e->path, strlen(e->path), 0);
+        if (!ck_htab_find(&r->by_path, h, path_eq, ctx, &dummy) &&
+            !ck_htab_insert(&r->by_path, h, i))
             return index_nomem(err);
         r->paths_done = i + 1;
     }
@@ -187,7 +187,7 @@ ckpt_status index_finish(ckpt_reader *r, index_file_rank_fn file_rank, ckpt_erro
             in->num_objects++;
         }
     }
-    ckpt_arena_settle(r->arena); /* the index is built: no helper thread outlives the open */
+    ck_arena_settle(r->arena); /* the index is built: no helper thread outlives the open */
     in->num_files = (uint32_t)r->nfiles;
     uint32_t ranks = 0;
     long long *seen = calloc(r->nfiles + 1, sizeof *seen);
@@ -208,13 +208,13 @@ ckpt_status index_reset(ckpt_reader *r, ckpt_error *err) {
     r->nentries = 0;
     r->nfiles = 0;
     r->paths_done = 0;
-    ckpt_htab_release(&r->by_path);
-    ckpt_htab_release(&r->by_key);
-    ckpt_htab_release(&r->file_by_name);
+    ck_htab_release(&r->by_path);
+    ck_htab_release(&r->by_key);
+    ck_htab_release(&r->file_by_name);
     r->info.stored_bytes = 0;
     r->info.has_planner_data = false;
     r->unmatched_storage = 0;
-    if (!ckpt_htab_init(&r->by_key, 1024) || !ckpt_htab_init(&r->file_by_name, 64))
-        return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (!ck_htab_init(&r->by_key, 1024) || !ck_htab_init(&r->file_by_name, 64))
+        return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     return CKPT_OK;
 }

@@ -23,15 +23,14 @@ ckpt_entry *index_new_entry_hashed(ckpt_reader *r, const char *key, uint64_t h);
 
 /* The element count of a shape; 0 with *problem set (in arena a) when a dimension is negative
  * or the count passes 2^62. */
-uint64_t index_numel(ckpt_arena *a, const int64_t *shape, int ndim, const char **problem);
+uint64_t index_numel(ck_arena *a, const int64_t *shape, int ndim, const char **problem);
 /* numel * itemsize; 0 for an unknown dtype or past 2^62 bytes. */
 uint64_t index_nbytes(ckpt_dtype dt, uint64_t numel);
 /* CKPT_E_NOMEM, saying the index was being built. */
 ckpt_status index_nomem(ckpt_error *err);
 /* A formatted description of an entry's or a chunk's defect, in arena a (a fixed text when
  * out of memory: never NULL). */
-const char *index_problemf(ckpt_arena *a, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+const char *index_problemf(ck_arena *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* One element of an entry's tree path: `len` bytes (NUL bytes allowed: they are escaped in
  * the joined path, never a truncation); is_int: the format gave it as an integer (a list

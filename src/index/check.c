@@ -30,14 +30,14 @@ static bool overlap(const box_ref *a, const box_ref *b, int nd) {
 
 ckpt_status ckpt_entry_check_layout(const ckpt_entry *e, ckpt_error *err) {
     if (e->kind != CKPT_ENTRY_TENSOR) return CKPT_OK;
-    if (e->problem) return ckpt_fail(err, CKPT_E_FORMAT, "'%s': %s", e->key, e->problem);
+    if (e->problem) return ck_fail(err, CKPT_E_FORMAT, "'%s': %s", e->key, e->problem);
     int nd = e->ndim;
     uint64_t sum = 0;
     size_t n = 0;
     box_ref *refs = malloc((e->nchunks + 1) * sizeof *refs);
-    if (!refs) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (!refs) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     for (size_t k = 0; k < e->nchunks; k++) {
-        const ckpt_chunk *c = &e->chunks[k];
+        const ck_chunk *c = &e->chunks[k];
         if (!c->numel) continue;
         sum += c->numel;
         refs[n++] = (box_ref){c->offsets, c->sizes, k};
@@ -45,7 +45,7 @@ ckpt_status ckpt_entry_check_layout(const ckpt_entry *e, ckpt_error *err) {
     ckpt_status s = CKPT_OK;
     if (nd == 0) {
         if (n != 1)
-            s = ckpt_fail(err, CKPT_E_FORMAT, "'%s': 0-d tensor has %zu stored chunks", e->key, n);
+            s = ck_fail(err, CKPT_E_FORMAT, "'%s': 0-d tensor has %zu stored chunks", e->key, n);
         free(refs);
         return s;
     }
@@ -53,39 +53,39 @@ ckpt_status ckpt_entry_check_layout(const ckpt_entry *e, ckpt_error *err) {
     for (size_t i = 0; i < n && s == CKPT_OK; i++) {
         for (size_t j = i + 1; j < n && refs[j].off[0] < refs[i].off[0] + refs[i].sz[0]; j++) {
             if (overlap(&refs[i], &refs[j], nd)) {
-                s = ckpt_fail(err, CKPT_E_FORMAT, "'%s': chunks %zu and %zu overlap", e->key,
-                              refs[i].index, refs[j].index);
+                s = ck_fail(err, CKPT_E_FORMAT, "'%s': chunks %zu and %zu overlap", e->key,
+                            refs[i].index, refs[j].index);
                 break;
             }
         }
     }
     if (s == CKPT_OK && sum != e->numel)
-        s = ckpt_fail(err, CKPT_E_FORMAT,
-                      "'%s': chunks hold %llu elements but the tensor has %llu (gap in the layout)",
-                      e->key, (unsigned long long)sum, (unsigned long long)e->numel);
+        s = ck_fail(err, CKPT_E_FORMAT,
+                    "'%s': chunks hold %llu elements but the tensor has %llu (gap in the layout)",
+                    e->key, (unsigned long long)sum, (unsigned long long)e->numel);
     free(refs);
     return s;
 }
 
 ckpt_status ckpt_entry_check_chunk(ckpt_reader *r, const ckpt_entry *e, size_t i, ckpt_error *err) {
     if (e->kind != CKPT_ENTRY_TENSOR || i >= e->nchunks)
-        return ckpt_fail(err, CKPT_E_INVAL, "'%s' has no chunk %zu", e->key, i);
-    ckpt_chunk *c = &e->chunks[i];
+        return ck_fail(err, CKPT_E_INVAL, "'%s' has no chunk %zu", e->key, i);
+    ck_chunk *c = &e->chunks[i];
     if (!c->numel) return CKPT_OK;
-    return ckpt_chunk_resolve(r, e, c, err);
+    return ck_chunk_resolve(r, e, c, err);
 }
 
-static ckpt_status check_range(ckpt_reader *r, const ckpt_loc *loc, const char *key,
+static ckpt_status check_range(ckpt_reader *r, const ck_loc *loc, const char *key,
                                const uint64_t *sizes, ckpt_error *err) {
     if (loc->file_id < 0)
-        return ckpt_fail(err, CKPT_E_FORMAT, "'%s': %s", key,
-                         loc->problem ? loc->problem : "no storage location");
+        return ck_fail(err, CKPT_E_FORMAT, "'%s': %s", key,
+                       loc->problem ? loc->problem : "no storage location");
     uint64_t fsz = sizes[loc->file_id];
     if (fsz == UINT64_MAX)
-        return ckpt_fail(err, CKPT_E_NOTFOUND, "'%s': data file %s is missing", key,
-                         r->files[loc->file_id].name);
+        return ck_fail(err, CKPT_E_NOTFOUND, "'%s': data file %s is missing", key,
+                       r->files[loc->file_id].name);
     if (loc->offset > fsz || loc->length > fsz - loc->offset)
-        return ckpt_fail(
+        return ck_fail(
             err, CKPT_E_RANGE, "'%s': bytes [%llu, %llu) of %s lie past its end (%llu bytes)", key,
             (unsigned long long)loc->offset, (unsigned long long)(loc->offset + loc->length),
             r->files[loc->file_id].name, (unsigned long long)fsz);
@@ -104,8 +104,8 @@ ckpt_status ckpt_reader_check_ranges(ckpt_reader *r, ckpt_check_fn report, void 
         snprintf(path, sizeof path, "%s/%s", r->dir, r->files[f].name);
         sizes[f] = stat(path, &st) == 0 && S_ISREG(st.st_mode) ? (uint64_t)st.st_size : UINT64_MAX;
         if (sizes[f] == UINT64_MAX) {
-            ckpt_fail(&e, CKPT_E_NOTFOUND, "data file %s is missing or not a regular file",
-                      r->files[f].name);
+            ck_fail(&e, CKPT_E_NOTFOUND, "data file %s is missing or not a regular file",
+                    r->files[f].name);
             bad++;
             if (report) report(ctx, NULL, &e);
         }
@@ -121,7 +121,7 @@ ckpt_status ckpt_reader_check_ranges(ckpt_reader *r, ckpt_check_fn report, void 
             continue;
         }
         for (size_t k = 0; k < en->nchunks; k++) {
-            const ckpt_chunk *c = &en->chunks[k];
+            const ck_chunk *c = &en->chunks[k];
             if (!c->numel) continue;
             if (en->flat && en->flat[k].skip)
                 continue; /* a later box of a Megatron flat piece: one item, one report */

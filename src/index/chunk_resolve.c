@@ -26,10 +26,10 @@ typedef struct stored_shape {
     int ndim;
     int64_t shape[CKPT_MAX_NDIM];
     uint64_t numel;
-    const ckpt_flat_src *flat;
+    const ck_flat_src *flat;
 } stored_shape;
 
-static void stored_shape_of(const ckpt_entry *e, const ckpt_chunk *c, stored_shape *s) {
+static void stored_shape_of(const ckpt_entry *e, const ck_chunk *c, stored_shape *s) {
     s->flat = e->flat ? &e->flat[c - e->chunks] : NULL;
     if (!s->flat) {
         s->ndim = e->ndim;
@@ -46,7 +46,7 @@ static void stored_shape_of(const ckpt_entry *e, const ckpt_chunk *c, stored_sha
 
 /* Points a resolved piece at the box inside it: `skip` elements on along the piece (element
  * stride `step`), the box's own C-order strides scaled by it. */
-static void narrow_to_box(const ckpt_entry *e, const ckpt_chunk *c, const stored_shape *ss,
+static void narrow_to_box(const ckpt_entry *e, const ck_chunk *c, const stored_shape *ss,
                           int64_t step, resolved *out) {
     out->elem0 += ss->flat->skip * (uint64_t)step * ckpt_dtype_itemsize(e->dtype);
     int64_t acc = step;
@@ -57,8 +57,8 @@ static void narrow_to_box(const ckpt_entry *e, const ckpt_chunk *c, const stored
     out->contiguous = step == 1;
 }
 
-static ckpt_status resolve_zip(ckpt_reader *r, const ckpt_entry *e, const ckpt_chunk *c,
-                               const ckpt_source *src, resolved *out, ckpt_error *err) {
+static ckpt_status resolve_zip(ckpt_reader *r, const ckpt_entry *e, const ck_chunk *c,
+                               const ck_source *src, resolved *out, ckpt_error *err) {
     stored_shape ss;
     stored_shape_of(e, c, &ss);
     ts_open_options o = {.transforms = c->loc.transforms,
@@ -74,21 +74,21 @@ static ckpt_status resolve_zip(ckpt_reader *r, const ckpt_entry *e, const ckpt_c
     const pk_value *root = ts_item_root(it);
     if (!ts_is_tensor_node(root)) {
         const char *cls = pk_class_name(root);
-        s = ckpt_fail(err, CKPT_E_FORMAT, "%s: item at offset %llu holds '%s', not a tensor",
-                      src->name, (unsigned long long)src->base, cls ? cls : "a plain value");
+        s = ck_fail(err, CKPT_E_FORMAT, "%s: item at offset %llu holds '%s', not a tensor",
+                    src->name, (unsigned long long)src->base, cls ? cls : "a plain value");
         goto fail;
     }
     CKPT_TRY_GOTO(s, ts_tensor_view_of(it, root, &v, err), fail);
     if (v.dtype != e->dtype) {
-        s = ckpt_fail(err, CKPT_E_FORMAT, "%s: item at offset %llu stores %s, metadata says %s",
-                      src->name, (unsigned long long)src->base, ckpt_dtype_name(v.dtype),
-                      ckpt_dtype_name(e->dtype));
+        s = ck_fail(err, CKPT_E_FORMAT, "%s: item at offset %llu stores %s, metadata says %s",
+                    src->name, (unsigned long long)src->base, ckpt_dtype_name(v.dtype),
+                    ckpt_dtype_name(e->dtype));
         goto fail;
     }
     if (v.ndim != ss.ndim || (ss.ndim && memcmp(v.shape, ss.shape, (size_t)ss.ndim * 8) != 0)) {
-        s = ckpt_fail(err, CKPT_E_FORMAT,
-                      "%s: item at offset %llu has a different shape than its chunk box", src->name,
-                      (unsigned long long)src->base);
+        s = ck_fail(err, CKPT_E_FORMAT,
+                    "%s: item at offset %llu has a different shape than its chunk box", src->name,
+                    (unsigned long long)src->base);
         goto fail;
     }
     size_t isz = ckpt_dtype_itemsize(v.dtype);
@@ -116,7 +116,7 @@ fail:
     return s;
 }
 
-static void contiguous_strides(const ckpt_entry *e, const ckpt_chunk *c, resolved *out) {
+static void contiguous_strides(const ckpt_entry *e, const ck_chunk *c, resolved *out) {
     int64_t acc = 1;
     for (int d = e->ndim - 1; d >= 0; d--) {
         out->stride[d] = acc;
@@ -128,13 +128,13 @@ static void contiguous_strides(const ckpt_entry *e, const ckpt_chunk *c, resolve
 /* SerializationFormat.SAFETENSORS (torch >= 2.8): the item's offset is the start of one
  * safetensors blob holding every tensor item of the file, keyed by fqn; `length` is the
  * tensor's byte size, not the blob's, so the window runs to the end of the file. */
-static ckpt_status resolve_safetensors(const ckpt_entry *e, const ckpt_chunk *c,
-                                       const ckpt_source *item, resolved *out, ckpt_error *err) {
+static ckpt_status resolve_safetensors(const ckpt_entry *e, const ck_chunk *c,
+                                       const ck_source *item, resolved *out, ckpt_error *err) {
     struct stat st;
     if (fstat(item->fd, &st) < 0 || (uint64_t)st.st_size < item->base)
-        return ckpt_fail(err, CKPT_E_RANGE, "%s: item offset %llu is past the end of the file",
-                         item->name, (unsigned long long)item->base);
-    ckpt_source win = *item;
+        return ck_fail(err, CKPT_E_RANGE, "%s: item offset %llu is past the end of the file",
+                       item->name, (unsigned long long)item->base);
+    ck_source win = *item;
     win.len = (uint64_t)st.st_size - item->base;
     ts_safetensors *sf = NULL;
     CKPT_TRY(ts_safetensors_open(&win, 0, 0, &sf, err));
@@ -144,14 +144,14 @@ static ckpt_status resolve_safetensors(const ckpt_entry *e, const ckpt_chunk *c,
     stored_shape ss;
     stored_shape_of(e, c, &ss);
     if (!t)
-        s = ckpt_fail(err, CKPT_E_FORMAT, "%s: safetensors blob at offset %llu has no tensor '%s'",
-                      item->name, (unsigned long long)item->base, e->key);
+        s = ck_fail(err, CKPT_E_FORMAT, "%s: safetensors blob at offset %llu has no tensor '%s'",
+                    item->name, (unsigned long long)item->base, e->key);
     else if (t->dtype != e->dtype || t->ndim != ss.ndim ||
              (ss.ndim && memcmp(t->shape, ss.shape, (size_t)ss.ndim * 8) != 0) ||
              t->size != ss.numel * isz || t->size != item->len)
-        s = ckpt_fail(err, CKPT_E_FORMAT,
-                      "%s: safetensors entry '%s' (%s) does not match its chunk in the metadata",
-                      item->name, e->key, t->dtype_name);
+        s = ck_fail(err, CKPT_E_FORMAT,
+                    "%s: safetensors entry '%s' (%s) does not match its chunk in the metadata",
+                    item->name, e->key, t->dtype_name);
     if (s == CKPT_OK) {
         out->kind = CHUNK_IN_FILE;
         out->elem0 = item->base + t->data_offset;
@@ -162,8 +162,8 @@ static ckpt_status resolve_safetensors(const ckpt_entry *e, const ckpt_chunk *c,
     return s;
 }
 
-static ckpt_status resolve_item(ckpt_reader *r, const ckpt_entry *e, const ckpt_chunk *c,
-                                const ckpt_source *src, resolved *out, ckpt_error *err) {
+static ckpt_status resolve_item(ckpt_reader *r, const ckpt_entry *e, const ck_chunk *c,
+                                const ck_source *src, resolved *out, ckpt_error *err) {
     if (c->loc.raw) { /* HuggingFace storage: the bytes themselves (hf_storage.c) */
         out->kind = CHUNK_IN_FILE;
         out->elem0 = src->base;
@@ -182,24 +182,24 @@ static ckpt_status resolve_item(ckpt_reader *r, const ckpt_entry *e, const ckpt_
     }
     if (!c->loc.transforms && src->len >= 4) {
         uint8_t magic[4];
-        CKPT_TRY(ckpt_source_read(src, 0, magic, 4, err));
+        CKPT_TRY(ck_source_read(src, 0, magic, 4, err));
         if (memcmp(magic, "PK\x03\x04", 4) != 0) {
             /* a safetensors blob starts with its u64 header length, then '{' */
             uint8_t head[9];
             struct stat st;
             bool plausible = fstat(src->fd, &st) == 0 && (uint64_t)st.st_size >= src->base + 9 &&
-                             ckpt_source_read(&(ckpt_source){.fd = src->fd,
-                                                             .base = src->base,
-                                                             .len = 9,
-                                                             .name = src->name,
-                                                             .count = src->count},
-                                              0, head, 9, NULL) == CKPT_OK;
+                             ck_source_read(&(ck_source){.fd = src->fd,
+                                                         .base = src->base,
+                                                         .len = 9,
+                                                         .name = src->name,
+                                                         .count = src->count},
+                                            0, head, 9, NULL) == CKPT_OK;
             if (!plausible || head[8] != '{' ||
                 ts_safetensors_len_prefix(head) > (uint64_t)st.st_size - src->base - 8)
-                return ckpt_fail(err, CKPT_E_FORMAT,
-                                 "%s: the item at offset %llu is neither a torch.save zip nor a "
-                                 "safetensors blob",
-                                 src->name, (unsigned long long)src->base);
+                return ck_fail(err, CKPT_E_FORMAT,
+                               "%s: the item at offset %llu is neither a torch.save zip nor a "
+                               "safetensors blob",
+                               src->name, (unsigned long long)src->base);
             return resolve_safetensors(e, c, src, out, err);
         }
     }
@@ -210,12 +210,12 @@ static ckpt_status resolve_item(ckpt_reader *r, const ckpt_entry *e, const ckpt_
  * Decoded items (CHUNK_IN_MEMORY) are kept in an LRU list bounded by limits.max_decoded_cache;
  * unpinned ones beyond it are freed and decoded again on their next use.  All under r->lock. */
 
-static uint64_t item_bytes(const ckpt_chunk *c) {
+static uint64_t item_bytes(const ck_chunk *c) {
     return c->res->item ? ts_item_source(c->res->item)->len : 0;
 }
 
-static void lru_unlink(ckpt_reader *r, ckpt_chunk *c) {
-    ckpt_chunk_res *x = c->res;
+static void lru_unlink(ckpt_reader *r, ck_chunk *c) {
+    ck_chunk_res *x = c->res;
     if (x->lru_prev)
         x->lru_prev->res->lru_next = x->lru_next;
     else if (r->lru_head == c)
@@ -227,7 +227,7 @@ static void lru_unlink(ckpt_reader *r, ckpt_chunk *c) {
     x->lru_prev = x->lru_next = NULL;
 }
 
-static void lru_insert(ckpt_reader *r, ckpt_chunk *c) {
+static void lru_insert(ckpt_reader *r, ck_chunk *c) {
     c->res->lru_prev = NULL;
     c->res->lru_next = r->lru_head;
     if (r->lru_head) r->lru_head->res->lru_prev = c;
@@ -237,10 +237,10 @@ static void lru_insert(ckpt_reader *r, ckpt_chunk *c) {
 }
 
 /* Frees least recently used unpinned items (never `keep`) until under budget. */
-static void lru_evict(ckpt_reader *r, const ckpt_chunk *keep) {
-    ckpt_chunk *c = r->lru_tail;
+static void lru_evict(ckpt_reader *r, const ck_chunk *keep) {
+    ck_chunk *c = r->lru_tail;
     while (c && r->decoded_bytes > r->limits.max_decoded_cache) {
-        ckpt_chunk *prev = c->res->lru_prev;
+        ck_chunk *prev = c->res->lru_prev;
         if (c != keep && c->res->pins == 0) {
             r->decoded_bytes -= item_bytes(c);
             lru_unlink(r, c);
@@ -251,12 +251,12 @@ static void lru_evict(ckpt_reader *r, const ckpt_chunk *keep) {
     }
 }
 
-ckpt_status ckpt_chunk_pin(ckpt_reader *r, const ckpt_entry *e, ckpt_chunk *c,
-                           const ckpt_source **decoded, ckpt_error *err) {
-    CKPT_TRY(ckpt_chunk_resolve(r, e, c, err));
-    ckpt_chunk_res *x = c->res;
+ckpt_status ck_chunk_pin(ckpt_reader *r, const ckpt_entry *e, ck_chunk *c,
+                         const ck_source **decoded, ckpt_error *err) {
+    CKPT_TRY(ck_chunk_resolve(r, e, c, err));
+    ck_chunk_res *x = c->res;
     if (x->kind != CHUNK_IN_MEMORY)
-        return ckpt_fail(err, CKPT_E_INVAL, "'%s': chunk is not decoded in memory", e->key);
+        return ck_fail(err, CKPT_E_INVAL, "'%s': chunk is not decoded in memory", e->key);
     pthread_mutex_lock(&r->lock);
     if (x->item) {
         x->pins++;
@@ -269,13 +269,13 @@ ckpt_status ckpt_chunk_pin(ckpt_reader *r, const ckpt_entry *e, ckpt_chunk *c,
     }
     pthread_mutex_unlock(&r->lock);
     /* evicted: decode again, outside the lock */
-    ckpt_source src;
+    ck_source src;
     resolved res;
     memset(&res, 0, sizeof res);
-    ckpt_status s = ckpt_loc_source(r, &c->loc, e->key, &src, err);
+    ckpt_status s = ck_loc_source(r, &c->loc, e->key, &src, err);
     if (s == CKPT_OK) s = resolve_item(r, e, c, &src, &res, err);
     if (s == CKPT_OK && !res.item)
-        s = ckpt_fail(err, CKPT_E_FORMAT, "'%s': chunk no longer decodes to memory", e->key);
+        s = ck_fail(err, CKPT_E_FORMAT, "'%s': chunk no longer decodes to memory", e->key);
     if (s != CKPT_OK) {
         ts_item_free(res.item);
         return s;
@@ -294,34 +294,33 @@ ckpt_status ckpt_chunk_pin(ckpt_reader *r, const ckpt_entry *e, ckpt_chunk *c,
     return CKPT_OK;
 }
 
-void ckpt_chunk_unpin(ckpt_reader *r, ckpt_chunk *c) {
+void ck_chunk_unpin(ckpt_reader *r, ck_chunk *c) {
     pthread_mutex_lock(&r->lock);
     if (c->res->pins) c->res->pins--;
     lru_evict(r, NULL);
     pthread_mutex_unlock(&r->lock);
 }
 
-ckpt_status ckpt_chunk_resolve(ckpt_reader *r, const ckpt_entry *e, ckpt_chunk *c,
-                               ckpt_error *err) {
+ckpt_status ck_chunk_resolve(ckpt_reader *r, const ckpt_entry *e, ck_chunk *c, ckpt_error *err) {
     int state = atomic_load_explicit(&c->state, memory_order_acquire);
     if (state == CHUNK_RESOLVED) return CKPT_OK;
-    if (state == CHUNK_FAILED) return ckpt_fail(err, c->res->fail_code, "%s", c->res->fail_msg);
-    if (e->problem) return ckpt_fail(err, CKPT_E_FORMAT, "'%s': %s", e->key, e->problem);
+    if (state == CHUNK_FAILED) return ck_fail(err, c->res->fail_code, "%s", c->res->fail_msg);
+    if (e->problem) return ck_fail(err, CKPT_E_FORMAT, "'%s': %s", e->key, e->problem);
 
     resolved res;
     memset(&res, 0, sizeof res);
-    ckpt_source src;
+    ck_source src;
     ckpt_error local;
     ckpt_error *er = err ? err : &local;
     ckpt_status s;
-    const ckpt_chunk *first = NULL;
+    const ck_chunk *first = NULL;
     if (e->flat && e->flat[c - e->chunks].skip) {
         /* a later box of a Megatron flat piece: its item was opened and checked for the
          * piece's first box (skip 0, just before it); point into it from there */
-        ckpt_chunk *f = c;
+        ck_chunk *f = c;
         while (e->flat[f - e->chunks].skip)
             f--;
-        CKPT_TRY(ckpt_chunk_resolve(r, e, f, err));
+        CKPT_TRY(ck_chunk_resolve(r, e, f, err));
         if (f->res->kind == CHUNK_IN_FILE) first = f;
     }
     if (first) {
@@ -333,19 +332,19 @@ ckpt_status ckpt_chunk_resolve(ckpt_reader *r, const ckpt_entry *e, ckpt_chunk *
         narrow_to_box(e, c, &ss, first->res->stride[e->ndim - 1], &res);
         s = CKPT_OK;
     } else {
-        s = ckpt_loc_source(r, &c->loc, e->key, &src, er);
+        s = ck_loc_source(r, &c->loc, e->key, &src, er);
         if (s == CKPT_OK) s = resolve_item(r, e, c, &src, &res, er);
     }
     if (s != CKPT_OK && s != CKPT_E_NOMEM)
-        ckpt_error_suffix(er, " (key '%s', chunk at offset %lld)", e->key,
-                          (long long)(e->ndim ? c->offsets[0] : 0));
+        ck_error_suffix(er, " (key '%s', chunk at offset %lld)", e->key,
+                        (long long)(e->ndim ? c->offsets[0] : 0));
 
     pthread_mutex_lock(&r->lock);
     state = atomic_load_explicit(&c->state, memory_order_relaxed);
     if (state == CHUNK_UNRESOLVED) {
         if (s == CKPT_OK) {
-            ckpt_chunk_res *x =
-                ckpt_arena_alloc(r->arena, sizeof *x + (size_t)e->ndim * sizeof x->stride[0]);
+            ck_chunk_res *x =
+                ck_arena_alloc(r->arena, sizeof *x + (size_t)e->ndim * sizeof x->stride[0]);
             if (x) {
                 memcpy(x->stride, res.stride, (size_t)e->ndim * sizeof x->stride[0]);
                 x->kind = res.kind;
@@ -361,13 +360,13 @@ ckpt_status ckpt_chunk_resolve(ckpt_reader *r, const ckpt_entry *e, ckpt_chunk *
                 }
                 atomic_store_explicit(&c->state, CHUNK_RESOLVED, memory_order_release);
             } else {
-                s = ckpt_fail(er, CKPT_E_NOMEM, "out of memory");
+                s = ck_fail(er, CKPT_E_NOMEM, "out of memory");
             }
         } else if (s != CKPT_E_NOMEM && s != CKPT_E_IO) { /* remember permanent defects */
-            ckpt_chunk_res *x = ckpt_arena_alloc(r->arena, sizeof *x);
+            ck_chunk_res *x = ck_arena_alloc(r->arena, sizeof *x);
             if (x) {
                 x->fail_code = s;
-                x->fail_msg = ckpt_arena_strndup(r->arena, er->message, strlen(er->message));
+                x->fail_msg = ck_arena_strndup(r->arena, er->message, strlen(er->message));
             }
             if (x && x->fail_msg) {
                 c->res = x;
@@ -375,7 +374,7 @@ ckpt_status ckpt_chunk_resolve(ckpt_reader *r, const ckpt_entry *e, ckpt_chunk *
             }
         }
     } else if (state == CHUNK_FAILED) {
-        s = ckpt_fail(er, c->res->fail_code, "%s", c->res->fail_msg);
+        s = ck_fail(er, c->res->fail_code, "%s", c->res->fail_msg);
     } else {
         s = CKPT_OK; /* another thread won the race */
     }

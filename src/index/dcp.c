@@ -28,25 +28,24 @@ static bool may_overlap(const ckpt_reader *r) {
  * it to the index, walking it while it is decoded when may_overlap. */
 static ckpt_status add_metadata(ckpt_reader *r, const char *path, const uint8_t *buf, size_t len,
                                 bool only_file, bool lockstep, ckpt_error *err) {
-    ckpt_overlap *ov = may_overlap(r) ? ckpt_overlap_new(r, path, only_file, lockstep) : NULL;
-    const pk_watch *watch = ov ? ckpt_overlap_watch(ov) : NULL;
+    ck_overlap *ov = may_overlap(r) ? ck_overlap_new(r, path, only_file, lockstep) : NULL;
+    const pk_watch *watch = ov ? ck_overlap_watch(ov) : NULL;
     pk_doc *doc = NULL;
     ckpt_status s;
     if (buf) {
-        pk_limits lim = ckpt_metadata_pk_limits(&r->limits, len);
+        pk_limits lim = ck_metadata_pk_limits(&r->limits, len);
         pk_input in = {.buf = buf, .len = len};
         s = pk_decode_watched(&in, &lim, watch, &doc, err);
-        if (s != CKPT_OK) ckpt_error_prefix(err, "%s: ", path);
+        if (s != CKPT_OK) ck_error_prefix(err, "%s: ", path);
     } else {
-        s = ckpt_metadata_decode_file_watched(path, &r->limits, watch, &r->io_meta, &doc, &len,
-                                              err);
+        s = ck_metadata_decode_file_watched(path, &r->limits, watch, &r->io_meta, &doc, &len, err);
     }
     bool complete = false;
     r->index_overlapped = false;
     r->index_split_batches = 0;
     if (ov) {
         ckpt_error ov_err;
-        ckpt_status os = ckpt_overlap_finish(ov, doc, &complete, &ov_err);
+        ckpt_status os = ck_overlap_finish(ov, doc, &complete, &ov_err);
         if (s == CKPT_OK && os != CKPT_OK) {
             s = os;
             if (err) *err = ov_err;
@@ -55,7 +54,7 @@ static ckpt_status add_metadata(ckpt_reader *r, const char *path, const uint8_t 
     if (s == CKPT_OK) {
         r->info.metadata_bytes += len;
         r->info.num_metadata_files++;
-        if (!complete) s = ckpt_walk_doc(r, path, doc, err);
+        if (!complete) s = ck_walk_doc(r, path, doc, err);
         if (s == CKPT_OK) s = mcore_note(r, path, pk_doc_root(doc), err);
         r->index_overlapped = complete;
     }
@@ -74,11 +73,11 @@ static ckpt_status add_file(ckpt_reader *r, const char *name, bool only_file, ck
 static ckpt_status add_rank_local(ckpt_reader *r, ckpt_error *err) {
     long long *ranks = NULL;
     size_t n = 0;
-    CKPT_TRY(ckpt_metadata_list_ranks(r->dir, &ranks, &n, err));
+    CKPT_TRY(ck_metadata_list_ranks(r->dir, &ranks, &n, err));
     ckpt_status s = CKPT_OK;
     if (!n) {
         free(ranks);
-        return ckpt_fail(err, CKPT_E_NOTFOUND, "%s: no __<rank>.metadata files", r->dir);
+        return ck_fail(err, CKPT_E_NOTFOUND, "%s: no __<rank>.metadata files", r->dir);
     }
     for (size_t i = 0; i < n && s == CKPT_OK; i++) {
         char name[64];

@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-bool ckpt_safe_file_name(const char *name) {
+bool ck_safe_file_name(const char *name) {
     size_t n = strlen(name);
     if (n == 0 || n > 255 || strcmp(name, ".") == 0 || strcmp(name, "..") == 0) return false;
     for (size_t i = 0; i < n; i++)
@@ -27,36 +27,36 @@ static bool name_eq(const void *ctx, uint64_t v) {
     return strcmp(r->files[v].name, (const char *)c[1]) == 0;
 }
 
-int32_t ckpt_files_intern(ckpt_reader *r, const char *name, const char **problem) {
+int32_t ck_files_intern(ckpt_reader *r, const char *name, const char **problem) {
     *problem = NULL;
-    if (!ckpt_safe_file_name(name)) {
+    if (!ck_safe_file_name(name)) {
         char msg[400];
         snprintf(msg, sizeof msg,
                  "relative_path '%.300s' is not a plain file name (path traversal refused)", name);
-        *problem = ckpt_arena_strndup(r->arena, msg, strlen(msg));
+        *problem = ck_arena_strndup(r->arena, msg, strlen(msg));
         if (!*problem) *problem = "relative_path is not a plain file name (path traversal refused)";
         return -1;
     }
-    uint64_t h = ckpt_hash_bytes(name, strlen(name), 7), v;
+    uint64_t h = ck_hash_bytes(name, strlen(name), 7), v;
     const void *ctx[2] = {r, name};
-    if (ckpt_htab_find(&r->file_by_name, h, name_eq, ctx, &v)) return (int32_t)v;
+    if (ck_htab_find(&r->file_by_name, h, name_eq, ctx, &v)) return (int32_t)v;
     if (r->nfiles >= INT32_MAX) return -1;
     if (r->nfiles == r->files_cap) {
         size_t cap = r->files_cap ? r->files_cap * 2 : 16;
-        ckpt_file *n = realloc(r->files, cap * sizeof *n);
+        ck_file *n = realloc(r->files, cap * sizeof *n);
         if (!n) return -1;
         r->files = n;
         r->files_cap = cap;
     }
-    ckpt_file *f = &r->files[r->nfiles];
-    f->name = ckpt_arena_strndup(r->arena, name, strlen(name));
+    ck_file *f = &r->files[r->nfiles];
+    f->name = ck_arena_strndup(r->arena, name, strlen(name));
     f->fd = -1;
     f->open_errno = 0;
-    if (!f->name || !ckpt_htab_insert(&r->file_by_name, h, r->nfiles)) return -1;
+    if (!f->name || !ck_htab_insert(&r->file_by_name, h, r->nfiles)) return -1;
     return (int32_t)r->nfiles++;
 }
 
-/* The status of a failed ckpt_files_fd (err may be NULL). */
+/* The status of a failed ck_files_fd (err may be NULL). */
 static ckpt_status files_fd_status(ckpt_reader *r, uint32_t file_id) {
     if (file_id >= r->nfiles) return CKPT_E_INVAL;
     pthread_mutex_lock(&r->lock);
@@ -65,18 +65,18 @@ static ckpt_status files_fd_status(ckpt_reader *r, uint32_t file_id) {
     return saved == ENOENT ? CKPT_E_NOTFOUND : CKPT_E_IO;
 }
 
-int ckpt_files_fd(ckpt_reader *r, uint32_t file_id, ckpt_error *err) {
+int ck_files_fd(ckpt_reader *r, uint32_t file_id, ckpt_error *err) {
     if (file_id >= r->nfiles) {
-        ckpt_fail(err, CKPT_E_INVAL, "no data file #%u", file_id);
+        ck_fail(err, CKPT_E_INVAL, "no data file #%u", file_id);
         return -1;
     }
-    ckpt_file *f = &r->files[file_id];
+    ck_file *f = &r->files[file_id];
     pthread_mutex_lock(&r->lock);
     int fd = f->fd;
     if (fd < 0) {
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", r->dir, f->name);
-        fd = ckpt_open_regular(path, NULL); /* never blocks on a FIFO or device */
+        fd = ck_open_regular(path, NULL); /* never blocks on a FIFO or device */
         if (fd < 0)
             f->open_errno = errno;
         else
@@ -85,30 +85,30 @@ int ckpt_files_fd(ckpt_reader *r, uint32_t file_id, ckpt_error *err) {
     int saved = f->open_errno;
     pthread_mutex_unlock(&r->lock);
     if (fd < 0)
-        ckpt_fail(err, saved == ENOENT ? CKPT_E_NOTFOUND : CKPT_E_IO, "%s/%s: cannot open: %s",
-                  r->dir, f->name, ckpt_open_strerror(saved));
+        ck_fail(err, saved == ENOENT ? CKPT_E_NOTFOUND : CKPT_E_IO, "%s/%s: cannot open: %s",
+                r->dir, f->name, ck_open_strerror(saved));
     return fd;
 }
 
-void ckpt_files_close_all(ckpt_reader *r) {
+void ck_files_close_all(ckpt_reader *r) {
     for (size_t i = 0; i < r->nfiles; i++)
         if (r->files[i].fd >= 0) close(r->files[i].fd);
 }
 
-ckpt_status ckpt_loc_source(ckpt_reader *r, const ckpt_loc *loc, const char *what, ckpt_source *src,
-                            ckpt_error *err) {
+ckpt_status ck_loc_source(ckpt_reader *r, const ck_loc *loc, const char *what, ck_source *src,
+                          ckpt_error *err) {
     if (loc->file_id < 0)
-        return ckpt_fail(err, CKPT_E_FORMAT, "%s: %s", what,
-                         loc->problem ? loc->problem : "no storage location");
-    int fd = ckpt_files_fd(r, (uint32_t)loc->file_id, err);
+        return ck_fail(err, CKPT_E_FORMAT, "%s: %s", what,
+                       loc->problem ? loc->problem : "no storage location");
+    int fd = ck_files_fd(r, (uint32_t)loc->file_id, err);
     if (fd < 0) {
-        ckpt_error_suffix(err, " (needed by %s)", what);
+        ck_error_suffix(err, " (needed by %s)", what);
         return files_fd_status(r, (uint32_t)loc->file_id);
     }
     struct stat st;
     if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
         (loc->offset > (uint64_t)st.st_size || loc->length > (uint64_t)st.st_size - loc->offset))
-        return ckpt_fail(
+        return ck_fail(
             err, CKPT_E_RANGE, "%s: bytes [%llu, %llu) of %s lie past its end (%lld bytes)", what,
             (unsigned long long)loc->offset, (unsigned long long)(loc->offset + loc->length),
             r->files[loc->file_id].name, (long long)st.st_size);
@@ -122,7 +122,7 @@ ckpt_status ckpt_loc_source(ckpt_reader *r, const ckpt_loc *loc, const char *wha
 }
 
 int ckpt_reader_file_fd(ckpt_reader *r, uint32_t file_id, ckpt_error *err) {
-    return ckpt_files_fd(r, file_id, err);
+    return ck_files_fd(r, file_id, err);
 }
 
 size_t ckpt_reader_num_files(const ckpt_reader *r) { return r->nfiles; }

@@ -35,7 +35,7 @@ extern const index_format index_format_torchsave_file;
 extern const index_format index_format_torch_bin;
 /* Whether dir holds HuggingFace torch.save shards, complete (every file its index names
  * exists); *mtime the newest of them. */
-ckpt_dir_kind torch_bin_dir_probe(const char *dir, struct timespec *mtime);
+ck_dir_kind torch_bin_dir_probe(const char *dir, struct timespec *mtime);
 
 /* Indexes r->dir in the first format that recognises it (in the order above); the last
  * format's CKPT_E_NOTFOUND when none does. */

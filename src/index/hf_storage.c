@@ -5,7 +5,7 @@
  * The files are those model.safetensors.index.json names when there is one (as transformers
  * loads them), else every `*.safetensors` file of the directory (as torch's reader does),
  * sorted by name so the order is stable.  A chunk's bytes are used where they lie
- * (ckpt_loc.raw): C order, little endian.
+ * (ck_loc.raw): C order, little endian.
  *
  * The headers are untrusted: each is parsed by the bounded safetensors reader, together with
  * the index they may hold at most limits.max_metadata_bytes (a file cut short in its data
@@ -15,7 +15,7 @@
  * instead of failing the open.  The index must name only plain `.safetensors` file names
  * beside it that exist and hold the tensors mapped to them, so a missing shard file is
  * reported (torch's reader ignores the index and silently loses those tensors).  Also here:
- * telling such a directory complete (ckpt_hf_dir_probe) and dumping its headers. */
+ * telling such a directory complete (ck_hf_dir_probe) and dumping its headers. */
 #include "index/hf_storage.h"
 
 #include "index/formats.h"
@@ -39,7 +39,7 @@
 #define SUFFIX ".safetensors"
 
 static ckpt_status nomem(ckpt_error *err) {
-    return ckpt_fail(err, CKPT_E_NOMEM, "out of memory while indexing safetensors headers");
+    return ck_fail(err, CKPT_E_NOMEM, "out of memory while indexing safetensors headers");
 }
 
 static bool ends_with(const char *name, const char *suffix) {
@@ -53,38 +53,38 @@ static int cmp_name(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-void ckpt_hf_names_free(char **names, size_t count) {
+void ck_hf_names_free(char **names, size_t count) {
     for (size_t i = 0; i < count; i++)
         free(names[i]);
     free(names);
 }
 
-ckpt_status ckpt_hf_list(const char *dir, char ***names, size_t *count, struct timespec *newest,
-                         ckpt_error *err) {
+ckpt_status ck_hf_list(const char *dir, char ***names, size_t *count, struct timespec *newest,
+                       ckpt_error *err) {
     *names = NULL;
     *count = 0;
     if (newest) *newest = (struct timespec){0};
     DIR *d = opendir(dir);
-    if (!d) return ckpt_fail(err, CKPT_E_IO, "%s: cannot list: %s", dir, strerror(errno));
+    if (!d) return ck_fail(err, CKPT_E_IO, "%s: cannot list: %s", dir, strerror(errno));
     char **v = NULL;
     size_t n = 0, cap = 0;
     ckpt_status s = CKPT_OK;
     struct dirent *de;
     while ((de = readdir(d))) {
-        if (!has_suffix(de->d_name) || !ckpt_safe_file_name(de->d_name)) continue;
+        if (!has_suffix(de->d_name) || !ck_safe_file_name(de->d_name)) continue;
         struct stat st;
         if (fstatat(dirfd(d), de->d_name, &st, 0) != 0 || !S_ISREG(st.st_mode)) continue;
         if (n == cap) {
             cap = cap ? cap * 2 : 16;
             char **nv = realloc(v, cap * sizeof *nv);
             if (!nv) {
-                s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory listing %s", dir);
+                s = ck_fail(err, CKPT_E_NOMEM, "out of memory listing %s", dir);
                 break;
             }
             v = nv;
         }
         if (!(v[n] = strdup(de->d_name))) {
-            s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory listing %s", dir);
+            s = ck_fail(err, CKPT_E_NOMEM, "out of memory listing %s", dir);
             break;
         }
         n++;
@@ -95,7 +95,7 @@ ckpt_status ckpt_hf_list(const char *dir, char ***names, size_t *count, struct t
     }
     closedir(d);
     if (s != CKPT_OK) {
-        ckpt_hf_names_free(v, n);
+        ck_hf_names_free(v, n);
         return s;
     }
     if (n) qsort(v, n, sizeof *v, cmp_name);
@@ -105,26 +105,26 @@ ckpt_status ckpt_hf_list(const char *dir, char ***names, size_t *count, struct t
 }
 
 /* Reads a whole small file (at most `max` bytes) into malloc'ed memory. */
-static ckpt_status slurp(const char *path, uint64_t max, ckpt_io_count *count, char **text,
+static ckpt_status slurp(const char *path, uint64_t max, ck_io_count *count, char **text,
                          size_t *len, ckpt_error *err) {
     *text = NULL;
     *len = 0;
-    int fd = ckpt_open_regular(path, NULL);
+    int fd = ck_open_regular(path, NULL);
     if (fd < 0)
-        return ckpt_fail(err, errno == ENOENT ? CKPT_E_NOTFOUND : CKPT_E_IO, "%s: %s", path,
-                         ckpt_open_strerror(errno));
+        return ck_fail(err, errno == ENOENT ? CKPT_E_NOTFOUND : CKPT_E_IO, "%s: %s", path,
+                       ck_open_strerror(errno));
     struct stat st;
     ckpt_status s = CKPT_OK;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
-        s = ckpt_fail(err, CKPT_E_IO, "%s: not a readable file", path);
+        s = ck_fail(err, CKPT_E_IO, "%s: not a readable file", path);
     else if ((uint64_t)st.st_size > max)
-        s = ckpt_fail(err, CKPT_E_LIMIT, "%s: %lld bytes exceed the metadata limit", path,
-                      (long long)st.st_size);
+        s = ck_fail(err, CKPT_E_LIMIT, "%s: %lld bytes exceed the metadata limit", path,
+                    (long long)st.st_size);
     else if (!(*text = malloc((size_t)st.st_size + 1)))
         s = nomem(err);
     else {
-        ckpt_source src = {.fd = fd, .len = (uint64_t)st.st_size, .name = path, .count = count};
-        s = ckpt_source_read(&src, 0, *text, (uint64_t)st.st_size, err);
+        ck_source src = {.fd = fd, .len = (uint64_t)st.st_size, .name = path, .count = count};
+        s = ck_source_read(&src, 0, *text, (uint64_t)st.st_size, err);
         *len = (size_t)st.st_size;
     }
     close(fd);
@@ -139,26 +139,26 @@ static ckpt_status slurp(const char *path, uint64_t max, ckpt_io_count *count, c
  * object whose values are plain file names ending with `suffix`), else an error naming the
  * file. */
 static ckpt_status parse_weight_map(const char *path, const char *text, size_t len,
-                                    const char *suffix, ckpt_arena *a, const ckpt_json **map,
+                                    const char *suffix, ck_arena *a, const ck_json **map,
                                     ckpt_error *err) {
-    const ckpt_json *doc = NULL, *m = NULL;
+    const ck_json *doc = NULL, *m = NULL;
     *map = NULL;
-    ckpt_status s = ckpt_json_parse(a, text, len, 0, &doc, err);
+    ckpt_status s = ck_json_parse(a, text, len, 0, &doc, err);
     if (s != CKPT_OK) {
-        ckpt_error_prefix(err, "%s: ", path);
+        ck_error_prefix(err, "%s: ", path);
         return s;
     }
-    if (!(m = ckpt_json_get(doc, "weight_map")) || m->type != CKPT_JSON_OBJECT)
-        return ckpt_fail(err, CKPT_E_FORMAT, "%s: no \"weight_map\" object", path);
+    if (!(m = ck_json_get(doc, "weight_map")) || m->type != CKPT_JSON_OBJECT)
+        return ck_fail(err, CKPT_E_FORMAT, "%s: no \"weight_map\" object", path);
     for (size_t i = 0; i < m->len; i++) {
-        const ckpt_json *v = &m->u.members[i].value;
+        const ck_json *v = &m->u.members[i].value;
         if (v->type != CKPT_JSON_STRING || strlen(v->u.str) != v->len ||
-            !ckpt_safe_file_name(v->u.str) || !ends_with(v->u.str, suffix))
-            return ckpt_fail(err, CKPT_E_FORMAT,
-                             "%s: weight_map[\"%.200s\"] = \"%.200s\" is not the name of a "
-                             "%s file beside it (path traversal refused)",
-                             path, m->u.members[i].key, suffix,
-                             v->type == CKPT_JSON_STRING ? v->u.str : "(not a string)");
+            !ck_safe_file_name(v->u.str) || !ends_with(v->u.str, suffix))
+            return ck_fail(err, CKPT_E_FORMAT,
+                           "%s: weight_map[\"%.200s\"] = \"%.200s\" is not the name of a "
+                           "%s file beside it (path traversal refused)",
+                           path, m->u.members[i].key, suffix,
+                           v->type == CKPT_JSON_STRING ? v->u.str : "(not a string)");
     }
     *map = m;
     return CKPT_OK;
@@ -167,7 +167,7 @@ static ckpt_status parse_weight_map(const char *path, const char *text, size_t l
 /* parse_weight_map of the file at path (at most max bytes); *bytes (may be NULL): its size.
  * CKPT_E_NOTFOUND when there is none. */
 static ckpt_status read_weight_map(const char *path, const char *suffix, uint64_t max,
-                                   ckpt_io_count *count, ckpt_arena *a, const ckpt_json **map,
+                                   ck_io_count *count, ck_arena *a, const ck_json **map,
                                    uint64_t *bytes, ckpt_error *err) {
     char *text = NULL;
     size_t len = 0;
@@ -180,7 +180,7 @@ static ckpt_status read_weight_map(const char *path, const char *suffix, uint64_
 }
 
 /* The distinct files a weight_map names, sorted (malloc'ed array of pointers into it). */
-static ckpt_status map_files(const ckpt_json *map, const char ***out, size_t *count,
+static ckpt_status map_files(const ck_json *map, const char ***out, size_t *count,
                              ckpt_error *err) {
     const char **v = malloc((map->len ? map->len : 1) * sizeof *v);
     if (!v) return nomem(err);
@@ -196,9 +196,9 @@ static ckpt_status map_files(const ckpt_json *map, const char ***out, size_t *co
     return CKPT_OK;
 }
 
-ckpt_status ckpt_hf_index_files(const char *path, const char *suffix, uint64_t max,
-                                ckpt_io_count *count, ckpt_arena *a, const ckpt_json **map,
-                                const char ***files, size_t *n, ckpt_error *err) {
+ckpt_status ck_hf_index_files(const char *path, const char *suffix, uint64_t max,
+                              ck_io_count *count, ck_arena *a, const ck_json **map,
+                              const char ***files, size_t *n, ckpt_error *err) {
     *files = NULL;
     *n = 0;
     CKPT_TRY(read_weight_map(path, suffix, max, count, a, map, NULL, err));
@@ -212,9 +212,9 @@ ckpt_status ckpt_hf_index_files(const char *path, const char *suffix, uint64_t m
 typedef struct hf_files {
     char *index; /* the index json as read (index_len bytes), or NULL */
     size_t index_len;
-    const ckpt_json *map; /* its weight_map (parsed into the caller's arena), or NULL */
-    char **listed;        /* without an index: the directory's *.safetensors, sorted */
-    const char **mapped;  /* with one: the files it names, sorted, distinct */
+    const ck_json *map;  /* its weight_map (parsed into the caller's arena), or NULL */
+    char **listed;       /* without an index: the directory's *.safetensors, sorted */
+    const char **mapped; /* with one: the files it names, sorted, distinct */
     size_t n;
 } hf_files;
 
@@ -224,20 +224,19 @@ static const char *hf_file_name(const hf_files *h, size_t i) {
 
 static void hf_files_release(hf_files *h) {
     free(h->index);
-    ckpt_hf_names_free(h->listed, h->listed ? h->n : 0);
+    ck_hf_names_free(h->listed, h->listed ? h->n : 0);
     free(h->mapped);
     memset(h, 0, sizeof *h);
 }
 
 /* index_path: dir's index json; its size counts against max. */
 static ckpt_status hf_files_find(const char *dir, const char *index_path, uint64_t max,
-                                 ckpt_io_count *count, ckpt_arena *a, hf_files *h,
-                                 ckpt_error *err) {
+                                 ck_io_count *count, ck_arena *a, hf_files *h, ckpt_error *err) {
     memset(h, 0, sizeof *h);
     ckpt_error ierr = {0};
     ckpt_status s = slurp(index_path, max, count, &h->index, &h->index_len, &ierr);
     if (s == CKPT_E_NOTFOUND) {
-        s = ckpt_hf_list(dir, &h->listed, &h->n, NULL, err);
+        s = ck_hf_list(dir, &h->listed, &h->n, NULL, err);
     } else if (s == CKPT_OK) {
         s = parse_weight_map(index_path, h->index, h->index_len, SUFFIX, a, &h->map, err);
         if (s == CKPT_OK) s = map_files(h->map, &h->mapped, &h->n, err);
@@ -245,15 +244,15 @@ static ckpt_status hf_files_find(const char *dir, const char *index_path, uint64
         *err = ierr;
     }
     if (s == CKPT_OK && !h->n)
-        s = ckpt_fail(err, CKPT_E_NOTFOUND,
-                      "%s: no .metadata file and no *.safetensors file (not a checkpoint, or an "
-                      "incomplete one)",
-                      dir);
+        s = ck_fail(err, CKPT_E_NOTFOUND,
+                    "%s: no .metadata file and no *.safetensors file (not a checkpoint, or an "
+                    "incomplete one)",
+                    dir);
     if (s != CKPT_OK) hf_files_release(h);
     return s;
 }
 
-ckpt_dir_kind ckpt_hf_dir_probe(const char *dir, struct timespec *mtime) {
+ck_dir_kind ck_hf_dir_probe(const char *dir, struct timespec *mtime) {
     char path[4096];
     int n = snprintf(path, sizeof path, "%s/%s", dir, CKPT_HF_INDEX_JSON);
     if (n < 0 || (size_t)n >= sizeof path) return CKPT_DIR_NONE;
@@ -261,8 +260,8 @@ ckpt_dir_kind ckpt_hf_dir_probe(const char *dir, struct timespec *mtime) {
     if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
         /* complete once the index parses (torch writes it last, in place) and every file it
          * names exists */
-        ckpt_arena *a = ckpt_arena_new(64u << 20);
-        const ckpt_json *map = NULL;
+        ck_arena *a = ck_arena_new(64u << 20);
+        const ck_json *map = NULL;
         const char **files = NULL;
         size_t nf = 0;
         bool complete =
@@ -275,15 +274,15 @@ ckpt_dir_kind ckpt_hf_dir_probe(const char *dir, struct timespec *mtime) {
                 n > 0 && (size_t)n < sizeof path && stat(path, &fst) == 0 && S_ISREG(fst.st_mode);
         }
         free(files);
-        ckpt_arena_free(a);
+        ck_arena_free(a);
         if (complete && mtime) *mtime = st.st_mtim;
         return complete ? CKPT_DIR_MARKED : CKPT_DIR_NONE;
     }
     char **names = NULL;
     size_t count = 0;
     struct timespec newest;
-    if (ckpt_hf_list(dir, &names, &count, &newest, NULL) != CKPT_OK) return CKPT_DIR_NONE;
-    ckpt_hf_names_free(names, count);
+    if (ck_hf_list(dir, &names, &count, &newest, NULL) != CKPT_OK) return CKPT_DIR_NONE;
+    ck_hf_names_free(names, count);
     if (count && mtime) *mtime = newest;
     return count ? CKPT_DIR_UNMARKED : CKPT_DIR_NONE;
 }
@@ -295,9 +294,9 @@ typedef struct hf_file {
     const char *name;
     int32_t file_id;
     ts_safetensors *st;
-    ckpt_arena *scratch;       /* DCP_SHARDING_INFO's parse */
-    const ckpt_json *sharding; /* DCP_SHARDING_INFO (an object), or NULL */
-    const ckpt_json **info;    /* with it: sharding[name of tensor i] for each tensor i, or NULL
+    ck_arena *scratch;       /* DCP_SHARDING_INFO's parse */
+    const ck_json *sharding; /* DCP_SHARDING_INFO (an object), or NULL */
+    const ck_json **info;    /* with it: sharding[name of tensor i] for each tensor i, or NULL
                                   (found once per member: a member lookup is a linear scan) */
 } hf_file;
 
@@ -319,7 +318,7 @@ typedef struct hf_build {
 
 static void close_file(hf_file *f) {
     ts_safetensors_free(f->st);
-    ckpt_arena_free(f->scratch);
+    ck_arena_free(f->scratch);
     f->st = NULL;
     f->scratch = NULL;
     f->sharding = NULL;
@@ -330,25 +329,25 @@ static void close_file(hf_file *f) {
 static ckpt_status open_file(hf_build *b, hf_file *f, ckpt_error *err) {
     ckpt_reader *r = b->r;
     const char *problem = NULL;
-    f->file_id = ckpt_files_intern(r, f->name, &problem);
+    f->file_id = ck_files_intern(r, f->name, &problem);
     if (f->file_id < 0)
-        return problem ? ckpt_fail(err, CKPT_E_FORMAT, "%s/%s: %s", r->dir, f->name, problem)
+        return problem ? ck_fail(err, CKPT_E_FORMAT, "%s/%s: %s", r->dir, f->name, problem)
                        : nomem(err);
     ckpt_error ferr = {0};
-    int fd = ckpt_files_fd(r, (uint32_t)f->file_id, &ferr);
+    int fd = ck_files_fd(r, (uint32_t)f->file_id, &ferr);
     if (fd < 0) {
         if (err) *err = ferr;
         return ferr.code;
     }
     struct stat st;
     if (fstat(fd, &st) != 0)
-        return ckpt_fail(err, CKPT_E_IO, "%s/%s: %s", r->dir, f->name, strerror(errno));
-    ckpt_source src = {
+        return ck_fail(err, CKPT_E_IO, "%s/%s: %s", r->dir, f->name, strerror(errno));
+    ck_source src = {
         .fd = fd, .base = 0, .len = (uint64_t)st.st_size, .name = f->name, .count = &r->io_meta};
     uint64_t max = b->budget < TS_SAFETENSORS_MAX_HEADER ? b->budget : TS_SAFETENSORS_MAX_HEADER;
     ckpt_status s = ts_safetensors_open_header(&src, 0, max ? max : 1, &f->st, err);
     if (s != CKPT_OK) {
-        ckpt_error_prefix(err, "%s/%s: ", r->dir, f->name);
+        ck_error_prefix(err, "%s/%s: ", r->dir, f->name);
         return s;
     }
     b->budget -= ts_safetensors_header_len(f->st);
@@ -357,27 +356,27 @@ static ckpt_status open_file(hf_build *b, hf_file *f, ckpt_error *err) {
     for (size_t i = 0; i < nt; i++) {
         const ts_st_tensor *t = ts_safetensors_tensor(f->st, i);
         if (strlen(t->name) != t->name_len)
-            return ckpt_fail(err, CKPT_E_FORMAT, "%s/%s: a tensor name holds a NUL character",
-                             r->dir, f->name);
+            return ck_fail(err, CKPT_E_FORMAT, "%s/%s: a tensor name holds a NUL character", r->dir,
+                           f->name);
     }
     const char *info = ts_safetensors_metadata(f->st, "DCP_SHARDING_INFO");
     if (!info) return CKPT_OK;
     b->sharded = true;
     /* bounded like the header it comes from: a parsed node per 2 bytes at most */
-    if (!(f->scratch = ckpt_arena_new(64 * (uint64_t)strlen(info) + (1u << 20)))) return nomem(err);
-    s = ckpt_json_parse(f->scratch, info, strlen(info), 0, &f->sharding, err);
+    if (!(f->scratch = ck_arena_new(64 * (uint64_t)strlen(info) + (1u << 20)))) return nomem(err);
+    s = ck_json_parse(f->scratch, info, strlen(info), 0, &f->sharding, err);
     if (s == CKPT_OK && f->sharding->type != CKPT_JSON_OBJECT)
-        s = ckpt_fail(err, CKPT_E_FORMAT, "not a JSON object");
+        s = ck_fail(err, CKPT_E_FORMAT, "not a JSON object");
     if (s != CKPT_OK) {
-        ckpt_error_prefix(err, "%s/%s: __metadata__.DCP_SHARDING_INFO: ", r->dir, f->name);
+        ck_error_prefix(err, "%s/%s: __metadata__.DCP_SHARDING_INFO: ", r->dir, f->name);
         return s;
     }
-    f->info = ckpt_arena_alloc(f->scratch, (nt ? nt : 1) * sizeof *f->info);
+    f->info = ck_arena_alloc(f->scratch, (nt ? nt : 1) * sizeof *f->info);
     if (!f->info) return nomem(err);
     memset(f->info, 0, (nt ? nt : 1) * sizeof *f->info);
     const ts_st_tensor *t0 = ts_safetensors_tensor(f->st, 0);
     for (size_t i = 0; i < f->sharding->len; i++) { /* the last of equal names wins */
-        const ckpt_json_member *m = &f->sharding->u.members[i];
+        const ck_json_member *m = &f->sharding->u.members[i];
         const ts_st_tensor *t =
             strlen(m->key) == m->key_len ? ts_safetensors_find(f->st, m->key) : NULL;
         if (t) f->info[t - t0] = &m->value;
@@ -391,10 +390,10 @@ static bool chunk_offsets(const hf_file *f, const ts_st_tensor *t, int64_t *off)
     memset(off, 0, sizeof(int64_t) * (size_t)(t->ndim ? t->ndim : 1));
     if (!f->sharding) return true;
     const ts_st_tensor *t0 = ts_safetensors_tensor(f->st, 0);
-    const ckpt_json *so = ckpt_json_get(f->info[t - t0], "saved_offsets");
+    const ck_json *so = ck_json_get(f->info[t - t0], "saved_offsets");
     if (!so || so->type != CKPT_JSON_ARRAY || so->len != (size_t)t->ndim) return false;
     for (int d = 0; d < t->ndim; d++) {
-        const ckpt_json *x = &so->u.items[d];
+        const ck_json *x = &so->u.items[d];
         if (x->type != CKPT_JSON_NUMBER || !x->is_int || x->u.num.i < 0 ||
             x->u.num.i > INT64_MAX - t->shape[d])
             return false;
@@ -428,7 +427,7 @@ static ckpt_status take_tensors(hf_build *b, const hf_file *f, ckpt_error *err) 
             continue;
         }
         int64_t *box =
-            ckpt_arena_alloc(r->arena, sizeof(int64_t) * 2 * (size_t)(e->ndim ? e->ndim : 1));
+            ck_arena_alloc(r->arena, sizeof(int64_t) * 2 * (size_t)(e->ndim ? e->ndim : 1));
         if (!box) return nomem(err);
         if (!chunk_offsets(f, t, box)) {
             if (!e->problem)
@@ -473,27 +472,27 @@ static ckpt_status add_chunks(hf_build *b, ckpt_error *err) {
     ckpt_reader *r = b->r;
     for (size_t i = 0; i < r->nentries; i++) {
         ckpt_entry *e = &r->entries[i];
-        e->chunks = ckpt_arena_alloc(r->arena, (e->nchunks ? e->nchunks : 1) * sizeof *e->chunks);
+        e->chunks = ck_arena_alloc(r->arena, (e->nchunks ? e->nchunks : 1) * sizeof *e->chunks);
         int64_t *shape =
-            ckpt_arena_alloc(r->arena, sizeof(int64_t) * (size_t)(e->ndim ? e->ndim : 1));
+            ck_arena_alloc(r->arena, sizeof(int64_t) * (size_t)(e->ndim ? e->ndim : 1));
         if (!e->chunks || !shape) return nomem(err);
         e->shape = e->ndim ? shape : NULL;
         e->nchunks = 0;
     }
-    ckpt_htab boxes;
-    if (!ckpt_htab_init(&boxes, b->nrecs)) return nomem(err);
+    ck_htab boxes;
+    if (!ck_htab_init(&boxes, b->nrecs)) return nomem(err);
     ckpt_status s = CKPT_OK;
     for (size_t i = 0; i < b->nrecs && s == CKPT_OK; i++) {
         const hf_rec *x = &b->recs[i];
         ckpt_entry *e = &r->entries[x->entry];
         uint64_t eidx = e->index, v;
-        uint64_t h = ckpt_hash_bytes(x->box, sizeof(int64_t) * (size_t)e->ndim, eidx);
+        uint64_t h = ck_hash_bytes(x->box, sizeof(int64_t) * (size_t)e->ndim, eidx);
         const void *ctx[3] = {r, x->box, &eidx};
-        if (ckpt_htab_find(&boxes, h, box_eq, ctx, &v)) {
+        if (ck_htab_find(&boxes, h, box_eq, ctx, &v)) {
             r->unmatched_storage++;
             continue;
         }
-        ckpt_chunk *c = &e->chunks[e->nchunks];
+        ck_chunk *c = &e->chunks[e->nchunks];
         memset(c, 0, sizeof *c);
         c->offsets = x->box;
         c->sizes = x->box + e->ndim;
@@ -506,12 +505,12 @@ static ckpt_status add_chunks(hf_build *b, ckpt_error *err) {
             c->loc.length = x->length;
             r->info.stored_bytes += x->length;
         }
-        if (!ckpt_htab_insert(&boxes, h, (eidx << 32) | e->nchunks))
+        if (!ck_htab_insert(&boxes, h, (eidx << 32) | e->nchunks))
             s = nomem(err);
         else
             e->nchunks++;
     }
-    ckpt_htab_release(&boxes);
+    ck_htab_release(&boxes);
     return s;
 }
 
@@ -531,23 +530,23 @@ static void settle_shape(ckpt_reader *r, ckpt_entry *e) {
 }
 
 static int cmp_member_file(const void *a, const void *b) {
-    const ckpt_json_member *x = *(const ckpt_json_member *const *)a;
-    const ckpt_json_member *y = *(const ckpt_json_member *const *)b;
+    const ck_json_member *x = *(const ck_json_member *const *)a;
+    const ck_json_member *y = *(const ck_json_member *const *)b;
     return strcmp(x->value.u.str, y->value.u.str);
 }
 
 static ckpt_status hf_index_add(ckpt_reader *r, ckpt_error *err) {
     hf_build b = {.r = r, .budget = r->limits.max_metadata_bytes};
     hf_files h;
-    const ckpt_json_member **by_file = NULL; /* the weight_map's members, sorted by file */
+    const ck_json_member **by_file = NULL; /* the weight_map's members, sorted by file */
     size_t next_member = 0;
     hf_file f = {0};
     char index_path[4096];
     snprintf(index_path, sizeof index_path, "%s/%s", r->dir, CKPT_HF_INDEX_JSON);
-    ckpt_arena *scratch = ckpt_arena_new(b.budget); /* the index json's parse */
+    ck_arena *scratch = ck_arena_new(b.budget); /* the index json's parse */
     if (!scratch) return nomem(err);
     ckpt_status s = hf_files_find(r->dir, index_path, b.budget, &r->io_meta, scratch, &h, err);
-    const ckpt_json *map = h.map;
+    const ck_json *map = h.map;
     if (s == CKPT_OK && map) {
         b.budget -= h.index_len;
         r->info.metadata_bytes += h.index_len;
@@ -561,18 +560,17 @@ static ckpt_status hf_index_add(ckpt_reader *r, ckpt_error *err) {
         f = (hf_file){.name = hf_file_name(&h, i)};
         s = open_file(&b, &f, err);
         if (s == CKPT_E_NOTFOUND && map)
-            ckpt_fail(err, s,
-                      "%s: weight_map names %s, which is missing (an incomplete checkpoint)",
-                      index_path, f.name);
+            ck_fail(err, s, "%s: weight_map names %s, which is missing (an incomplete checkpoint)",
+                    index_path, f.name);
         if (s == CKPT_OK) s = take_tensors(&b, &f, err);
         /* the weight_map's tensors of this file are in it (files and members are sorted) */
         while (s == CKPT_OK && map && next_member < map->len &&
                strcmp(by_file[next_member]->value.u.str, f.name) == 0) {
-            const ckpt_json_member *m = by_file[next_member++];
+            const ck_json_member *m = by_file[next_member++];
             if (strlen(m->key) != m->key_len || !ts_safetensors_find(f.st, m->key))
-                s = ckpt_fail(err, CKPT_E_FORMAT,
-                              "%s: weight_map puts '%.200s' in %.200s, which does not hold it",
-                              index_path, m->key, f.name);
+                s = ck_fail(err, CKPT_E_FORMAT,
+                            "%s: weight_map puts '%.200s' in %.200s, which does not hold it",
+                            index_path, m->key, f.name);
         }
         close_file(&f);
     }
@@ -590,7 +588,7 @@ static ckpt_status hf_index_add(ckpt_reader *r, ckpt_error *err) {
     free(b.recs);
     free(by_file);
     hf_files_release(&h);
-    ckpt_arena_free(scratch);
+    ck_arena_free(scratch);
     return s;
 }
 
@@ -601,32 +599,32 @@ static ckpt_status hf_index_add(ckpt_reader *r, ckpt_error *err) {
 static ckpt_status read_header(const char *path, uint64_t max, uint8_t **buf, uint64_t *n,
                                ckpt_error *err) {
     *buf = NULL;
-    int fd = ckpt_open_regular(path, NULL);
-    if (fd < 0) return ckpt_fail(err, CKPT_E_IO, "%s: %s", path, ckpt_open_strerror(errno));
+    int fd = ck_open_regular(path, NULL);
+    if (fd < 0) return ck_fail(err, CKPT_E_IO, "%s: %s", path, ck_open_strerror(errno));
     struct stat st;
     uint8_t head[8];
     ckpt_status s = CKPT_OK;
-    ckpt_source src = {.fd = fd, .name = path};
+    ck_source src = {.fd = fd, .name = path};
     if (fstat(fd, &st) != 0)
-        s = ckpt_fail(err, CKPT_E_IO, "%s: %s", path, strerror(errno));
+        s = ck_fail(err, CKPT_E_IO, "%s: %s", path, strerror(errno));
     else if ((src.len = (uint64_t)st.st_size) < 8)
-        s = ckpt_fail(err, CKPT_E_RANGE, "%s: %llu bytes: no room for a safetensors header", path,
-                      (unsigned long long)src.len);
+        s = ck_fail(err, CKPT_E_RANGE, "%s: %llu bytes: no room for a safetensors header", path,
+                    (unsigned long long)src.len);
     else
-        s = ckpt_source_read(&src, 0, head, 8, err);
+        s = ck_source_read(&src, 0, head, 8, err);
     *n = s == CKPT_OK ? ts_safetensors_len_prefix(head) : 0;
     if (s == CKPT_OK && *n > max)
-        s = ckpt_fail(err, CKPT_E_LIMIT,
-                      "%s: not a safetensors file (its 8-byte header length exceeds the limit)",
-                      path);
+        s = ck_fail(err, CKPT_E_LIMIT,
+                    "%s: not a safetensors file (its 8-byte header length exceeds the limit)",
+                    path);
     if (s == CKPT_OK && !(*buf = malloc((size_t)*n + 8))) s = nomem(err);
-    if (s == CKPT_OK) s = ckpt_source_read(&src, 0, *buf, *n + 8, err);
+    if (s == CKPT_OK) s = ck_source_read(&src, 0, *buf, *n + 8, err);
     close(fd);
     if (s == CKPT_OK) {
-        ckpt_source mem = {.fd = -1, .mem = *buf, .len = *n + 8, .name = path};
+        ck_source mem = {.fd = -1, .mem = *buf, .len = *n + 8, .name = path};
         ts_safetensors *sf = NULL;
         s = ts_safetensors_open_header(&mem, 0, max, &sf, err);
-        if (s != CKPT_OK) ckpt_error_prefix(err, "%s: ", path);
+        if (s != CKPT_OK) ck_error_prefix(err, "%s: ", path);
         ts_safetensors_free(sf);
     }
     if (s != CKPT_OK) {
@@ -636,25 +634,25 @@ static ckpt_status read_header(const char *path, uint64_t max, uint8_t **buf, ui
     return s;
 }
 
-static void add_trimmed(ckpt_strbuf *sb, const char *text, size_t len) {
+static void add_trimmed(ck_strbuf *sb, const char *text, size_t len) {
     while (len && (text[len - 1] == ' ' || text[len - 1] == '\n' || text[len - 1] == '\r' ||
                    text[len - 1] == '\t'))
         len--;
-    ckpt_strbuf_add(sb, text, len);
+    ck_strbuf_add(sb, text, len);
 }
 
-ckpt_status ckpt_hf_dump_json(const char *dir, const ckpt_limits *l, char **out, ckpt_error *err) {
+ckpt_status ck_hf_dump_json(const char *dir, const ckpt_limits *l, char **out, ckpt_error *err) {
     *out = NULL;
     uint64_t budget = l->max_metadata_bytes;
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, CKPT_HF_INDEX_JSON);
-    ckpt_strbuf sb = CKPT_STRBUF_INIT;
-    ckpt_arena *scratch = ckpt_arena_new(budget);
+    ck_strbuf sb = CKPT_STRBUF_INIT;
+    ck_arena *scratch = ck_arena_new(budget);
     if (!scratch) return nomem(err);
     hf_files h; /* the files hf_index_add reads */
     ckpt_status s = hf_files_find(dir, path, budget, NULL, scratch, &h, err);
     budget -= h.index_len;
-    ckpt_strbuf_addc(&sb, '{');
+    ck_strbuf_addc(&sb, '{');
     for (size_t i = 0; s == CKPT_OK && i < h.n; i++) {
         const char *name = hf_file_name(&h, i);
         char fpath[4096];
@@ -665,22 +663,22 @@ ckpt_status ckpt_hf_dump_json(const char *dir, const ckpt_limits *l, char **out,
         s = read_header(fpath, max, &hdr, &hl, err);
         if (s != CKPT_OK) break;
         budget -= hl;
-        if (i) ckpt_strbuf_addc(&sb, ',');
-        ckpt_json_escape(&sb, name, strlen(name));
-        ckpt_strbuf_addc(&sb, ':');
+        if (i) ck_strbuf_addc(&sb, ',');
+        ck_json_escape(&sb, name, strlen(name));
+        ck_strbuf_addc(&sb, ':');
         add_trimmed(&sb, (const char *)hdr + 8, (size_t)hl);
         free(hdr);
     }
     if (s == CKPT_OK && h.index) {
-        ckpt_strbuf_addf(&sb, ",\"%s\":", CKPT_HF_INDEX_JSON);
+        ck_strbuf_addf(&sb, ",\"%s\":", CKPT_HF_INDEX_JSON);
         add_trimmed(&sb, h.index, h.index_len);
     }
-    ckpt_strbuf_addc(&sb, '}');
-    if (s == CKPT_OK) s = ckpt_strbuf_status(&sb, "metadata dump", err);
-    if (s == CKPT_OK && !(*out = ckpt_strbuf_detach(&sb, NULL))) s = nomem(err);
-    if (s != CKPT_OK) ckpt_strbuf_release(&sb);
+    ck_strbuf_addc(&sb, '}');
+    if (s == CKPT_OK) s = ck_strbuf_status(&sb, "metadata dump", err);
+    if (s == CKPT_OK && !(*out = ck_strbuf_detach(&sb, NULL))) s = nomem(err);
+    if (s != CKPT_OK) ck_strbuf_release(&sb);
     hf_files_release(&h);
-    ckpt_arena_free(scratch);
+    ck_arena_free(scratch);
     return s;
 }
 

@@ -10,7 +10,7 @@
  * The entry gets the original shape back: each piece becomes the boxes that tile its element
  * range (at most 2·ndim−1, each one contiguous in the piece), placed in the original
  * coordinates, with the piece's storage and the element where the box starts in it
- * (ckpt_flat_src, used by chunk_resolve.c).  Every front end then reads the tensor Megatron
+ * (ck_flat_src, used by chunk_resolve.c).  Every front end then reads the tensor Megatron
  * saved, in the shape Megatron loads it, with no change of its own. */
 #include "index/mcore_flat.h"
 
@@ -25,7 +25,7 @@
  * and applied by mcore_reformulate (the DCP format's finish).  One per entry: a key repeated in one
  * file keeps its last value, as Python's dict does; files that disagree make the entry a problem.
  */
-struct ckpt_mcore_shape {
+struct ck_mcore_shape {
     const char *file;
     int ndim; /* -1: not a tuple of ints */
     int cap;
@@ -33,7 +33,7 @@ struct ckpt_mcore_shape {
     int64_t shape[];
 };
 
-static bool same_shape(const ckpt_mcore_shape *m, const int64_t *shape, int n) {
+static bool same_shape(const ck_mcore_shape *m, const int64_t *shape, int n) {
     return m->ndim == n && (n <= 0 || memcmp(m->shape, shape, (size_t)n * sizeof *shape) == 0);
 }
 
@@ -50,16 +50,16 @@ ckpt_status mcore_note(ckpt_reader *r, const char *file, const pk_value *root, c
         int64_t shape[CKPT_MAX_NDIM];
         size_t n = 0;
         int nd = pk_as_int_seq(orig, shape, CKPT_MAX_NDIM, &n) ? (int)n : -1;
-        if (!fname && !(fname = ckpt_arena_strndup(r->arena, file, strlen(file))))
+        if (!fname && !(fname = ck_arena_strndup(r->arena, file, strlen(file))))
             return index_nomem(err);
-        ckpt_mcore_shape *m = e->mcore;
+        ck_mcore_shape *m = e->mcore;
         if (m && m->file != fname) { /* noted by an earlier file */
             if (!same_shape(m, shape, nd)) m->disagree = true;
             continue;
         }
         if (!m || m->cap < nd) {
             int cap = nd > 0 ? nd : 0;
-            m = ckpt_arena_alloc(r->arena, sizeof *m + (size_t)cap * sizeof m->shape[0]);
+            m = ck_arena_alloc(r->arena, sizeof *m + (size_t)cap * sizeof m->shape[0]);
             if (!m) return index_nomem(err);
             m->cap = cap;
             e->mcore = m;
@@ -79,17 +79,17 @@ typedef struct box_sink {
     int64_t piece_start; /* first element of the piece in the block */
     /* output: when `chunks` is NULL only counted */
     size_t n;
-    ckpt_chunk *chunks;
-    ckpt_flat_src *flat;
-    const ckpt_chunk *piece;
+    ck_chunk *chunks;
+    ck_flat_src *flat;
+    const ck_chunk *piece;
     const int64_t *cell_origin; /* grid cell index × block, per dim */
-    ckpt_arena *arena;
+    ck_arena *arena;
 } box_sink;
 
 static bool emit(box_sink *s, const int64_t *fixed, int d, int64_t a, int64_t b,
                  uint64_t flat_start) {
     if (s->chunks) {
-        int64_t *off = ckpt_arena_alloc(s->arena, 2 * (size_t)s->nd * sizeof *off);
+        int64_t *off = ck_arena_alloc(s->arena, 2 * (size_t)s->nd * sizeof *off);
         if (!off) return false;
         int64_t *sz = off + s->nd;
         uint64_t numel = 1;
@@ -99,14 +99,14 @@ static bool emit(box_sink *s, const int64_t *fixed, int d, int64_t a, int64_t b,
             off[k] = s->cell_origin[k] + o;
             numel *= (uint64_t)sz[k];
         }
-        ckpt_chunk *c = &s->chunks[s->n];
+        ck_chunk *c = &s->chunks[s->n];
         memset(c, 0, sizeof *c);
         c->offsets = off;
         c->sizes = sz;
         c->numel = numel;
         c->loc = s->piece->loc;
-        s->flat[s->n] = (ckpt_flat_src){.skip = flat_start - (uint64_t)s->piece_start,
-                                        .stored_numel = s->piece->numel};
+        s->flat[s->n] = (ck_flat_src){.skip = flat_start - (uint64_t)s->piece_start,
+                                      .stored_numel = s->piece->numel};
     }
     s->n++;
     return true;
@@ -144,7 +144,7 @@ static bool boxes(box_sink *s, int64_t *fixed, int d, int64_t lo, int64_t hi, ui
 
 /* The grid cell's shape from stored [grid..., n] and original shapes, or a problem.  *empty:
  * the stored grid has no cells (and the original shape no elements). */
-static const char *block_shape(ckpt_arena *a, const ckpt_entry *e, const ckpt_mcore_shape *m,
+static const char *block_shape(ck_arena *a, const ckpt_entry *e, const ck_mcore_shape *m,
                                int64_t *block, bool *empty) {
     *empty = false;
     if (m->ndim < 1 || m->ndim + 1 != e->ndim)
@@ -195,7 +195,7 @@ static const char *block_shape(ckpt_arena *a, const ckpt_entry *e, const ckpt_mc
 }
 
 /* A stored chunk must be one piece [1, ..., 1, n] of one grid cell. */
-static bool is_piece(const ckpt_entry *e, const ckpt_chunk *c) {
+static bool is_piece(const ckpt_entry *e, const ck_chunk *c) {
     for (int d = 0; d + 1 < e->ndim; d++)
         if (c->sizes[d] != 1) return false;
     return true; /* inside the stored shape: checked when the chunk was indexed */
@@ -215,7 +215,7 @@ static int by_cell_then_start(const void *a, const void *b) {
 
 /* Pieces must not repeat or overlap (a hostile pickle repeats one piece for a few bytes each
  * time; its boxes would not).  NULL, or the problem. */
-static const char *pieces_overlap(ckpt_arena *a, const ckpt_entry *e, int nd, bool *nomem) {
+static const char *pieces_overlap(ck_arena *a, const ckpt_entry *e, int nd, bool *nomem) {
     *nomem = false;
     piece_ref *p = malloc((e->nchunks + 1) * sizeof *p);
     if (!p) {
@@ -224,7 +224,7 @@ static const char *pieces_overlap(ckpt_arena *a, const ckpt_entry *e, int nd, bo
     }
     size_t n = 0;
     for (size_t k = 0; k < e->nchunks; k++) {
-        const ckpt_chunk *c = &e->chunks[k];
+        const ck_chunk *c = &e->chunks[k];
         if (!c->numel) continue;
         uint64_t cell = 0;
         for (int d = 0; d < nd; d++)
@@ -244,7 +244,7 @@ static const char *pieces_overlap(ckpt_arena *a, const ckpt_entry *e, int nd, bo
     return problem;
 }
 
-static ckpt_status reformulate(ckpt_reader *r, ckpt_entry *e, const ckpt_mcore_shape *m,
+static ckpt_status reformulate(ckpt_reader *r, ckpt_entry *e, const ck_mcore_shape *m,
                                uint64_t *budget, ckpt_error *err) {
     int64_t block[CKPT_MAX_NDIM], fixed[CKPT_MAX_NDIM], origin[CKPT_MAX_NDIM];
     bool empty = false, oom = false;
@@ -267,14 +267,14 @@ static ckpt_status reformulate(ckpt_reader *r, ckpt_entry *e, const ckpt_mcore_s
     }
     box_sink s = {.block = block, .nd = nd, .cell_origin = origin, .arena = r->arena};
     for (size_t k = 0; !empty && k < e->nchunks; k++) { /* count */
-        const ckpt_chunk *c = &e->chunks[k];
+        const ck_chunk *c = &e->chunks[k];
         if (!c->numel) continue;
         boxes(&s, fixed, 0, c->offsets[nd], c->offsets[nd] + c->sizes[nd], 0);
     }
     size_t total = s.n;
     /* what the boxes take, against what the metadata may make the index hold */
-    uint64_t need = (uint64_t)total * (sizeof(ckpt_chunk) + sizeof(ckpt_flat_src) +
-                                       2 * (uint64_t)nd * sizeof(int64_t));
+    uint64_t need = (uint64_t)total *
+                    (sizeof(ck_chunk) + sizeof(ck_flat_src) + 2 * (uint64_t)nd * sizeof(int64_t));
     if (need > *budget) {
         e->problem = index_problemf(r->arena,
                                     "megatron flattened tensor: its %zu boxes would take "
@@ -283,15 +283,15 @@ static ckpt_status reformulate(ckpt_reader *r, ckpt_entry *e, const ckpt_mcore_s
         return CKPT_OK;
     }
     *budget -= need;
-    ckpt_chunk *chunks = ckpt_arena_alloc(r->arena, (total + 1) * sizeof *chunks);
-    ckpt_flat_src *flat = ckpt_arena_alloc(r->arena, (total + 1) * sizeof *flat);
-    int64_t *shape = ckpt_arena_alloc(r->arena, (size_t)nd * sizeof *shape);
+    ck_chunk *chunks = ck_arena_alloc(r->arena, (total + 1) * sizeof *chunks);
+    ck_flat_src *flat = ck_arena_alloc(r->arena, (total + 1) * sizeof *flat);
+    int64_t *shape = ck_arena_alloc(r->arena, (size_t)nd * sizeof *shape);
     if (!chunks || !flat || !shape) return index_nomem(err);
     s.chunks = chunks;
     s.flat = flat;
     s.n = 0;
     for (size_t k = 0; !empty && k < e->nchunks; k++) {
-        const ckpt_chunk *c = &e->chunks[k];
+        const ck_chunk *c = &e->chunks[k];
         if (!c->numel) continue;
         for (int d = 0; d < nd; d++)
             origin[d] = c->offsets[d] * block[d];
@@ -317,7 +317,7 @@ ckpt_status mcore_reformulate(ckpt_reader *r, ckpt_error *err) {
     uint64_t budget = (64u << 20) + 8 * r->info.metadata_bytes;
     for (size_t i = 0; i < r->nentries; i++) {
         ckpt_entry *e = &r->entries[i];
-        const ckpt_mcore_shape *m = e->mcore;
+        const ck_mcore_shape *m = e->mcore;
         if (!m || e->flat || e->problem) continue;
         if (m->ndim < 0) {
             e->problem = index_problemf(r->arena,

@@ -21,30 +21,30 @@
 static ckpt_status dump_file(const char *path, const ckpt_limits *l, char **out, ckpt_error *err) {
     *out = NULL;
     pk_doc *doc = NULL;
-    CKPT_TRY(ckpt_metadata_decode_file(path, l, &doc, NULL, err));
+    CKPT_TRY(ck_metadata_decode_file(path, l, &doc, NULL, err));
     ckpt_status s = pk_to_json(pk_doc_root(doc), l->max_depth,
                                pk_json_budget(pk_doc_bytes_used(doc)), out, err);
-    if (s != CKPT_OK) ckpt_error_prefix(err, "%s: ", path);
+    if (s != CKPT_OK) ck_error_prefix(err, "%s: ", path);
     pk_doc_free(doc);
     return s;
 }
 
 ckpt_status ckpt_metadata_dump_json(const char *dir, const ckpt_open_options *opts, char **out,
                                     ckpt_error *err) {
-    if (!out) return ckpt_fail(err, CKPT_E_INVAL, "ckpt_metadata_dump_json: NULL argument");
+    if (!out) return ck_fail(err, CKPT_E_INVAL, "ckpt_metadata_dump_json: NULL argument");
     *out = NULL;
-    if (!dir) return ckpt_fail(err, CKPT_E_INVAL, "no checkpoint directory given");
+    if (!dir) return ck_fail(err, CKPT_E_INVAL, "no checkpoint directory given");
     struct stat st;
     if (stat(dir, &st) < 0)
-        return ckpt_fail(err, errno == ENOENT ? CKPT_E_NOTFOUND : CKPT_E_IO, "%s: %s", dir,
-                         strerror(errno));
-    if (!S_ISDIR(st.st_mode)) return ckpt_fail(err, CKPT_E_INVAL, "%s: not a directory", dir);
+        return ck_fail(err, errno == ENOENT ? CKPT_E_NOTFOUND : CKPT_E_IO, "%s: %s", dir,
+                       strerror(errno));
+    if (!S_ISDIR(st.st_mode)) return ck_fail(err, CKPT_E_INVAL, "%s: not a directory", dir);
     ckpt_limits l;
-    ckpt_limits_resolve(&l, opts ? opts->limits : NULL);
+    ck_limits_resolve(&l, opts ? opts->limits : NULL);
 
     size_t dl = strlen(dir);
     char *path = malloc(dl + 64);
-    if (!path) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (!path) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     snprintf(path, dl + 64, "%s/.metadata", dir);
     ckpt_status s = dump_file(path, &l, out, err);
     if (s != CKPT_E_NOTFOUND) {
@@ -54,30 +54,30 @@ ckpt_status ckpt_metadata_dump_json(const char *dir, const ckpt_open_options *op
 
     long long *ranks = NULL;
     size_t n = 0;
-    s = ckpt_metadata_list_ranks(dir, &ranks, &n, err);
+    s = ck_metadata_list_ranks(dir, &ranks, &n, err);
     if (s == CKPT_OK && n == 0) { /* HuggingFace safetensors storage: its headers */
         free(ranks);
         free(path);
-        return ckpt_hf_dump_json(dir, &l, out, err);
+        return ck_hf_dump_json(dir, &l, out, err);
     }
-    ckpt_strbuf sb = CKPT_STRBUF_INIT;
-    ckpt_strbuf_addc(&sb, '{');
+    ck_strbuf sb = CKPT_STRBUF_INIT;
+    ck_strbuf_addc(&sb, '{');
     for (size_t i = 0; i < n && s == CKPT_OK; i++) {
         snprintf(path, dl + 64, "%s/__%lld.metadata", dir, ranks[i]);
         char *one = NULL;
         s = dump_file(path, &l, &one, err);
         if (s != CKPT_OK) break;
-        ckpt_strbuf_addf(&sb, "%s\"__%lld.metadata\":", i ? "," : "", ranks[i]);
-        ckpt_strbuf_adds(&sb, one);
+        ck_strbuf_addf(&sb, "%s\"__%lld.metadata\":", i ? "," : "", ranks[i]);
+        ck_strbuf_adds(&sb, one);
         free(one);
     }
-    ckpt_strbuf_addc(&sb, '}');
-    if (s == CKPT_OK) s = ckpt_strbuf_status(&sb, "metadata dump", err);
+    ck_strbuf_addc(&sb, '}');
+    if (s == CKPT_OK) s = ck_strbuf_status(&sb, "metadata dump", err);
     if (s == CKPT_OK) {
-        *out = ckpt_strbuf_detach(&sb, NULL);
-        if (!*out) s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        *out = ck_strbuf_detach(&sb, NULL);
+        if (!*out) s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
     } else {
-        ckpt_strbuf_release(&sb);
+        ck_strbuf_release(&sb);
     }
     free(ranks);
     free(path);

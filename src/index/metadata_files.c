@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-void ckpt_limits_resolve(ckpt_limits *out, const ckpt_limits *given) {
+void ck_limits_resolve(ckpt_limits *out, const ckpt_limits *given) {
     *out = given ? *given : (ckpt_limits){0};
     if (!out->max_metadata_bytes) out->max_metadata_bytes = 4ull << 30;
     if (!out->max_pickle_memory) out->max_pickle_memory = 8ull << 30;
@@ -29,7 +29,7 @@ void ckpt_limits_resolve(ckpt_limits *out, const ckpt_limits *given) {
     }
 }
 
-pk_limits ckpt_metadata_pk_limits(const ckpt_limits *l, size_t len) {
+pk_limits ck_metadata_pk_limits(const ckpt_limits *l, size_t len) {
     return (pk_limits){
         .max_bytes = l->max_pickle_memory,
         .max_items = l->max_items,
@@ -39,18 +39,18 @@ pk_limits ckpt_metadata_pk_limits(const ckpt_limits *l, size_t len) {
     };
 }
 
-ckpt_status ckpt_metadata_decode_file(const char *path, const ckpt_limits *l, pk_doc **doc,
-                                      size_t *len, ckpt_error *err) {
-    return ckpt_metadata_decode_file_watched(path, l, NULL, NULL, doc, len, err);
+ckpt_status ck_metadata_decode_file(const char *path, const ckpt_limits *l, pk_doc **doc,
+                                    size_t *len, ckpt_error *err) {
+    return ck_metadata_decode_file_watched(path, l, NULL, NULL, doc, len, err);
 }
 
-ckpt_status ckpt_metadata_decode_file_watched(const char *path, const ckpt_limits *l,
-                                              const pk_watch *watch, ckpt_io_count *count,
-                                              pk_doc **doc, size_t *len, ckpt_error *err) {
+ckpt_status ck_metadata_decode_file_watched(const char *path, const ckpt_limits *l,
+                                            const pk_watch *watch, ck_io_count *count, pk_doc **doc,
+                                            size_t *len, ckpt_error *err) {
     *doc = NULL;
-    ckpt_metadata_stream *ms = NULL;
-    CKPT_TRY(ckpt_metadata_stream_open(path, l->max_metadata_bytes, count, &ms, err));
-    const pk_input *in = ckpt_metadata_stream_input(ms);
+    ck_metadata_stream *ms = NULL;
+    CKPT_TRY(ck_metadata_stream_open(path, l->max_metadata_bytes, count, &ms, err));
+    const pk_input *in = ck_metadata_stream_input(ms);
     if (len) *len = in->len;
     /* torch pickles its metadata with protocol 2 or later: PROTO (0x80) and the protocol.
      * Anything else is not a metadata file, and the decoder's messages (opcode bytes,
@@ -59,30 +59,30 @@ ckpt_status ckpt_metadata_decode_file_watched(const char *path, const ckpt_limit
     if (in->len < 2 || in->read(in->ctx, head, 0, 2) != 2 || head[0] != 0x80 || head[1] < 2 ||
         head[1] > 5) {
         ckpt_error read_err;
-        ckpt_status rs = ckpt_metadata_stream_finish(ms, &read_err);
-        ckpt_metadata_stream_free(ms);
+        ckpt_status rs = ck_metadata_stream_finish(ms, &read_err);
+        ck_metadata_stream_free(ms);
         if (rs != CKPT_OK) {
             if (err) *err = read_err;
             return rs;
         }
-        return ckpt_fail(err, CKPT_E_FORMAT,
-                         "%s: not a pickle of protocol 2-5 (as torch writes metadata): not a "
-                         "checkpoint metadata file",
-                         path);
+        return ck_fail(err, CKPT_E_FORMAT,
+                       "%s: not a pickle of protocol 2-5 (as torch writes metadata): not a "
+                       "checkpoint metadata file",
+                       path);
     }
-    pk_limits pl = ckpt_metadata_pk_limits(l, in->len);
+    pk_limits pl = ck_metadata_pk_limits(l, in->len);
     ckpt_status s = pk_decode_watched(in, &pl, watch, doc, err);
-    if (s != CKPT_OK) ckpt_error_prefix(err, "%s: ", path);
+    if (s != CKPT_OK) ck_error_prefix(err, "%s: ", path);
     /* a failed read looks like a truncated pickle to the decoder: the read error wins */
     ckpt_error read_err;
-    if (ckpt_metadata_stream_finish(ms, &read_err) != CKPT_OK) {
+    if (ck_metadata_stream_finish(ms, &read_err) != CKPT_OK) {
         s = read_err.code;
         if (err) *err = read_err;
         if (watch && *doc) watch->revoke(watch->ctx); /* the consumer stops reading it first */
         pk_doc_free(*doc);
         *doc = NULL;
     }
-    ckpt_metadata_stream_free(ms);
+    ck_metadata_stream_free(ms);
     return s;
 }
 
@@ -91,12 +91,12 @@ static int cmp_rank(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-ckpt_status ckpt_metadata_list_ranks(const char *dir, long long **ranks, size_t *count,
-                                     ckpt_error *err) {
+ckpt_status ck_metadata_list_ranks(const char *dir, long long **ranks, size_t *count,
+                                   ckpt_error *err) {
     *ranks = NULL;
     *count = 0;
     DIR *d = opendir(dir);
-    if (!d) return ckpt_fail(err, CKPT_E_IO, "%s: cannot list: %s", dir, strerror(errno));
+    if (!d) return ck_fail(err, CKPT_E_IO, "%s: cannot list: %s", dir, strerror(errno));
     long long *rs = NULL;
     size_t n = 0, cap = 0;
     struct dirent *de;
@@ -113,7 +113,7 @@ ckpt_status ckpt_metadata_list_ranks(const char *dir, long long **ranks, size_t 
             if (!nr) {
                 free(rs);
                 closedir(d);
-                return ckpt_fail(err, CKPT_E_NOMEM, "out of memory listing %s", dir);
+                return ck_fail(err, CKPT_E_NOMEM, "out of memory listing %s", dir);
             }
             rs = nr;
         }
@@ -126,7 +126,7 @@ ckpt_status ckpt_metadata_list_ranks(const char *dir, long long **ranks, size_t 
     return CKPT_OK;
 }
 
-ckpt_dir_kind ckpt_checkpoint_dir_probe(const char *dir, struct timespec *mtime) {
+ck_dir_kind ck_checkpoint_dir_probe(const char *dir, struct timespec *mtime) {
     char path[4096];
     struct stat st;
     static const char *const names[] = {".metadata", "__0.metadata"};
@@ -138,6 +138,6 @@ ckpt_dir_kind ckpt_checkpoint_dir_probe(const char *dir, struct timespec *mtime)
             return CKPT_DIR_MARKED;
         }
     }
-    ckpt_dir_kind k = ckpt_hf_dir_probe(dir, mtime);
+    ck_dir_kind k = ck_hf_dir_probe(dir, mtime);
     return k != CKPT_DIR_NONE ? k : torch_bin_dir_probe(dir, mtime);
 }

@@ -14,39 +14,39 @@
 #include <time.h>
 
 /* `given` (may be NULL) with every zero field replaced by its documented default. */
-void ckpt_limits_resolve(ckpt_limits *out, const ckpt_limits *given);
+void ck_limits_resolve(ckpt_limits *out, const ckpt_limits *given);
 /* Pickle-decoder limits for a metadata pickle of `len` bytes under resolved limits `l`. */
-pk_limits ckpt_metadata_pk_limits(const ckpt_limits *l, size_t len);
+pk_limits ck_metadata_pk_limits(const ckpt_limits *l, size_t len);
 /* Decodes the metadata pickle in `path` (a regular file of at most l->max_metadata_bytes, read
  * through a window sliding over it: metadata_stream.h) under the resolved limits `l`; *len
  * (may be NULL) gets the file's size.  Errors name the file; a failed read is reported as
  * such, not as the truncated pickle the decoder saw.  CKPT_E_NOTFOUND when it does not
  * exist. */
-ckpt_status ckpt_metadata_decode_file(const char *path, const ckpt_limits *l, pk_doc **doc,
-                                      size_t *len, ckpt_error *err);
+ckpt_status ck_metadata_decode_file(const char *path, const ckpt_limits *l, pk_doc **doc,
+                                    size_t *len, ckpt_error *err);
 /* The same, decoding under `watch` (see pk_decode_watched; may be NULL).  When the file
  * fails to read after the pickle decoded, watch->revoke is called before the document is
  * freed.  What each pread returned is added to `count` (may be NULL). */
-ckpt_status ckpt_metadata_decode_file_watched(const char *path, const ckpt_limits *l,
-                                              const pk_watch *watch, ckpt_io_count *count,
-                                              pk_doc **doc, size_t *len, ckpt_error *err);
+ckpt_status ck_metadata_decode_file_watched(const char *path, const ckpt_limits *l,
+                                            const pk_watch *watch, ck_io_count *count, pk_doc **doc,
+                                            size_t *len, ckpt_error *err);
 /* Ranks r of the `__<r>.metadata` files in dir, sorted ascending (malloc'ed; may be empty). */
-ckpt_status ckpt_metadata_list_ranks(const char *dir, long long **ranks, size_t *count,
-                                     ckpt_error *err);
+ckpt_status ck_metadata_list_ranks(const char *dir, long long **ranks, size_t *count,
+                                   ckpt_error *err);
 
-/* What marks a directory as a checkpoint (ckpt_checkpoint_dir_probe). */
-typedef enum ckpt_dir_kind {
+/* What marks a directory as a checkpoint (ck_checkpoint_dir_probe). */
+typedef enum ck_dir_kind {
     CKPT_DIR_NONE = 0, /* not a checkpoint, or one still being written */
     CKPT_DIR_MARKED,   /* complete by the writer's own mark: `.metadata` or `__0.metadata`
                           (written last, renamed into place), or a HuggingFace index json that
                           parses and names only files that exist */
     CKPT_DIR_UNMARKED, /* `*.safetensors` files and nothing that says they are all there
                           (HuggingFace storage without an index json) */
-} ckpt_dir_kind;
+} ck_dir_kind;
 
 /* What dir holds, judged by its files' names (and a HuggingFace index json); *mtime (may be
  * NULL) gets the modification time of the file that marks it (UNMARKED: of the newest
  * `*.safetensors` file). */
-ckpt_dir_kind ckpt_checkpoint_dir_probe(const char *dir, struct timespec *mtime);
+ck_dir_kind ck_checkpoint_dir_probe(const char *dir, struct timespec *mtime);
 
 #endif

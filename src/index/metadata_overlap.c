@@ -37,9 +37,9 @@ typedef struct batch {
     pk_value *own[];
 } batch;
 
-struct ckpt_overlap {
+struct ck_overlap {
     ckpt_reader *r;
-    ckpt_walk *w;
+    ck_walk *w;
     pk_watch watch;
 
     bool only_file; /* no metadata file follows: paths may be settled before the end */
@@ -76,21 +76,21 @@ struct ckpt_overlap {
 };
 
 /* After the last state_dict_metadata batch (once): the walk's pass over repeated keys. */
-static ckpt_status end_sdm(ckpt_overlap *o) {
+static ckpt_status end_sdm(ck_overlap *o) {
     if (o->sdm_ended) return CKPT_OK;
     o->sdm_ended = true;
-    return ckpt_walk_sdm_end(o->w, &o->err);
+    return ck_walk_sdm_end(o->w, &o->err);
 }
 
-static void walk_batch(ckpt_overlap *o, batch *b) {
-    ckpt_pairs p = {.k = b->kv, .v = b->kv + 1, .stride = 2, .n = b->n};
+static void walk_batch(ck_overlap *o, batch *b) {
+    ck_pairs p = {.k = b->kv, .v = b->kv + 1, .stride = 2, .n = b->n};
     if (b->part == PART_SDM) {
-        o->st = ckpt_walk_sdm(o->w, p, b->base, 1, &o->err);
+        o->st = ck_walk_sdm(o->w, p, b->base, 1, &o->err);
         return;
     }
     if ((o->st = end_sdm(o)) != CKPT_OK) return;
     if (b->part == PART_PLANNER) {
-        o->st = ckpt_walk_planner(o->w, p, &o->err);
+        o->st = ck_walk_planner(o->w, p, &o->err);
         return;
     }
     if (o->only_file && !o->paths_settled) {
@@ -99,11 +99,11 @@ static void walk_batch(ckpt_overlap *o, batch *b) {
         o->paths_settled = true;
         if ((o->st = index_paths(o->r, &o->err)) != CKPT_OK) return;
     }
-    o->st = ckpt_walk_storage(o->w, p, &o->err);
+    o->st = ck_walk_storage(o->w, p, &o->err);
 }
 
 static void *walker_main(void *arg) {
-    ckpt_overlap *o = arg;
+    ck_overlap *o = arg;
     pthread_mutex_lock(&o->mu);
     for (;;) {
         while (!o->head && !o->done && !o->abort)
@@ -135,7 +135,7 @@ static void *walker_main(void *arg) {
 }
 
 /* Stops the walker (now, or after the queue when `drain`) and waits for it. */
-static void stop(ckpt_overlap *o, bool drain) {
+static void stop(ck_overlap *o, bool drain) {
     if (!o->started || o->joined) return;
     pthread_mutex_lock(&o->mu);
     if (drain)
@@ -155,7 +155,7 @@ static void stop(ckpt_overlap *o, bool drain) {
     o->head = o->tail = NULL;
 }
 
-static void drop(ckpt_overlap *o) {
+static void drop(ck_overlap *o) {
     o->dropped = true;
     stop(o, false);
 }
@@ -163,7 +163,7 @@ static void drop(ckpt_overlap *o) {
 /* Queues npairs pairs for `dict` labelled `label` (kv, or the handed batch pb); false, and
  * nothing kept, when they are not what the sequential walk would read next (then the
  * result is dropped) or not a part at all. */
-static bool enqueue(ckpt_overlap *o, const char *label, const pk_value *dict, size_t len,
+static bool enqueue(ck_overlap *o, const char *label, const pk_value *dict, size_t len,
                     pk_value *const *kv, pk_batch *pb, size_t npairs) {
     if (o->dropped || !label) return false;
     int part = 0;
@@ -234,7 +234,7 @@ static bool hand(void *ctx, const char *label, const pk_value *dict, size_t len,
  * while the walker has fewer than SPLIT_AHEAD left to decode; every other one in lockstep
  * (tests), so that both kinds always occur. */
 static bool split(void *ctx, const char *label, const pk_value *dict) {
-    ckpt_overlap *o = ctx;
+    ck_overlap *o = ctx;
     (void)dict;
     if (o->dropped || !o->started) return false;
     int part = 0;
@@ -247,10 +247,10 @@ static bool split(void *ctx, const char *label, const pk_value *dict) {
 
 static void revoke(void *ctx) { drop(ctx); }
 
-ckpt_overlap *ckpt_overlap_new(ckpt_reader *r, const char *file, bool only_file, bool lockstep) {
-    ckpt_overlap *o = calloc(1, sizeof *o);
+ck_overlap *ck_overlap_new(ckpt_reader *r, const char *file, bool only_file, bool lockstep) {
+    ck_overlap *o = calloc(1, sizeof *o);
     if (!o) return NULL;
-    o->w = ckpt_walk_new(r, file);
+    o->w = ck_walk_new(r, file);
     if (!o->w) {
         free(o);
         return NULL;
@@ -266,11 +266,11 @@ ckpt_overlap *ckpt_overlap_new(ckpt_reader *r, const char *file, bool only_file,
     return o;
 }
 
-const pk_watch *ckpt_overlap_watch(ckpt_overlap *o) { return &o->watch; }
+const pk_watch *ck_overlap_watch(ck_overlap *o) { return &o->watch; }
 
 /* Whether the walk took exactly the dict the sequential walk would read for `part` (or,
  * when none was taken, one the sequential walk would find nothing in). */
-static bool part_matches(const ckpt_overlap *o, const pk_value *root, int part) {
+static bool part_matches(const ck_overlap *o, const pk_value *root, int part) {
     const pk_value *v = pk_get(root, part_key[part]);
     if (o->dict[part]) return v == o->dict[part] && v->u.dict.len == o->taken[part];
     if (part == PART_SDM) return false;
@@ -278,8 +278,7 @@ static bool part_matches(const ckpt_overlap *o, const pk_value *root, int part) 
            (part == PART_PLANNER && v->type != PK_DICT);
 }
 
-ckpt_status ckpt_overlap_finish(ckpt_overlap *o, const pk_doc *doc, bool *complete,
-                                ckpt_error *err) {
+ckpt_status ck_overlap_finish(ck_overlap *o, const pk_doc *doc, bool *complete, ckpt_error *err) {
     *complete = false;
     bool dropped = o->dropped || !doc;
     stop(o, !dropped);
@@ -295,13 +294,13 @@ ckpt_status ckpt_overlap_finish(ckpt_overlap *o, const pk_doc *doc, bool *comple
         ok = part_matches(o, root, part);
     ckpt_status st = CKPT_OK;
     if (ok) {
-        ckpt_walk_note_root(r, root, pk_get(root, part_key[PART_SDM]));
+        ck_walk_note_root(r, root, pk_get(root, part_key[PART_SDM]));
         *complete = true;
         r->index_split_batches = o->split_run;
     } else if (o->started) {
         st = index_reset(r, err);
     }
-    ckpt_walk_free(o->w);
+    ck_walk_free(o->w);
     pthread_mutex_destroy(&o->mu);
     pthread_cond_destroy(&o->cv);
     pthread_cond_destroy(&o->cv_back);

@@ -11,7 +11,7 @@
 
 #include <stdbool.h>
 
-typedef struct ckpt_overlap ckpt_overlap;
+typedef struct ck_overlap ck_overlap;
 
 /* An overlapped walk into r, whose index must be empty (no entries, no files); messages name
  * `file`, which must outlive it.  NULL when out of memory (then decode and walk in turn).
@@ -19,16 +19,15 @@ typedef struct ckpt_overlap ckpt_overlap;
  * metadata file follows (then the entries' paths are settled while storage_data is still
  * being decoded: index_paths).  `lockstep` (tests): the decoder waits at every
  * hand-over until the walker has walked it. */
-ckpt_overlap *ckpt_overlap_new(ckpt_reader *r, const char *file, bool only_file, bool lockstep);
+ck_overlap *ck_overlap_new(ckpt_reader *r, const char *file, bool only_file, bool lockstep);
 /* The watch to decode the metadata pickle with (pk_decode_watched). */
-const pk_watch *ckpt_overlap_watch(ckpt_overlap *o);
+const pk_watch *ck_overlap_watch(ck_overlap *o);
 /* After decoding: waits for the walker and frees o.  *complete is true when r now holds the
- * index of `doc` exactly as ckpt_walk_doc(r, file, doc) would have made it; false
+ * index of `doc` exactly as ck_walk_doc(r, file, doc) would have made it; false
  * when the pickle did not allow it (a hand-made pickle that changed a handed-over value, keys
  * out of order, the dicts not where the walk looks, a defect the walk reports) or decoding
  * failed (doc NULL): r's index is then empty again and the caller walks doc itself.
  * Fails only when out of memory. */
-ckpt_status ckpt_overlap_finish(ckpt_overlap *o, const pk_doc *doc, bool *complete,
-                                ckpt_error *err);
+ckpt_status ck_overlap_finish(ck_overlap *o, const pk_doc *doc, bool *complete, ckpt_error *err);
 
 #endif

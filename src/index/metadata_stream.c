@@ -13,17 +13,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-struct ckpt_metadata_stream {
+struct ck_metadata_stream {
     char *path;
     int fd;
     pk_input in;
     int read_errno; /* 0, or errno of the failed read (-1: the file ended early) */
-    ckpt_io_count *count;
+    ck_io_count *count;
     uint64_t fail_offset;
 };
 
 static size_t stream_read(void *ctx, uint8_t *dst, uint64_t off, size_t n) {
-    ckpt_metadata_stream *s = ctx;
+    ck_metadata_stream *s = ctx;
     if (s->read_errno) return 0;
     for (;;) {
         ssize_t got = pread(s->fd, dst, n, (off_t)off);
@@ -33,35 +33,35 @@ static size_t stream_read(void *ctx, uint8_t *dst, uint64_t off, size_t n) {
             s->fail_offset = off;
             return 0;
         }
-        ckpt_io_count_add(s->count, (uint64_t)got);
+        ck_io_count_add(s->count, (uint64_t)got);
         return (size_t)got;
     }
 }
 
-ckpt_status ckpt_metadata_stream_open(const char *path, uint64_t max, ckpt_io_count *count,
-                                      ckpt_metadata_stream **out, ckpt_error *err) {
+ckpt_status ck_metadata_stream_open(const char *path, uint64_t max, ck_io_count *count,
+                                    ck_metadata_stream **out, ckpt_error *err) {
     *out = NULL;
-    ckpt_metadata_stream *s = calloc(1, sizeof *s);
+    ck_metadata_stream *s = calloc(1, sizeof *s);
     if (!s || !(s->path = strdup(path))) {
         free(s);
-        return ckpt_fail(err, CKPT_E_NOMEM, "out of memory opening %s", path);
+        return ck_fail(err, CKPT_E_NOMEM, "out of memory opening %s", path);
     }
-    s->fd = ckpt_open_regular(path, NULL); /* never blocks on a FIFO or device */
+    s->fd = ck_open_regular(path, NULL); /* never blocks on a FIFO or device */
     if (s->fd < 0) {
         int e = errno;
-        ckpt_metadata_stream_free(s);
-        return ckpt_fail(err, e == ENOENT ? CKPT_E_NOTFOUND : CKPT_E_IO, "%s: cannot open: %s",
-                         path, ckpt_open_strerror(e));
+        ck_metadata_stream_free(s);
+        return ck_fail(err, e == ENOENT ? CKPT_E_NOTFOUND : CKPT_E_IO, "%s: cannot open: %s", path,
+                       ck_open_strerror(e));
     }
     struct stat st;
     if (fstat(s->fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        ckpt_metadata_stream_free(s);
-        return ckpt_fail(err, CKPT_E_IO, "%s: not a regular file", path);
+        ck_metadata_stream_free(s);
+        return ck_fail(err, CKPT_E_IO, "%s: not a regular file", path);
     }
     if ((uint64_t)st.st_size > max) {
-        ckpt_metadata_stream_free(s);
-        return ckpt_fail(err, CKPT_E_LIMIT, "%s: %lld bytes exceed the metadata size limit of %llu",
-                         path, (long long)st.st_size, (unsigned long long)max);
+        ck_metadata_stream_free(s);
+        return ck_fail(err, CKPT_E_LIMIT, "%s: %lld bytes exceed the metadata size limit of %llu",
+                       path, (long long)st.st_size, (unsigned long long)max);
     }
     s->count = count;
     s->in = (pk_input){.len = (size_t)st.st_size, .read = stream_read, .ctx = s};
@@ -69,19 +69,19 @@ ckpt_status ckpt_metadata_stream_open(const char *path, uint64_t max, ckpt_io_co
     return CKPT_OK;
 }
 
-const pk_input *ckpt_metadata_stream_input(const ckpt_metadata_stream *s) { return &s->in; }
+const pk_input *ck_metadata_stream_input(const ck_metadata_stream *s) { return &s->in; }
 
-ckpt_status ckpt_metadata_stream_finish(ckpt_metadata_stream *s, ckpt_error *err) {
+ckpt_status ck_metadata_stream_finish(ck_metadata_stream *s, ckpt_error *err) {
     if (s->read_errno > 0)
-        return ckpt_fail(err, CKPT_E_IO, "%s: read error at offset %llu: %s", s->path,
-                         (unsigned long long)s->fail_offset, strerror(s->read_errno));
+        return ck_fail(err, CKPT_E_IO, "%s: read error at offset %llu: %s", s->path,
+                       (unsigned long long)s->fail_offset, strerror(s->read_errno));
     if (s->read_errno < 0)
-        return ckpt_fail(err, CKPT_E_IO, "%s: file ended at offset %llu of %zu while being read",
-                         s->path, (unsigned long long)s->fail_offset, s->in.len);
+        return ck_fail(err, CKPT_E_IO, "%s: file ended at offset %llu of %zu while being read",
+                       s->path, (unsigned long long)s->fail_offset, s->in.len);
     return CKPT_OK;
 }
 
-void ckpt_metadata_stream_free(ckpt_metadata_stream *s) {
+void ck_metadata_stream_free(ck_metadata_stream *s) {
     if (!s) return;
     if (s->fd >= 0) close(s->fd);
     free(s->path);

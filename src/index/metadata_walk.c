@@ -19,11 +19,11 @@
 
 #define FILE_CACHE_BITS 6
 
-struct ckpt_walk {
+struct ck_walk {
     ckpt_reader *r;
     const char *file;
-    ckpt_arena *arena;     /* where walk_tensor allocates: r->arena, or a worker's own */
-    ckpt_htab chunk_index; /* (entry, offsets) -> entry<<32 | chunk, built on first miss */
+    ck_arena *arena;     /* where walk_tensor allocates: r->arena, or a worker's own */
+    ck_htab chunk_index; /* (entry, offsets) -> entry<<32 | chunk, built on first miss */
     bool chunk_index_built;
     /* relative_path string node -> file id: the decoder shares equal strings, so the few
      * file names of a checkpoint are mostly the same few nodes (a miss just interns again) */
@@ -38,7 +38,7 @@ struct ckpt_walk {
         pk_key_cache fqn, offset, index;                            /* MetadataIndex */
         pk_key_cache relative_path, item_offset, length, transform; /* _StorageInfo */
     } keys;
-    /* state_dict_metadata items of entries made before them, for ckpt_walk_sdm_end */
+    /* state_dict_metadata items of entries made before them, for ck_walk_sdm_end */
     struct deferred_item {
         const char *key;
         const pk_value *val;
@@ -50,10 +50,10 @@ struct ckpt_walk {
     ckpt_entry *sd_last_e;
     size_t sd_next;
 };
-typedef struct ckpt_walk walk;
+typedef struct ck_walk walk;
 
 static char *astr(ckpt_reader *r, const char *s) {
-    return ckpt_arena_strndup(r->arena, s, strlen(s));
+    return ck_arena_strndup(r->arena, s, strlen(s));
 }
 
 static const char *dtype_name_of(const pk_value *props) {
@@ -88,7 +88,7 @@ static ckpt_status walk_tensor(walk *w, ckpt_entry *e, bool merging, const pk_va
         if (e->dtype == CKPT_DTYPE_INVALID)
             e->problem = index_problemf(w->arena, "unknown or missing dtype '%s'", dn ? dn : "?");
         e->ndim = (int)ndim;
-        int64_t *s = ckpt_arena_alloc(w->arena, (ndim ? ndim : 1) * sizeof *s);
+        int64_t *s = ck_arena_alloc(w->arena, (ndim ? ndim : 1) * sizeof *s);
         if (!s) return index_nomem(err);
         memcpy(s, shape, ndim * sizeof *s);
         e->shape = ndim ? s : NULL;
@@ -108,11 +108,11 @@ static ckpt_status walk_tensor(walk *w, ckpt_entry *e, bool merging, const pk_va
     }
     size_t n = pk_len(chunks);
     size_t old = e->nchunks;
-    ckpt_chunk *arr =
-        ckpt_arena_grow(w->arena, e->chunks, old * sizeof *arr, (old + n + 1) * sizeof *arr);
+    ck_chunk *arr =
+        ck_arena_grow(w->arena, e->chunks, old * sizeof *arr, (old + n + 1) * sizeof *arr);
     if (!arr) return index_nomem(err);
     e->chunks = arr;
-    int64_t *pool = ckpt_arena_alloc(w->arena, (n * 2 * ndim + 1) * sizeof *pool);
+    int64_t *pool = ck_arena_alloc(w->arena, (n * 2 * ndim + 1) * sizeof *pool);
     if (!pool) return index_nomem(err);
     for (size_t i = 0; i < n; i++) {
         const pk_value *c = pk_item(chunks, i);
@@ -143,7 +143,7 @@ static ckpt_status walk_tensor(walk *w, ckpt_entry *e, bool merging, const pk_va
                 dup = boxes_equal(e->chunks[k].offsets, off, e->ndim);
             if (dup) continue;
         }
-        ckpt_chunk *ch = &e->chunks[e->nchunks++];
+        ck_chunk *ch = &e->chunks[e->nchunks++];
         memset(ch, 0, sizeof *ch);
         ch->offsets = off;
         ch->sizes = sz;
@@ -153,8 +153,8 @@ static ckpt_status walk_tensor(walk *w, ckpt_entry *e, bool merging, const pk_va
     }
     if (w->chunk_index_built) { /* keep the lazily built index complete */
         for (size_t k = old; k < e->nchunks; k++) {
-            uint64_t h = ckpt_hash_bytes(e->chunks[k].offsets, (size_t)e->ndim * 8, e->index);
-            if (!ckpt_htab_insert(&w->chunk_index, h, ((uint64_t)e->index << 32) | k))
+            uint64_t h = ck_hash_bytes(e->chunks[k].offsets, (size_t)e->ndim * 8, e->index);
+            if (!ck_htab_insert(&w->chunk_index, h, ((uint64_t)e->index << 32) | k))
                 return index_nomem(err);
         }
     }
@@ -183,7 +183,7 @@ typedef struct sdm_worker {
     sdm_job *job;
     pthread_t thread;
     bool started;
-    ckpt_arena *arena;
+    ck_arena *arena;
     ckpt_status status;
     size_t failed_at; /* item index of the failure (the lowest one is reported) */
     ckpt_error err;
@@ -221,12 +221,12 @@ static ckpt_status walk_tensors_parallel(walk *w, const pk_value *const *val, co
     if (threads > PARALLEL_MAX) threads = PARALLEL_MAX;
     for (unsigned t = 0; t < threads; t++) {
         wk[t].job = &job;
-        wk[t].arena = ckpt_arena_new(0);
+        wk[t].arena = ck_arena_new(0);
         if (!wk[t].arena) {
             threads = t; /* go on with the workers there are */
             break;
         }
-        ckpt_arena_max_block(wk[t].arena, (size_t)8 << 20);
+        ck_arena_max_block(wk[t].arena, (size_t)8 << 20);
     }
     for (unsigned t = 1; t < threads; t++)
         wk[t].started = pthread_create(&wk[t].thread, NULL, sdm_worker_main, &wk[t]) == 0;
@@ -242,7 +242,7 @@ static ckpt_status walk_tensors_parallel(walk *w, const pk_value *const *val, co
         }
     }
     for (unsigned t = 0; t < PARALLEL_MAX; t++)
-        if (wk[t].arena) ckpt_arena_adopt(w->r->arena, wk[t].arena);
+        if (wk[t].arena) ck_arena_adopt(w->r->arena, wk[t].arena);
     return st;
 }
 
@@ -269,7 +269,7 @@ static ckpt_status defer(walk *w, const char *key, const pk_value *v, ckpt_error
     return CKPT_OK;
 }
 
-ckpt_status ckpt_walk_sdm(walk *w, ckpt_pairs p, size_t base, unsigned threads, ckpt_error *err) {
+ckpt_status ck_walk_sdm(walk *w, ck_pairs p, size_t base, unsigned threads, ckpt_error *err) {
     ckpt_reader *r = w->r;
     size_t n = p.n;
     /* pass 1: entries, in order; new tensors are listed (value, entry), the rest deferred */
@@ -285,14 +285,14 @@ ckpt_status ckpt_walk_sdm(walk *w, ckpt_pairs p, size_t base, unsigned threads, 
         const char *key = pk_as_str(p.k[i * p.stride]);
         const pk_value *v = p.v[i * p.stride];
         if (!key) {
-            st = ckpt_fail(err, CKPT_E_FORMAT, "%s: state_dict_metadata key #%zu is not a string",
-                           w->file, base + i);
+            st = ck_fail(err, CKPT_E_FORMAT, "%s: state_dict_metadata key #%zu is not a string",
+                         w->file, base + i);
             goto done;
         }
         if (strlen(key) != p.k[i * p.stride]->u.str.len) { /* two such keys would be one */
-            st = ckpt_fail(err, CKPT_E_FORMAT,
-                           "%s: state_dict_metadata key #%zu ('%s...') holds a NUL byte", w->file,
-                           base + i, key);
+            st = ck_fail(err, CKPT_E_FORMAT,
+                         "%s: state_dict_metadata key #%zu ('%s...') holds a NUL byte", w->file,
+                         base + i, key);
             goto done;
         }
         uint64_t h = index_key_hash(key);
@@ -325,7 +325,7 @@ ckpt_status ckpt_walk_sdm(walk *w, ckpt_pairs p, size_t base, unsigned threads, 
     } else {
         /* a big walk on this thread fills the reader's arena: map it ahead (the workers'
          * arenas above fill in parallel instead); settled by index_finish */
-        if (ntensors >= PARALLEL_MIN) ckpt_arena_map_ahead(r->arena);
+        if (ntensors >= PARALLEL_MIN) ck_arena_map_ahead(r->arena);
         for (size_t k = 0; k < ntensors && st == CKPT_OK; k++)
             st = walk_tensor(w, &r->entries[entry[k]], false, val[k], err);
     }
@@ -335,7 +335,7 @@ done:
     return st;
 }
 
-ckpt_status ckpt_walk_sdm_end(walk *w, ckpt_error *err) {
+ckpt_status ck_walk_sdm_end(walk *w, ckpt_error *err) {
     /* pass 3: items of entries made before them */
     ckpt_status st = CKPT_OK;
     for (size_t i = 0; i < w->ndeferred && st == CKPT_OK; i++) {
@@ -353,16 +353,16 @@ ckpt_status ckpt_walk_sdm_end(walk *w, ckpt_error *err) {
     return st;
 }
 
-static ckpt_pairs dict_pairs(const pk_value *d) {
-    return (ckpt_pairs){.k = d->u.dict.keys, .v = d->u.dict.vals, .stride = 1, .n = d->u.dict.len};
+static ck_pairs dict_pairs(const pk_value *d) {
+    return (ck_pairs){.k = d->u.dict.keys, .v = d->u.dict.vals, .stride = 1, .n = d->u.dict.len};
 }
 
 static ckpt_status walk_state_dict_metadata(walk *w, const pk_value *sdm, ckpt_error *err) {
     if (!sdm || sdm->type != PK_DICT)
-        return ckpt_fail(err, CKPT_E_FORMAT, "%s: state_dict_metadata is missing or not a dict",
-                         w->file);
-    CKPT_TRY(ckpt_walk_sdm(w, dict_pairs(sdm), 0, w->r->limits.index_threads, err));
-    return ckpt_walk_sdm_end(w, err);
+        return ck_fail(err, CKPT_E_FORMAT, "%s: state_dict_metadata is missing or not a dict",
+                       w->file);
+    CKPT_TRY(ck_walk_sdm(w, dict_pairs(sdm), 0, w->r->limits.index_threads, err));
+    return ck_walk_sdm_end(w, err);
 }
 
 /* A planner_data path (a non-empty tuple or list of str and int) as the entry's tree path;
@@ -393,7 +393,7 @@ static ckpt_status set_path(ckpt_reader *r, ckpt_entry *e, const pk_value *path,
     return st;
 }
 
-ckpt_status ckpt_walk_planner(walk *w, ckpt_pairs p, ckpt_error *err) {
+ckpt_status ck_walk_planner(walk *w, ck_pairs p, ckpt_error *err) {
     ckpt_reader *r = w->r;
     if (p.n) r->info.has_planner_data = true;
     for (size_t i = 0; i < p.n; i++) {
@@ -408,7 +408,7 @@ ckpt_status ckpt_walk_planner(walk *w, ckpt_pairs p, ckpt_error *err) {
 
 static ckpt_status walk_planner_data(walk *w, const pk_value *pd, ckpt_error *err) {
     if (!pd || pd->type != PK_DICT) return CKPT_OK;
-    return ckpt_walk_planner(w, dict_pairs(pd), err);
+    return ck_walk_planner(w, dict_pairs(pd), err);
 }
 
 static bool chunk_eq(const void *ctx, uint64_t v) {
@@ -425,12 +425,12 @@ static ckpt_status build_chunk_index(walk *w, ckpt_error *err) {
     size_t total = 0;
     for (size_t i = 0; i < r->nentries; i++)
         total += r->entries[i].nchunks;
-    if (!ckpt_htab_init(&w->chunk_index, total)) return index_nomem(err);
+    if (!ck_htab_init(&w->chunk_index, total)) return index_nomem(err);
     for (size_t i = 0; i < r->nentries; i++) {
         const ckpt_entry *e = &r->entries[i];
         for (size_t k = 0; k < e->nchunks; k++) {
-            uint64_t h = ckpt_hash_bytes(e->chunks[k].offsets, (size_t)e->ndim * 8, i);
-            if (!ckpt_htab_insert(&w->chunk_index, h, ((uint64_t)i << 32) | k))
+            uint64_t h = ck_hash_bytes(e->chunks[k].offsets, (size_t)e->ndim * 8, i);
+            if (!ck_htab_insert(&w->chunk_index, h, ((uint64_t)i << 32) | k))
                 return index_nomem(err);
         }
     }
@@ -438,7 +438,7 @@ static ckpt_status build_chunk_index(walk *w, ckpt_error *err) {
     return CKPT_OK;
 }
 
-static ckpt_status fill_loc(walk *w, ckpt_loc *loc, const pk_value *info, ckpt_error *err) {
+static ckpt_status fill_loc(walk *w, ck_loc *loc, const pk_value *info, ckpt_error *err) {
     ckpt_reader *r = w->r;
     const char *rel = pk_as_str(pk_get_cached(info, "relative_path", &w->keys.relative_path));
     int64_t off = -1, len = -1;
@@ -468,7 +468,7 @@ static ckpt_status fill_loc(walk *w, ckpt_loc *loc, const pk_value *info, ckpt_e
             }
             total += strlen(s) + 1;
         }
-        char *t = ckpt_arena_alloc(r->arena, total + 1);
+        char *t = ck_arena_alloc(r->arena, total + 1);
         if (!t) return index_nomem(err);
         for (size_t i = 0; i < n; i++) {
             if (i) strcat(t, ",");
@@ -481,7 +481,7 @@ static ckpt_status fill_loc(walk *w, ckpt_loc *loc, const pk_value *info, ckpt_e
         loc->file_id = w->file_cache[slot].id;
     } else {
         const char *problem = NULL;
-        loc->file_id = ckpt_files_intern(r, rel, &problem);
+        loc->file_id = ck_files_intern(r, rel, &problem);
         if (loc->file_id < 0)
             loc->problem = problem ? problem : "out of memory";
         else
@@ -491,7 +491,7 @@ static ckpt_status fill_loc(walk *w, ckpt_loc *loc, const pk_value *info, ckpt_e
     return CKPT_OK;
 }
 
-ckpt_status ckpt_walk_storage(walk *w, ckpt_pairs p, ckpt_error *err) {
+ckpt_status ck_walk_storage(walk *w, ck_pairs p, ckpt_error *err) {
     ckpt_reader *r = w->r;
     /* A tensor's chunks come in a row, usually naming it with one (shared) string node. */
     for (size_t i = 0; i < p.n; i++) {
@@ -526,7 +526,7 @@ ckpt_status ckpt_walk_storage(walk *w, ckpt_pairs p, ckpt_error *err) {
             r->unmatched_storage++;
             continue;
         }
-        ckpt_chunk *match = NULL;
+        ck_chunk *match = NULL;
         int64_t hint = -1;
         pk_as_int(pk_get_cached(mi, "index", &w->keys.index), &hint);
         if (hint >= 0 && (uint64_t)hint < e->nchunks &&
@@ -536,8 +536,8 @@ ckpt_status ckpt_walk_storage(walk *w, ckpt_pairs p, ckpt_error *err) {
             if (!w->chunk_index_built) CKPT_TRY(build_chunk_index(w, err));
             uint64_t eidx = e->index, v;
             const void *ctx[3] = {r, off, &eidx};
-            if (ckpt_htab_find(&w->chunk_index, ckpt_hash_bytes(off, n * 8, e->index), chunk_eq,
-                               ctx, &v))
+            if (ck_htab_find(&w->chunk_index, ck_hash_bytes(off, n * 8, e->index), chunk_eq, ctx,
+                             &v))
                 match = &e->chunks[v & 0xffffffffu];
         }
         if (!match || match->loc.file_id >= 0 || !match->numel) {
@@ -552,11 +552,11 @@ ckpt_status ckpt_walk_storage(walk *w, ckpt_pairs p, ckpt_error *err) {
 static ckpt_status walk_storage_data(walk *w, const pk_value *sd, ckpt_error *err) {
     if (!sd || sd->type == PK_NONE) return CKPT_OK;
     if (sd->type != PK_DICT)
-        return ckpt_fail(err, CKPT_E_FORMAT, "%s: storage_data is not a dict", w->file);
-    return ckpt_walk_storage(w, dict_pairs(sd), err);
+        return ck_fail(err, CKPT_E_FORMAT, "%s: storage_data is not a dict", w->file);
+    return ck_walk_storage(w, dict_pairs(sd), err);
 }
 
-void ckpt_walk_note_root(ckpt_reader *r, const pk_value *root, const pk_value *sdm) {
+void ck_walk_note_root(ckpt_reader *r, const pk_value *root, const pk_value *sdm) {
     ckpt_reader_info *in = &r->info;
     const char *mod = pk_class_module(root), *cls = pk_class_name(root);
     if (!in->root_class && mod && cls) {
@@ -593,36 +593,36 @@ void ckpt_walk_note_root(ckpt_reader *r, const pk_value *root, const pk_value *s
     }
 }
 
-ckpt_walk *ckpt_walk_new(ckpt_reader *r, const char *file) {
+ck_walk *ck_walk_new(ckpt_reader *r, const char *file) {
     walk *w = calloc(1, sizeof *w);
     if (w) *w = (walk){.r = r, .file = file, .arena = r->arena};
     return w;
 }
 
-void ckpt_walk_free(walk *w) {
+void ck_walk_free(walk *w) {
     if (!w) return;
-    if (w->chunk_index_built) ckpt_htab_release(&w->chunk_index);
+    if (w->chunk_index_built) ck_htab_release(&w->chunk_index);
     free(w->deferred);
     free(w);
 }
 
-ckpt_status ckpt_walk_doc(ckpt_reader *r, const char *file, const pk_doc *doc, ckpt_error *err) {
+ckpt_status ck_walk_doc(ckpt_reader *r, const char *file, const pk_doc *doc, ckpt_error *err) {
     ckpt_status st = CKPT_OK;
     const pk_value *root = pk_doc_root(doc);
     const pk_value *sdm = pk_get(root, "state_dict_metadata");
     if (!root || root->type != PK_OBJECT || !sdm) {
         const char *cls = pk_class_name(root);
-        return ckpt_fail(err, CKPT_E_FORMAT,
-                         "%s: not a DCP Metadata pickle (root is %s, no state_dict_metadata)", file,
-                         cls ? cls : "not an object");
+        return ck_fail(err, CKPT_E_FORMAT,
+                       "%s: not a DCP Metadata pickle (root is %s, no state_dict_metadata)", file,
+                       cls ? cls : "not an object");
     }
-    walk *w = ckpt_walk_new(r, file);
+    walk *w = ck_walk_new(r, file);
     if (!w) return index_nomem(err);
-    ckpt_walk_note_root(r, root, sdm);
+    ck_walk_note_root(r, root, sdm);
     CKPT_TRY_GOTO(st, walk_state_dict_metadata(w, sdm, err), done);
     CKPT_TRY_GOTO(st, walk_planner_data(w, pk_get(root, "planner_data"), err), done);
     CKPT_TRY_GOTO(st, walk_storage_data(w, pk_get(root, "storage_data"), err), done);
 done:
-    ckpt_walk_free(w);
+    ck_walk_free(w);
     return st;
 }

@@ -14,9 +14,9 @@
 #define NAME_MAX_BYTES 255
 #define LONG_KEEP 200 /* bytes of a too long element kept before "%~" + 16 hex digits */
 
-static char *escape(ckpt_arena *a, const char *elem, size_t len);
+static char *escape(ck_arena *a, const char *elem, size_t len);
 
-char *ckpt_path_escape_elem(ckpt_arena *a, const char *elem, size_t len) {
+char *ck_path_escape_elem(ck_arena *a, const char *elem, size_t len) {
     char *e = escape(a, elem, len);
     if (!e || strlen(e) <= NAME_MAX_BYTES) return e;
     size_t keep = LONG_KEEP;
@@ -27,25 +27,25 @@ char *ckpt_path_escape_elem(ckpt_arena *a, const char *elem, size_t len) {
         keep -= 2;
     while (keep > 0 && ((unsigned char)e[keep] & 0xC0) == 0x80)
         keep--;
-    char *out = ckpt_arena_alloc(a, keep + 2 + 16 + 1);
+    char *out = ck_arena_alloc(a, keep + 2 + 16 + 1);
     if (!out) return NULL;
     memcpy(out, e, keep);
     snprintf(out + keep, 2 + 16 + 1, "%%~%016llx",
-             (unsigned long long)ckpt_hash_bytes(elem, len, 0x6e616d65));
+             (unsigned long long)ck_hash_bytes(elem, len, 0x6e616d65));
     return out;
 }
 
-static char *escape(ckpt_arena *a, const char *elem, size_t len) {
-    if (len == 0) return ckpt_arena_strndup(a, "%", 1);
-    if (len == 1 && elem[0] == '.') return ckpt_arena_strndup(a, "%2E", 3);
-    if (len == 2 && elem[0] == '.' && elem[1] == '.') return ckpt_arena_strndup(a, "%2E%2E", 6);
+static char *escape(ck_arena *a, const char *elem, size_t len) {
+    if (len == 0) return ck_arena_strndup(a, "%", 1);
+    if (len == 1 && elem[0] == '.') return ck_arena_strndup(a, "%2E", 3);
+    if (len == 2 && elem[0] == '.' && elem[1] == '.') return ck_arena_strndup(a, "%2E%2E", 6);
     size_t extra = 0;
     for (size_t i = 0; i < len; i++) {
         unsigned char ch = (unsigned char)elem[i];
         if (ch == '%' || ch == '/' || ch < 0x20 || ch == 0x7f) extra += 2;
     }
-    if (!extra) return ckpt_arena_strndup(a, elem, len);
-    char *out = ckpt_arena_alloc(a, len + extra + 1);
+    if (!extra) return ck_arena_strndup(a, elem, len);
+    char *out = ck_arena_alloc(a, len + extra + 1);
     if (!out) return NULL;
     size_t o = 0;
     for (size_t i = 0; i < len; i++) {

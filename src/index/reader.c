@@ -20,20 +20,20 @@ static ckpt_status reader_new(const char *dir, const ckpt_limits *limits, ckpt_r
                               ckpt_error *err) {
     ckpt_reader *r = calloc(1, sizeof *r);
     *out = r;
-    if (!r) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (!r) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     pthread_mutex_init(&r->lock, NULL);
-    ckpt_limits_resolve(&r->limits, limits);
+    ck_limits_resolve(&r->limits, limits);
     r->dir = strdup(dir);
-    r->arena = ckpt_arena_new(0);
-    if (!r->dir || !r->arena || !ckpt_htab_init(&r->by_key, 1024) ||
-        !ckpt_htab_init(&r->file_by_name, 64))
-        return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    r->arena = ck_arena_new(0);
+    if (!r->dir || !r->arena || !ck_htab_init(&r->by_key, 1024) ||
+        !ck_htab_init(&r->file_by_name, 64))
+        return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     return CKPT_OK;
 }
 
-ckpt_status ckpt_reader_open_buffer(const char *dir, const uint8_t *buf, size_t len,
-                                    const ckpt_limits *limits, unsigned flags, ckpt_reader **out,
-                                    ckpt_error *err) {
+ckpt_status ck_reader_open_buffer(const char *dir, const uint8_t *buf, size_t len,
+                                  const ckpt_limits *limits, unsigned flags, ckpt_reader **out,
+                                  ckpt_error *err) {
     ckpt_reader *r = NULL;
     *out = NULL;
     ckpt_status s = reader_new(dir, limits, &r, err);
@@ -51,28 +51,28 @@ ckpt_status ckpt_reader_open_buffer(const char *dir, const uint8_t *buf, size_t 
 ckpt_status ckpt_reader_open(const char *dir, const ckpt_open_options *opts, ckpt_reader **out,
                              ckpt_error *err) {
     *out = NULL;
-    if (!dir) return ckpt_fail(err, CKPT_E_INVAL, "no checkpoint directory given");
+    if (!dir) return ck_fail(err, CKPT_E_INVAL, "no checkpoint directory given");
     struct stat st;
     if (stat(dir, &st) < 0)
-        return ckpt_fail(err, errno == ENOENT ? CKPT_E_NOTFOUND : CKPT_E_IO, "%s: %s", dir,
-                         strerror(errno));
+        return ck_fail(err, errno == ENOENT ? CKPT_E_NOTFOUND : CKPT_E_IO, "%s: %s", dir,
+                       strerror(errno));
     bool file = S_ISREG(st.st_mode);
     if (!S_ISDIR(st.st_mode) && !file)
-        return ckpt_fail(err, CKPT_E_INVAL, "%s: not a directory or a torch.save file", dir);
+        return ck_fail(err, CKPT_E_INVAL, "%s: not a directory or a torch.save file", dir);
     char *parent = NULL;
     const char *base = NULL;
     if (file) { /* a torch.save file: its directory holds it */
         const char *slash = strrchr(dir, '/');
         base = slash ? slash + 1 : dir;
         parent = slash ? strndup(dir, slash == dir ? 1 : (size_t)(slash - dir)) : strdup(".");
-        if (!parent) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        if (!parent) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     }
     ckpt_reader *r = NULL;
     ckpt_status s = reader_new(file ? parent : dir, opts ? opts->limits : NULL, &r, err);
     free(parent);
     if (s != CKPT_OK) goto fail;
     if (file && !(r->single_file = strdup(base))) {
-        s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
         goto fail;
     }
     CKPT_TRY_GOTO(s, file ? index_build_file(r, err) : index_build(r, err), fail);
@@ -85,17 +85,17 @@ fail:
 
 void ckpt_reader_free(ckpt_reader *r) {
     if (!r) return;
-    for (ckpt_chunk *c = r->lru_head; c; c = c->res->lru_next) /* every decoded item */
+    for (ck_chunk *c = r->lru_head; c; c = c->res->lru_next) /* every decoded item */
         ts_item_free(c->res->item);
     for (size_t i = 0; i < r->nowned; i++)
         ts_item_free(r->owned_items[i]);
     free(r->owned_items);
-    ckpt_files_close_all(r);
-    ckpt_htab_release(&r->by_key);
-    ckpt_htab_release(&r->by_path);
-    ckpt_htab_release(&r->file_by_name);
+    ck_files_close_all(r);
+    ck_htab_release(&r->by_key);
+    ck_htab_release(&r->by_path);
+    ck_htab_release(&r->file_by_name);
     pthread_mutex_destroy(&r->lock);
-    ckpt_arena_free(r->arena);
+    ck_arena_free(r->arena);
     free(r->entries);
     free(r->files);
     free(r->dir);
@@ -118,7 +118,7 @@ void ckpt_reader_get_stats(const ckpt_reader *r, ckpt_reader_stats *stats) {
 }
 
 void ckpt_reader_add_read(ckpt_reader *r, uint64_t bytes) {
-    if (r && bytes) ckpt_io_count_add(&r->io_data, bytes);
+    if (r && bytes) ck_io_count_add(&r->io_data, bytes);
 }
 
 size_t ckpt_reader_num_entries(const ckpt_reader *r) { return r->nentries; }
@@ -139,16 +139,16 @@ static bool by_path_eq(const void *ctx, uint64_t v) {
 
 const ckpt_entry *ckpt_reader_find_key(const ckpt_reader *r, const char *key) {
     if (!r || !key) return NULL;
-    uint64_t h = ckpt_hash_bytes(key, strlen(key), 0), v;
+    uint64_t h = ck_hash_bytes(key, strlen(key), 0), v;
     const void *ctx[2] = {r, key};
-    return ckpt_htab_find(&r->by_key, h, by_key_eq, ctx, &v) ? &r->entries[v] : NULL;
+    return ck_htab_find(&r->by_key, h, by_key_eq, ctx, &v) ? &r->entries[v] : NULL;
 }
 
 const ckpt_entry *ckpt_reader_find_path(const ckpt_reader *r, const char *path) {
     if (!r || !path) return NULL;
-    uint64_t h = ckpt_hash_bytes(path, strlen(path), 0), v;
+    uint64_t h = ck_hash_bytes(path, strlen(path), 0), v;
     const void *ctx[2] = {r, path};
-    return ckpt_htab_find(&r->by_path, h, by_path_eq, ctx, &v) ? &r->entries[v] : NULL;
+    return ck_htab_find(&r->by_path, h, by_path_eq, ctx, &v) ? &r->entries[v] : NULL;
 }
 
 const ckpt_entry *ckpt_reader_find(const ckpt_reader *r, const char *key_or_path) {
@@ -177,7 +177,7 @@ uint64_t ckpt_entry_nbytes(const ckpt_entry *e) { return e->nbytes; }
 size_t ckpt_entry_num_chunks(const ckpt_entry *e) { return e->nchunks; }
 const char *ckpt_entry_problem(const ckpt_entry *e) { return e->problem; }
 
-static void loc_to_info(const ckpt_loc *loc, ckpt_chunk_info *out) {
+static void loc_to_info(const ck_loc *loc, ckpt_chunk_info *out) {
     out->file_id = loc->file_id;
     out->file_offset = loc->offset;
     out->length = loc->length;
@@ -193,7 +193,7 @@ ckpt_status ckpt_entry_chunk(const ckpt_entry *e, size_t i, ckpt_chunk_info *out
         return CKPT_OK;
     }
     if (i >= e->nchunks) return CKPT_E_INVAL;
-    const ckpt_chunk *c = &e->chunks[i];
+    const ck_chunk *c = &e->chunks[i];
     out->offsets = c->offsets;
     out->sizes = c->sizes;
     out->numel = c->numel;

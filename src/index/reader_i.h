@@ -13,7 +13,7 @@
 #include <stdatomic.h>
 
 /* Where a stored item lives: a byte range of one data file. */
-typedef struct ckpt_loc {
+typedef struct ck_loc {
     int32_t file_id; /* -1: no usable location (see problem) */
     bool raw;        /* the bytes are the tensor itself, C order, little endian (HuggingFace
                         safetensors storage: no container to open) */
@@ -23,7 +23,7 @@ typedef struct ckpt_loc {
     const int64_t *raw_stride; /* raw: element strides of the stored view (NULL: C order) */
     const char *transforms;    /* comma-separated, or NULL */
     const char *problem;       /* why the item cannot be read (set at index time), or NULL */
-} ckpt_loc;
+} ck_loc;
 
 enum { CHUNK_UNRESOLVED = 0, CHUNK_RESOLVED = 1, CHUNK_FAILED = 2 };
 
@@ -35,39 +35,39 @@ typedef enum chunk_storage_kind {
 /* What the first access to a chunk found (chunk_resolve.c): allocated from the reader's arena
  * then, under reader->lock, and published by the chunk's `state` (release), so the index of a
  * million chunks holds nothing for the ones never read. */
-typedef struct ckpt_chunk_res {
+typedef struct ck_chunk_res {
     chunk_storage_kind kind;
     bool big_endian;
     bool contiguous; /* C-order strides over `sizes` */
     uint64_t elem0;  /* byte offset of storage element `storage_offset` (file or memory) */
     ts_item *item;   /* CHUNK_IN_MEMORY: the decoded item, or NULL when evicted;
-                        read it only while pinned (ckpt_chunk_pin) */
+                        read it only while pinned (ck_chunk_pin) */
     /* decoded-chunk cache (reader->lock): LRU links, pins */
-    struct ckpt_chunk *lru_prev, *lru_next;
+    struct ck_chunk *lru_prev, *lru_next;
     uint32_t pins;
     ckpt_status fail_code; /* CHUNK_FAILED: the error to report again */
     const char *fail_msg;
     int64_t stride[]; /* element strides (ndim values) */
-} ckpt_chunk_res;
+} ck_chunk_res;
 
-typedef struct ckpt_chunk {
+typedef struct ck_chunk {
     const int64_t *offsets;
     const int64_t *sizes;
     uint64_t numel;
-    ckpt_loc loc;
-    atomic_int state;    /* CHUNK_*: set under reader->lock, read with acquire */
-    ckpt_chunk_res *res; /* CHUNK_RESOLVED and CHUNK_FAILED, else NULL */
-} ckpt_chunk;
+    ck_loc loc;
+    atomic_int state;  /* CHUNK_*: set under reader->lock, read with acquire */
+    ck_chunk_res *res; /* CHUNK_RESOLVED and CHUNK_FAILED, else NULL */
+} ck_chunk;
 
 /* A box of a Megatron flattened tensor (mcore_flat.c): its chunk's storage is the whole
  * stored piece, a run of `stored_numel` elements stored as [1, ..., 1, stored_numel], and the
  * box is the `numel` elements from element `skip` of it, in C order. */
-typedef struct ckpt_flat_src {
+typedef struct ck_flat_src {
     uint64_t skip;
     uint64_t stored_numel;
-} ckpt_flat_src;
+} ck_flat_src;
 
-typedef struct ckpt_mcore_shape ckpt_mcore_shape;
+typedef struct ck_mcore_shape ck_mcore_shape;
 
 struct ckpt_entry {
     const char *key;
@@ -82,38 +82,38 @@ struct ckpt_entry {
     const int64_t *shape;
     uint64_t numel;
     uint64_t nbytes;
-    ckpt_chunk *chunks;
+    ck_chunk *chunks;
     size_t nchunks;
-    ckpt_loc loc;              /* objects */
-    const char *problem;       /* metadata-level defect (dtype unknown...), or NULL */
-    const ckpt_flat_src *flat; /* per chunk, for a Megatron flattened tensor; else NULL */
-    ckpt_mcore_shape *mcore;   /* the original shape mcore_data gives it (mcore_flat.c) */
-    const pk_value *value;     /* an object of a torch.save file: its decoded pickle (in the
-                                  reader's owned_item), converted when loaded */
+    ck_loc loc;              /* objects */
+    const char *problem;     /* metadata-level defect (dtype unknown...), or NULL */
+    const ck_flat_src *flat; /* per chunk, for a Megatron flattened tensor; else NULL */
+    ck_mcore_shape *mcore;   /* the original shape mcore_data gives it (mcore_flat.c) */
+    const pk_value *value;   /* an object of a torch.save file: its decoded pickle (in the
+                                reader's owned_item), converted when loaded */
 };
 
-typedef struct ckpt_file {
+typedef struct ck_file {
     const char *name;
     int fd;         /* -1 until opened (protected by reader->lock) */
     int open_errno; /* set when opening failed */
-} ckpt_file;
+} ck_file;
 
 struct ckpt_reader {
     char *dir;
     char *single_file;     /* opened on one file (a torch.save file) of `dir`, or NULL */
     ts_item **owned_items; /* torch.save archives whose pickles value entries point into */
     size_t nowned;
-    ckpt_arena *arena; /* every string and array of the index */
+    ck_arena *arena; /* every string and array of the index */
     ckpt_limits limits;
     ckpt_entry *entries;
     size_t nentries;
     size_t entries_cap;
-    ckpt_htab by_key;
-    ckpt_htab by_path;
-    ckpt_file *files;
+    ck_htab by_key;
+    ck_htab by_path;
+    ck_file *files;
     size_t nfiles;
     size_t files_cap;
-    ckpt_htab file_by_name;
+    ck_htab file_by_name;
     pthread_mutex_t lock;
     ckpt_reader_info info;
     uint64_t unmatched_storage; /* storage_data entries that match no chunk/entry */
@@ -122,10 +122,10 @@ struct ckpt_reader {
                                  * by the walker (pk_watch.split) */
     size_t paths_done;          /* entries [0, paths_done) have their path and are in by_path */
     /* decoded chunks held in memory, most recently used first (under `lock`) */
-    ckpt_chunk *lru_head, *lru_tail;
+    ck_chunk *lru_head, *lru_tail;
     uint64_t decoded_bytes;
     /* what preads returned (ckpt_reader_get_stats): data files, metadata files */
-    ckpt_io_count io_data, io_meta;
+    ck_io_count io_data, io_meta;
 };
 
 /* A reader over an in-memory `.metadata` (fuzzing and tests); data files are looked up in
@@ -135,28 +135,28 @@ enum {
      * that what a pickle does after a hand-over always comes after the walk read it */
     CKPT_OPEN_LOCKSTEP = 1
 };
-ckpt_status ckpt_reader_open_buffer(const char *dir, const uint8_t *buf, size_t len,
-                                    const ckpt_limits *limits, unsigned flags, ckpt_reader **out,
-                                    ckpt_error *err);
+ckpt_status ck_reader_open_buffer(const char *dir, const uint8_t *buf, size_t len,
+                                  const ckpt_limits *limits, unsigned flags, ckpt_reader **out,
+                                  ckpt_error *err);
 
 /* files.c */
-int32_t ckpt_files_intern(ckpt_reader *r, const char *name, const char **problem);
-int ckpt_files_fd(ckpt_reader *r, uint32_t file_id, ckpt_error *err);
-void ckpt_files_close_all(ckpt_reader *r);
-bool ckpt_safe_file_name(const char *name);
+int32_t ck_files_intern(ckpt_reader *r, const char *name, const char **problem);
+int ck_files_fd(ckpt_reader *r, uint32_t file_id, ckpt_error *err);
+void ck_files_close_all(ckpt_reader *r);
+bool ck_safe_file_name(const char *name);
 /* A source for a located item (fd opened on demand). */
-ckpt_status ckpt_loc_source(ckpt_reader *r, const ckpt_loc *loc, const char *what, ckpt_source *src,
-                            ckpt_error *err);
+ckpt_status ck_loc_source(ckpt_reader *r, const ck_loc *loc, const char *what, ck_source *src,
+                          ckpt_error *err);
 
 /* chunk_resolve.c: makes chunk->elem0/stride/... valid. Thread-safe. */
-ckpt_status ckpt_chunk_resolve(ckpt_reader *r, const ckpt_entry *e, ckpt_chunk *c, ckpt_error *err);
+ckpt_status ck_chunk_resolve(ckpt_reader *r, const ckpt_entry *e, ck_chunk *c, ckpt_error *err);
 /* A resolved CHUNK_IN_MEMORY chunk's decoded bytes, decoding them again if they were evicted;
- * they stay valid until the matching ckpt_chunk_unpin.  Thread-safe. */
-ckpt_status ckpt_chunk_pin(ckpt_reader *r, const ckpt_entry *e, ckpt_chunk *c,
-                           const ckpt_source **decoded, ckpt_error *err);
-void ckpt_chunk_unpin(ckpt_reader *r, ckpt_chunk *c);
+ * they stay valid until the matching ck_chunk_unpin.  Thread-safe. */
+ckpt_status ck_chunk_pin(ckpt_reader *r, const ckpt_entry *e, ck_chunk *c,
+                         const ck_source **decoded, ckpt_error *err);
+void ck_chunk_unpin(ckpt_reader *r, ck_chunk *c);
 
 /* path escaping (path.c) */
-char *ckpt_path_escape_elem(ckpt_arena *a, const char *elem, size_t len);
+char *ck_path_escape_elem(ck_arena *a, const char *elem, size_t len);
 
 #endif

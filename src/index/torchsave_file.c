@@ -32,7 +32,7 @@ typedef struct walk {
     index_elem elems[MAX_ELEMS];
     char nums[MAX_ELEMS][24];
     size_t depth;
-    ckpt_strbuf key;
+    ck_strbuf key;
 } walk;
 
 static bool is_dict(const pk_value *v) {
@@ -96,13 +96,13 @@ static bool c_order(const ts_tensor_view *t) {
 
 static ckpt_status add_leaf(walk *w, const pk_value *v, ckpt_error *err) {
     ckpt_reader *r = w->r;
-    ckpt_strbuf_reset(&w->key);
+    ck_strbuf_reset(&w->key);
     for (size_t i = 0; i < w->depth; i++) {
-        if (i) ckpt_strbuf_addc(&w->key, '.');
-        ckpt_strbuf_add(&w->key, w->elems[i].s, w->elems[i].len);
+        if (i) ck_strbuf_addc(&w->key, '.');
+        ck_strbuf_add(&w->key, w->elems[i].s, w->elems[i].len);
     }
-    if (ckpt_strbuf_status(&w->key, "a key", err) != CKPT_OK) return CKPT_E_NOMEM;
-    const char *key = ckpt_strbuf_cstr(&w->key);
+    if (ck_strbuf_status(&w->key, "a key", err) != CKPT_OK) return CKPT_E_NOMEM;
+    const char *key = ck_strbuf_cstr(&w->key);
     if (index_find(r, key)) return CKPT_OK; /* "a.b" twice ({"a.b": x, "a": {"b": y}}): first */
     ckpt_entry *e = index_new_entry(r, key);
     if (!e) return index_nomem(err);
@@ -123,8 +123,8 @@ static ckpt_status add_leaf(walk *w, const pk_value *v, ckpt_error *err) {
     }
     /* the shape, then the chunk's offsets (all 0); the one chunk's sizes are the shape */
     size_t nd = (size_t)(t.ndim ? t.ndim : 1);
-    int64_t *shape = ckpt_arena_alloc(r->arena, nd * 2 * sizeof *shape);
-    ckpt_chunk *c = ckpt_arena_alloc(r->arena, sizeof *c);
+    int64_t *shape = ck_arena_alloc(r->arena, nd * 2 * sizeof *shape);
+    ck_chunk *c = ck_arena_alloc(r->arena, sizeof *c);
     if (!shape || !c) return index_nomem(err);
     memcpy(shape, t.shape, (size_t)t.ndim * sizeof *shape);
     int64_t *offsets = shape + nd;
@@ -154,7 +154,7 @@ static ckpt_status add_leaf(walk *w, const pk_value *v, ckpt_error *err) {
         c->loc.offset = t.record->data_offset + (uint64_t)t.storage_offset * isz;
         c->loc.length = span * isz; /* inside the record: ts_tensor_view_of checked it */
         if (!c_order(&t)) {
-            int64_t *stride = ckpt_arena_alloc(r->arena, (size_t)t.ndim * sizeof *stride);
+            int64_t *stride = ck_arena_alloc(r->arena, (size_t)t.ndim * sizeof *stride);
             if (!stride) return index_nomem(err);
             memcpy(stride, t.stride, (size_t)t.ndim * sizeof *stride);
             c->loc.raw_stride = stride;
@@ -167,32 +167,32 @@ static ckpt_status add_leaf(walk *w, const pk_value *v, ckpt_error *err) {
 /* Indexes torch.save file `name` of r->dir (its entries added to what is there). */
 static ckpt_status add_one(ckpt_reader *r, const char *name, ckpt_error *err) {
     const char *problem = NULL;
-    int32_t id = ckpt_files_intern(r, name, &problem);
+    int32_t id = ck_files_intern(r, name, &problem);
     if (id < 0)
-        return ckpt_fail(err, CKPT_E_INVAL, "%s: %s", name, problem ? problem : "bad file name");
-    int fd = ckpt_files_fd(r, (uint32_t)id, err);
+        return ck_fail(err, CKPT_E_INVAL, "%s: %s", name, problem ? problem : "bad file name");
+    int fd = ck_files_fd(r, (uint32_t)id, err);
     if (fd < 0) return err && err->code ? err->code : CKPT_E_IO;
     size_t plen = strlen(r->dir) + strlen(name) + 2;
-    char *path = ckpt_arena_alloc(r->arena, plen); /* named by messages while the reader lives */
+    char *path = ck_arena_alloc(r->arena, plen); /* named by messages while the reader lives */
     if (!path) return index_nomem(err);
     snprintf(path, plen, "%s/%s", r->dir, name);
     struct stat st;
-    if (fstat(fd, &st) != 0) return ckpt_fail(err, CKPT_E_IO, "%s: fstat failed", path);
+    if (fstat(fd, &st) != 0) return ck_fail(err, CKPT_E_IO, "%s: fstat failed", path);
     /* data.pkl and the zip directory count as metadata; tensors are read as data later */
-    ckpt_source src = {
+    ck_source src = {
         .fd = fd, .base = 0, .len = (uint64_t)st.st_size, .name = path, .count = &r->io_meta};
-    pk_limits lim = ckpt_metadata_pk_limits(&r->limits, (size_t)st.st_size);
+    pk_limits lim = ck_metadata_pk_limits(&r->limits, (size_t)st.st_size);
     ts_open_options o = {.max_pickle_bytes = r->limits.max_metadata_bytes, .pickle_limits = &lim};
     ts_item *it = NULL;
     ckpt_status os = ts_item_open(&src, &o, &it, err);
     uint8_t head[2] = {0, 0}; /* legacy torch.save: a pickle protocol 2 magic number first */
-    if (os == CKPT_E_FORMAT && ckpt_source_read(&src, 0, head, 2, NULL) == CKPT_OK &&
+    if (os == CKPT_E_FORMAT && ck_source_read(&src, 0, head, 2, NULL) == CKPT_OK &&
         head[0] == 0x80 && head[1] == 2)
-        return ckpt_fail(err, CKPT_E_UNSUPPORTED,
-                         "%s: a legacy torch.save file (torch < 1.6, or "
-                         "_use_new_zipfile_serialization=False): not read; save it again with "
-                         "torch.save",
-                         path);
+        return ck_fail(err, CKPT_E_UNSUPPORTED,
+                       "%s: a legacy torch.save file (torch < 1.6, or "
+                       "_use_new_zipfile_serialization=False): not read; save it again with "
+                       "torch.save",
+                       path);
     CKPT_TRY(os);
     ts_item **m = realloc(r->owned_items, (r->nowned + 1) * sizeof *m);
     if (!m) {
@@ -203,17 +203,17 @@ static ckpt_status add_one(ckpt_reader *r, const char *name, ckpt_error *err) {
     r->owned_items[r->nowned++] = it; /* value entries point into its pickle */
     r->info.metadata_bytes += (uint64_t)st.st_size;
     walk w = {.r = r, .it = it, .file_id = id};
-    ckpt_strbuf_init(&w.key, 0);
+    ck_strbuf_init(&w.key, 0);
     size_t before = r->nentries;
     ckpt_status s = walk_value(&w, ts_item_root(it), err);
-    ckpt_strbuf_release(&w.key);
+    ck_strbuf_release(&w.key);
     if (s == CKPT_OK && r->nentries == before)
-        s = ckpt_fail(err, CKPT_E_FORMAT, "%s: holds no dict or list of values", path);
+        s = ck_fail(err, CKPT_E_FORMAT, "%s: holds no dict or list of values", path);
     return s;
 }
 
 static ckpt_status add_torchsave_file(ckpt_reader *r, ckpt_error *err) {
-    if (!r->single_file) return ckpt_fail(err, CKPT_E_NOTFOUND, "%s: not a single file", r->dir);
+    if (!r->single_file) return ck_fail(err, CKPT_E_NOTFOUND, "%s: not a single file", r->dir);
     r->info.format_hint = "torch.save file (zip archive)";
     return add_one(r, r->single_file, err);
 }
@@ -228,9 +228,8 @@ const index_format index_format_torchsave_file = {.name = "torch.save", .add = a
 /* The files of a directory in HuggingFace's torch.save layout: those the index json's
  * weight_map names (*map, in arena a), else the lone pytorch_model.bin.  CKPT_E_NOTFOUND:
  * neither. */
-static ckpt_status bin_files(const char *dir, uint64_t max, ckpt_io_count *count, ckpt_arena *a,
-                             const ckpt_json **map, const char ***files, size_t *n,
-                             ckpt_error *err) {
+static ckpt_status bin_files(const char *dir, uint64_t max, ck_io_count *count, ck_arena *a,
+                             const ck_json **map, const char ***files, size_t *n, ckpt_error *err) {
     char path[4096];
     struct stat st;
     *map = NULL;
@@ -238,7 +237,7 @@ static ckpt_status bin_files(const char *dir, uint64_t max, ckpt_io_count *count
     *n = 0;
     snprintf(path, sizeof path, "%s/%s", dir, BIN_INDEX);
     if (stat(path, &st) == 0)
-        return ckpt_hf_index_files(path, ".bin", max, count, a, map, files, n, err);
+        return ck_hf_index_files(path, ".bin", max, count, a, map, files, n, err);
     snprintf(path, sizeof path, "%s/%s", dir, BIN_ONE);
     if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
         return CKPT_E_NOTFOUND; /* not this format: nothing to say (formats.c) */
@@ -250,9 +249,9 @@ static ckpt_status bin_files(const char *dir, uint64_t max, ckpt_io_count *count
     return CKPT_OK;
 }
 
-ckpt_dir_kind torch_bin_dir_probe(const char *dir, struct timespec *mtime) {
-    ckpt_arena *a = ckpt_arena_new(64u << 20);
-    const ckpt_json *map;
+ck_dir_kind torch_bin_dir_probe(const char *dir, struct timespec *mtime) {
+    ck_arena *a = ck_arena_new(64u << 20);
+    const ck_json *map;
     const char **files = NULL;
     size_t n = 0;
     bool complete = a && bin_files(dir, 16u << 20, NULL, a, &map, &files, &n, NULL) == CKPT_OK && n;
@@ -268,15 +267,15 @@ ckpt_dir_kind torch_bin_dir_probe(const char *dir, struct timespec *mtime) {
             newest = st.st_mtim;
     }
     free(files);
-    ckpt_arena_free(a);
+    ck_arena_free(a);
     if (complete && mtime) *mtime = newest;
     return complete ? CKPT_DIR_MARKED : CKPT_DIR_NONE;
 }
 
 static ckpt_status add_bin_dir(ckpt_reader *r, ckpt_error *err) {
-    ckpt_arena *a = ckpt_arena_new(r->limits.max_metadata_bytes);
+    ck_arena *a = ck_arena_new(r->limits.max_metadata_bytes);
     if (!a) return index_nomem(err);
-    const ckpt_json *map = NULL;
+    const ck_json *map = NULL;
     const char **files = NULL;
     size_t n = 0;
     ckpt_status s =
@@ -285,16 +284,15 @@ static ckpt_status add_bin_dir(ckpt_reader *r, ckpt_error *err) {
         s = add_one(r, files[i], err);
     /* every tensor the weight_map names is in the file it names (transformers fails else) */
     for (size_t i = 0; s == CKPT_OK && map && i < map->len; i++) {
-        const ckpt_json_member *m = &map->u.members[i];
+        const ck_json_member *m = &map->u.members[i];
         const ckpt_entry *e = index_find(r, m->key);
         if (!e || strlen(m->key) != m->key_len)
-            s = ckpt_fail(err, CKPT_E_FORMAT,
-                          "%s/%s: weight_map names '%.200s', which %s holds not", r->dir, BIN_INDEX,
-                          m->key, m->value.u.str);
+            s = ck_fail(err, CKPT_E_FORMAT, "%s/%s: weight_map names '%.200s', which %s holds not",
+                        r->dir, BIN_INDEX, m->key, m->value.u.str);
     }
     if (s == CKPT_OK) r->info.format_hint = "HuggingFace torch.save shards (pytorch_model*.bin)";
     free(files);
-    ckpt_arena_free(a);
+    ck_arena_free(a);
     return s;
 }
 

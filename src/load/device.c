@@ -1,6 +1,6 @@
 /* device.c — CUDA device destinations of the collective loader (compiled with the cuda
  * feature): telling device pointers from host ones, and the device sink, which moves bytes
- * to device memory through two halves of a pinned staging buffer (ckpt_cuda_pinned_alloc) with
+ * to device memory through two halves of a pinned staging buffer (ck_cuda_pinned_alloc) with
  * cudaMemcpyAsync on one stream.  While the GPU copies one half, the rank fills the other
  * (double buffering); a half is reused only after the event recorded behind its copies has
  * completed.  Fills that continue the previous one in both the half and the destination
@@ -16,7 +16,7 @@
 #include <string.h>
 
 struct dev_sink {
-    ckpt_pinned stage; /* both halves */
+    ck_pinned stage; /* both halves */
     uint8_t *half[2];
     uint64_t half_bytes;
     int cur;         /* the half being filled */
@@ -29,24 +29,24 @@ struct dev_sink {
 
 bool dev_supported(void) { return true; }
 
-bool dev_pointer_is_device(const void *p) { return ckpt_cuda_is_device_ptr(p); }
+bool dev_pointer_is_device(const void *p) { return ck_cuda_is_device_ptr(p); }
 
 ckpt_status dev_sink_create(uint64_t bytes, dev_sink **out, ckpt_error *err) {
     *out = NULL;
     dev_sink *s = calloc(1, sizeof *s);
-    if (!s) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (!s) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     s->half_bytes = bytes / 2 < 256 ? 256 : bytes / 2;
     cudaError_t e = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
         free(s);
-        return ckpt_cuda_fail(err, e, "stream");
+        return ck_cuda_fail(err, e, "stream");
     }
     for (int i = 0; i < 2 && e == cudaSuccess; i++)
         e = cudaEventCreateWithFlags(&s->done[i], cudaEventDisableTiming);
-    if (e == cudaSuccess) e = ckpt_cuda_pinned_alloc(&s->stage, (size_t)(2 * s->half_bytes));
+    if (e == cudaSuccess) e = ck_cuda_pinned_alloc(&s->stage, (size_t)(2 * s->half_bytes));
     if (e != cudaSuccess) {
         dev_sink_free(s);
-        return ckpt_cuda_fail(err, e, "pinned staging buffer");
+        return ck_cuda_fail(err, e, "pinned staging buffer");
     }
     s->half[0] = s->stage.p;
     s->half[1] = s->half[0] + s->half_bytes;
@@ -57,7 +57,7 @@ ckpt_status dev_sink_create(uint64_t bytes, dev_sink **out, ckpt_error *err) {
 void dev_sink_free(dev_sink *s) {
     if (!s) return;
     if (s->stream) cudaStreamSynchronize(s->stream);
-    ckpt_cuda_pinned_free(&s->stage);
+    ck_cuda_pinned_free(&s->stage);
     for (int i = 0; i < 2; i++)
         if (s->done[i]) cudaEventDestroy(s->done[i]);
     if (s->stream) cudaStreamDestroy(s->stream);
@@ -72,7 +72,7 @@ static ckpt_status flush(dev_sink *s, ckpt_error *err) {
     cudaError_t e = cudaMemcpyAsync(s->run.dst, s->run.src, (size_t)s->run.len,
                                     cudaMemcpyHostToDevice, s->stream);
     s->run.len = 0;
-    if (e != cudaSuccess) return ckpt_cuda_fail(err, e, "host-to-device copy");
+    if (e != cudaSuccess) return ck_cuda_fail(err, e, "host-to-device copy");
     s->pending[s->cur] = true;
     return CKPT_OK;
 }
@@ -83,12 +83,12 @@ static ckpt_status flip(dev_sink *s, ckpt_error *err) {
     CKPT_TRY(flush(s, err));
     cudaError_t e = cudaSuccess;
     if (s->pending[s->cur]) e = cudaEventRecord(s->done[s->cur], s->stream);
-    if (e != cudaSuccess) return ckpt_cuda_fail(err, e, "event record");
+    if (e != cudaSuccess) return ck_cuda_fail(err, e, "event record");
     s->cur ^= 1;
     s->used = 0;
     if (s->pending[s->cur]) {
         e = cudaEventSynchronize(s->done[s->cur]);
-        if (e != cudaSuccess) return ckpt_cuda_fail(err, e, "host-to-device copy");
+        if (e != cudaSuccess) return ck_cuda_fail(err, e, "host-to-device copy");
         s->pending[s->cur] = false;
     }
     return CKPT_OK;
@@ -133,6 +133,6 @@ ckpt_status dev_sink_finish(dev_sink *s, ckpt_error *err) {
     s->pending[0] = s->pending[1] = false;
     s->used = 0;
     if (st != CKPT_OK) return st;
-    if (e != cudaSuccess) return ckpt_cuda_fail(err, e, "host-to-device copy");
+    if (e != cudaSuccess) return ck_cuda_fail(err, e, "host-to-device copy");
     return CKPT_OK;
 }

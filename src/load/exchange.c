@@ -171,7 +171,7 @@ static void ddeliver(void *ctx, const gpiece *q, const wpart *w, uint64_t lo, ui
 static ckpt_status read_window(ckpt_load *l, const wpart *w, size_t nw, uint8_t *stage,
                                ckpt_error *err) {
     io_job *jobs = malloc((nw ? nw : 1) * sizeof *jobs);
-    if (!jobs) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (!jobs) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     for (size_t i = 0; i < nw; i++) {
         jobs[i] = (io_job){w[i].r.file, w[i].r.off, w[i].r.len, stage + w[i].stage, stage};
         l->stats.bytes_read_plan += w[i].r.len;
@@ -185,7 +185,7 @@ static ckpt_status read_window(ckpt_load *l, const wpart *w, size_t nw, uint8_t 
  * (host destinations) or through the device sink (device ones). */
 static ckpt_status read_direct(ckpt_load *l, const load_plan *p, ckpt_error *err) {
     io_job *jobs = malloc((p->ndirect ? p->ndirect : 1) * sizeof *jobs);
-    if (!jobs) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (!jobs) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     size_t nhost = 0, ndev = 0; /* host jobs from the front, device jobs from the back */
     for (size_t i = 0; i < p->ndirect; i++) {
         const frange *d = &p->direct[i];
@@ -238,7 +238,7 @@ static ckpt_status count(rounds *x, uint64_t r, ckpt_error *err) {
         size_t nt = window(p, j, r * x->B, x->B, x->theirs, x->wcap);
         uint64_t m = overlaps(p, me, x->theirs, nt, NULL, NULL);
         if (n > INT_MAX || m > INT_MAX || x->stot + n > INT_MAX || x->rtot + m > INT_MAX) {
-            if (s == CKPT_OK) s = ckpt_fail(err, CKPT_E_LIMIT, "a round exchanges more than 2 GiB");
+            if (s == CKPT_OK) s = ck_fail(err, CKPT_E_LIMIT, "a round exchanges more than 2 GiB");
             n = m = 0;
         }
         x->sc[j] = (int)n;
@@ -275,7 +275,7 @@ static ckpt_status move_host(rounds *x, uint64_t r, ckpt_status rs, ckpt_status 
         if (!ok) x->rcap = 0;
     }
     uint8_t *sbuf = x->sbuf, *rbuf = x->rbuf;
-    s = load_agree(l, ok ? CKPT_OK : ckpt_fail(err, CKPT_E_NOMEM, "out of memory"), err);
+    s = load_agree(l, ok ? CKPT_OK : ck_fail(err, CKPT_E_NOMEM, "out of memory"), err);
     if (s == CKPT_OK) {
         for (int j = 0; j < l->size; j++) {
             pack_ctx pc = {x->stage, sbuf + x->sd[j]};
@@ -389,11 +389,11 @@ ckpt_status load_exchange(ckpt_load *l, const load_plan *p, uint64_t staging_byt
     }
     ckpt_status s = x.mine && x.theirs && x.sc && x.sd && x.rc && x.rd && x.zsc
                         ? CKPT_OK
-                        : ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+                        : ck_fail(err, CKPT_E_NOMEM, "out of memory");
     if (s == CKPT_OK && l->use_nccl)
         s = nccl_link_stage(l->nccl, B, &x.stage, err);
     else if (s == CKPT_OK && !(x.stage = malloc(B)))
-        s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
     s = load_agree(l, s, err);
     ckpt_status us = CKPT_OK; /* placing into device memory */
     for (uint64_t r = 0; s == CKPT_OK && r < nrounds; r++) {

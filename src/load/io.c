@@ -49,10 +49,10 @@ static void run_task(io_pool *p, const io_task *t) {
             pthread_mutex_lock(&p->mu);
             if (t->job < p->err_job) {
                 p->err_job = t->job;
-                ckpt_fail(&p->err, k < 0 ? CKPT_E_IO : CKPT_E_RANGE, "%s: offset %llu: %s",
-                          ckpt_reader_file_name(p->r, (uint32_t)p->jobs[t->job].file),
-                          (unsigned long long)(t->off + done),
-                          k < 0 ? strerror(e) : "unexpected end of file");
+                ck_fail(&p->err, k < 0 ? CKPT_E_IO : CKPT_E_RANGE, "%s: offset %llu: %s",
+                        ckpt_reader_file_name(p->r, (uint32_t)p->jobs[t->job].file),
+                        (unsigned long long)(t->off + done),
+                        k < 0 ? strerror(e) : "unexpected end of file");
             }
             pthread_mutex_unlock(&p->mu);
             return;
@@ -91,12 +91,12 @@ static void *worker(void *arg) {
 ckpt_status io_pool_create(unsigned nthreads, io_pool **out, ckpt_error *err) {
     *out = NULL;
     io_pool *p = calloc(1, sizeof *p);
-    if (!p) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (!p) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     if (nthreads > 1) {
         p->threads = calloc(nthreads - 1, sizeof *p->threads);
         if (!p->threads) {
             free(p);
-            return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+            return ck_fail(err, CKPT_E_NOMEM, "out of memory");
         }
     }
     pthread_mutex_init(&p->mu, NULL);
@@ -106,7 +106,7 @@ ckpt_status io_pool_create(unsigned nthreads, io_pool **out, ckpt_error *err) {
         int rc = pthread_create(&p->threads[i], NULL, worker, p);
         if (rc != 0) {
             io_pool_free(p);
-            return ckpt_fail(err, CKPT_E_IO, "cannot start an I/O thread: %s", strerror(rc));
+            return ck_fail(err, CKPT_E_IO, "cannot start an I/O thread: %s", strerror(rc));
         }
         p->nthreads++;
     }
@@ -148,7 +148,7 @@ ckpt_status io_pool_read(io_pool *p, ckpt_reader *r, const io_job *jobs, size_t 
     for (size_t i = 0; i < njobs; i++)
         ntasks += jobs[i].len > 2 * piece ? (size_t)((jobs[i].len + piece - 1) / piece) : 1;
     io_task *tasks = malloc(ntasks * sizeof *tasks);
-    if (!tasks) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (!tasks) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     size_t n = 0;
     for (size_t i = 0; i < njobs; i++) {
         int fd = ckpt_reader_file_fd(r, (uint32_t)jobs[i].file, err);

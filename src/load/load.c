@@ -48,8 +48,7 @@ static ckpt_status auto_io_threads(ckpt_load *l, unsigned *out, ckpt_error *err)
             if (CPU_ISSET(c, &set)) h = (h ^ (uint64_t)c) * 1099511628211ull;
     }
     uint64_t mine[2] = {host_hash(), h}, *all = malloc((size_t)l->size * sizeof mine);
-    ckpt_status s =
-        load_agree(l, all ? CKPT_OK : ckpt_fail(err, CKPT_E_NOMEM, "out of memory"), err);
+    ckpt_status s = load_agree(l, all ? CKPT_OK : ck_fail(err, CKPT_E_NOMEM, "out of memory"), err);
     if (s == CKPT_OK)
         s = load_agree(l, load_allgather(l, mine, sizeof mine, all, "all-gather (CPU sets)", err),
                        err);
@@ -70,9 +69,9 @@ ckpt_status ckpt_load_open_transport(const ckpt_transport *t, const char *dir,
     if (out) *out = NULL;
     /* a bad transport or no memory: nothing to agree with (every rank should see the same) */
     ckpt_status s = out ? load_transport_check(t, err)
-                        : ckpt_fail(err, CKPT_E_INVAL, "ckpt_load_open_transport: out is NULL");
+                        : ck_fail(err, CKPT_E_INVAL, "ckpt_load_open_transport: out is NULL");
     ckpt_load *l = s == CKPT_OK ? calloc(1, sizeof *l) : NULL;
-    if (s == CKPT_OK && !l) s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (s == CKPT_OK && !l) s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
     if (s != CKPT_OK) {
         if (t && t->destroy) t->destroy(t->ctx);
         return s;
@@ -96,7 +95,7 @@ ckpt_status ckpt_load_open_transport(const ckpt_transport *t, const char *dir,
         v[1] = ~h; /* the maximum, as the minimum of the complements */
         s = load_min_u64(l, v, 2, "minimum (metadata check)", err);
         if (s == CKPT_OK && v[0] != ~v[1])
-            s = ckpt_fail(err, CKPT_E_INVAL, "%s: ranks see different checkpoint metadata", dir);
+            s = ck_fail(err, CKPT_E_INVAL, "%s: ranks see different checkpoint metadata", dir);
         s = load_agree(l, s, err); /* one message (the dirs may differ) */
     }
     if (s != CKPT_OK) {
@@ -136,29 +135,29 @@ ckpt_status ckpt_load_request_mem(ckpt_load *l, const char *key, const int64_t *
                                   ckpt_load_memory mem, ckpt_error *err) {
     CKPT_ERR_OR_LOCAL(err);
     if (mem != CKPT_LOAD_MEM_AUTO && mem != CKPT_LOAD_MEM_HOST && mem != CKPT_LOAD_MEM_CUDA)
-        return ckpt_fail(err, CKPT_E_INVAL, "'%s': unknown memory kind %d", key, (int)mem);
+        return ck_fail(err, CKPT_E_INVAL, "'%s': unknown memory kind %d", key, (int)mem);
     if (mem == CKPT_LOAD_MEM_CUDA && !dev_supported())
-        return ckpt_fail(err, CKPT_E_UNSUPPORTED,
-                         "'%s': a CUDA destination, but this build has no CUDA support", key);
+        return ck_fail(err, CKPT_E_UNSUPPORTED,
+                       "'%s': a CUDA destination, but this build has no CUDA support", key);
     const ckpt_entry *e = ckpt_reader_find(l->r, key);
-    if (!e) return ckpt_fail(err, CKPT_E_NOTFOUND, "no entry '%s'", key);
+    if (!e) return ck_fail(err, CKPT_E_NOTFOUND, "no entry '%s'", key);
     if (ckpt_entry_kind_of(e) != CKPT_ENTRY_TENSOR)
-        return ckpt_fail(err, CKPT_E_INVAL, "'%s' is not a tensor", key);
+        return ck_fail(err, CKPT_E_INVAL, "'%s' is not a tensor", key);
     int nd = ckpt_entry_ndim(e);
     uint64_t bytes = ckpt_dtype_itemsize(ckpt_entry_dtype(e));
     for (int d = 0; d < nd; d++) {
         int64_t a = start ? start[d] : 0, c = count ? count[d] : ckpt_entry_shape(e)[d];
         if (a < 0 || c < 0 || a > ckpt_entry_shape(e)[d] - c)
-            return ckpt_fail(err, CKPT_E_RANGE, "'%s': region outside the tensor", key);
+            return ck_fail(err, CKPT_E_RANGE, "'%s': region outside the tensor", key);
         bytes *= (uint64_t)c;
     }
     if (dst_size < bytes || (!dst && bytes))
-        return ckpt_fail(err, CKPT_E_INVAL, "'%s': buffer of %zu bytes, region needs %llu", key,
-                         dst_size, (unsigned long long)bytes);
+        return ck_fail(err, CKPT_E_INVAL, "'%s': buffer of %zu bytes, region needs %llu", key,
+                       dst_size, (unsigned long long)bytes);
     if (l->nreqs == l->reqs_cap) {
         size_t cap = l->reqs_cap ? l->reqs_cap * 2 : 16;
         lreq *m = realloc(l->reqs, cap * sizeof *m);
-        if (!m) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        if (!m) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
         l->reqs = m;
         l->reqs_cap = cap;
     }
@@ -181,12 +180,12 @@ ckpt_status ckpt_load_request_shard(ckpt_load *l, const char *key, int dim, uint
     CKPT_ERR_OR_LOCAL(err);
     const ckpt_entry *e = ckpt_reader_find(l->r, key);
     if (!e || ckpt_entry_kind_of(e) != CKPT_ENTRY_TENSOR)
-        return ckpt_fail(err, CKPT_E_NOTFOUND, "no tensor '%s'", key);
+        return ck_fail(err, CKPT_E_NOTFOUND, "no tensor '%s'", key);
     int64_t start[CKPT_MAX_NDIM], count[CKPT_MAX_NDIM];
     if (ckpt_shard_box(ckpt_entry_ndim(e), ckpt_entry_shape(e), dim, nranks, rank, start, count) !=
         CKPT_OK)
-        return ckpt_fail(err, CKPT_E_INVAL, "'%s': bad shard spec dim %d, rank %u of %u", key, dim,
-                         rank, nranks);
+        return ck_fail(err, CKPT_E_INVAL, "'%s': bad shard spec dim %d, rank %u of %u", key, dim,
+                       rank, nranks);
     return ckpt_load_request(l, key, start, count, dst, dst_size, err);
 }
 
@@ -195,10 +194,10 @@ ckpt_status ckpt_load_request_boxes(ckpt_load *l, const char *key, size_t nboxes
                                     size_t dst_size, ckpt_load_memory mem, ckpt_error *err) {
     const ckpt_entry *e = ckpt_reader_find(l->r, key);
     if (!e || ckpt_entry_kind_of(e) != CKPT_ENTRY_TENSOR)
-        return ckpt_fail(err, CKPT_E_NOTFOUND, "no tensor '%s'", key);
+        return ck_fail(err, CKPT_E_NOTFOUND, "no tensor '%s'", key);
     int nd = ckpt_entry_ndim(e);
     if (nd && nboxes && (!starts || !counts))
-        return ckpt_fail(err, CKPT_E_INVAL, "'%s': NULL boxes", key);
+        return ck_fail(err, CKPT_E_INVAL, "'%s': NULL boxes", key);
     size_t keep = l->nreqs, item = ckpt_dtype_itemsize(ckpt_entry_dtype(e)), at = 0;
     ckpt_status s = CKPT_OK;
     for (size_t i = 0; s == CKPT_OK && i < nboxes; i++) {
@@ -208,8 +207,8 @@ ckpt_status ckpt_load_request_boxes(ckpt_load *l, const char *key, size_t nboxes
         for (int d = 0; d < nd; d++)
             bytes *= ct[d] > 0 ? (uint64_t)ct[d] : 0;
         if (bytes > dst_size - at) {
-            s = ckpt_fail(err, CKPT_E_INVAL, "'%s': buffer of %zu bytes, the boxes need more", key,
-                          dst_size);
+            s = ck_fail(err, CKPT_E_INVAL, "'%s': buffer of %zu bytes, the boxes need more", key,
+                        dst_size);
             break;
         }
         s = ckpt_load_request_mem(l, key, st, ct, bytes ? (uint8_t *)dst + at : dst, (size_t)bytes,
@@ -225,12 +224,12 @@ ckpt_status ckpt_load_request_layout(ckpt_load *l, const char *key, const ckpt_l
                                      ckpt_load_memory mem, ckpt_error *err) {
     const ckpt_entry *e = ckpt_reader_find(l->r, key);
     if (!e || ckpt_entry_kind_of(e) != CKPT_ENTRY_TENSOR)
-        return ckpt_fail(err, CKPT_E_NOTFOUND, "no tensor '%s'", key);
+        return ck_fail(err, CKPT_E_NOTFOUND, "no tensor '%s'", key);
     ckpt_layout_shard *sh;
     ckpt_status ls =
         ckpt_layout_shard_new(layout, ckpt_entry_ndim(e), ckpt_entry_shape(e), coord, &sh, err);
     if (ls != CKPT_OK) {
-        ckpt_error_suffix(err, " (tensor '%s')", key);
+        ck_error_suffix(err, " (tensor '%s')", key);
         return ls;
     }
     int nd = ckpt_entry_ndim(e);
@@ -238,8 +237,8 @@ ckpt_status ckpt_load_request_layout(ckpt_load *l, const char *key, const ckpt_l
     uint64_t need = ckpt_layout_shard_numel(sh) * item, n = ckpt_layout_shard_num_boxes(sh);
     ckpt_status s = CKPT_OK;
     if (dst_size < need)
-        s = ckpt_fail(err, CKPT_E_INVAL, "'%s': buffer of %zu bytes, its local shard needs %llu",
-                      key, dst_size, (unsigned long long)need);
+        s = ck_fail(err, CKPT_E_INVAL, "'%s': buffer of %zu bytes, its local shard needs %llu", key,
+                    dst_size, (unsigned long long)need);
     for (uint64_t i = 0; s == CKPT_OK && i < n; i++) {
         int64_t st[CKPT_MAX_NDIM], ct[CKPT_MAX_NDIM];
         uint64_t at;
@@ -270,7 +269,7 @@ static ckpt_status push_piece(local_plan *x, const gpiece *g, ckpt_error *err) {
     if (x->n == x->cap) {
         size_t cap = x->cap ? 2 * x->cap : 64;
         gpiece *m = realloc(x->v, cap * sizeof *m);
-        if (!m) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        if (!m) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
         x->v = m;
         x->cap = cap;
     }
@@ -289,7 +288,7 @@ static ckpt_status plan_box(void *ctx, const slice_box *b, ckpt_error *err) {
     memcpy(ds, b->dst_stride, sizeof(int64_t) * (size_t)b->ndim);
     memcpy(ss, b->src_stride, sizeof(int64_t) * (size_t)b->ndim);
     memcpy(cnt, b->count, sizeof(int64_t) * (size_t)b->ndim);
-    int n = ckpt_merge_dims(ds, ss, cnt, b->ndim, b->itemsize, &run);
+    int n = ck_merge_dims(ds, ss, cnt, b->ndim, b->itemsize, &run);
     for (int d = 0; d < n; d++)
         if (ss[d] < 0 || ds[d] < 0) { /* (never from torch): served by this rank alone */
             x->local = true;
@@ -444,15 +443,15 @@ ckpt_status ckpt_load_execute(ckpt_load *l, const ckpt_load_options *opts, ckpt_
     uint64_t exch_bytes = o.staging_bytes - dev_bytes; /* device_staging <= budget / 4 */
     if (o.staging_bytes < dev_bytes) exch_bytes = 0;
     ckpt_status s =
-        job[3] != -job[4] ? ckpt_fail(err, CKPT_E_INVAL, "ranks asked for different transports")
+        job[3] != -job[4] ? ck_fail(err, CKPT_E_INVAL, "ranks asked for different transports")
         : (unsigned)o.transport > CKPT_LOAD_TRANSPORT_NCCL
-            ? ckpt_fail(err, CKPT_E_INVAL, "unknown transport %d", (int)o.transport)
+            ? ck_fail(err, CKPT_E_INVAL, "unknown transport %d", (int)o.transport)
         : o.transport == CKPT_LOAD_TRANSPORT_NCCL && !ckpt_load_has_nccl()
-            ? ckpt_fail(err, CKPT_E_UNSUPPORTED, "transport nccl: this build has no NCCL support")
+            ? ck_fail(err, CKPT_E_UNSUPPORTED, "transport nccl: this build has no NCCL support")
         : o.transport == CKPT_LOAD_TRANSPORT_NCCL && job[1]
-            ? ckpt_fail(err, CKPT_E_UNSUPPORTED,
-                        "transport nccl: every destination must be device memory, "
-                        "and a rank has host destinations")
+            ? ck_fail(err, CKPT_E_UNSUPPORTED,
+                      "transport nccl: every destination must be device memory, "
+                      "and a rank has host destinations")
             : CKPT_OK;
     l->use_nccl =
         o.mode == CKPT_LOAD_COLLECTIVE &&
@@ -474,7 +473,7 @@ ckpt_status ckpt_load_execute(ckpt_load *l, const ckpt_load_options *opts, ckpt_
             if (l->rank == 0 && getenv("CKPT_DEBUG") && *getenv("CKPT_DEBUG") != '0')
                 fprintf(stderr, "ckpt_load: NCCL transport unavailable, using MPI: %s\n",
                         err->message);
-            ckpt_error_clear(err);
+            ck_error_clear(err);
             l->use_nccl = false;
             s = CKPT_OK;
         }

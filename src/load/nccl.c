@@ -26,7 +26,7 @@ struct nccl_link {
     int rank, size; /* in comm: the handle's */
     int device;     /* current when the communicator was made */
     cudaStream_t stream;
-    ckpt_pinned hostmem; /* the pinned window */
+    ck_pinned hostmem;   /* the pinned window */
     uint8_t *host, *win; /* pinned window and its device twin, win_bytes each */
     uint64_t win_bytes;
     uint8_t *send, *recv; /* device */
@@ -43,13 +43,13 @@ static ckpt_status flush(nccl_link *x, ckpt_error *err) {
     x->run.len = 0;
     return e == cudaSuccess
                ? CKPT_OK
-               : ckpt_cuda_fail(err, e,
-                                x->run_kind == cudaMemcpyHostToDevice ? "window upload"
-                                                                      : "device-to-device copy");
+               : ck_cuda_fail(err, e,
+                              x->run_kind == cudaMemcpyHostToDevice ? "window upload"
+                                                                    : "device-to-device copy");
 }
 
 static ckpt_status nccl_fail(ckpt_error *err, ncclResult_t e, const char *what) {
-    return ckpt_fail(err, CKPT_E_IO, "NCCL %s: %s", what, ncclGetErrorString(e));
+    return ck_fail(err, CKPT_E_IO, "NCCL %s: %s", what, ncclGetErrorString(e));
 }
 
 bool nccl_supported(void) { return true; }
@@ -57,12 +57,12 @@ bool nccl_supported(void) { return true; }
 /* The stream and the device, before any rank enters ncclCommInitRank. */
 static ckpt_status link_create(nccl_link **out, ckpt_error *err) {
     nccl_link *x = calloc(1, sizeof *x);
-    if (!x) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (!x) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     cudaError_t e = cudaGetDevice(&x->device);
     if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&x->stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
         free(x);
-        return ckpt_cuda_fail(err, e, "NCCL transport stream");
+        return ck_cuda_fail(err, e, "NCCL transport stream");
     }
     *out = x;
     return CKPT_OK;
@@ -72,12 +72,12 @@ ckpt_status nccl_link_open(ckpt_load *l, ckpt_error *err) {
     if (l->nccl) {
         int dev = -1;
         cudaError_t e = cudaGetDevice(&dev);
-        ckpt_status s = e != cudaSuccess ? ckpt_cuda_fail(err, e, "current device")
+        ckpt_status s = e != cudaSuccess ? ck_cuda_fail(err, e, "current device")
                         : dev != l->nccl->device
-                            ? ckpt_fail(err, CKPT_E_INVAL,
-                                        "NCCL transport: the communicator was made on device %d, "
-                                        "the current device is %d",
-                                        l->nccl->device, dev)
+                            ? ck_fail(err, CKPT_E_INVAL,
+                                      "NCCL transport: the communicator was made on device %d, "
+                                      "the current device is %d",
+                                      l->nccl->device, dev)
                             : CKPT_OK;
         return load_agree(l, s, err);
     }
@@ -126,7 +126,7 @@ void nccl_link_release(nccl_link *x) {
     if (!x) return;
     flush(x, NULL);
     cudaStreamSynchronize(x->stream);
-    ckpt_cuda_pinned_free(&x->hostmem);
+    ck_cuda_pinned_free(&x->hostmem);
     cudaFree(x->win);
     cudaFree(x->send);
     cudaFree(x->recv);
@@ -160,7 +160,7 @@ static ckpt_status grow(uint8_t **p, uint64_t *have, uint64_t want, const char *
     cudaError_t e = cudaMalloc((void **)p, (size_t)want);
     if (e != cudaSuccess) {
         *p = NULL;
-        return ckpt_cuda_fail(err, e, what);
+        return ck_cuda_fail(err, e, what);
     }
     *have = want;
     return CKPT_OK;
@@ -170,15 +170,15 @@ ckpt_status nccl_link_stage(nccl_link *x, uint64_t bytes, uint8_t **host, ckpt_e
     *host = NULL;
     CKPT_TRY(flush(x, err));
     cudaError_t e = cudaStreamSynchronize(x->stream);
-    if (e != cudaSuccess) return ckpt_cuda_fail(err, e, "NCCL transport stream");
+    if (e != cudaSuccess) return ck_cuda_fail(err, e, "NCCL transport stream");
     if (x->win_bytes < bytes) {
-        ckpt_cuda_pinned_free(&x->hostmem);
+        ck_cuda_pinned_free(&x->hostmem);
         x->host = NULL;
         cudaFree(x->win);
         x->win = NULL;
         x->win_bytes = 0;
-        e = ckpt_cuda_pinned_alloc(&x->hostmem, (size_t)bytes);
-        if (e != cudaSuccess) return ckpt_cuda_fail(err, e, "pinned window");
+        e = ck_cuda_pinned_alloc(&x->hostmem, (size_t)bytes);
+        if (e != cudaSuccess) return ck_cuda_fail(err, e, "pinned window");
         x->host = x->hostmem.p;
         uint64_t have = 0;
         CKPT_TRY(grow(&x->win, &have, bytes, "device window", err));
@@ -192,7 +192,7 @@ ckpt_status nccl_link_reserve(nccl_link *x, uint64_t send, uint64_t recv, ckpt_e
     CKPT_TRY(flush(x, err));
     if (x->send_bytes < send || x->recv_bytes < recv) {
         cudaError_t e = cudaStreamSynchronize(x->stream);
-        if (e != cudaSuccess) return ckpt_cuda_fail(err, e, "NCCL transport stream");
+        if (e != cudaSuccess) return ck_cuda_fail(err, e, "NCCL transport stream");
     }
     CKPT_TRY(grow(&x->send, &x->send_bytes, send, "device send buffer", err));
     return grow(&x->recv, &x->recv_bytes, recv, "device receive buffer", err);
@@ -249,7 +249,7 @@ ckpt_status nccl_link_sync(nccl_link *x, ckpt_error *err) {
     ckpt_status fs = flush(x, err);
     cudaError_t e = cudaStreamSynchronize(x->stream);
     if (fs != CKPT_OK) return fs;
-    if (e != cudaSuccess) return ckpt_cuda_fail(err, e, "NCCL transport stream");
+    if (e != cudaSuccess) return ck_cuda_fail(err, e, "NCCL transport stream");
     ncclResult_t async = ncclSuccess;
     ncclResult_t r = ncclCommGetAsyncError(x->comm, &async);
     if (r == ncclSuccess) r = async;

@@ -14,7 +14,7 @@ bool dev_pointer_is_device(const void *p) {
 ckpt_status dev_sink_create(uint64_t bytes, dev_sink **out, ckpt_error *err) {
     (void)bytes;
     *out = NULL;
-    return ckpt_fail(err, CKPT_E_UNSUPPORTED, "this build has no CUDA support");
+    return ck_fail(err, CKPT_E_UNSUPPORTED, "this build has no CUDA support");
 }
 
 void dev_sink_free(dev_sink *s) { (void)s; }
@@ -28,7 +28,7 @@ uint8_t *dev_sink_room(dev_sink *s, uint64_t want, uint64_t *avail, ckpt_error *
     (void)s;
     (void)want;
     *avail = 0;
-    ckpt_fail(err, CKPT_E_UNSUPPORTED, "this build has no CUDA support");
+    ck_fail(err, CKPT_E_UNSUPPORTED, "this build has no CUDA support");
     return NULL;
 }
 
@@ -38,7 +38,7 @@ ckpt_status dev_sink_fill(dev_sink *s, const uint8_t *buf, uint8_t *dst, uint64_
     (void)buf;
     (void)dst;
     (void)n;
-    return ckpt_fail(err, CKPT_E_UNSUPPORTED, "this build has no CUDA support");
+    return ck_fail(err, CKPT_E_UNSUPPORTED, "this build has no CUDA support");
 }
 
 ckpt_status dev_sink_put(dev_sink *s, const uint8_t *buf, uint8_t *dst, const uint8_t *src,

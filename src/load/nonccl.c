@@ -5,7 +5,7 @@
 #include "util/error.h"
 
 static ckpt_status unsupported(ckpt_error *err) {
-    return ckpt_fail(err, CKPT_E_UNSUPPORTED, "this build has no NCCL support");
+    return ck_fail(err, CKPT_E_UNSUPPORTED, "this build has no NCCL support");
 }
 
 bool nccl_supported(void) { return false; }

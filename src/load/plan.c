@@ -318,9 +318,9 @@ ckpt_status load_plan_build(ckpt_load *l, const gpiece *mine, size_t nmine, uint
     size_t *bytes = calloc((size_t)P, sizeof *bytes), *displs = calloc((size_t)P, sizeof *displs);
     uint8_t *send = malloc(nmine * GPIECE_WIRE + 1);
     ckpt_status s =
-        counts && bytes && displs && send ? CKPT_OK : ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        counts && bytes && displs && send ? CKPT_OK : ck_fail(err, CKPT_E_NOMEM, "out of memory");
     if (s == CKPT_OK && nmine > (size_t)(INT32_MAX / GPIECE_WIRE))
-        s = ckpt_fail(err, CKPT_E_LIMIT, "too many read pieces on one rank (%zu)", nmine);
+        s = ck_fail(err, CKPT_E_LIMIT, "too many read pieces on one rank (%zu)", nmine);
     s = load_agree(l, s, err);
     if (s != CKPT_OK) goto out_free;
     s = load_agree(l, load_allgather(l, &n, sizeof n, counts, "all-gather (piece counts)", err),
@@ -329,9 +329,9 @@ ckpt_status load_plan_build(ckpt_load *l, const gpiece *mine, size_t nmine, uint
     long long total = 0;
     for (int k = 0; k < P; k++) /* (the same data on every rank: the same decision) */
         if (counts[k] < 0 || counts[k] > INT32_MAX / GPIECE_WIRE) {
-            s = ckpt_fail(err, CKPT_E_TRANSPORT,
-                          "transport all-gather (piece counts) delivered %lld from rank %d",
-                          counts[k], k);
+            s = ck_fail(err, CKPT_E_TRANSPORT,
+                        "transport all-gather (piece counts) delivered %lld from rank %d",
+                        counts[k], k);
             goto out_free;
         }
     for (int k = 0; k < P; k++) {
@@ -340,14 +340,13 @@ ckpt_status load_plan_build(ckpt_load *l, const gpiece *mine, size_t nmine, uint
         bytes[k] = (size_t)counts[k] * GPIECE_WIRE;
     }
     if (total > INT32_MAX / GPIECE_WIRE) {
-        s = ckpt_fail(err, CKPT_E_LIMIT, "too many read pieces in the job (%lld)", total);
+        s = ck_fail(err, CKPT_E_LIMIT, "too many read pieces in the job (%lld)", total);
         goto out_free; /* same decision on every rank */
     }
     uint8_t *all = malloc((size_t)total * GPIECE_WIRE + 1);
     p->pieces = malloc(((size_t)total + 1) * sizeof *p->pieces);
     p->owner_first = calloc((size_t)P + 1, sizeof *p->owner_first);
-    s = all && p->pieces && p->owner_first ? CKPT_OK
-                                           : ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    s = all && p->pieces && p->owner_first ? CKPT_OK : ck_fail(err, CKPT_E_NOMEM, "out of memory");
     s = load_agree(l, s, err);
     if (s != CKPT_OK) {
         free(all);
@@ -376,7 +375,7 @@ ckpt_status load_plan_build(ckpt_load *l, const gpiece *mine, size_t nmine, uint
     p->npieces = at;
     p->memory = (uint64_t)total * (GPIECE_WIRE + sizeof *p->pieces) + nmine * GPIECE_WIRE;
     if (!well_formed) {
-        s = ckpt_fail(err, CKPT_E_TRANSPORT, "transport all-gather (pieces) delivered a bad piece");
+        s = ck_fail(err, CKPT_E_TRANSPORT, "transport all-gather (pieces) delivered a bad piece");
         goto out_free; /* same decision on every rank */
     }
     /* the gather put the owners in order; each owner's pieces are sorted unless they came in
@@ -426,7 +425,7 @@ ckpt_status load_plan_build(ckpt_load *l, const gpiece *mine, size_t nmine, uint
     size_t nu = w.nu;
     if (s != CKPT_OK) {
         free(u);
-        s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
         goto agree_out;
     }
     uint64_t shared = 0;
@@ -439,7 +438,7 @@ ckpt_status load_plan_build(ckpt_load *l, const gpiece *mine, size_t nmine, uint
     p->share_bytes = calloc((size_t)P, sizeof *p->share_bytes);
     if (!p->shares || !p->nshares || !p->share_bytes) {
         free(u);
-        s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
         goto agree_out;
     }
     uint64_t target = (shared + (uint64_t)P - 1) / (uint64_t)P;
@@ -450,7 +449,7 @@ ckpt_status load_plan_build(ckpt_load *l, const gpiece *mine, size_t nmine, uint
         size_t cap = 4;
         p->shares[k] = malloc(cap * sizeof(frange));
         if (!p->shares[k]) {
-            s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+            s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
             break;
         }
         while (want && i < nu) {
@@ -459,7 +458,7 @@ ckpt_status load_plan_build(ckpt_load *l, const gpiece *mine, size_t nmine, uint
                 cap *= 2;
                 frange *m = realloc(p->shares[k], cap * sizeof *m);
                 if (!m) {
-                    s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+                    s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
                     break;
                 }
                 p->shares[k] = m;

@@ -14,7 +14,7 @@ ckpt_status load_read_to_device(ckpt_load *l, const io_job *jobs, size_t njobs, 
     size_t cap = 64;
     io_job *batch = malloc(cap * sizeof *batch);
     uint8_t **dsts = malloc(cap * sizeof *dsts);
-    ckpt_status s = batch && dsts ? CKPT_OK : ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    ckpt_status s = batch && dsts ? CKPT_OK : ck_fail(err, CKPT_E_NOMEM, "out of memory");
     size_t i = 0;
     uint64_t at = 0; /* bytes of jobs[i] already placed */
     while (s == CKPT_OK && i < njobs) {
@@ -35,7 +35,7 @@ ckpt_status load_read_to_device(ckpt_load *l, const io_job *jobs, size_t njobs, 
                 uint8_t **m2 = m1 ? realloc(dsts, cap * sizeof *m2) : NULL;
                 if (m2) dsts = m2;
                 if (!m1 || !m2) {
-                    s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+                    s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
                     break;
                 }
             }
@@ -99,8 +99,8 @@ ckpt_status load_region_to_device(ckpt_load *l, const lreq *q, ckpt_error *err) 
         uint8_t *room = dev_sink_room(l->dev, bytes, &avail, err);
         if (!room) return err && err->code ? err->code : CKPT_E_IO;
         if (avail < bytes) /* cannot happen: a slab fits an empty half */
-            return ckpt_fail(err, CKPT_E_LIMIT, "'%s': slab of %llu bytes over the staging half",
-                             ckpt_entry_key(q->e), (unsigned long long)bytes);
+            return ck_fail(err, CKPT_E_LIMIT, "'%s': slab of %llu bytes over the staging half",
+                           ckpt_entry_key(q->e), (unsigned long long)bytes);
         CKPT_TRY(ckpt_read_region(l->r, q->e, start, count, room, (size_t)bytes, err));
         CKPT_TRY(dev_sink_fill(l->dev, q->dst, q->dst + lin * inner[d], bytes, err));
         l->stats.bytes_device += bytes;

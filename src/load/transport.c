@@ -10,21 +10,21 @@
 #include <string.h>
 
 ckpt_status load_transport_check(const ckpt_transport *t, ckpt_error *err) {
-    if (!t) return ckpt_fail(err, CKPT_E_INVAL, "transport: NULL");
+    if (!t) return ck_fail(err, CKPT_E_INVAL, "transport: NULL");
     if (t->version != CKPT_TRANSPORT_VERSION)
-        return ckpt_fail(err, CKPT_E_UNSUPPORTED,
-                         "transport: version %u, this loader knows version %u", t->version,
-                         (unsigned)CKPT_TRANSPORT_VERSION);
+        return ck_fail(err, CKPT_E_UNSUPPORTED,
+                       "transport: version %u, this loader knows version %u", t->version,
+                       (unsigned)CKPT_TRANSPORT_VERSION);
     if (t->size < 1 || t->rank < 0 || t->rank >= t->size)
-        return ckpt_fail(err, CKPT_E_INVAL, "transport: rank %d of %d ranks", t->rank, t->size);
+        return ck_fail(err, CKPT_E_INVAL, "transport: rank %d of %d ranks", t->rank, t->size);
     if (!t->allgatherv || !t->alltoallv)
-        return ckpt_fail(err, CKPT_E_INVAL, "transport: no %s callback",
-                         t->allgatherv ? "alltoallv" : "allgatherv");
+        return ck_fail(err, CKPT_E_INVAL, "transport: no %s callback",
+                       t->allgatherv ? "alltoallv" : "allgatherv");
     if (t->device)
-        return ckpt_fail(err, CKPT_E_UNSUPPORTED,
-                         "transport: device hooks are reserved (ckpt_transport.device must be "
-                         "NULL in version %u)",
-                         (unsigned)CKPT_TRANSPORT_VERSION);
+        return ck_fail(err, CKPT_E_UNSUPPORTED,
+                       "transport: device hooks are reserved (ckpt_transport.device must be "
+                       "NULL in version %u)",
+                       (unsigned)CKPT_TRANSPORT_VERSION);
     return CKPT_OK;
 }
 
@@ -35,7 +35,7 @@ ckpt_status load_transport_init(ckpt_load *l, ckpt_error *err) {
     /* (the gathered values of a minimum made from allgatherv) */
     l->tmin = l->t.allreduce_min_u64 ? NULL : calloc(P * LOAD_MIN_MAX, sizeof *l->tmin);
     if (!l->tcounts || !l->tdispls || (!l->t.allreduce_min_u64 && !l->tmin))
-        return ckpt_fail(err, CKPT_E_NOMEM, "out of memory (transport scratch of %zu ranks)", P);
+        return ck_fail(err, CKPT_E_NOMEM, "out of memory (transport scratch of %zu ranks)", P);
     return CKPT_OK;
 }
 
@@ -50,9 +50,8 @@ void load_transport_fini(ckpt_load *l) {
 /* The status of a failed callback: CKPT_E_TRANSPORT naming the operation and the code. */
 static ckpt_status failed(ckpt_load *l, const char *what, int code, ckpt_error *err) {
     const char *text = l->t.strerror ? l->t.strerror(l->t.ctx, code) : NULL;
-    if (text && *text)
-        return ckpt_fail(err, CKPT_E_TRANSPORT, "transport %s failed: %s", what, text);
-    return ckpt_fail(err, CKPT_E_TRANSPORT, "transport %s failed: error %d", what, code);
+    if (text && *text) return ck_fail(err, CKPT_E_TRANSPORT, "transport %s failed: %s", what, text);
+    return ck_fail(err, CKPT_E_TRANSPORT, "transport %s failed: error %d", what, code);
 }
 
 /* The handle can no longer agree: remember the error, every later collective returns it. */
@@ -113,7 +112,7 @@ ckpt_status load_bcast(ckpt_load *l, void *buf, size_t n, int root, const char *
 
 ckpt_status load_min_u64(ckpt_load *l, uint64_t *v, size_t n, const char *what, ckpt_error *err) {
     if (l->broken) return still_broken(l, err);
-    if (n > LOAD_MIN_MAX) return ckpt_fail(err, CKPT_E_INVAL, "internal: minimum of %zu", n);
+    if (n > LOAD_MIN_MAX) return ck_fail(err, CKPT_E_INVAL, "internal: minimum of %zu", n);
     int rc;
     if (l->t.allreduce_min_u64) {
         rc = l->t.allreduce_min_u64(l->t.ctx, v, n);
@@ -162,9 +161,9 @@ ckpt_status load_agree(ckpt_load *l, ckpt_status st, ckpt_error *err) {
     s = load_min_u64(l, &bad, 1, "agreement (minimum)", err);
     if (s != CKPT_OK) return s;
     if (bad != UINT64_MAX) {
-        ckpt_fail(err, CKPT_E_TRANSPORT,
-                  "rank %d: transport agreement (broadcast) failed, sending rank %d's error",
-                  (int)bad, (int)first);
+        ck_fail(err, CKPT_E_TRANSPORT,
+                "rank %d: transport agreement (broadcast) failed, sending rank %d's error",
+                (int)bad, (int)first);
         return CKPT_E_TRANSPORT;
     }
     ckpt_error out = {.code = e.code};

@@ -83,21 +83,20 @@ ckpt_status ckpt_transport_mpi_new(MPI_Comm comm, ckpt_transport *out, ckpt_erro
     CKPT_ERR_OR_LOCAL(err);
     *out = (ckpt_transport){0};
     mpi_ctx *m = calloc(1, sizeof *m);
-    if (!m) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (!m) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     m->comm = MPI_COMM_NULL;
     int rank = 0, rc = MPI_Comm_dup(comm, &m->comm);
     if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(m->comm, &rank);
     if (rc == MPI_SUCCESS) rc = MPI_Comm_size(m->comm, &m->size);
     if (rc != MPI_SUCCESS) {
-        ckpt_status s =
-            ckpt_fail(err, CKPT_E_TRANSPORT, "MPI communicator: %s", mpi_strerror(m, rc));
+        ckpt_status s = ck_fail(err, CKPT_E_TRANSPORT, "MPI communicator: %s", mpi_strerror(m, rc));
         mpi_destroy(m);
         return s;
     }
     m->c[0] = calloc((size_t)m->size * 4, sizeof *m->c[0]);
     if (!m->c[0]) {
         mpi_destroy(m);
-        return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     }
     for (int i = 1; i < 4; i++)
         m->c[i] = m->c[0] + (size_t)i * (size_t)m->size;

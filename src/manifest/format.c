@@ -73,7 +73,7 @@ ckpt_status manifest_from_records(ckpt_manifest_record *recs, size_t n, ckpt_man
                                   ckpt_error *err) {
     *out = NULL;
     ckpt_manifest *m = calloc(1, sizeof *m);
-    if (!m) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (!m) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     if (n) qsort(recs, n, sizeof *recs, cmp_rec_v);
     m->recs = malloc((n ? n : 1) * sizeof *m->recs);
     m->files = malloc((n ? n : 1) * sizeof *m->files);
@@ -98,7 +98,7 @@ ckpt_status manifest_from_records(ckpt_manifest_record *recs, size_t n, ckpt_man
     return CKPT_OK;
 oom:
     ckpt_manifest_free(m);
-    return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    return ck_fail(err, CKPT_E_NOMEM, "out of memory");
 }
 
 /* ------------------------------------------------------------------ writing */
@@ -153,7 +153,7 @@ ckpt_status ckpt_manifest_save(const ckpt_manifest *m, const char *dir, ckpt_err
     for (uint32_t i = 0; i < m->nfiles; i++)
         size += 4 + strlen(m->files[i]);
     uint8_t *buf = calloc(1, size);
-    if (!buf) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (!buf) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     memcpy(buf, MAGIC, 8);
     put32(buf + 8, VERSION);
     put32(buf + 12, ALGO_XXH3_64);
@@ -180,22 +180,22 @@ ckpt_status ckpt_manifest_save(const ckpt_manifest *m, const char *dir, ckpt_err
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     ckpt_status s = CKPT_OK;
     if (fd < 0) {
-        s = ckpt_fail(err, CKPT_E_IO, "%s: %s", tmp, strerror(errno));
+        s = ck_fail(err, CKPT_E_IO, "%s: %s", tmp, strerror(errno));
     } else {
         size_t done = 0;
         while (done < size && s == CKPT_OK) {
             ssize_t w = write(fd, buf + done, size - done);
             if (w < 0 && errno == EINTR) continue;
             if (w <= 0)
-                s = ckpt_fail(err, CKPT_E_IO, "%s: %s", tmp, strerror(errno));
+                s = ck_fail(err, CKPT_E_IO, "%s: %s", tmp, strerror(errno));
             else
                 done += (size_t)w;
         }
         if (s == CKPT_OK && fsync(fd) != 0)
-            s = ckpt_fail(err, CKPT_E_IO, "%s: fsync: %s", tmp, strerror(errno));
+            s = ck_fail(err, CKPT_E_IO, "%s: fsync: %s", tmp, strerror(errno));
         close(fd);
         if (s == CKPT_OK && rename(tmp, path) != 0)
-            s = ckpt_fail(err, CKPT_E_IO, "%s: %s", path, strerror(errno));
+            s = ck_fail(err, CKPT_E_IO, "%s: %s", path, strerror(errno));
         if (s != CKPT_OK) unlink(tmp);
     }
     free(buf);
@@ -205,31 +205,30 @@ ckpt_status ckpt_manifest_save(const ckpt_manifest *m, const char *dir, ckpt_err
 /* ------------------------------------------------------------------ reading */
 
 static ckpt_status bad(ckpt_error *err, const char *path, size_t off, const char *what) {
-    return ckpt_fail(err, CKPT_E_FORMAT, "%s: offset %zu: %s", path, off, what);
+    return ck_fail(err, CKPT_E_FORMAT, "%s: offset %zu: %s", path, off, what);
 }
 
 ckpt_status ckpt_manifest_load(const char *dir, ckpt_manifest **out, ckpt_error *err) {
     *out = NULL;
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, CKPT_MANIFEST_FILE);
-    int fd = ckpt_open_regular(path, NULL);
+    int fd = ck_open_regular(path, NULL);
     if (fd < 0)
-        return ckpt_fail(err, errno == ENOENT ? CKPT_E_NOTFOUND : CKPT_E_IO, "%s: %s%s", path,
-                         ckpt_open_strerror(errno),
-                         errno == ENOENT ? " (ckpt seal creates it)" : "");
+        return ck_fail(err, errno == ENOENT ? CKPT_E_NOTFOUND : CKPT_E_IO, "%s: %s%s", path,
+                       ck_open_strerror(errno), errno == ENOENT ? " (ckpt seal creates it)" : "");
     struct stat st;
     if (fstat(fd, &st) != 0 || (uint64_t)st.st_size > MAX_FILE_BYTES) {
         close(fd);
-        return ckpt_fail(err, CKPT_E_LIMIT, "%s: not a regular file of at most 4 GiB", path);
+        return ck_fail(err, CKPT_E_LIMIT, "%s: not a regular file of at most 4 GiB", path);
     }
     size_t size = (size_t)st.st_size;
     uint8_t *buf = malloc(size ? size : 1);
-    ckpt_status s = buf ? CKPT_OK : ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    ckpt_status s = buf ? CKPT_OK : ck_fail(err, CKPT_E_NOMEM, "out of memory");
     size_t got = 0;
     while (s == CKPT_OK && got < size) {
         ssize_t r = pread(fd, buf + got, size - got, (off_t)got);
         if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) s = ckpt_fail(err, CKPT_E_IO, "%s: short read", path);
+        if (r <= 0) s = ck_fail(err, CKPT_E_IO, "%s: short read", path);
         got += r > 0 ? (size_t)r : 0;
     }
     close(fd);
@@ -255,22 +254,22 @@ ckpt_status manifest_parse(const uint8_t *buf, size_t size, const char *path, ck
         goto done;
     }
     if (get_hash(buf + size - 8) != XXH3_64bits(buf, size - 8)) {
-        s = ckpt_fail(err, CKPT_E_CHECKSUM,
-                      "%s: offset %zu: the manifest's own checksum does "
-                      "not match: it is damaged",
-                      path, size - 8);
+        s = ck_fail(err, CKPT_E_CHECKSUM,
+                    "%s: offset %zu: the manifest's own checksum does "
+                    "not match: it is damaged",
+                    path, size - 8);
         goto done;
     }
     if (get32(buf + 8) != VERSION) {
-        s = ckpt_fail(err, CKPT_E_UNSUPPORTED,
-                      "%s: offset 8: manifest version %u (this build "
-                      "reads version %u)",
-                      path, get32(buf + 8), VERSION);
+        s = ck_fail(err, CKPT_E_UNSUPPORTED,
+                    "%s: offset 8: manifest version %u (this build "
+                    "reads version %u)",
+                    path, get32(buf + 8), VERSION);
         goto done;
     }
     if (get32(buf + 12) != ALGO_XXH3_64) {
-        s = ckpt_fail(err, CKPT_E_UNSUPPORTED, "%s: offset 12: unknown hash algorithm %u", path,
-                      get32(buf + 12));
+        s = ck_fail(err, CKPT_E_UNSUPPORTED, "%s: offset 12: unknown hash algorithm %u", path,
+                    get32(buf + 12));
         goto done;
     }
     nfiles = get32(buf + 16);
@@ -283,7 +282,7 @@ ckpt_status manifest_parse(const uint8_t *buf, size_t size, const char *path, ck
     names = calloc(nfiles ? nfiles : 1, sizeof *names);
     recs = calloc(n ? n : 1, sizeof *recs);
     if (!names || !recs) {
-        s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
         goto done;
     }
     for (uint32_t i = 0; i < nfiles; i++) {
@@ -298,10 +297,10 @@ ckpt_status manifest_parse(const uint8_t *buf, size_t size, const char *path, ck
         }
         names[i] = strndup((const char *)buf + at + 4, l);
         if (!names[i]) {
-            s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+            s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
             goto done;
         }
-        if (strlen(names[i]) != l || !ckpt_safe_file_name(names[i]) ||
+        if (strlen(names[i]) != l || !ck_safe_file_name(names[i]) ||
             (i && strcmp(names[i - 1], names[i]) >= 0)) {
             s = bad(err, path, at, "file names must be plain, unique and sorted");
             goto done;
@@ -330,7 +329,7 @@ ckpt_status manifest_parse(const uint8_t *buf, size_t size, const char *path, ck
     }
     m = calloc(1, sizeof *m);
     if (!m) {
-        s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
         goto done;
     }
     m->files = names;

@@ -20,7 +20,7 @@
 static ckpt_status hash_fd(int fd, const char *name, uint64_t offset, uint64_t length, uint8_t *buf,
                            uint64_t *hash, atomic_uint_fast64_t *done, ckpt_error *err) {
     XXH3_state_t *st = XXH3_createState();
-    if (!st) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (!st) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     XXH3_64bits_reset(st);
     uint64_t at = offset, end = offset + length;
     ckpt_status s = CKPT_OK;
@@ -29,14 +29,14 @@ static ckpt_status hash_fd(int fd, const char *name, uint64_t offset, uint64_t l
         ssize_t got = pread(fd, buf, want, (off_t)at);
         if (got < 0 && errno == EINTR) continue;
         if (got < 0) {
-            s = ckpt_fail(err, CKPT_E_IO, "%s: offset %llu: %s", name, (unsigned long long)at,
-                          strerror(errno));
+            s = ck_fail(err, CKPT_E_IO, "%s: offset %llu: %s", name, (unsigned long long)at,
+                        strerror(errno));
             break;
         }
         if (got == 0) {
-            s = ckpt_fail(err, CKPT_E_RANGE,
-                          "%s: offset %llu: file ends before the item's last byte (offset %llu)",
-                          name, (unsigned long long)at, (unsigned long long)end);
+            s = ck_fail(err, CKPT_E_RANGE,
+                        "%s: offset %llu: file ends before the item's last byte (offset %llu)",
+                        name, (unsigned long long)at, (unsigned long long)end);
             break;
         }
         XXH3_64bits_update(st, buf, (size_t)got);
@@ -51,7 +51,7 @@ static ckpt_status hash_fd(int fd, const char *name, uint64_t offset, uint64_t l
 ckpt_status ckpt_hash_range(int fd, const char *name, uint64_t offset, uint64_t length,
                             uint64_t *hash, ckpt_error *err) {
     uint8_t *buf = malloc(HASH_BLOCK);
-    if (!buf) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (!buf) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     ckpt_status s = hash_fd(fd, name ? name : "file", offset, length, buf, hash, NULL, err);
     free(buf);
     return s;
@@ -80,20 +80,20 @@ static void *worker(void *arg) {
         if (k >= p->n) break;
         hash_job *j = &p->jobs[p->order[k]];
         if (!buf) {
-            j->status = ckpt_fail(&j->err, CKPT_E_NOMEM, "out of memory");
+            j->status = ck_fail(&j->err, CKPT_E_NOMEM, "out of memory");
             continue;
         }
         if (!open_name || strcmp(open_name, j->rec->file) != 0) {
             if (fd >= 0) close(fd);
             char path[4096];
             snprintf(path, sizeof path, "%s/%s", p->dir, j->rec->file);
-            fd = ckpt_open_regular(path, NULL);
+            fd = ck_open_regular(path, NULL);
             open_name = j->rec->file;
             if (fd >= 0) posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
         }
         if (fd < 0) {
             j->status =
-                ckpt_fail(&j->err, CKPT_E_IO, "%s: %s", j->rec->file, ckpt_open_strerror(errno));
+                ck_fail(&j->err, CKPT_E_IO, "%s: %s", j->rec->file, ck_open_strerror(errno));
             open_name = NULL;
             continue;
         }
@@ -133,7 +133,7 @@ void hash_jobs_run(const char *dir, hash_job *jobs, size_t n, unsigned threads,
     }
     if (!p.order) {
         for (size_t i = 0; i < n; i++)
-            jobs[i].status = ckpt_fail(&jobs[i].err, CKPT_E_NOMEM, "out of memory");
+            jobs[i].status = ck_fail(&jobs[i].err, CKPT_E_NOMEM, "out of memory");
         pthread_mutex_destroy(&p.lock);
         return;
     }

@@ -19,7 +19,7 @@ static ckpt_status push(ckpt_manifest_record **v, size_t *n, size_t *cap, ckpt_m
     if (*n == *cap) {
         size_t c = *cap ? *cap * 2 : 256;
         ckpt_manifest_record *m = realloc(*v, c * sizeof *m);
-        if (!m) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        if (!m) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
         *v = m;
         *cap = c;
     }
@@ -31,7 +31,7 @@ static ckpt_status push(ckpt_manifest_record **v, size_t *n, size_t *cap, ckpt_m
  * serialization format (torch >= 2.8) every tensor's recorded offset is the start of one
  * blob holding all of the file's tensors and its length is only the tensor's size, so the
  * item is the blob: from that offset to the end of the file. */
-static uint64_t item_length(ckpt_reader *r, const ckpt_loc *loc) {
+static uint64_t item_length(ckpt_reader *r, const ck_loc *loc) {
     if (loc->transforms || loc->raw) return loc->length; /* raw: HuggingFace storage's bytes */
     int fd = ckpt_reader_file_fd(r, (uint32_t)loc->file_id, NULL);
     uint8_t magic[4];
@@ -52,7 +52,7 @@ static ckpt_status push_file(ckpt_reader *r, const char *name, manifest_item_lis
     if (stat(path, &st) != 0) return CKPT_OK;
     if (l->nnames == sizeof l->names / sizeof *l->names) return CKPT_OK;
     char *copy = strdup(name);
-    if (!copy) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (!copy) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     l->names[l->nnames++] = copy;
     return push(&l->recs, &l->n, cap, (ckpt_manifest_record){copy, 0, (uint64_t)st.st_size, 0},
                 err);
@@ -81,7 +81,7 @@ ckpt_status manifest_items(ckpt_reader *r, manifest_item_list *l, ckpt_error *er
             continue;
         }
         for (size_t c = 0; s == CKPT_OK && c < e->nchunks; c++) {
-            const ckpt_loc *loc = &e->chunks[c].loc;
+            const ck_loc *loc = &e->chunks[c].loc;
             if (loc->file_id < 0 || !e->chunks[c].numel) continue;
             s = push(&v, n, &cap,
                      (ckpt_manifest_record){r->files[loc->file_id].name, loc->offset,
@@ -110,7 +110,7 @@ ckpt_status manifest_items(ckpt_reader *r, manifest_item_list *l, ckpt_error *er
     } else if (s == CKPT_OK) {
         long long *ranks = NULL;
         size_t nr = 0;
-        s = ckpt_metadata_list_ranks(ckpt_reader_dir(r), &ranks, &nr, err);
+        s = ck_metadata_list_ranks(ckpt_reader_dir(r), &ranks, &nr, err);
         for (size_t i = 0; s == CKPT_OK && i < nr; i++) {
             char name[64];
             snprintf(name, sizeof name, "__%lld.metadata", ranks[i]);

@@ -10,7 +10,7 @@ ckpt_status ckpt_manifest_build(ckpt_reader *r, unsigned threads, ckpt_progress_
                                 void *ctx, ckpt_manifest **out, ckpt_error *err) {
     *out = NULL;
     manifest_item_list *items = malloc(sizeof *items);
-    if (!items) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (!items) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     ckpt_status s = manifest_items(r, items, err);
     ckpt_manifest *m = NULL;
     if (s == CKPT_OK) s = manifest_from_records(items->recs, items->n, &m, err); /* copies */
@@ -20,7 +20,7 @@ ckpt_status ckpt_manifest_build(ckpt_reader *r, unsigned threads, ckpt_progress_
     hash_job *jobs = calloc(m->n ? m->n : 1, sizeof *jobs);
     if (!jobs) {
         ckpt_manifest_free(m);
-        return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     }
     for (size_t i = 0; i < m->n; i++)
         jobs[i].rec = &m->recs[i];
@@ -48,7 +48,7 @@ ckpt_status ckpt_manifest_verify(const char *dir, const ckpt_manifest *m, ckpt_r
     *failures = 0;
     if (r) { /* every item the metadata references must be sealed */
         manifest_item_list *l = malloc(sizeof *l);
-        if (!l) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        if (!l) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
         ckpt_status s = manifest_items(r, l, err);
         if (s != CKPT_OK) {
             free(l);
@@ -59,8 +59,8 @@ ckpt_status ckpt_manifest_verify(const char *dir, const ckpt_manifest *m, ckpt_r
             const ckpt_manifest_record *rec = ckpt_manifest_find(m, it->file, it->offset);
             if (rec && rec->length >= it->length) continue;
             ckpt_error e = {0};
-            ckpt_fail(&e, CKPT_E_CHECKSUM, "%s: offset %llu: %llu bytes not in the manifest",
-                      it->file, (unsigned long long)it->offset, (unsigned long long)it->length);
+            ck_fail(&e, CKPT_E_CHECKSUM, "%s: offset %llu: %llu bytes not in the manifest",
+                    it->file, (unsigned long long)it->offset, (unsigned long long)it->length);
             if (report) report(ctx, NULL, &e);
             (*failures)++;
         }
@@ -72,7 +72,7 @@ ckpt_status ckpt_manifest_verify(const char *dir, const ckpt_manifest *m, ckpt_r
     if (!recs || !jobs) {
         free(recs);
         free(jobs);
-        return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     }
     memcpy(recs, m->recs, m->n * sizeof *recs);
     for (size_t i = 0; i < m->n; i++)
@@ -82,11 +82,11 @@ ckpt_status ckpt_manifest_verify(const char *dir, const ckpt_manifest *m, ckpt_r
         ckpt_error e = jobs[i].err;
         if (jobs[i].status == CKPT_OK && jobs[i].actual == m->recs[i].hash) continue;
         if (jobs[i].status == CKPT_OK)
-            ckpt_fail(&e, CKPT_E_CHECKSUM,
-                      "%s: offset %llu: %llu bytes hash to %016llx, the manifest says %016llx",
-                      m->recs[i].file, (unsigned long long)m->recs[i].offset,
-                      (unsigned long long)m->recs[i].length, (unsigned long long)jobs[i].actual,
-                      (unsigned long long)m->recs[i].hash);
+            ck_fail(&e, CKPT_E_CHECKSUM,
+                    "%s: offset %llu: %llu bytes hash to %016llx, the manifest says %016llx",
+                    m->recs[i].file, (unsigned long long)m->recs[i].offset,
+                    (unsigned long long)m->recs[i].length, (unsigned long long)jobs[i].actual,
+                    (unsigned long long)m->recs[i].hash);
         if (report) report(ctx, &m->recs[i], &e);
         (*failures)++;
     }

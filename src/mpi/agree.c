@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-ckpt_status ckpt_mpi_agree(MPI_Comm comm, int rank, ckpt_status st, ckpt_error *err) {
+ckpt_status ck_mpi_agree(MPI_Comm comm, int rank, ckpt_status st, ckpt_error *err) {
     int mine = st != CKPT_OK ? rank : INT_MAX, first = INT_MAX;
     MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
     if (first == INT_MAX) return CKPT_OK;

@@ -14,6 +14,6 @@
  * error (may be NULL).  Returns CKPT_OK when every rank passed CKPT_OK; else the status of
  * the lowest failing rank, and *err (when given) holds "rank R: <its message>" on every
  * rank. */
-ckpt_status ckpt_mpi_agree(MPI_Comm comm, int rank, ckpt_status st, ckpt_error *err);
+ckpt_status ck_mpi_agree(MPI_Comm comm, int rank, ckpt_status st, ckpt_error *err);
 
 #endif

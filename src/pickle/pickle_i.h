@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 struct pk_doc {
-    ckpt_arena *arena;
+    ck_arena *arena;
     const pk_value *root;
 };
 
@@ -26,7 +26,7 @@ typedef struct pkb_keys_slot {
 /* Value construction state.  Every constructor returns NULL/false on failure and leaves the
  * reason in `status`/`why`/`limit` for the VM to turn into a message. */
 typedef struct pk_builder {
-    ckpt_arena *arena;
+    ck_arena *arena;
     /* Key arrays of dicts filled in one batch, by a hash of their key nodes (2^keys_bits
      * slots, or none when keys_cache is NULL): the state dicts of objects of one class share
      * one array of key nodes.  An item array is only ever written past its length, so a full

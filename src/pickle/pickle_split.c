@@ -42,7 +42,7 @@ struct pk_split {
     size_t nranges, rcap, rfirst; /* ranges[rfirst, nranges) may still be pending */
     pk_vm *sub;                   /* the consumer's VM */
     split_buf *spare;             /* byte buffers of run batches, for reuse (under mu) */
-    ckpt_arena *arena;            /* its values, adopted by the document at the end */
+    ck_arena *arena;              /* its values, adopted by the document at the end */
 };
 
 /* (Always under the lock, never from the counter alone: the consumer increments it under the
@@ -69,7 +69,7 @@ static void split_resolve(pk_split *s, bool failed, split_buf *spare) {
 
 /* (the caller's status; pk_decode_watched then decodes again without handing over) */
 static ckpt_status split_failed(pk_vm *vm) {
-    return ckpt_fail(vm->err, CKPT_E_UNSUPPORTED, "pickle: a handed-over batch failed");
+    return ck_fail(vm->err, CKPT_E_UNSUPPORTED, "pickle: a handed-over batch failed");
 }
 
 /* A buffer of at least n bytes: a spare one if any is big enough (batches are alike), else a
@@ -141,7 +141,7 @@ static void split_release(pk_split *s) {
         free(sub->b.keys_cache);
         free(sub);
     }
-    ckpt_arena_free(s->arena);
+    ck_arena_free(s->arena);
     free(s->ranges);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
@@ -163,7 +163,7 @@ static bool split_start(pk_vm *vm) {
         if (!old) vm->memo_dir[0] = vm->memo_first;
         vm->memo_cap = vm->memo_dir_cap << MEMO_CHUNK_BITS;
     }
-    uint64_t used = ckpt_arena_used(vm->b.arena);
+    uint64_t used = ck_arena_used(vm->b.arena);
     uint64_t bytes = used < vm->b.max_bytes ? (vm->b.max_bytes - used) / 2 : 0;
     uint64_t items = vm->b.items < vm->b.max_items ? (vm->b.max_items - vm->b.items) / 2 : 0;
     if (bytes < ((uint64_t)1 << 20) || items < 1024) return false;
@@ -171,7 +171,7 @@ static bool split_start(pk_vm *vm) {
     pk_vm *sub = calloc(1, sizeof *sub);
     if (s) {
         s->sub = sub;
-        s->arena = ckpt_arena_new(bytes);
+        s->arena = ck_arena_new(bytes);
         pthread_mutex_init(&s->mu, NULL);
         pthread_cond_init(&s->cv, NULL);
     }
@@ -202,8 +202,8 @@ static bool split_start(pk_vm *vm) {
         return false;
     }
     sub->stack = stack;
-    ckpt_arena_max_block(s->arena, (size_t)16 << 20);
-    ckpt_arena_set_budget(vm->b.arena, vm->b.max_bytes - bytes);
+    ck_arena_max_block(s->arena, (size_t)16 << 20);
+    ck_arena_set_budget(vm->b.arena, vm->b.max_bytes - bytes);
     vm->b.max_items -= items;
     vm->split = s;
     return true;
@@ -369,13 +369,13 @@ bool pkvm_split_wait_all(pk_vm *vm, ckpt_status st) {
 }
 
 /* (pickle_vm_i.h) */
-void pkvm_split_free(pk_vm *vm, ckpt_arena *doc, uint64_t max_bytes) {
+void pkvm_split_free(pk_vm *vm, ck_arena *doc, uint64_t max_bytes) {
     pk_split *s = vm->split;
     if (!s) return;
     if (doc) {
-        ckpt_arena_adopt(doc, s->arena); /* the consumer's values are the document's */
+        ck_arena_adopt(doc, s->arena); /* the consumer's values are the document's */
         s->arena = NULL;
-        ckpt_arena_set_budget(doc, max_bytes);
+        ck_arena_set_budget(doc, max_bytes);
     }
     split_release(s);
     vm->split = NULL;

@@ -12,12 +12,12 @@
 const pk_value *pk_doc_root(const pk_doc *doc) { return doc ? doc->root : NULL; }
 
 uint64_t pk_doc_bytes_used(const pk_doc *doc) {
-    return doc && doc->arena ? ckpt_arena_used(doc->arena) : 0;
+    return doc && doc->arena ? ck_arena_used(doc->arena) : 0;
 }
 
 void pk_doc_free(pk_doc *doc) {
     if (!doc) return;
-    ckpt_arena_free(doc->arena);
+    ck_arena_free(doc->arena);
     free(doc);
 }
 
@@ -31,9 +31,9 @@ static bool fail(pk_builder *b, ckpt_status st, const char *why, uint64_t limit)
 }
 
 void *pkb_alloc(pk_builder *b, size_t size) {
-    void *p = ckpt_arena_alloc(b->arena, size);
+    void *p = ck_arena_alloc(b->arena, size);
     if (!p) {
-        if (ckpt_arena_over_budget(b->arena))
+        if (ck_arena_over_budget(b->arena))
             fail(b, CKPT_E_LIMIT, "decoded values exceed the memory budget", b->max_bytes);
         else
             fail(b, CKPT_E_NOMEM, "out of memory", 0);
@@ -155,9 +155,9 @@ static bool reserve(pk_builder *b, pk_value ***arr, size_t len, size_t *cap, siz
     while (ncap < need)
         ncap = ncap > SIZE_MAX / 2 / sizeof(pk_value *) ? need : ncap * 2;
     pk_value **p =
-        ckpt_arena_grow(b->arena, *arr, len * sizeof(pk_value *), ncap * sizeof(pk_value *));
+        ck_arena_grow(b->arena, *arr, len * sizeof(pk_value *), ncap * sizeof(pk_value *));
     if (!p) {
-        if (ckpt_arena_over_budget(b->arena))
+        if (ck_arena_over_budget(b->arena))
             fail(b, CKPT_E_LIMIT, "decoded values exceed the memory budget", b->max_bytes);
         else
             fail(b, CKPT_E_NOMEM, "out of memory", 0);

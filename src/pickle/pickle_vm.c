@@ -52,8 +52,8 @@ __attribute__((format(printf, 3, 4))) static ckpt_status fail(pk_vm *vm, ckpt_st
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
     const char *name = pk_op_name(vm->op);
-    return ckpt_fail(vm->err, st, "pickle offset %zu: %s (opcode 0x%02x %s)", vm->op_off, what,
-                     vm->op, name ? name : "?");
+    return ck_fail(vm->err, st, "pickle offset %zu: %s (opcode 0x%02x %s)", vm->op_off, what,
+                   vm->op, name ? name : "?");
 }
 
 static ckpt_status fail_build(pk_vm *vm) {
@@ -259,11 +259,10 @@ static ckpt_status memo_slot(pk_vm *vm, uint64_t idx, pk_value ***slot) {
             return fail(vm, CKPT_E_LIMIT, "working memory exceeds the memory budget (limit %llu)",
                         (unsigned long long)vm->b.max_bytes);
         if (!vm->memo_arena) {
-            if (!(vm->memo_arena = ckpt_arena_new(0)))
-                return fail(vm, CKPT_E_NOMEM, "out of memory");
-            ckpt_arena_map_ahead(vm->memo_arena);
+            if (!(vm->memo_arena = ck_arena_new(0))) return fail(vm, CKPT_E_NOMEM, "out of memory");
+            ck_arena_map_ahead(vm->memo_arena);
         }
-        if (!(*chunk = ckpt_arena_alloc(vm->memo_arena, (size_t)bytes)))
+        if (!(*chunk = ck_arena_alloc(vm->memo_arena, (size_t)bytes)))
             return fail(vm, CKPT_E_NOMEM, "out of memory");
         vm->aux_bytes += bytes;
     }
@@ -466,7 +465,7 @@ static pk_value *mk_int(pk_vm *vm, int64_t x) {
 /* A PK_STR of p[0, n), which the caller checked to be UTF-8. */
 static pk_value *mk_str(pk_vm *vm, const uint8_t *p, size_t n) {
     if (n > INTERN_STR_MAX) return pkb_string(&vm->b, PK_STR, p, n);
-    uint64_t h = ckpt_hash_bytes(p, n, 0);
+    uint64_t h = ck_hash_bytes(p, n, 0);
     intern_slot *slot = intern_lookup(vm, vm->strs, h);
     pk_value *v = slot->v;
     if (v && slot->key == h && v->u.str.len == n && memcmp(v->u.str.ptr, p, n) == 0) return v;
@@ -1128,8 +1127,8 @@ static inline __attribute__((always_inline)) ckpt_status step(pk_vm *vm) {
     case PK_OP_READONLY_BUFFER:
         return fail(vm, CKPT_E_UNSUPPORTED, "out-of-band buffers are not supported");
     }
-    return ckpt_fail(vm->err, CKPT_E_FORMAT, "pickle offset %zu: unknown opcode 0x%02x", vm->op_off,
-                     vm->op);
+    return ck_fail(vm->err, CKPT_E_FORMAT, "pickle offset %zu: unknown opcode 0x%02x", vm->op_off,
+                   vm->op);
 }
 
 /* Executes vm->op, and a MEMOIZE right after it.  Protocol 4 memoizes nearly every value right
@@ -1192,10 +1191,10 @@ static ckpt_status run(pk_vm *vm) {
     vm->stack = arr;
     for (;;) {
         if (vm->pos >= vm->len && !more(vm, 1)) {
-            if (vm->win_nomem) return ckpt_fail(vm->err, CKPT_E_NOMEM, "pickle: out of memory");
-            return ckpt_fail(vm->err, CKPT_E_FORMAT,
-                             "pickle offset %zu: truncated: input ends before STOP",
-                             vm->base + vm->pos);
+            if (vm->win_nomem) return ck_fail(vm->err, CKPT_E_NOMEM, "pickle: out of memory");
+            return ck_fail(vm->err, CKPT_E_FORMAT,
+                           "pickle offset %zu: truncated: input ends before STOP",
+                           vm->base + vm->pos);
         }
         vm->op_off = vm->base + vm->pos;
         vm->op = vm->buf[vm->pos++];
@@ -1228,7 +1227,7 @@ ckpt_status pk_decode_watched(const pk_input *in, const pk_limits *limits, const
                               pk_doc **out, ckpt_error *err) {
     if (out) *out = NULL;
     if (!out || !in || (!in->buf && !in->read && in->len))
-        return ckpt_fail(err, CKPT_E_INVAL, "pk_decode: bad argument");
+        return ck_fail(err, CKPT_E_INVAL, "pk_decode: bad argument");
     size_t len = in->len;
     pk_limits lim = limits ? *limits : (pk_limits){0};
     if (!lim.max_bytes) lim.max_bytes = DEFAULT_MAX_BYTES;
@@ -1238,11 +1237,11 @@ ckpt_status pk_decode_watched(const pk_input *in, const pk_limits *limits, const
 
     pk_doc *doc = calloc(1, sizeof *doc);
     pk_vm *vm = calloc(1, sizeof *vm);
-    if (doc) doc->arena = ckpt_arena_new(lim.max_bytes);
+    if (doc) doc->arena = ck_arena_new(lim.max_bytes);
     if (!doc || !vm || !doc->arena) {
         pk_doc_free(doc);
         free(vm);
-        return ckpt_fail(err, CKPT_E_NOMEM, "pickle: out of memory");
+        return ck_fail(err, CKPT_E_NOMEM, "pickle: out of memory");
     }
     vm->total = len;
     if (in->read) {
@@ -1260,7 +1259,7 @@ ckpt_status pk_decode_watched(const pk_input *in, const pk_limits *limits, const
     vm->watch = watch && watch->take && watch->revoke ? watch : NULL;
     vm->can_split = vm->watch && watch->split && watch->hand;
     vm->b.arena = doc->arena;
-    ckpt_arena_map_ahead(doc->arena); /* a big pickle fills a lot of it */
+    ck_arena_map_ahead(doc->arena); /* a big pickle fills a lot of it */
     vm->b.max_items = lim.max_items;
     vm->b.max_bytes = lim.max_bytes;
     vm->b.max_depth = lim.max_depth;
@@ -1277,7 +1276,7 @@ ckpt_status pk_decode_watched(const pk_input *in, const pk_limits *limits, const
         free(vm->b.keys_cache);
         pk_doc_free(doc);
         free(vm);
-        return ckpt_fail(err, CKPT_E_NOMEM, "pickle: out of memory");
+        return ck_fail(err, CKPT_E_NOMEM, "pickle: out of memory");
     }
     vm->strs = vm->ints + ((size_t)1 << vm->intern_bits);
     vm->tuples = vm->strs + ((size_t)1 << vm->intern_bits);
@@ -1287,13 +1286,13 @@ ckpt_status pk_decode_watched(const pk_input *in, const pk_limits *limits, const
     ckpt_status st = run(vm);
     if (st != CKPT_OK) revoke(vm); /* the consumer stops before the document goes */
     bool again = pkvm_split_wait_all(vm, st);
-    ckpt_arena_settle(doc->arena);
+    ck_arena_settle(doc->arena);
     pkvm_split_free(vm, again ? NULL : doc->arena, lim.max_bytes);
     doc->root = vm->result;
     free(vm->stack);
     free(vm->marks);
     free(vm->memo_dir);
-    ckpt_arena_free(vm->memo_arena);
+    ck_arena_free(vm->memo_arena);
     free(vm->ints);
     free(vm->b.keys_cache);
     free(vm->hkeys);

@@ -78,7 +78,7 @@ typedef struct pk_vm {
     size_t memo_dir_cap;
     size_t memo_cap;   /* indices below it are dense: memo_dir_cap * MEMO_CHUNK */
     uint64_t memo_end; /* dense indices from it up were never set (so a store need not look) */
-    ckpt_arena *memo_arena;
+    ck_arena *memo_arena;
     uint64_t *hkeys; /* sparse part: open addressing, key + 1 (0 = empty) */
     pk_value **hvals;
     size_t hcap, hcount;
@@ -184,6 +184,6 @@ ckpt_status pkvm_memo_wait(pk_vm *vm, uint64_t idx);
 bool pkvm_split_wait_all(pk_vm *vm, ckpt_status st);
 /* Frees the split, if any; with `doc` (settled), first makes the consumer's values part of
  * it, whose budget becomes max_bytes again. */
-void pkvm_split_free(pk_vm *vm, ckpt_arena *doc, uint64_t max_bytes);
+void pkvm_split_free(pk_vm *vm, ck_arena *doc, uint64_t max_bytes);
 
 #endif

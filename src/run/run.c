@@ -40,7 +40,7 @@ static bool read_tracker(const char *run, const char *file, char *buf, size_t ca
     if ((size_t)snprintf(path, sizeof path, "%s/%s", run, file) >= sizeof path) return false;
     /* a FIFO must not block a scan; a symlink must not let whoever can write here steer
      * `latest` by the first line of a file they may not read */
-    FILE *f = ckpt_fopen_regular(path, true);
+    FILE *f = ck_fopen_regular(path, true);
     if (!f) return false;
     size_t len = fread(buf, 1, cap - 1, f);
     fclose(f);
@@ -84,7 +84,7 @@ run_step_kind run_step_probe(const char *run, const char *name, bool no_symlink,
         return RUN_STEP_NONE;
     if ((no_symlink ? lstat(path, &st) : stat(path, &st)) != 0 || !S_ISDIR(st.st_mode))
         return RUN_STEP_NONE;
-    switch (ckpt_checkpoint_dir_probe(path, mtime)) {
+    switch (ck_checkpoint_dir_probe(path, mtime)) {
     case CKPT_DIR_MARKED: return RUN_STEP_MARKED;
     case CKPT_DIR_UNMARKED: return RUN_STEP_UNMARKED;
     default: return RUN_STEP_NONE;
@@ -107,7 +107,7 @@ ckpt_status run_list_steps(const char *run, bool no_symlink, bool with_unmarked,
     *out = NULL;
     *n = 0;
     DIR *d = opendir(run);
-    if (!d) return ckpt_fail(err, CKPT_E_IO, "%s: %s", run, strerror(errno));
+    if (!d) return ck_fail(err, CKPT_E_IO, "%s: %s", run, strerror(errno));
     run_step *v = NULL;
     size_t cnt = 0, cap = 0;
     ckpt_status s = CKPT_OK;
@@ -125,14 +125,14 @@ ckpt_status run_list_steps(const char *run, bool no_symlink, bool with_unmarked,
             size_t c = cap ? cap * 2 : 16;
             run_step *m = realloc(v, c * sizeof *m);
             if (!m) {
-                s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+                s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
                 break;
             }
             v = m;
             cap = c;
         }
         if (!(v[cnt].name = strdup(de->d_name))) {
-            s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+            s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
             break;
         }
         v[cnt++].mtime = mt;
@@ -150,9 +150,9 @@ ckpt_status run_list_steps(const char *run, bool no_symlink, bool with_unmarked,
 
 ckpt_status ckpt_run_latest(const char *run, bool verify, char **name, ckpt_error *err) {
     CKPT_ERR_OR_LOCAL(err);
-    if (!name) return ckpt_fail(err, CKPT_E_INVAL, "ckpt_run_latest: NULL argument");
+    if (!name) return ck_fail(err, CKPT_E_INVAL, "ckpt_run_latest: NULL argument");
     *name = NULL;
-    if (!run) return ckpt_fail(err, CKPT_E_INVAL, "ckpt_run_latest: NULL argument");
+    if (!run) return ck_fail(err, CKPT_E_INVAL, "ckpt_run_latest: NULL argument");
     char tracked[RUN_TRACKERS][RUN_NAME_MAX];
     size_t nt = run_tracked(run, tracked);
     run_step *steps = NULL;
@@ -175,9 +175,9 @@ ckpt_status ckpt_run_latest(const char *run, bool verify, char **name, ckpt_erro
                 continue;
             ckpt_reader_free(r);
         }
-        s = (*name = strdup(cand)) ? CKPT_OK : ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        s = (*name = strdup(cand)) ? CKPT_OK : ck_fail(err, CKPT_E_NOMEM, "out of memory");
     }
     run_steps_free(steps, n);
-    if (s == CKPT_E_NOTFOUND) s = ckpt_fail(err, s, "%s: no complete step", run);
+    if (s == CKPT_E_NOTFOUND) s = ck_fail(err, s, "%s: no complete step", run);
     return s;
 }

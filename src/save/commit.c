@@ -30,26 +30,26 @@ struct ckpt_save_txn {
 ckpt_status ckpt_save_begin(const char *dir, const ckpt_save_options *opts, ckpt_save_txn **out,
                             ckpt_error *err) {
     *out = NULL;
-    if (!dir || !*dir) return ckpt_fail(err, CKPT_E_INVAL, "no directory");
+    if (!dir || !*dir) return ck_fail(err, CKPT_E_INVAL, "no directory");
     CKPT_TRY(save_options_check(opts, err));
     size_t n = strlen(dir);
     while (n > 1 && dir[n - 1] == '/')
         n--;
     ckpt_save_txn *t = calloc(1, sizeof *t);
-    if (!t) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (!t) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     if (opts) t->opts = *opts;
     t->final_dir = strndup(dir, n);
     if (opts && opts->checkpoint_id) t->checkpoint_id = strdup(opts->checkpoint_id);
     ckpt_status s = CKPT_OK;
     if (!t->final_dir || (opts && opts->checkpoint_id && !t->checkpoint_id)) {
-        s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
         goto fail;
     }
     t->opts.checkpoint_id = t->checkpoint_id;
     const char *slash = strrchr(t->final_dir, '/');
     const char *base = slash ? slash + 1 : t->final_dir;
     if (!*base || strcmp(base, ".") == 0 || strcmp(base, "..") == 0) {
-        s = ckpt_fail(err, CKPT_E_INVAL, "%s: not a usable directory name", dir);
+        s = ck_fail(err, CKPT_E_INVAL, "%s: not a usable directory name", dir);
         goto fail;
     }
     t->parent =
@@ -57,12 +57,12 @@ ckpt_status ckpt_save_begin(const char *dir, const ckpt_save_options *opts, ckpt
                                        : strndup(t->final_dir, (size_t)(slash - t->final_dir)))
               : strdup(".");
     if (!t->parent) {
-        s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
         goto fail;
     }
     struct stat st;
     if (lstat(t->final_dir, &st) == 0) {
-        s = ckpt_fail(err, CKPT_E_INVAL, "%s: already exists", t->final_dir);
+        s = ck_fail(err, CKPT_E_INVAL, "%s: already exists", t->final_dir);
         goto fail;
     }
     unsigned char r[8];
@@ -77,11 +77,11 @@ ckpt_status ckpt_save_begin(const char *dir, const ckpt_save_options *opts, ckpt
         snprintf(hex + 2 * i, 3, "%02x", r[i]);
     if (asprintf(&t->staging, "%s/.%s.tmp-%s", t->parent, base, hex) < 0) {
         t->staging = NULL;
-        s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
         goto fail;
     }
     if (mkdir(t->staging, 0755) != 0) {
-        s = ckpt_fail(err, CKPT_E_IO, "%s: mkdir: %s", t->staging, strerror(errno));
+        s = ck_fail(err, CKPT_E_IO, "%s: mkdir: %s", t->staging, strerror(errno));
         free(t->staging);
         t->staging = NULL;
         goto fail;
@@ -104,14 +104,14 @@ static ckpt_status seal(const char *dir, ckpt_error *err) {
     if (s == CKPT_OK) s = ckpt_manifest_save(m, dir, err);
     ckpt_manifest_free(m);
     ckpt_reader_free(r);
-    if (s != CKPT_OK) ckpt_error_prefix(err, "sealing %s: ", dir);
+    if (s != CKPT_OK) ck_error_prefix(err, "sealing %s: ", dir);
     return s;
 }
 
 ckpt_status ckpt_save_commit(ckpt_save_txn *t, const ckpt_save_desc *const *descs, size_t ndescs,
                              ckpt_error *err) {
-    if (!t || !t->staging) return ckpt_fail(err, CKPT_E_INVAL, "no transaction");
-    if (t->committed) return ckpt_fail(err, CKPT_E_INVAL, "%s: already committed", t->final_dir);
+    if (!t || !t->staging) return ck_fail(err, CKPT_E_INVAL, "no transaction");
+    if (t->committed) return ck_fail(err, CKPT_E_INVAL, "%s: already committed", t->final_dir);
     bool sync = !t->opts.no_fsync;
     CKPT_TRY(save_write_metadata_id(t->staging, descs, ndescs, &t->opts, t->final_dir, err));
     if (t->opts.seal) CKPT_TRY(seal(t->staging, err));
@@ -120,8 +120,8 @@ ckpt_status ckpt_save_commit(ckpt_save_txn *t, const ckpt_save_desc *const *desc
     int rc = renameat2(AT_FDCWD, t->staging, AT_FDCWD, t->final_dir, RENAME_NOREPLACE);
     if (rc != 0 && (errno == EINVAL || errno == ENOSYS)) rc = rename(t->staging, t->final_dir);
     if (rc != 0)
-        return ckpt_fail(err, CKPT_E_IO, "rename %s -> %s: %s", t->staging, t->final_dir,
-                         strerror(errno));
+        return ck_fail(err, CKPT_E_IO, "rename %s -> %s: %s", t->staging, t->final_dir,
+                       strerror(errno));
     t->committed = true;
     if (sync) CKPT_TRY(save_fsync_dir(t->parent, err));
     return CKPT_OK;

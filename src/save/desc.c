@@ -21,49 +21,49 @@
 #define DESC_MAGIC "CKSD"
 #define DESC_VERSION 1u
 
-static void str(ckpt_strbuf *b, const char *s) {
+static void str(ck_strbuf *b, const char *s) {
     size_t n = strlen(s);
-    ckpt_strbuf_add_le(b, n, 4);
-    ckpt_strbuf_add(b, s, n);
+    ck_strbuf_add_le(b, n, 4);
+    ck_strbuf_add(b, s, n);
 }
 
 ckpt_status ckpt_save_desc_encode(const ckpt_save_desc *d, void **buf, size_t *len,
                                   ckpt_error *err) {
-    ckpt_strbuf b = CKPT_STRBUF_INIT;
-    ckpt_strbuf_add(&b, DESC_MAGIC, 4);
-    ckpt_strbuf_add_le(&b, DESC_VERSION, 4);
-    ckpt_strbuf_add_le(&b, d->rank, 4);
+    ck_strbuf b = CKPT_STRBUF_INIT;
+    ck_strbuf_add(&b, DESC_MAGIC, 4);
+    ck_strbuf_add_le(&b, DESC_VERSION, 4);
+    ck_strbuf_add_le(&b, d->rank, 4);
     str(&b, d->file);
-    ckpt_strbuf_add_le(&b, d->n, 8);
+    ck_strbuf_add_le(&b, d->n, 8);
     for (size_t i = 0; i < d->n; i++) {
         const save_item *it = &d->items[i];
-        ckpt_strbuf_add_le(&b, it->kind, 1);
-        ckpt_strbuf_add_le(&b, it->stored, 1);
+        ck_strbuf_add_le(&b, it->kind, 1);
+        ck_strbuf_add_le(&b, it->stored, 1);
         str(&b, it->key);
-        ckpt_strbuf_add_le(&b, it->npath, 4);
+        ck_strbuf_add_le(&b, it->npath, 4);
         for (size_t k = 0; k < it->npath; k++) {
-            ckpt_strbuf_add_le(&b, it->path[k].name ? 0 : 1, 1);
+            ck_strbuf_add_le(&b, it->path[k].name ? 0 : 1, 1);
             if (it->path[k].name)
                 str(&b, it->path[k].name);
             else
-                ckpt_strbuf_add_le(&b, (uint64_t)it->path[k].index, 8);
+                ck_strbuf_add_le(&b, (uint64_t)it->path[k].index, 8);
         }
         if (it->kind == SAVE_ITEM_TENSOR) {
             str(&b, ckpt_dtype_name(it->dtype));
-            ckpt_strbuf_add_le(&b, (uint64_t)it->ndim, 4);
+            ck_strbuf_add_le(&b, (uint64_t)it->ndim, 4);
             for (int k = 0; k < 3 * it->ndim; k++)
-                ckpt_strbuf_add_le(&b, (uint64_t)it->dims[k], 8);
+                ck_strbuf_add_le(&b, (uint64_t)it->dims[k], 8);
         }
-        ckpt_strbuf_add_le(&b, it->offset, 8);
-        ckpt_strbuf_add_le(&b, it->length, 8);
+        ck_strbuf_add_le(&b, it->offset, 8);
+        ck_strbuf_add_le(&b, it->length, 8);
     }
-    ckpt_status s = ckpt_strbuf_status(&b, "description", err);
+    ckpt_status s = ck_strbuf_status(&b, "description", err);
     if (s != CKPT_OK) {
-        ckpt_strbuf_release(&b);
+        ck_strbuf_release(&b);
         return s;
     }
-    *buf = ckpt_strbuf_detach(&b, len);
-    return *buf ? CKPT_OK : ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    *buf = ck_strbuf_detach(&b, len);
+    return *buf ? CKPT_OK : ck_fail(err, CKPT_E_NOMEM, "out of memory");
 }
 
 typedef struct rd {
@@ -106,12 +106,12 @@ ckpt_status ckpt_save_desc_decode(const void *buf, size_t len, ckpt_save_desc **
     *out = NULL;
     rd r = {buf, len, 0, false};
     if (len < 8 || memcmp(buf, DESC_MAGIC, 4) != 0)
-        return ckpt_fail(err, CKPT_E_FORMAT, "description: bad magic");
+        return ck_fail(err, CKPT_E_FORMAT, "description: bad magic");
     r.pos = 4;
     if (get(&r, 4) != DESC_VERSION)
-        return ckpt_fail(err, CKPT_E_UNSUPPORTED, "description: unknown version");
+        return ck_fail(err, CKPT_E_UNSUPPORTED, "description: unknown version");
     ckpt_save_desc *d = calloc(1, sizeof *d);
-    if (!d) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (!d) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     d->rank = (uint32_t)get(&r, 4);
     d->file = getstr(&r);
     uint64_t n = get(&r, 8);
@@ -122,7 +122,7 @@ ckpt_status ckpt_save_desc_decode(const void *buf, size_t len, ckpt_save_desc **
         save_item *it = save_desc_push(d);
         if (!it) {
             ckpt_save_desc_free(d);
-            return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+            return ck_fail(err, CKPT_E_NOMEM, "out of memory");
         }
         it->kind = (uint8_t)get(&r, 1);
         uint64_t stored = get(&r, 1);
@@ -141,7 +141,7 @@ ckpt_status ckpt_save_desc_decode(const void *buf, size_t len, ckpt_save_desc **
         it->path = calloc((size_t)np, sizeof *it->path);
         if (!it->path) {
             ckpt_save_desc_free(d);
-            return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+            return ck_fail(err, CKPT_E_NOMEM, "out of memory");
         }
         it->npath = (size_t)np;
         for (size_t k = 0; k < np && !r.bad; k++) {
@@ -170,7 +170,7 @@ ckpt_status ckpt_save_desc_decode(const void *buf, size_t len, ckpt_save_desc **
                 it->dims = malloc(3 * (size_t)nd * sizeof *it->dims);
                 if (!it->dims) {
                     ckpt_save_desc_free(d);
-                    return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+                    return ck_fail(err, CKPT_E_NOMEM, "out of memory");
                 }
             }
             for (size_t k = 0; k < 3 * nd; k++)
@@ -186,8 +186,8 @@ ckpt_status ckpt_save_desc_decode(const void *buf, size_t len, ckpt_save_desc **
     if (!r.bad && !why && r.pos != len) why = "trailing bytes";
     if (r.bad || why) {
         ckpt_save_desc_free(d);
-        return ckpt_fail(err, CKPT_E_FORMAT, "description: %s at byte %zu",
-                         why ? why : "truncated or invalid string", r.pos);
+        return ck_fail(err, CKPT_E_FORMAT, "description: %s at byte %zu",
+                       why ? why : "truncated or invalid string", r.pos);
     }
     *out = d;
     return CKPT_OK;

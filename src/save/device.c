@@ -1,7 +1,7 @@
 /* device.c — the saver's CUDA device sources (compiled with the cuda feature; nodevice.c is
  * the twin without it): device pointers are told apart with cudaPointerGetAttributes, and
  * their bytes come to the host through two halves of a bounded pinned staging buffer
- * (ckpt_cuda_pinned_alloc) with cudaMemcpyAsync on the pipeline's own stream.  While the host CRCs
+ * (ck_cuda_pinned_alloc) with cudaMemcpyAsync on the pipeline's own stream.  While the host CRCs
  * and writes one half, the GPU copies the next block into the other (double buffering); a half is
  * read only after the event recorded behind its copy completed, and refilled only after the host is
  * done with it.  Only the CUDA runtime API is used (no kernels). */
@@ -15,7 +15,7 @@
 #include <string.h>
 
 struct save_dev {
-    ckpt_pinned stage; /* both halves */
+    ck_pinned stage; /* both halves */
     uint8_t *half[2];
     size_t half_bytes;
     cudaStream_t stream;
@@ -24,12 +24,12 @@ struct save_dev {
 
 bool save_dev_supported(void) { return true; }
 
-bool save_dev_is_device(const void *p) { return ckpt_cuda_is_device_ptr(p); }
+bool save_dev_is_device(const void *p) { return ck_cuda_is_device_ptr(p); }
 
 ckpt_status save_dev_create(uint64_t staging_bytes, save_dev **out, ckpt_error *err) {
     *out = NULL;
     save_dev *d = calloc(1, sizeof *d);
-    if (!d) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (!d) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     if (staging_bytes < SAVE_DEV_STAGING_MIN) staging_bytes = SAVE_DEV_STAGING_MIN;
     if (staging_bytes > ((uint64_t)1 << 40)) staging_bytes = (uint64_t)1 << 40;
     d->half_bytes = (size_t)(staging_bytes / 2);
@@ -38,14 +38,14 @@ ckpt_status save_dev_create(uint64_t staging_bytes, save_dev **out, ckpt_error *
     if (e != cudaSuccess) {
         d->stream = NULL;
         save_dev_free(d);
-        return ckpt_cuda_fail(err, e, "stream");
+        return ck_cuda_fail(err, e, "stream");
     }
     for (int i = 0; i < 2 && e == cudaSuccess; i++)
         e = cudaEventCreateWithFlags(&d->done[i], cudaEventDisableTiming);
-    if (e == cudaSuccess) e = ckpt_cuda_pinned_alloc(&d->stage, 2 * d->half_bytes);
+    if (e == cudaSuccess) e = ck_cuda_pinned_alloc(&d->stage, 2 * d->half_bytes);
     if (e != cudaSuccess) {
         save_dev_free(d);
-        return ckpt_cuda_fail(err, e, "pinned staging buffer");
+        return ck_cuda_fail(err, e, "pinned staging buffer");
     }
     d->half[0] = d->stage.p;
     d->half[1] = d->half[0] + d->half_bytes;
@@ -56,7 +56,7 @@ ckpt_status save_dev_create(uint64_t staging_bytes, save_dev **out, ckpt_error *
 void save_dev_free(save_dev *d) {
     if (!d) return;
     if (d->stream) cudaStreamSynchronize(d->stream);
-    ckpt_cuda_pinned_free(&d->stage);
+    ck_cuda_pinned_free(&d->stage);
     for (int i = 0; i < 2; i++)
         if (d->done[i]) cudaEventDestroy(d->done[i]);
     if (d->stream) cudaStreamDestroy(d->stream);
@@ -69,7 +69,7 @@ static ckpt_status issue(save_dev *d, const uint8_t *src, uint64_t n, uint64_t i
     size_t k = n - at < d->half_bytes ? (size_t)(n - at) : d->half_bytes;
     cudaError_t e = cudaMemcpyAsync(d->half[i & 1], src + at, k, cudaMemcpyDeviceToHost, d->stream);
     if (e == cudaSuccess) e = cudaEventRecord(d->done[i & 1], d->stream);
-    return e == cudaSuccess ? CKPT_OK : ckpt_cuda_fail(err, e, "device-to-host copy");
+    return e == cudaSuccess ? CKPT_OK : ck_cuda_fail(err, e, "device-to-host copy");
 }
 
 ckpt_status save_dev_stream(save_dev *d, const void *src, uint64_t n, save_dev_emit emit, void *ctx,
@@ -84,7 +84,7 @@ ckpt_status save_dev_stream(save_dev *d, const void *src, uint64_t n, save_dev_e
         if (s != CKPT_OK) break;
         cudaError_t e = cudaEventSynchronize(d->done[i & 1]);
         if (e != cudaSuccess) {
-            s = ckpt_cuda_fail(err, e, "device-to-host copy");
+            s = ck_cuda_fail(err, e, "device-to-host copy");
             break;
         }
         uint64_t at = i * d->half_bytes;
@@ -92,6 +92,6 @@ ckpt_status save_dev_stream(save_dev *d, const void *src, uint64_t n, save_dev_e
         s = emit(ctx, d->half[i & 1], k, err);
     }
     cudaError_t e = cudaStreamSynchronize(d->stream); /* nothing left in flight */
-    if (s == CKPT_OK && e != cudaSuccess) s = ckpt_cuda_fail(err, e, "device-to-host copy");
+    if (s == CKPT_OK && e != cudaSuccess) s = ck_cuda_fail(err, e, "device-to-host copy");
     return s;
 }

@@ -21,11 +21,11 @@ char *save_path_join(const char *a, const char *b) {
 
 ckpt_status save_fsync_dir(const char *dir, ckpt_error *err) {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return ckpt_fail(err, CKPT_E_IO, "%s: %s", dir, strerror(errno));
+    if (fd < 0) return ck_fail(err, CKPT_E_IO, "%s: %s", dir, strerror(errno));
     int rc = fsync(fd);
     int e = errno;
     close(fd);
-    if (rc != 0) return ckpt_fail(err, CKPT_E_IO, "%s: fsync: %s", dir, strerror(e));
+    if (rc != 0) return ck_fail(err, CKPT_E_IO, "%s: fsync: %s", dir, strerror(e));
     return CKPT_OK;
 }
 
@@ -33,7 +33,7 @@ ckpt_status save_remove_tree(const char *dir, ckpt_error *err) {
     DIR *d = opendir(dir);
     if (!d) {
         if (errno == ENOENT) return CKPT_OK;
-        return ckpt_fail(err, CKPT_E_IO, "%s: %s", dir, strerror(errno));
+        return ck_fail(err, CKPT_E_IO, "%s: %s", dir, strerror(errno));
     }
     ckpt_status s = CKPT_OK;
     struct dirent *de;
@@ -41,18 +41,18 @@ ckpt_status save_remove_tree(const char *dir, ckpt_error *err) {
         if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
         char *p = save_path_join(dir, de->d_name);
         if (!p) {
-            s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+            s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
             break;
         }
         struct stat st;
         if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
             s = save_remove_tree(p, err);
         else if (unlink(p) != 0 && errno != ENOENT)
-            s = ckpt_fail(err, CKPT_E_IO, "%s: unlink: %s", p, strerror(errno));
+            s = ck_fail(err, CKPT_E_IO, "%s: unlink: %s", p, strerror(errno));
         free(p);
     }
     closedir(d);
     if (s == CKPT_OK && rmdir(dir) != 0 && errno != ENOENT)
-        s = ckpt_fail(err, CKPT_E_IO, "%s: rmdir: %s", dir, strerror(errno));
+        s = ck_fail(err, CKPT_E_IO, "%s: rmdir: %s", dir, strerror(errno));
     return s;
 }

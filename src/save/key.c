@@ -41,27 +41,27 @@ static bool all_digits(const char *s, size_t n) {
 static ckpt_status add_elem(save_item *it, const char *name, size_t len, bool is_index,
                             int64_t index, ckpt_error *err) {
     save_elem *m = realloc(it->path, (it->npath + 1) * sizeof *m);
-    if (!m) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (!m) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     it->path = m;
     save_elem *e = &it->path[it->npath];
     e->name = NULL;
     e->index = index;
     if (!is_index) {
         if (!utf8_valid(name, len))
-            return ckpt_fail(err, CKPT_E_INVAL, "key element is not valid UTF-8");
+            return ck_fail(err, CKPT_E_INVAL, "key element is not valid UTF-8");
         e->name = strndup(name, len);
-        if (!e->name) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        if (!e->name) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     } else if (index < 0) {
-        return ckpt_fail(err, CKPT_E_INVAL, "negative list position in key path");
+        return ck_fail(err, CKPT_E_INVAL, "negative list position in key path");
     }
     it->npath++;
     return CKPT_OK;
 }
 
 ckpt_status save_key_resolve(const ckpt_save_key *k, save_item *it, ckpt_error *err) {
-    if (!k) return ckpt_fail(err, CKPT_E_INVAL, "no key");
+    if (!k) return ck_fail(err, CKPT_E_INVAL, "no key");
     if (k->nelems) {
-        if (!k->elems) return ckpt_fail(err, CKPT_E_INVAL, "key: nelems without elems");
+        if (!k->elems) return ck_fail(err, CKPT_E_INVAL, "key: nelems without elems");
         for (size_t i = 0; i < k->nelems; i++) {
             const ckpt_save_elem *e = &k->elems[i];
             CKPT_TRY(add_elem(it, e->name, e->name ? strlen(e->name) : 0, !e->name, e->index, err));
@@ -81,30 +81,30 @@ ckpt_status save_key_resolve(const ckpt_save_key *k, save_item *it, ckpt_error *
     } else if (k->flat && *k->flat) {
         CKPT_TRY(add_elem(it, k->flat, strlen(k->flat), false, 0, err));
     } else {
-        return ckpt_fail(err, CKPT_E_INVAL, "empty key");
+        return ck_fail(err, CKPT_E_INVAL, "empty key");
     }
     if (k->flat) {
-        if (!*k->flat) return ckpt_fail(err, CKPT_E_INVAL, "empty flat key");
+        if (!*k->flat) return ck_fail(err, CKPT_E_INVAL, "empty flat key");
         if (!utf8_valid(k->flat, strlen(k->flat)))
-            return ckpt_fail(err, CKPT_E_INVAL, "flat key is not valid UTF-8");
+            return ck_fail(err, CKPT_E_INVAL, "flat key is not valid UTF-8");
         it->key = strdup(k->flat);
-        if (!it->key) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        if (!it->key) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
         return CKPT_OK;
     }
-    ckpt_strbuf sb = CKPT_STRBUF_INIT;
+    ck_strbuf sb = CKPT_STRBUF_INIT;
     for (size_t i = 0; i < it->npath; i++) {
-        if (i) ckpt_strbuf_addc(&sb, '.');
+        if (i) ck_strbuf_addc(&sb, '.');
         if (it->path[i].name)
-            ckpt_strbuf_adds(&sb, it->path[i].name);
+            ck_strbuf_adds(&sb, it->path[i].name);
         else
-            ckpt_strbuf_addf(&sb, "%lld", (long long)it->path[i].index);
+            ck_strbuf_addf(&sb, "%lld", (long long)it->path[i].index);
     }
-    ckpt_status st = ckpt_strbuf_status(&sb, "key", err);
+    ckpt_status st = ck_strbuf_status(&sb, "key", err);
     if (st != CKPT_OK) {
-        ckpt_strbuf_release(&sb);
+        ck_strbuf_release(&sb);
         return st;
     }
-    it->key = ckpt_strbuf_detach(&sb, NULL);
-    if (!it->key) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    it->key = ck_strbuf_detach(&sb, NULL);
+    if (!it->key) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     return CKPT_OK;
 }

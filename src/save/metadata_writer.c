@@ -34,7 +34,7 @@ typedef struct entry {
 typedef struct merge {
     entry *ents;
     size_t n, cap;
-    ckpt_htab idx;
+    ck_htab idx;
 } merge;
 
 static bool key_eq(const void *ctx, uint64_t v) {
@@ -47,7 +47,7 @@ static void merge_release(merge *m) {
     for (size_t i = 0; i < m->n; i++)
         free(m->ents[i].chunks);
     free(m->ents);
-    ckpt_htab_release(&m->idx);
+    ck_htab_release(&m->idx);
 }
 
 static bool same_path(const save_item *a, const save_item *b) {
@@ -67,33 +67,32 @@ static bool dims_eq(const int64_t *a, size_t ai, const int64_t *b, size_t bi, in
 
 static ckpt_status add_item(merge *m, const save_item *it, const char *file, uint32_t rank,
                             ckpt_error *err) {
-    uint64_t h = ckpt_hash_bytes(it->key, strlen(it->key), 0xd1c7);
+    uint64_t h = ck_hash_bytes(it->key, strlen(it->key), 0xd1c7);
     const void *ctx[2] = {m, it->key};
     uint64_t pos;
     entry *e;
-    if (ckpt_htab_find(&m->idx, h, key_eq, ctx, &pos)) {
+    if (ck_htab_find(&m->idx, h, key_eq, ctx, &pos)) {
         e = &m->ents[pos];
         const save_item *d = e->def;
         if (d->kind != it->kind)
-            return ckpt_fail(err, CKPT_E_INVAL,
-                             "key '%s': a tensor on one rank, a value on rank %u", it->key, rank);
+            return ck_fail(err, CKPT_E_INVAL, "key '%s': a tensor on one rank, a value on rank %u",
+                           it->key, rank);
         if (!same_path(d, it))
-            return ckpt_fail(err, CKPT_E_INVAL, "key '%s': rank %u gives another path", it->key,
-                             rank);
+            return ck_fail(err, CKPT_E_INVAL, "key '%s': rank %u gives another path", it->key,
+                           rank);
         if (it->kind == SAVE_ITEM_TENSOR && (d->dtype != it->dtype || d->ndim != it->ndim ||
                                              !dims_eq(d->dims, 0, it->dims, 0, d->ndim)))
-            return ckpt_fail(err, CKPT_E_INVAL,
-                             "key '%s': rank %u disagrees on dtype or global shape", it->key, rank);
+            return ck_fail(err, CKPT_E_INVAL,
+                           "key '%s': rank %u disagrees on dtype or global shape", it->key, rank);
     } else {
         if (m->n == m->cap) {
             size_t c = m->cap ? m->cap * 2 : 64;
             entry *ne = realloc(m->ents, c * sizeof *ne);
-            if (!ne) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+            if (!ne) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
             m->ents = ne;
             m->cap = c;
         }
-        if (!ckpt_htab_insert(&m->idx, h, m->n))
-            return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        if (!ck_htab_insert(&m->idx, h, m->n)) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
         e = &m->ents[m->n++];
         memset(e, 0, sizeof *e);
         e->def = it;
@@ -106,9 +105,9 @@ static ckpt_status add_item(merge *m, const save_item *it, const char *file, uin
             continue;
         if (it->kind == SAVE_ITEM_TENSOR &&
             !dims_eq(c->box->dims, 2 * (size_t)nd, it->dims, 2 * (size_t)nd, nd))
-            return ckpt_fail(err, CKPT_E_INVAL,
-                             "key '%s': rank %u holds a box at the same offsets with other sizes",
-                             it->key, rank);
+            return ck_fail(err, CKPT_E_INVAL,
+                           "key '%s': rank %u holds a box at the same offsets with other sizes",
+                           it->key, rank);
         if (!c->it && it->stored) {
             c->it = it;
             c->file = file;
@@ -118,7 +117,7 @@ static ckpt_status add_item(merge *m, const save_item *it, const char *file, uin
     if (e->n == e->cap) {
         size_t c = e->cap ? e->cap * 2 : 4;
         chunk *nc = realloc(e->chunks, c * sizeof *nc);
-        if (!nc) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        if (!nc) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
         e->chunks = nc;
         e->cap = c;
     }
@@ -138,10 +137,10 @@ static ckpt_status check_entry(const entry *e, ckpt_error *err) {
     const save_item *d = e->def;
     for (size_t i = 0; i < e->n; i++)
         if (!e->chunks[i].it)
-            return ckpt_fail(err, CKPT_E_INVAL,
-                             "key '%s': a piece was passed only as a replica (replica_id != 0); "
-                             "no rank stored it",
-                             d->key);
+            return ck_fail(err, CKPT_E_INVAL,
+                           "key '%s': a piece was passed only as a replica (replica_id != 0); "
+                           "no rank stored it",
+                           d->key);
     if (d->kind != SAVE_ITEM_TENSOR) return CKPT_OK;
     int nd = d->ndim;
     unsigned __int128 total = 1, sum = 0;
@@ -157,12 +156,12 @@ static ckpt_status check_entry(const entry *e, ckpt_error *err) {
         for (size_t i = 0; i < e->n; i++)
             for (size_t j = i + 1; j < e->n; j++)
                 if (overlap(e->chunks[i].box->dims, e->chunks[j].box->dims, nd))
-                    return ckpt_fail(err, CKPT_E_INVAL, "key '%s': pieces %zu and %zu overlap",
-                                     d->key, i, j);
+                    return ck_fail(err, CKPT_E_INVAL, "key '%s': pieces %zu and %zu overlap",
+                                   d->key, i, j);
     if (sum != total)
-        return ckpt_fail(err, CKPT_E_INVAL,
-                         "key '%s': the pieces hold %llu of %llu elements (missing or overlapping)",
-                         d->key, (unsigned long long)sum, (unsigned long long)total);
+        return ck_fail(err, CKPT_E_INVAL,
+                       "key '%s': the pieces hold %llu of %llu elements (missing or overlapping)",
+                       d->key, (unsigned long long)sum, (unsigned long long)total);
     return CKPT_OK;
 }
 
@@ -337,20 +336,20 @@ static ckpt_status build_pickle(const ckpt_save_desc *const *descs, size_t nd,
     stor_ref *refs = NULL;
     size_t nrefs = 0, refs_cap = 0;
     const ckpt_save_desc **sorted = malloc((nd ? nd : 1) * sizeof *sorted);
-    if (!sorted || !ckpt_htab_init(&m.idx, 256)) {
+    if (!sorted || !ck_htab_init(&m.idx, 256)) {
         free(sorted);
-        ckpt_htab_release(&m.idx);
-        return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        ck_htab_release(&m.idx);
+        return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     }
     if (nd) memcpy(sorted, descs, nd * sizeof *sorted);
     qsort(sorted, nd, sizeof *sorted, by_rank);
     for (size_t r = 0; r < nd && s == CKPT_OK; r++) {
         if (r && sorted[r]->rank == sorted[r - 1]->rank)
-            s = ckpt_fail(err, CKPT_E_INVAL, "two descriptions for rank %u", sorted[r]->rank);
+            s = ck_fail(err, CKPT_E_INVAL, "two descriptions for rank %u", sorted[r]->rank);
         for (size_t i = 0; s == CKPT_OK && i < sorted[r]->n; i++)
             s = add_item(&m, &sorted[r]->items[i], sorted[r]->file, sorted[r]->rank, err);
     }
-    if (s == CKPT_OK && m.n == 0) s = ckpt_fail(err, CKPT_E_INVAL, "no entries to save");
+    if (s == CKPT_OK && m.n == 0) s = ck_fail(err, CKPT_E_INVAL, "no entries to save");
     for (size_t i = 0; s == CKPT_OK && i < m.n; i++)
         s = check_entry(&m.ents[i], err);
     /* storage_data order: by rank, then in the order each rank wrote its items. */
@@ -358,10 +357,10 @@ static ckpt_status build_pickle(const ckpt_save_desc *const *descs, size_t nd,
         for (size_t i = 0; s == CKPT_OK && i < sorted[r]->n; i++) {
             const save_item *it = &sorted[r]->items[i];
             if (!it->stored) continue;
-            uint64_t h = ckpt_hash_bytes(it->key, strlen(it->key), 0xd1c7);
+            uint64_t h = ck_hash_bytes(it->key, strlen(it->key), 0xd1c7);
             const void *ctx[2] = {&m, it->key};
             uint64_t pos;
-            if (!ckpt_htab_find(&m.idx, h, key_eq, ctx, &pos)) continue;
+            if (!ck_htab_find(&m.idx, h, key_eq, ctx, &pos)) continue;
             const entry *e = &m.ents[pos];
             for (size_t c = 0; c < e->n; c++) {
                 if (e->chunks[c].it != it) continue;
@@ -369,7 +368,7 @@ static ckpt_status build_pickle(const ckpt_save_desc *const *descs, size_t nd,
                     size_t nc = refs_cap ? refs_cap * 2 : 256;
                     stor_ref *nr = realloc(refs, nc * sizeof *nr);
                     if (!nr) {
-                        s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+                        s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
                         break;
                     }
                     refs = nr;
@@ -469,25 +468,25 @@ done:
 static ckpt_status write_file(const char *path, const char *data, size_t len, bool sync,
                               ckpt_error *err) {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return ckpt_fail(err, CKPT_E_IO, "%s: %s", path, strerror(errno));
+    if (fd < 0) return ck_fail(err, CKPT_E_IO, "%s: %s", path, strerror(errno));
     size_t done = 0;
     while (done < len) {
         ssize_t n = write(fd, data + done, len - done);
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) {
-            ckpt_status s = ckpt_fail(err, CKPT_E_IO, "%s: write: %s", path,
-                                      n < 0 ? strerror(errno) : "no progress");
+            ckpt_status s = ck_fail(err, CKPT_E_IO, "%s: write: %s", path,
+                                    n < 0 ? strerror(errno) : "no progress");
             close(fd);
             return s;
         }
         done += (size_t)n;
     }
     if (sync && fsync(fd) != 0) {
-        ckpt_status s = ckpt_fail(err, CKPT_E_IO, "%s: fsync: %s", path, strerror(errno));
+        ckpt_status s = ck_fail(err, CKPT_E_IO, "%s: fsync: %s", path, strerror(errno));
         close(fd);
         return s;
     }
-    if (close(fd) != 0) return ckpt_fail(err, CKPT_E_IO, "%s: close: %s", path, strerror(errno));
+    if (close(fd) != 0) return ck_fail(err, CKPT_E_IO, "%s: close: %s", path, strerror(errno));
     return CKPT_OK;
 }
 
@@ -495,13 +494,13 @@ ckpt_status save_write_metadata_id(const char *dir, const ckpt_save_desc *const 
                                    size_t ndescs, const ckpt_save_options *opts,
                                    const char *default_id, ckpt_error *err) {
     if (!dir || (ndescs && !descs))
-        return ckpt_fail(err, CKPT_E_INVAL, "no directory or descriptions");
+        return ck_fail(err, CKPT_E_INVAL, "no directory or descriptions");
     for (size_t i = 0; i < ndescs; i++)
-        if (!descs[i]) return ckpt_fail(err, CKPT_E_INVAL, "description %zu is NULL", i);
+        if (!descs[i]) return ck_fail(err, CKPT_E_INVAL, "description %zu is NULL", i);
     if (opts && opts->metadata_protocol != 0 && opts->metadata_protocol != 4 &&
         opts->metadata_protocol != 5)
-        return ckpt_fail(err, CKPT_E_INVAL, "metadata pickle protocol %d (4 or 5)",
-                         opts->metadata_protocol);
+        return ck_fail(err, CKPT_E_INVAL, "metadata pickle protocol %d (4 or 5)",
+                       opts->metadata_protocol);
     CKPT_TRY(save_options_check(opts, err));
     for (size_t i = 0; opts && opts->torch_target && i < ndescs; i++)
         for (size_t j = 0; j < descs[i]->n; j++)
@@ -517,13 +516,13 @@ ckpt_status save_write_metadata_id(const char *dir, const ckpt_save_desc *const 
     tmp = save_path_join(dir, ".metadata.tmp");
     fin = save_path_join(dir, ".metadata");
     if (!tmp || !fin) {
-        s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
         goto out;
     }
     bool sync = !(opts && opts->no_fsync);
     s = write_file(tmp, pk, pk_len, sync, err);
     if (s == CKPT_OK && rename(tmp, fin) != 0)
-        s = ckpt_fail(err, CKPT_E_IO, "rename %s -> %s: %s", tmp, fin, strerror(errno));
+        s = ck_fail(err, CKPT_E_IO, "rename %s -> %s: %s", tmp, fin, strerror(errno));
     if (s != CKPT_OK) unlink(tmp);
     if (s == CKPT_OK && sync) s = save_fsync_dir(dir, err);
 out:

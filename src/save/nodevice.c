@@ -16,7 +16,7 @@ bool save_dev_is_device(const void *p) {
 ckpt_status save_dev_create(uint64_t staging_bytes, save_dev **out, ckpt_error *err) {
     (void)staging_bytes;
     *out = NULL;
-    return ckpt_fail(err, CKPT_E_UNSUPPORTED, "this build has no CUDA support");
+    return ck_fail(err, CKPT_E_UNSUPPORTED, "this build has no CUDA support");
 }
 
 void save_dev_free(save_dev *d) { (void)d; }
@@ -24,5 +24,5 @@ void save_dev_free(save_dev *d) { (void)d; }
 ckpt_status save_dev_stream(save_dev *d, const void *src, uint64_t n, save_dev_emit emit, void *ctx,
                             ckpt_error *err) {
     (void)d, (void)src, (void)n, (void)emit, (void)ctx;
-    return ckpt_fail(err, CKPT_E_UNSUPPORTED, "this build has no CUDA support");
+    return ck_fail(err, CKPT_E_UNSUPPORTED, "this build has no CUDA support");
 }

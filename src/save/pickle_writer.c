@@ -10,7 +10,7 @@
 #define BATCH 1000u
 
 static void put(pkw *w, const void *p, size_t n) {
-    if (!ckpt_strbuf_add(&w->out, p, n)) w->nomem = true;
+    if (!ck_strbuf_add(&w->out, p, n)) w->nomem = true;
 }
 static void put1(pkw *w, unsigned char c) { put(w, &c, 1); }
 static void put_le(pkw *w, uint64_t v, int n) {
@@ -36,15 +36,15 @@ static void close_frame(pkw *w) {
 void pkw_init(pkw *w, int proto) {
     memset(w, 0, sizeof *w);
     w->proto = proto;
-    if (!ckpt_htab_init(&w->memo_index, 64)) w->nomem = true;
+    if (!ck_htab_init(&w->memo_index, 64)) w->nomem = true;
     put1(w, 0x80);
     put1(w, (unsigned char)proto);
     if (proto >= 4) open_frame(w);
 }
 
 void pkw_release(pkw *w) {
-    ckpt_strbuf_release(&w->out);
-    ckpt_htab_release(&w->memo_index);
+    ck_strbuf_release(&w->out);
+    ck_htab_release(&w->memo_index);
     for (size_t i = 0; i < w->nmemo; i++)
         free(w->memo[i].text);
     free(w->memo);
@@ -65,13 +65,13 @@ ckpt_status pkw_finish(pkw *w, char **out, size_t *len, ckpt_error *err) {
     close_frame(w);
     if (w->nomem) {
         pkw_release(w);
-        return ckpt_fail(err, CKPT_E_NOMEM, "pickle writer: out of memory");
+        return ck_fail(err, CKPT_E_NOMEM, "pickle writer: out of memory");
     }
     size_t n = w->out.len;
     /* CPython drops an empty trailing frame; ours always holds at least STOP. */
-    char *p = ckpt_strbuf_detach(&w->out, NULL);
+    char *p = ck_strbuf_detach(&w->out, NULL);
     pkw_release(w);
-    if (!p) return ckpt_fail(err, CKPT_E_NOMEM, "pickle writer: out of memory");
+    if (!p) return ck_fail(err, CKPT_E_NOMEM, "pickle writer: out of memory");
     *out = p;
     *len = n;
     return CKPT_OK;
@@ -170,10 +170,10 @@ static bool memo_eq(const void *ctx, uint64_t v) {
 /* Emits BINGET and returns true when `text` was memoised. */
 static bool memo_find(pkw *w, const char *text, size_t len) {
     if (w->nomem) return false;
-    uint64_t h = ckpt_hash_bytes(text, len, 0x5a17);
+    uint64_t h = ck_hash_bytes(text, len, 0x5a17);
     memo_key k = {w, text, len};
     uint64_t pos;
-    if (!ckpt_htab_find(&w->memo_index, h, memo_eq, &k, &pos)) return false;
+    if (!ck_htab_find(&w->memo_index, h, memo_eq, &k, &pos)) return false;
     memo_get(w, w->memo[pos].index);
     return true;
 }
@@ -198,9 +198,9 @@ static void memo_put(pkw *w, const char *text, size_t len) {
     }
     memcpy(copy, text, len);
     copy[len] = 0;
-    uint64_t h = ckpt_hash_bytes(text, len, 0x5a17);
+    uint64_t h = ck_hash_bytes(text, len, 0x5a17);
     w->memo[w->nmemo] = (pkw_memo_ent){copy, len, w->next_memo};
-    if (!ckpt_htab_insert(&w->memo_index, h, w->nmemo)) {
+    if (!ck_htab_insert(&w->memo_index, h, w->nmemo)) {
         free(copy);
         w->nomem = true;
         return;

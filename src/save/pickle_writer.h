@@ -24,10 +24,10 @@ typedef struct pkw_memo_ent {
 } pkw_memo_ent;
 
 typedef struct pkw {
-    ckpt_strbuf out;
-    int proto;            /* 2 or 4 (5 accepted: same opcodes, PROTO 5) */
-    size_t frame_start;   /* protocol >= 4: offset in `out` where the open frame's body begins */
-    ckpt_htab memo_index; /* hash of memo text -> position in memo[] */
+    ck_strbuf out;
+    int proto;          /* 2 or 4 (5 accepted: same opcodes, PROTO 5) */
+    size_t frame_start; /* protocol >= 4: offset in `out` where the open frame's body begins */
+    ck_htab memo_index; /* hash of memo text -> position in memo[] */
     pkw_memo_ent *memo;
     size_t nmemo, memo_cap;
     uint32_t next_memo; /* protocol 4 MEMOIZE index / protocol 2 BINPUT index */

@@ -15,7 +15,7 @@ ckpt_status save_sink_init(save_sink *s, int fd, const char *path, ckpt_error *e
     s->fd = fd;
     s->path = path;
     s->buf = malloc(SINK_BUF);
-    if (!s->buf) return ckpt_fail(err, CKPT_E_NOMEM, "%s: out of memory", path);
+    if (!s->buf) return ck_fail(err, CKPT_E_NOMEM, "%s: out of memory", path);
     s->cap = SINK_BUF;
     return CKPT_OK;
 }
@@ -28,8 +28,8 @@ static ckpt_status write_all(save_sink *s, const void *data, size_t len, uint64_
         ssize_t w = write(s->fd, p, n);
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0)
-            return ckpt_fail(err, CKPT_E_IO, "%s: write at offset %llu: %s", s->path,
-                             (unsigned long long)at, w < 0 ? strerror(errno) : "no progress");
+            return ck_fail(err, CKPT_E_IO, "%s: write at offset %llu: %s", s->path,
+                           (unsigned long long)at, w < 0 ? strerror(errno) : "no progress");
         p += w;
         len -= (size_t)w;
         at += (uint64_t)w;

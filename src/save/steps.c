@@ -33,10 +33,10 @@ static bool is_complete(const char *parent, const char *name) {
 ckpt_status ckpt_save_set_latest(const char *parent, const char *name,
                                  const ckpt_save_options *opts, ckpt_error *err) {
     if (!parent || !valid_name(name))
-        return ckpt_fail(err, CKPT_E_INVAL, "latest: bad step name '%s'", name ? name : "(null)");
+        return ck_fail(err, CKPT_E_INVAL, "latest: bad step name '%s'", name ? name : "(null)");
     if (!is_complete(parent, name))
-        return ckpt_fail(err, CKPT_E_NOTFOUND, "%s/%s: not a complete checkpoint (no .metadata)",
-                         parent, name);
+        return ck_fail(err, CKPT_E_NOTFOUND, "%s/%s: not a complete checkpoint (no .metadata)",
+                       parent, name);
     unsigned char r[4] = {0};
     if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) r[0] = (unsigned char)getpid();
     char *tmp = NULL, *fin = save_path_join(parent, LATEST);
@@ -44,12 +44,12 @@ ckpt_status ckpt_save_set_latest(const char *parent, const char *name,
         tmp = NULL;
     ckpt_status s = CKPT_OK;
     if (!tmp || !fin) {
-        s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
         goto out;
     }
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) {
-        s = ckpt_fail(err, CKPT_E_IO, "%s: %s", tmp, strerror(errno));
+        s = ck_fail(err, CKPT_E_IO, "%s: %s", tmp, strerror(errno));
         goto out;
     }
     size_t n = strlen(name);
@@ -58,12 +58,12 @@ ckpt_status ckpt_save_set_latest(const char *parent, const char *name,
     int e = errno;
     if (close(fd) != 0) ok = false;
     if (!ok) {
-        s = ckpt_fail(err, CKPT_E_IO, "%s: %s", tmp, strerror(e));
+        s = ck_fail(err, CKPT_E_IO, "%s: %s", tmp, strerror(e));
         unlink(tmp);
         goto out;
     }
     if (rename(tmp, fin) != 0) {
-        s = ckpt_fail(err, CKPT_E_IO, "rename %s -> %s: %s", tmp, fin, strerror(errno));
+        s = ck_fail(err, CKPT_E_IO, "rename %s -> %s: %s", tmp, fin, strerror(errno));
         unlink(tmp);
         goto out;
     }
@@ -77,11 +77,11 @@ out:
 ckpt_status ckpt_save_get_latest(const char *parent, char **name, ckpt_error *err) {
     *name = NULL;
     char *p = save_path_join(parent, LATEST);
-    if (!p) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
-    FILE *f = ckpt_fopen_regular(p, false);
+    if (!p) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
+    FILE *f = ck_fopen_regular(p, false);
     if (!f) {
-        ckpt_status s = ckpt_fail(err, errno == ENOENT ? CKPT_E_NOTFOUND : CKPT_E_IO, "%s: %s", p,
-                                  ckpt_open_strerror(errno));
+        ckpt_status s = ck_fail(err, errno == ENOENT ? CKPT_E_NOTFOUND : CKPT_E_IO, "%s: %s", p,
+                                ck_open_strerror(errno));
         free(p);
         return s;
     }
@@ -93,9 +93,9 @@ ckpt_status ckpt_save_get_latest(const char *parent, char **name, ckpt_error *er
         buf[--n] = 0;
     ckpt_status s = CKPT_OK;
     if (!valid_name(buf))
-        s = ckpt_fail(err, CKPT_E_FORMAT, "%s: does not hold a step name", p);
+        s = ck_fail(err, CKPT_E_FORMAT, "%s: does not hold a step name", p);
     else if (!(*name = strdup(buf)))
-        s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
     free(p);
     return s;
 }
@@ -150,9 +150,9 @@ static int leftover_cmp(const void *a, const void *b) {
 
 ckpt_status ckpt_save_leftovers(const char *parent, ckpt_save_leftover_fn fn, void *ctx,
                                 ckpt_error *err) {
-    if (!parent || !fn) return ckpt_fail(err, CKPT_E_INVAL, "ckpt_save_leftovers: NULL argument");
+    if (!parent || !fn) return ck_fail(err, CKPT_E_INVAL, "ckpt_save_leftovers: NULL argument");
     DIR *d = opendir(parent);
-    if (!d) return ckpt_fail(err, CKPT_E_IO, "%s: %s", parent, strerror(errno));
+    if (!d) return ck_fail(err, CKPT_E_IO, "%s: %s", parent, strerror(errno));
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     leftover *v = NULL;
@@ -172,7 +172,7 @@ ckpt_status ckpt_save_leftovers(const char *parent, ckpt_save_leftover_fn fn, vo
             leftover *m = realloc(v, cap * sizeof *m);
             if (!m) {
                 close(fd);
-                s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+                s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
                 break;
             }
             v = m;
@@ -182,7 +182,7 @@ ckpt_status ckpt_save_leftovers(const char *parent, ckpt_save_leftover_fn fn, vo
         dir_age(fd, &newest, &v[n].bytes);
         v[n].idle = ts_s(now) - newest;
         if (!v[n].name) {
-            s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+            s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
             break;
         }
         n++;
@@ -212,14 +212,14 @@ static void sweep_one(void *ctx, const char *name, ckpt_save_leftover_kind kind,
     if (c->s != CKPT_OK || (kind == CKPT_SAVE_LEFTOVER_STAGING && idle_s < CKPT_SAVE_STALE_S))
         return;
     char *p = save_path_join(c->parent, name);
-    c->s = p ? save_remove_tree(p, c->err) : ckpt_fail(c->err, CKPT_E_NOMEM, "out of memory");
+    c->s = p ? save_remove_tree(p, c->err) : ck_fail(c->err, CKPT_E_NOMEM, "out of memory");
     free(p);
 }
 
 ckpt_status ckpt_save_retain(const char *parent, size_t keep, const char *protect, size_t *removed,
                              ckpt_error *err) {
     if (removed) *removed = 0;
-    if (!parent) return ckpt_fail(err, CKPT_E_INVAL, "no directory");
+    if (!parent) return ck_fail(err, CKPT_E_INVAL, "no directory");
     char tracked[RUN_TRACKERS][RUN_NAME_MAX];
     size_t nt = run_tracked(parent, tracked);
     run_step *steps = NULL;
@@ -237,9 +237,9 @@ ckpt_status ckpt_save_retain(const char *parent, size_t keep, const char *protec
         char *from = save_path_join(parent, nm), *to = NULL;
         if (from && asprintf(&to, "%s/.%s.deleting", parent, nm) < 0) to = NULL;
         if (!from || !to) {
-            s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+            s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
         } else if (rename(from, to) != 0) {
-            s = ckpt_fail(err, CKPT_E_IO, "rename %s -> %s: %s", from, to, strerror(errno));
+            s = ck_fail(err, CKPT_E_IO, "rename %s -> %s: %s", from, to, strerror(errno));
         } else {
             s = save_remove_tree(to, err);
             if (s == CKPT_OK && removed) (*removed)++;

@@ -104,8 +104,8 @@ typedef struct builder {
     ckpt_torchsave *t;
     tnode *nodes;
     uint32_t n, cap;
-    ckpt_htab by_key; /* (parent, key) -> dict child */
-    uint32_t root;    /* UINT32_MAX until the first entry */
+    ck_htab by_key; /* (parent, key) -> dict child */
+    uint32_t root;  /* UINT32_MAX until the first entry */
 } builder;
 
 typedef struct elem {
@@ -117,7 +117,7 @@ typedef struct elem {
 
 static uint64_t key_hash(uint32_t parent, const elem *k) {
     uint64_t seed = ((uint64_t)parent << 1 | (k->is_int ? 1u : 0u)) * 0x9e3779b97f4a7c15ull;
-    return ckpt_hash_bytes(k->s, k->len, seed);
+    return ck_hash_bytes(k->s, k->len, seed);
 }
 
 typedef struct key_probe {
@@ -137,7 +137,7 @@ static ckpt_status new_node(builder *b, uint8_t kind, uint32_t *out, ckpt_error 
     if (b->n == b->cap) {
         uint32_t cap = b->cap ? b->cap * 2 : 64;
         tnode *m = realloc(b->nodes, (size_t)cap * sizeof *m);
-        if (!m) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        if (!m) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
         b->nodes = m;
         b->cap = cap;
     }
@@ -151,7 +151,7 @@ static ckpt_status push_kid(builder *b, uint32_t at, uint32_t kid, ckpt_error *e
     if (n->nkids == n->cap) {
         uint32_t cap = n->cap ? n->cap * 2 : 4;
         uint32_t *m = realloc(n->kids, (size_t)cap * sizeof *m);
-        if (!m) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        if (!m) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
         n->kids = m;
         n->cap = cap;
     }
@@ -169,7 +169,7 @@ static ckpt_status list_extend(builder *b, uint32_t at, int64_t i, ckpt_error *e
 static uint32_t dict_find(const builder *b, uint32_t at, const elem *k) {
     key_probe p = {b, at, k};
     uint64_t v;
-    return ckpt_htab_find(&b->by_key, key_hash(at, k), key_eq, &p, &v) ? (uint32_t)v : UINT32_MAX;
+    return ck_htab_find(&b->by_key, key_hash(at, k), key_eq, &p, &v) ? (uint32_t)v : UINT32_MAX;
 }
 
 static ckpt_status dict_add(builder *b, uint32_t at, const elem *k, uint32_t kid, ckpt_error *err) {
@@ -179,8 +179,8 @@ static ckpt_status dict_add(builder *b, uint32_t at, const elem *k, uint32_t kid
     n->key_len = k->len;
     n->key_int = k->is_int;
     n->key_i = k->i;
-    if (!ckpt_htab_insert(&b->by_key, key_hash(at, k), kid))
-        return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (!ck_htab_insert(&b->by_key, key_hash(at, k), kid))
+        return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     return push_kid(b, at, kid, err);
 }
 
@@ -260,7 +260,7 @@ static void builder_release(builder *b) {
         ckpt_object_free(b->nodes[i].o);
     }
     free(b->nodes);
-    ckpt_htab_release(&b->by_key);
+    ck_htab_release(&b->by_key);
 }
 
 /* ------------------------------------------------------------------ entries */
@@ -270,13 +270,13 @@ static ckpt_status skip(ckpt_torchsave *t, const ckpt_entry *e, const char *fmt,
     if (t->nskips == t->skips_cap) {
         size_t cap = t->skips_cap ? t->skips_cap * 2 : 16;
         ts_skip *m = realloc(t->skips, cap * sizeof *m);
-        if (!m) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        if (!m) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
         t->skips = m;
         t->skips_cap = cap;
     }
     int n = snprintf(NULL, 0, fmt, arg);
     char *why = malloc((size_t)n + 1);
-    if (!why) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (!why) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     snprintf(why, (size_t)n + 1, fmt, arg);
     t->skips[t->nskips++] = (ts_skip){e, why};
     return CKPT_OK;
@@ -388,7 +388,7 @@ static ckpt_status entry_elems(const ckpt_entry *e, size_t k, elem **el, size_t 
     *m = n > k ? n - k : 0;
     if (*m > *cap) {
         elem *p = realloc(*el, *m * sizeof *p);
-        if (!p) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        if (!p) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
         *el = p;
         *cap = *m;
     }
@@ -445,9 +445,9 @@ static int by_id_cmp(const void *a, const void *b) {
 }
 
 static ckpt_status not_optim(const char *under, const char *what, ckpt_error *err) {
-    return ckpt_fail(err, CKPT_E_FORMAT,
-                     "'%s' is not an optimizer state_dict keyed by parameter FQN: %s",
-                     *under ? under : "(the root)", what);
+    return ck_fail(err, CKPT_E_FORMAT,
+                   "'%s' is not an optimizer state_dict keyed by parameter FQN: %s",
+                   *under ? under : "(the root)", what);
 }
 
 /* Rewrites the tree rooted at b->root (an FQN-keyed optimizer state_dict) into
@@ -473,12 +473,12 @@ static ckpt_status number_params(builder *b, const char *under, ckpt_error *err)
     size_t nf = 0, cap = 0;
     ckpt_object **objs = NULL;
     size_t nobj = 0;
-    ckpt_htab by_fqn = {0};
+    ck_htab by_fqn = {0};
     id_kid *kids = NULL;
-    if (!ckpt_htab_init(&by_fqn, 64)) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (!ck_htab_init(&by_fqn, 64)) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     objs = calloc(b->nodes[pg].nkids ? b->nodes[pg].nkids : 1, sizeof *objs);
     if (!objs) {
-        s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
         goto done;
     }
     for (uint32_t i = 0; i < b->nodes[pg].nkids; i++) {
@@ -517,11 +517,11 @@ static ckpt_status number_params(builder *b, const char *under, ckpt_error *err)
             }
             const char *fqn = ckpt_value_str(x, NULL);
             fqn_probe fp = {fqns, fqn, strlen(fqn)};
-            uint64_t h = ckpt_hash_bytes(fqn, fp.len, 0), dup;
-            if (ckpt_htab_find(&by_fqn, h, fqn_eq, &fp, &dup)) {
+            uint64_t h = ck_hash_bytes(fqn, fp.len, 0), dup;
+            if (ck_htab_find(&by_fqn, h, fqn_eq, &fp, &dup)) {
                 ckpt_save_value_free(ids);
-                s = ckpt_fail(err, CKPT_E_FORMAT, "'%s': parameter '%s' is in two param groups",
-                              under, fqn);
+                s = ck_fail(err, CKPT_E_FORMAT, "'%s': parameter '%s' is in two param groups",
+                            under, fqn);
                 goto done;
             }
             if (nf == cap) {
@@ -529,22 +529,22 @@ static ckpt_status number_params(builder *b, const char *under, ckpt_error *err)
                 const char **m = realloc(fqns, cap * sizeof *m);
                 if (!m) {
                     ckpt_save_value_free(ids);
-                    s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+                    s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
                     goto done;
                 }
                 fqns = m;
             }
             fqns[nf] = fqn;
-            if (!ckpt_htab_insert(&by_fqn, h, nf) ||
+            if (!ck_htab_insert(&by_fqn, h, nf) ||
                 ckpt_save_value_append(ids, ckpt_save_value_int((int64_t)nf)) != CKPT_OK) {
                 ckpt_save_value_free(ids);
-                s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+                s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
                 goto done;
             }
             nf++;
         }
         if (!ids) {
-            s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+            s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
             goto done;
         }
         ckpt_save_value_free(b->nodes[pi].v);
@@ -554,18 +554,18 @@ static ckpt_status number_params(builder *b, const char *under, ckpt_error *err)
         tnode *sn = &b->nodes[st];
         kids = calloc(sn->nkids ? sn->nkids : 1, sizeof *kids);
         if (!kids) {
-            s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+            s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
             goto done;
         }
         for (uint32_t i = 0; i < sn->nkids; i++) {
             tnode *k = &b->nodes[sn->kids[i]];
             fqn_probe fp = {fqns, k->key, k->key_len};
             uint64_t id;
-            if (k->key_int || !ckpt_htab_find(&by_fqn, ckpt_hash_bytes(k->key, k->key_len, 0),
-                                              fqn_eq, &fp, &id)) {
-                s = ckpt_fail(err, CKPT_E_FORMAT,
-                              "'%s': the state of '%.*s' belongs to no param group", under,
-                              (int)k->key_len, k->key);
+            if (k->key_int ||
+                !ck_htab_find(&by_fqn, ck_hash_bytes(k->key, k->key_len, 0), fqn_eq, &fp, &id)) {
+                s = ck_fail(err, CKPT_E_FORMAT,
+                            "'%s': the state of '%.*s' belongs to no param group", under,
+                            (int)k->key_len, k->key);
                 goto done;
             }
             k->key_int = true;
@@ -582,7 +582,7 @@ done:
     for (size_t i = 0; i < nobj; i++)
         ckpt_object_free(objs[i]);
     free(objs);
-    ckpt_htab_release(&by_fqn);
+    ck_htab_release(&by_fqn);
     return s;
 }
 
@@ -636,8 +636,8 @@ static void pickle_plain(pickler *p, const ckpt_value *v) {
     ckpt_save_value *sv = ckpt_save_value_from(v, &why);
     if (!sv) {
         if (p->st == CKPT_OK)
-            p->st = ckpt_fail(p->err, why ? CKPT_E_UNSUPPORTED : CKPT_E_NOMEM,
-                              "a value could not be pickled again: %s", why ? why : "no memory");
+            p->st = ck_fail(p->err, why ? CKPT_E_UNSUPPORTED : CKPT_E_NOMEM,
+                            "a value could not be pickled again: %s", why ? why : "no memory");
         pkw_none(&p->w);
         return;
     }
@@ -668,7 +668,7 @@ static void pickle_embedded(pickler *p, const ckpt_value *v) {
         if (owned) p->t->owned = owned;
         if (!r || !data || !owned) {
             free(data);
-            if (p->st == CKPT_OK) p->st = ckpt_fail(p->err, CKPT_E_NOMEM, "out of memory");
+            if (p->st == CKPT_OK) p->st = ck_fail(p->err, CKPT_E_NOMEM, "out of memory");
             return;
         }
         p->t->owned[p->t->nowned++] = data;
@@ -743,7 +743,7 @@ static void pickle_node(pickler *p, uint32_t at, unsigned depth) {
         char key[24];
         ts_rec *r = new_storage(p, key);
         if (!r) {
-            if (p->st == CKPT_OK) p->st = ckpt_fail(p->err, CKPT_E_NOMEM, "out of memory");
+            if (p->st == CKPT_OK) p->st = ck_fail(p->err, CKPT_E_NOMEM, "out of memory");
             return;
         }
         r->e = e;
@@ -767,10 +767,10 @@ static ckpt_status lay_out(ckpt_torchsave *t, ts_rec *tensors, size_t ntensors, 
     static const char fmt[] = "1", align[] = "64", order[] = "little", version[] = "3\n";
     t->nrecs = NSMALL + ntensors;
     t->recs = calloc(t->nrecs, sizeof *t->recs);
-    if (!t->recs) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (!t->recs) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     /* the serialization id: 40 digits from the content (torch writes a per-save id) */
-    uint64_t h1 = ckpt_hash_bytes(t->pkl, t->pkl_len, 0x746f726368ull);
-    uint64_t h2 = ckpt_hash_bytes(t->pkl, t->pkl_len, h1 ^ t->tensor_bytes);
+    uint64_t h1 = ck_hash_bytes(t->pkl, t->pkl_len, 0x746f726368ull);
+    uint64_t h2 = ck_hash_bytes(t->pkl, t->pkl_len, h1 ^ t->tensor_bytes);
     snprintf(t->serial, sizeof t->serial, "%020llu%020llu", (ull)(h1 % 10000000000000000000ull),
              (ull)(h2 % 10000000000000000000ull));
     struct {
@@ -813,7 +813,7 @@ static ckpt_status lay_out(ckpt_torchsave *t, ts_rec *tensors, size_t ntensors, 
 ckpt_status ckpt_torchsave_create(ckpt_reader *r, const ckpt_torchsave_options *opts,
                                   ckpt_torchsave **out, ckpt_error *err) {
     CKPT_ERR_OR_LOCAL(err);
-    if (!out || !r) return ckpt_fail(err, CKPT_E_INVAL, "ckpt_torchsave_create: NULL argument");
+    if (!out || !r) return ck_fail(err, CKPT_E_INVAL, "ckpt_torchsave_create: NULL argument");
     *out = NULL;
     const char *under = opts && opts->under ? opts->under : "";
     size_t ulen = strlen(under);
@@ -826,7 +826,7 @@ ckpt_status ckpt_torchsave_create(ckpt_reader *r, const ckpt_torchsave_options *
             k += under[i] == '/';
     }
     ckpt_torchsave *t = calloc(1, sizeof *t);
-    if (!t) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (!t) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     t->r = r;
     builder b = {.t = t, .root = UINT32_MAX};
     elem *el = NULL;
@@ -834,8 +834,8 @@ ckpt_status ckpt_torchsave_create(ckpt_reader *r, const ckpt_torchsave_options *
     pickler p = {.b = &b, .t = t};
     ckpt_status st = CKPT_OK;
     size_t n = ckpt_reader_num_entries(r);
-    if (!ckpt_htab_init(&b.by_key, n * 2 + 16)) {
-        st = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (!ck_htab_init(&b.by_key, n * 2 + 16)) {
+        st = ck_fail(err, CKPT_E_NOMEM, "out of memory");
         goto done;
     }
     if (!ulen) CKPT_TRY_GOTO(st, new_node(&b, N_DICT, &b.root, err), done); /* a state_dict */
@@ -886,7 +886,7 @@ ckpt_status ckpt_torchsave_create(ckpt_reader *r, const ckpt_torchsave_options *
             t->nvalues++;
     }
     if (!nsel) {
-        st = ckpt_fail(err, CKPT_E_NOTFOUND, "no entry under '%.*s'", (int)ulen, under);
+        st = ck_fail(err, CKPT_E_NOTFOUND, "no entry under '%.*s'", (int)ulen, under);
         goto done;
     }
     if (b.root == UINT32_MAX) CKPT_TRY_GOTO(st, new_node(&b, N_DICT, &b.root, err), done);
@@ -1155,7 +1155,7 @@ typedef struct write_ctx {
 
 static ckpt_status put(write_ctx *w, const void *p, size_t n, ckpt_error *err) {
     if (n && !w->fn(w->ctx, p, n))
-        return ckpt_fail(err, CKPT_E_IO, "writing the torch.save archive failed");
+        return ck_fail(err, CKPT_E_IO, "writing the torch.save archive failed");
     return CKPT_OK;
 }
 
@@ -1174,7 +1174,7 @@ ckpt_status ckpt_torchsave_write(const ckpt_torchsave *t, uint64_t block,
     if (crcs && bufsize) buf = malloc(bufsize);
     if (!crcs || (bufsize && !buf)) {
         free(crcs);
-        return ckpt_fail(err, CKPT_E_NOMEM, "out of memory (a %zu-byte block)", bufsize);
+        return ck_fail(err, CKPT_E_NOMEM, "out of memory (a %zu-byte block)", bufsize);
     }
     ckpt_status st = CKPT_OK;
     unsigned char hb[ZW_CENTRAL_MAX > ZW_LOCAL_MAX ? ZW_CENTRAL_MAX : ZW_LOCAL_MAX];
@@ -1185,7 +1185,7 @@ ckpt_status ckpt_torchsave_write(const ckpt_torchsave *t, uint64_t block,
         size_t nl = rec_name(r, rec_is_tensor(r), name);
         size_t hl = zw_local_header(hb, name, nl, r->lho, r->size);
         if (at != r->lho || at + hl != r->data) {
-            st = ckpt_fail(err, CKPT_E_INVAL, "torch.save layout: record %zu out of place", i);
+            st = ck_fail(err, CKPT_E_INVAL, "torch.save layout: record %zu out of place", i);
             break;
         }
         CKPT_TRY_GOTO(st, put(&w, hb, hl, err), done);
@@ -1199,7 +1199,7 @@ ckpt_status ckpt_torchsave_write(const ckpt_torchsave *t, uint64_t block,
                 size_t n = (size_t)(r->size - done < bufsize ? r->size - done : bufsize);
                 st = tensor_bytes(t->r, r->e, done, n, buf, err);
                 if (st != CKPT_OK) {
-                    ckpt_error_prefix(err, "'%s': ", ckpt_entry_path(r->e));
+                    ck_error_prefix(err, "'%s': ", ckpt_entry_path(r->e));
                     goto done;
                 }
                 crc = save_crc32(crc, buf, n);

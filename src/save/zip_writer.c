@@ -177,15 +177,15 @@ size_t zw_trailer(unsigned char *out, uint64_t n, uint64_t cd_off, uint64_t cd_s
 /* ------------------------------------------------------------------ into a sink */
 
 ckpt_status zw_record_begin(zip_writer *z, const char *name, uint64_t len, ckpt_error *err) {
-    if (z->open.name) return ckpt_fail(err, CKPT_E_INVAL, "zip record %s still open", z->open.name);
+    if (z->open.name) return ck_fail(err, CKPT_E_INVAL, "zip record %s still open", z->open.name);
     char full[256];
     int fl = snprintf(full, sizeof full, "%s/%s", z->root, name);
     if (fl < 0 || (size_t)fl >= sizeof full)
-        return ckpt_fail(err, CKPT_E_INVAL, "zip record name too long: %s", name);
+        return ck_fail(err, CKPT_E_INVAL, "zip record name too long: %s", name);
     if (z->n == z->cap) {
         size_t c = z->cap ? z->cap * 2 : 8;
         zw_entry *e = realloc(z->ents, c * sizeof *e);
-        if (!e) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        if (!e) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
         z->ents = e;
         z->cap = c;
     }
@@ -193,7 +193,7 @@ ckpt_status zw_record_begin(zip_writer *z, const char *name, uint64_t len, ckpt_
     unsigned char h[ZW_LOCAL_MAX];
     size_t hl = zw_local_header(h, full, (size_t)fl, cursor, len);
     char *nm = strdup(full);
-    if (!nm) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (!nm) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     ckpt_status s = save_sink_write(z->sink, h, hl, err);
     if (s != CKPT_OK) {
         free(nm);
@@ -206,7 +206,7 @@ ckpt_status zw_record_begin(zip_writer *z, const char *name, uint64_t len, ckpt_
 
 ckpt_status zw_record_data(zip_writer *z, const void *data, size_t n, ckpt_error *err) {
     if (!z->open.name || n > z->open.size - z->open_done)
-        return ckpt_fail(err, CKPT_E_INVAL, "zip record: more data than announced");
+        return ck_fail(err, CKPT_E_INVAL, "zip record: more data than announced");
     /* CRC and write block by block, so each block is written while still in cache (one pass
      * over memory instead of two); the CRC goes in the data descriptor after the data. */
     const unsigned char *p = data;
@@ -222,8 +222,8 @@ ckpt_status zw_record_data(zip_writer *z, const void *data, size_t n, ckpt_error
 
 ckpt_status zw_record_end(zip_writer *z, ckpt_error *err) {
     if (!z->open.name || z->open_done != z->open.size)
-        return ckpt_fail(err, CKPT_E_INVAL, "zip record: %llu of %llu bytes written",
-                         (unsigned long long)z->open_done, (unsigned long long)z->open.size);
+        return ck_fail(err, CKPT_E_INVAL, "zip record: %llu of %llu bytes written",
+                       (unsigned long long)z->open_done, (unsigned long long)z->open.size);
     unsigned char d[ZW_DESC_MAX];
     size_t dl = zw_descriptor(d, z->open.lho, z->open.size, z->open.crc);
     if (dl) CKPT_TRY(save_sink_write(z->sink, d, dl, err));

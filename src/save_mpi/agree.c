@@ -14,7 +14,7 @@ double smpi_now(void) {
 
 ckpt_status smpi_agree(ckpt_save_mpi *s, ckpt_status st, ckpt_error *err) {
     ckpt_error e = err ? *err : (ckpt_error){0};
-    ckpt_status agreed = ckpt_mpi_agree(s->comm, s->rank, st, &e);
+    ckpt_status agreed = ck_mpi_agree(s->comm, s->rank, st, &e);
     if (agreed == CKPT_OK) return CKPT_OK;
     if (err) *err = e;
     s->failed = agreed; /* every rank now holds the same error */

@@ -14,12 +14,12 @@
 #include <string.h>
 
 /* identity bytes: u8 kind, key bytes, NUL, u32 ndim, i64 offsets[ndim], i64 sizes[ndim] */
-static void identity(ckpt_strbuf *b, const save_item *it) {
-    ckpt_strbuf_add_le(b, it->kind, 1);
-    ckpt_strbuf_add(b, it->key, strlen(it->key) + 1);
-    ckpt_strbuf_add_le(b, (uint64_t)it->ndim, 4);
+static void identity(ck_strbuf *b, const save_item *it) {
+    ck_strbuf_add_le(b, it->kind, 1);
+    ck_strbuf_add(b, it->key, strlen(it->key) + 1);
+    ck_strbuf_add_le(b, (uint64_t)it->ndim, 4);
     for (int k = it->ndim; k < 3 * it->ndim; k++)
-        ckpt_strbuf_add_le(b, (uint64_t)it->dims[k], 8);
+        ck_strbuf_add_le(b, (uint64_t)it->dims[k], 8);
 }
 
 typedef struct rec {
@@ -40,15 +40,15 @@ static bool same(const void *ctx, uint64_t v) {
 
 ckpt_status smpi_plan_writers(ckpt_save_mpi *s, bool *writer, ckpt_error *err) {
     /* this rank's records: u32 length + identity bytes each */
-    ckpt_strbuf b = CKPT_STRBUF_INIT, one = CKPT_STRBUF_INIT;
+    ck_strbuf b = CKPT_STRBUF_INIT, one = CKPT_STRBUF_INIT;
     for (size_t i = 0; i < s->npending; i++) {
-        ckpt_strbuf_reset(&one);
+        ck_strbuf_reset(&one);
         identity(&one, &s->pending[i].id);
-        ckpt_strbuf_add_le(&b, one.len, 4);
-        ckpt_strbuf_add(&b, one.buf, one.len);
+        ck_strbuf_add_le(&b, one.len, 4);
+        ck_strbuf_add(&b, one.buf, one.len);
     }
-    ckpt_status st = ckpt_strbuf_status(&one, "replica plan", err);
-    if (st == CKPT_OK) st = ckpt_strbuf_status(&b, "replica plan", err);
+    ckpt_status st = ck_strbuf_status(&one, "replica plan", err);
+    if (st == CKPT_OK) st = ck_strbuf_status(&b, "replica plan", err);
     uint64_t mine = st == CKPT_OK ? b.len : UINT64_MAX;
     uint64_t *lens = calloc((size_t)s->size, sizeof *lens);
     int *counts = calloc((size_t)s->size, sizeof *counts);
@@ -58,14 +58,14 @@ ckpt_status smpi_plan_writers(ckpt_save_mpi *s, bool *writer, ckpt_error *err) {
     unsigned char *all = NULL;
     rec *recs = NULL;
     if (!allok) {
-        if (st == CKPT_OK) st = ckpt_fail(err, CKPT_E_NOMEM, "replica plan: out of memory");
+        if (st == CKPT_OK) st = ck_fail(err, CKPT_E_NOMEM, "replica plan: out of memory");
         goto out;
     }
     MPI_Allgather(&mine, 1, MPI_UINT64_T, lens, 1, MPI_UINT64_T, s->comm);
     uint64_t total = 0;
     for (int r = 0; r < s->size; r++) {
         if (lens[r] > (uint64_t)INT_MAX - total) { /* same verdict on every rank */
-            st = ckpt_fail(err, CKPT_E_LIMIT, "replica plan: over 2 GiB of piece descriptions");
+            st = ck_fail(err, CKPT_E_LIMIT, "replica plan: over 2 GiB of piece descriptions");
             goto out;
         }
         displs[r] = (int)total;
@@ -76,36 +76,35 @@ ckpt_status smpi_plan_writers(ckpt_save_mpi *s, bool *writer, ckpt_error *err) {
     ok = all != NULL;
     MPI_Allreduce(&ok, &allok, 1, MPI_INT, MPI_MIN, s->comm);
     if (!allok) {
-        st = ckpt_fail(err, CKPT_E_NOMEM, "replica plan: out of memory");
+        st = ck_fail(err, CKPT_E_NOMEM, "replica plan: out of memory");
         goto out;
     }
     MPI_Allgatherv(b.buf ? b.buf : "", (int)b.len, MPI_BYTE, all, counts, displs, MPI_BYTE,
                    s->comm);
     /* index the records of the lower ranks */
     size_t lower = (size_t)displs[s->rank], nrec = 0, cap = 0;
-    ckpt_htab h = {0};
-    if (!ckpt_htab_init(&h, 64)) {
-        st = ckpt_fail(err, CKPT_E_NOMEM, "replica plan: out of memory");
+    ck_htab h = {0};
+    if (!ck_htab_init(&h, 64)) {
+        st = ck_fail(err, CKPT_E_NOMEM, "replica plan: out of memory");
         goto out;
     }
     for (size_t pos = 0; pos < lower && st == CKPT_OK;) {
         if (lower - pos < 4) {
-            st = ckpt_fail(err, CKPT_E_FORMAT, "replica plan: record at offset %zu truncated", pos);
+            st = ck_fail(err, CKPT_E_FORMAT, "replica plan: record at offset %zu truncated", pos);
             break;
         }
         size_t n = (size_t)all[pos] | (size_t)all[pos + 1] << 8 | (size_t)all[pos + 2] << 16 |
                    (size_t)all[pos + 3] << 24;
         if (n > lower - pos - 4) {
-            st =
-                ckpt_fail(err, CKPT_E_FORMAT,
-                          "replica plan: record at offset %zu: length %zu beyond the data", pos, n);
+            st = ck_fail(err, CKPT_E_FORMAT,
+                         "replica plan: record at offset %zu: length %zu beyond the data", pos, n);
             break;
         }
         if (nrec == cap) {
             size_t nc = cap ? 2 * cap : 64;
             rec *t = realloc(recs, nc * sizeof *t);
             if (!t) {
-                st = ckpt_fail(err, CKPT_E_NOMEM, "replica plan: out of memory");
+                st = ck_fail(err, CKPT_E_NOMEM, "replica plan: out of memory");
                 break;
             }
             recs = t, cap = nc;
@@ -113,9 +112,9 @@ ckpt_status smpi_plan_writers(ckpt_save_mpi *s, bool *writer, ckpt_error *err) {
         recs[nrec] = (rec){all + pos + 4, n};
         probe q = {recs, recs[nrec].p, n};
         uint64_t found;
-        if (!ckpt_htab_find(&h, ckpt_hash_bytes(q.p, n, 0), same, &q, &found) &&
-            !ckpt_htab_insert(&h, ckpt_hash_bytes(q.p, n, 0), nrec))
-            st = ckpt_fail(err, CKPT_E_NOMEM, "replica plan: out of memory");
+        if (!ck_htab_find(&h, ck_hash_bytes(q.p, n, 0), same, &q, &found) &&
+            !ck_htab_insert(&h, ck_hash_bytes(q.p, n, 0), nrec))
+            st = ck_fail(err, CKPT_E_NOMEM, "replica plan: out of memory");
         nrec++;
         pos += 4 + n;
     }
@@ -125,17 +124,17 @@ ckpt_status smpi_plan_writers(ckpt_save_mpi *s, bool *writer, ckpt_error *err) {
                    (size_t)all[pos + 3] << 24;
         probe q = {recs, all + pos + 4, n};
         uint64_t found;
-        writer[i] = !ckpt_htab_find(&h, ckpt_hash_bytes(q.p, n, 0), same, &q, &found);
+        writer[i] = !ck_htab_find(&h, ck_hash_bytes(q.p, n, 0), same, &q, &found);
         pos += 4 + n;
     }
-    ckpt_htab_release(&h);
+    ck_htab_release(&h);
 out:
     free(recs);
     free(all);
     free(lens);
     free(counts);
     free(displs);
-    ckpt_strbuf_release(&b);
-    ckpt_strbuf_release(&one);
+    ck_strbuf_release(&b);
+    ck_strbuf_release(&one);
     return st;
 }

@@ -19,7 +19,7 @@ static ckpt_status sticky(const ckpt_save_mpi *s, ckpt_error *err) {
 static ckpt_status enter(ckpt_save_mpi *s, ckpt_error *err) {
     if (s->agreed) return sticky(s, err);
     if (s->committed) {
-        ckpt_status st = ckpt_fail(err, CKPT_E_INVAL, "already committed");
+        ckpt_status st = ck_fail(err, CKPT_E_INVAL, "already committed");
         return st;
     }
     ckpt_error e = s->ferr;
@@ -47,7 +47,7 @@ ckpt_status ckpt_save_mpi_begin(MPI_Comm comm, const char *dir, const ckpt_save_
     if (s->rank == 0) {
         st = ckpt_save_begin(dir, opts, &s->txn, &e);
         if (st == CKPT_OK && !(s->dir = strdup(dir)))
-            st = ckpt_fail(&e, CKPT_E_NOMEM, "out of memory");
+            st = ck_fail(&e, CKPT_E_NOMEM, "out of memory");
         if (st == CKPT_OK) len = strlen(ckpt_save_txn_staging_dir(s->txn)) + 1;
     }
     st = smpi_agree(s, st, &e);
@@ -97,7 +97,7 @@ static smpi_piece *push_keyed(ckpt_save_mpi *s, const ckpt_save_key *key, ckpt_s
     if (*st != CKPT_OK) return NULL;
     smpi_piece *p = push(s);
     if (!p) {
-        *st = ckpt_fail(e, CKPT_E_NOMEM, "out of memory");
+        *st = ck_fail(e, CKPT_E_NOMEM, "out of memory");
         return NULL;
     }
     *st = save_key_resolve(key, &p->id, e);
@@ -121,22 +121,22 @@ static ckpt_status local_fail(ckpt_save_mpi *s, ckpt_status st, const ckpt_error
 ckpt_status ckpt_save_mpi_add_tensor(ckpt_save_mpi *s, const ckpt_save_key *key,
                                      const ckpt_save_tensor *t, ckpt_error *err) {
     if (s->failed) return sticky(s, err);
-    if (s->committed) return ckpt_fail(err, CKPT_E_INVAL, "already committed");
+    if (s->committed) return ck_fail(err, CKPT_E_INVAL, "already committed");
     ckpt_error e = {0};
     ckpt_status st = CKPT_OK;
     if (!t)
-        st = ckpt_fail(&e, CKPT_E_INVAL, "no tensor");
+        st = ck_fail(&e, CKPT_E_INVAL, "no tensor");
     else if (!ckpt_dtype_itemsize(t->dtype))
-        st = ckpt_fail(&e, CKPT_E_INVAL, "invalid dtype %d", (int)t->dtype);
+        st = ck_fail(&e, CKPT_E_INVAL, "invalid dtype %d", (int)t->dtype);
     else if (t->ndim < 0 || t->ndim > CKPT_MAX_NDIM || (t->ndim && !t->global_shape))
-        st = ckpt_fail(&e, CKPT_E_INVAL, "invalid ndim %d or missing shape", t->ndim);
+        st = ck_fail(&e, CKPT_E_INVAL, "invalid ndim %d or missing shape", t->ndim);
     else
         st = save_memory_check(t->memory, &e);
     smpi_piece *p = push_keyed(s, key, &st, &e);
     int nd = t ? t->ndim : 0;
     if (st == CKPT_OK && nd && !(p->id.dims = malloc(3 * (size_t)nd * sizeof *p->id.dims))) {
         drop_last(s, p);
-        st = ckpt_fail(&e, CKPT_E_NOMEM, "out of memory");
+        st = ck_fail(&e, CKPT_E_NOMEM, "out of memory");
     }
     if (st != CKPT_OK) return local_fail(s, st, &e, err);
     p->id.kind = SAVE_ITEM_TENSOR;
@@ -158,10 +158,10 @@ ckpt_status ckpt_save_mpi_add_value(ckpt_save_mpi *s, const ckpt_save_key *key, 
                                     ckpt_error *err) {
     if (s->failed || s->committed) {
         ckpt_save_value_free(v);
-        return s->failed ? sticky(s, err) : ckpt_fail(err, CKPT_E_INVAL, "already committed");
+        return s->failed ? sticky(s, err) : ck_fail(err, CKPT_E_INVAL, "already committed");
     }
     ckpt_error e = {0};
-    ckpt_status st = v ? CKPT_OK : ckpt_fail(&e, CKPT_E_NOMEM, "out of memory");
+    ckpt_status st = v ? CKPT_OK : ck_fail(&e, CKPT_E_NOMEM, "out of memory");
     smpi_piece *p = push_keyed(s, key, &st, &e);
     if (st != CKPT_OK) {
         ckpt_save_value_free(v);
@@ -175,11 +175,11 @@ ckpt_status ckpt_save_mpi_add_value(ckpt_save_mpi *s, const ckpt_save_key *key, 
 ckpt_status ckpt_save_mpi_add_value_archive(ckpt_save_mpi *s, const ckpt_save_key *key,
                                             const void *archive, size_t len, ckpt_error *err) {
     if (s->failed) return sticky(s, err);
-    if (s->committed) return ckpt_fail(err, CKPT_E_INVAL, "already committed");
+    if (s->committed) return ck_fail(err, CKPT_E_INVAL, "already committed");
     ckpt_error e = {0};
     ckpt_status st = CKPT_OK;
     void *copy = malloc(len ? len : 1);
-    if (!copy) st = ckpt_fail(&e, CKPT_E_NOMEM, "out of memory");
+    if (!copy) st = ck_fail(&e, CKPT_E_NOMEM, "out of memory");
     smpi_piece *p = push_keyed(s, key, &st, &e);
     if (st != CKPT_OK) {
         free(copy);
@@ -214,7 +214,7 @@ static ckpt_status write_pending(ckpt_save_mpi *s, const bool *writer, ckpt_erro
         if (p->id.npath > sizeof elems / sizeof *elems) {
             free(big);
             if (!(big = malloc(p->id.npath * sizeof *big))) {
-                st = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+                st = ck_fail(err, CKPT_E_NOMEM, "out of memory");
                 break;
             }
             el = big;
@@ -259,8 +259,8 @@ ckpt_status ckpt_save_mpi_flush(ckpt_save_mpi *s, ckpt_error *err) {
     MPI_Allreduce(&ok, &allok, 1, MPI_INT, MPI_MIN, s->comm);
     ckpt_status st = CKPT_OK;
     if (!allok)
-        st = writer ? ckpt_fail(&e, CKPT_E_NOMEM, "another rank ran out of memory")
-                    : ckpt_fail(&e, CKPT_E_NOMEM, "out of memory");
+        st = writer ? ck_fail(&e, CKPT_E_NOMEM, "another rank ran out of memory")
+                    : ck_fail(&e, CKPT_E_NOMEM, "out of memory");
     else
         st = smpi_plan_writers(s, writer, &e);
     if (st == CKPT_OK) st = write_pending(s, writer, &e);
@@ -295,15 +295,15 @@ static bool split_parent(const char *dir, char **parent, char **name) {
 static ckpt_status commit_root(ckpt_save_mpi *s, const unsigned char *all, const int *counts,
                                const int *displs, ckpt_error *err) {
     ckpt_save_desc **descs = calloc((size_t)s->size, sizeof *descs);
-    if (!descs) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (!descs) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     ckpt_status st = CKPT_OK;
     for (int r = 0; st == CKPT_OK && r < s->size; r++) {
         st = ckpt_save_desc_decode(all + displs[r], (size_t)counts[r], &descs[r], err);
         if (st != CKPT_OK)
-            ckpt_error_prefix(err, "description of rank %d: ", r);
+            ck_error_prefix(err, "description of rank %d: ", r);
         else if (ckpt_save_desc_rank(descs[r]) != (uint32_t)r)
-            st = ckpt_fail(err, CKPT_E_FORMAT, "description of rank %d names rank %u", r,
-                           ckpt_save_desc_rank(descs[r]));
+            st = ck_fail(err, CKPT_E_FORMAT, "description of rank %d names rank %u", r,
+                         ckpt_save_desc_rank(descs[r]));
     }
     double t = smpi_now();
     if (st == CKPT_OK)
@@ -313,8 +313,7 @@ static ckpt_status commit_root(ckpt_save_mpi *s, const unsigned char *all, const
     free(descs);
     if (st == CKPT_OK && (s->mopts.set_latest || s->mopts.keep)) {
         char *parent = NULL, *name = NULL;
-        if (!split_parent(s->dir, &parent, &name))
-            st = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        if (!split_parent(s->dir, &parent, &name)) st = ck_fail(err, CKPT_E_NOMEM, "out of memory");
         if (st == CKPT_OK && s->mopts.set_latest)
             st = ckpt_save_set_latest(parent, name, &s->opts, err);
         if (st == CKPT_OK && s->mopts.keep)
@@ -339,7 +338,7 @@ ckpt_status ckpt_save_mpi_commit(ckpt_save_mpi *s, ckpt_error *err) {
         if (d->items[i].stored && d->items[i].offset + d->items[i].length > s->stats.file_bytes)
             s->stats.file_bytes = d->items[i].offset + d->items[i].length;
     if (st == CKPT_OK && len > INT32_MAX)
-        st = ckpt_fail(&e, CKPT_E_LIMIT, "description of %zu bytes is too large", len);
+        st = ck_fail(&e, CKPT_E_LIMIT, "description of %zu bytes is too large", len);
     ckpt_save_desc_free(d);
     s->stats.seconds_write += smpi_now() - t;
     st = smpi_agree(s, st, &e);
@@ -371,7 +370,7 @@ ckpt_status ckpt_save_mpi_commit(ckpt_save_mpi *s, ckpt_error *err) {
     free(buf);
     st = CKPT_OK;
     if (!ok)
-        st = ckpt_fail(&e, CKPT_E_LIMIT, "descriptions over 2 GiB or out of memory");
+        st = ck_fail(&e, CKPT_E_LIMIT, "descriptions over 2 GiB or out of memory");
     else if (s->rank == 0)
         st = commit_root(s, all, counts, displs, &e);
     free(all);

@@ -56,12 +56,12 @@ static ckpt_status runs_push(runs *r, int64_t start, int64_t count, ckpt_error *
         return CKPT_OK;
     }
     if (r->n == MESH_MAX_RUNS)
-        return ckpt_fail(err, CKPT_E_LIMIT, "layout: a dim is held as more than %u runs",
-                         MESH_MAX_RUNS);
+        return ck_fail(err, CKPT_E_LIMIT, "layout: a dim is held as more than %u runs",
+                       MESH_MAX_RUNS);
     if (r->n == r->cap) {
         uint32_t cap = r->cap ? r->cap * 2 : 4;
         run *v = realloc(r->v, cap * sizeof *v);
-        if (!v) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        if (!v) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
         r->v = v;
         r->cap = cap;
     }
@@ -72,7 +72,7 @@ static ckpt_status runs_push(runs *r, int64_t start, int64_t count, ckpt_error *
 static ckpt_status runs_index(runs *r, ckpt_error *err) {
     free(r->pos);
     r->pos = malloc(((size_t)r->n + 1) * sizeof *r->pos);
-    if (!r->pos) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (!r->pos) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     uint64_t p = 0;
     for (uint32_t i = 0; i < r->n; i++) {
         r->pos[i] = p;
@@ -144,18 +144,17 @@ static ckpt_status apply(const ckpt_placement *p, uint32_t n, uint32_t c, runs *
 
 static ckpt_status check_layout(const ckpt_layout *l, const uint32_t *coord, ckpt_error *err) {
     if (l->mesh_ndim < 1 || l->mesh_ndim > CKPT_LAYOUT_MAX_MESH_NDIM || ckpt_layout_nranks(l) == 0)
-        return ckpt_fail(err, CKPT_E_INVAL, "layout: %d mesh dims or %u ranks out of range",
-                         l->mesh_ndim, ckpt_layout_nranks(l));
+        return ck_fail(err, CKPT_E_INVAL, "layout: %d mesh dims or %u ranks out of range",
+                       l->mesh_ndim, ckpt_layout_nranks(l));
     for (int i = 0; i < l->mesh_ndim; i++) {
         const ckpt_placement *p = &l->placements[i];
         if (p->kind != CKPT_PLACEMENT_REPLICATE &&
             (p->dim < 0 || p->split_factor < 1 || p->split_factor > CKPT_LAYOUT_MAX_SPLIT_FACTOR ||
              (p->kind != CKPT_PLACEMENT_SHARD && p->kind != CKPT_PLACEMENT_STRIDED_SHARD)))
-            return ckpt_fail(err, CKPT_E_INVAL, "layout: placement %d is invalid", i);
+            return ck_fail(err, CKPT_E_INVAL, "layout: placement %d is invalid", i);
         if (!coord || coord[i] >= l->mesh[i])
-            return ckpt_fail(err, CKPT_E_INVAL,
-                             "layout: coordinate %u along mesh dim %d of size %u",
-                             coord ? coord[i] : 0, i, l->mesh[i]);
+            return ck_fail(err, CKPT_E_INVAL, "layout: coordinate %u along mesh dim %d of size %u",
+                           coord ? coord[i] : 0, i, l->mesh[i]);
     }
     return CKPT_OK;
 }
@@ -169,19 +168,19 @@ void ckpt_layout_shard_free(ckpt_layout_shard *s) {
 
 ckpt_status ckpt_layout_shard_new(const ckpt_layout *l, int ndim, const int64_t *shape,
                                   const uint32_t *coord, ckpt_layout_shard **out, ckpt_error *err) {
-    if (!out) return ckpt_fail(err, CKPT_E_INVAL, "layout: NULL argument");
+    if (!out) return ck_fail(err, CKPT_E_INVAL, "layout: NULL argument");
     *out = NULL;
     if (!l || ndim < 0 || ndim > CKPT_MAX_NDIM || (ndim > 0 && !shape))
-        return ckpt_fail(err, CKPT_E_INVAL, "layout: invalid tensor shape (%d dims)", ndim);
+        return ck_fail(err, CKPT_E_INVAL, "layout: invalid tensor shape (%d dims)", ndim);
     CKPT_TRY(check_layout(l, coord, err));
     uint64_t numel = 1;
     for (int d = 0; d < ndim; d++) {
-        if (shape[d] < 0) return ckpt_fail(err, CKPT_E_INVAL, "layout: negative size of dim %d", d);
+        if (shape[d] < 0) return ck_fail(err, CKPT_E_INVAL, "layout: negative size of dim %d", d);
         if (shape[d] && __builtin_mul_overflow(numel, (uint64_t)shape[d], &numel))
-            return ckpt_fail(err, CKPT_E_LIMIT, "layout: the tensor's element count overflows");
+            return ck_fail(err, CKPT_E_LIMIT, "layout: the tensor's element count overflows");
     }
     ckpt_layout_shard *s = calloc(1, sizeof *s);
-    if (!s) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (!s) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     s->ndim = ndim;
     ckpt_status st = CKPT_OK;
     for (int d = 0; d < ndim && st == CKPT_OK; d++) {
@@ -273,8 +272,8 @@ ckpt_status ckpt_layout_boxes(const ckpt_layout *l, int ndim, const int64_t *sha
                               int64_t *local_shape, int64_t *global_offset, ckpt_error *err) {
     uint32_t coord[CKPT_LAYOUT_MAX_MESH_NDIM];
     if (!l || ckpt_layout_coord(l, rank, coord) != CKPT_OK)
-        return ckpt_fail(err, CKPT_E_INVAL, "layout: rank %u outside the mesh (%u ranks)", rank,
-                         l ? ckpt_layout_nranks(l) : 0);
+        return ck_fail(err, CKPT_E_INVAL, "layout: rank %u outside the mesh (%u ranks)", rank,
+                       l ? ckpt_layout_nranks(l) : 0);
     ckpt_layout_shard *s;
     CKPT_TRY(ckpt_layout_shard_new(l, ndim, shape, coord, &s, err));
     ckpt_status st = CKPT_OK;
@@ -284,10 +283,10 @@ ckpt_status ckpt_layout_boxes(const ckpt_layout *l, int ndim, const int64_t *sha
     if (global_offset && ndim)
         memcpy(global_offset, s->offset, (size_t)ndim * sizeof *global_offset);
     if (n > cap) {
-        st = ckpt_fail(err, CKPT_E_LIMIT, "layout: %llu boxes, room for %zu", (unsigned long long)n,
-                       cap);
+        st = ck_fail(err, CKPT_E_LIMIT, "layout: %llu boxes, room for %zu", (unsigned long long)n,
+                     cap);
     } else if (ndim) {
-        if (!starts || !counts) st = ckpt_fail(err, CKPT_E_INVAL, "layout: NULL box arrays");
+        if (!starts || !counts) st = ck_fail(err, CKPT_E_INVAL, "layout: NULL box arrays");
         for (uint64_t i = 0; st == CKPT_OK && i < n; i++)
             ckpt_layout_shard_box(s, i, starts + i * (size_t)ndim, counts + i * (size_t)ndim, NULL);
     }

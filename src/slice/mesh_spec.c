@@ -25,8 +25,8 @@ static bool spec_uint(const char **p, uint64_t max, uint64_t *out, bool *big) {
 }
 
 static ckpt_status bad(ckpt_error *err, const char *spec, const char *p, const char *what) {
-    return ckpt_fail(err, CKPT_E_INVAL, "layout spec '%s': %s at character %td", spec, what,
-                     p - spec + 1);
+    return ck_fail(err, CKPT_E_INVAL, "layout spec '%s': %s at character %td", spec, what,
+                   p - spec + 1);
 }
 
 static ckpt_status number(const char *spec, const char **p, uint64_t lo, uint64_t hi,
@@ -34,16 +34,16 @@ static ckpt_status number(const char *spec, const char **p, uint64_t lo, uint64_
     bool big;
     const char *at = *p;
     if (!spec_uint(p, hi, out, &big))
-        return ckpt_fail(err, CKPT_E_INVAL,
-                         "layout spec '%s': expected %s (a decimal number without leading "
-                         "zeros) at character %td",
-                         spec, what, at - spec + 1);
+        return ck_fail(err, CKPT_E_INVAL,
+                       "layout spec '%s': expected %s (a decimal number without leading "
+                       "zeros) at character %td",
+                       spec, what, at - spec + 1);
     if (big)
-        return ckpt_fail(err, CKPT_E_LIMIT, "layout spec '%s': %s above %llu at character %td",
-                         spec, what, (unsigned long long)hi, at - spec + 1);
+        return ck_fail(err, CKPT_E_LIMIT, "layout spec '%s': %s above %llu at character %td", spec,
+                       what, (unsigned long long)hi, at - spec + 1);
     if (*out < lo)
-        return ckpt_fail(err, CKPT_E_INVAL, "layout spec '%s': %s below %llu at character %td",
-                         spec, what, (unsigned long long)lo, at - spec + 1);
+        return ck_fail(err, CKPT_E_INVAL, "layout spec '%s': %s below %llu at character %td", spec,
+                       what, (unsigned long long)lo, at - spec + 1);
     return CKPT_OK;
 }
 
@@ -62,12 +62,12 @@ static ckpt_status parse_alias(const char *spec, ckpt_layout *l, ckpt_error *err
 }
 
 ckpt_status ckpt_layout_parse(const char *spec, ckpt_layout *out, ckpt_error *err) {
-    if (!spec || !out) return ckpt_fail(err, CKPT_E_INVAL, "layout spec: NULL argument");
+    if (!spec || !out) return ck_fail(err, CKPT_E_INVAL, "layout spec: NULL argument");
     size_t len = strnlen(spec, CKPT_LAYOUT_SPEC_MAX);
     if (len >= CKPT_LAYOUT_SPEC_MAX)
-        return ckpt_fail(err, CKPT_E_LIMIT, "layout spec '%.40s...': longer than %d characters",
-                         spec, CKPT_LAYOUT_SPEC_MAX - 1);
-    if (len == 0) return ckpt_fail(err, CKPT_E_INVAL, "layout spec is empty");
+        return ck_fail(err, CKPT_E_LIMIT, "layout spec '%.40s...': longer than %d characters", spec,
+                       CKPT_LAYOUT_SPEC_MAX - 1);
+    if (len == 0) return ck_fail(err, CKPT_E_INVAL, "layout spec is empty");
     ckpt_layout l;
     memset(&l, 0, sizeof l);
     if (strncmp(spec, "dim", 3) == 0) {
@@ -79,14 +79,14 @@ ckpt_status ckpt_layout_parse(const char *spec, ckpt_layout *out, ckpt_error *er
     uint64_t ranks = 1;
     for (;;) {
         if (l.mesh_ndim == CKPT_LAYOUT_MAX_MESH_NDIM)
-            return ckpt_fail(err, CKPT_E_LIMIT, "layout spec '%s': more than %d mesh dims", spec,
-                             CKPT_LAYOUT_MAX_MESH_NDIM);
+            return ck_fail(err, CKPT_E_LIMIT, "layout spec '%s': more than %d mesh dims", spec,
+                           CKPT_LAYOUT_MAX_MESH_NDIM);
         uint64_t n;
         CKPT_TRY(number(spec, &p, 1, CKPT_LAYOUT_MAX_RANKS, "a mesh size", &n, err));
         ranks *= n;
         if (ranks > CKPT_LAYOUT_MAX_RANKS)
-            return ckpt_fail(err, CKPT_E_LIMIT, "layout spec '%s': the mesh has more than %u ranks",
-                             spec, CKPT_LAYOUT_MAX_RANKS);
+            return ck_fail(err, CKPT_E_LIMIT, "layout spec '%s': the mesh has more than %u ranks",
+                           spec, CKPT_LAYOUT_MAX_RANKS);
         l.mesh[l.mesh_ndim++] = (uint32_t)n;
         if (*p == 'x') {
             p++;
@@ -122,8 +122,8 @@ ckpt_status ckpt_layout_parse(const char *spec, ckpt_layout *out, ckpt_error *er
         }
         if (*p) return bad(err, spec, p, "expected ',' or the end after a placement");
         if (i + 1 != l.mesh_ndim)
-            return ckpt_fail(err, CKPT_E_INVAL, "layout spec '%s': %d placements for %d mesh dims",
-                             spec, i + 1, l.mesh_ndim);
+            return ck_fail(err, CKPT_E_INVAL, "layout spec '%s': %d placements for %d mesh dims",
+                           spec, i + 1, l.mesh_ndim);
         break;
     }
     *out = l;

@@ -29,7 +29,7 @@ static ckpt_status push(ckpt_plan *p, const ckpt_piece *pc, ckpt_error *err) {
     if (p->len == p->cap) {
         size_t cap = p->cap ? p->cap * 2 : 16;
         ckpt_piece *n = realloc(p->pieces, cap * sizeof *n);
-        if (!n) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory building a read plan");
+        if (!n) return ck_fail(err, CKPT_E_NOMEM, "out of memory building a read plan");
         p->pieces = n;
         p->cap = cap;
     }
@@ -48,7 +48,7 @@ static ckpt_status plan_box(void *ctx, const slice_box *b, ckpt_error *err) {
     memcpy(ds, b->dst_stride, sizeof(int64_t) * (size_t)b->ndim);
     memcpy(ss, b->src_stride, sizeof(int64_t) * (size_t)b->ndim);
     memcpy(cnt, b->count, sizeof(int64_t) * (size_t)b->ndim);
-    int n = ckpt_merge_dims(ds, ss, cnt, b->ndim, b->itemsize, &run);
+    int n = ck_merge_dims(ds, ss, cnt, b->ndim, b->itemsize, &run);
     bool cplx = x->dtype == CKPT_DTYPE_COMPLEX64 || x->dtype == CKPT_DTYPE_COMPLEX128;
     ckpt_piece pc = {
         .file_id = b->c->res->kind == CHUNK_IN_MEMORY ? CKPT_PIECE_DECODED : b->c->loc.file_id,
@@ -85,7 +85,7 @@ ckpt_status ckpt_plan_region(ckpt_reader *r, const ckpt_entry *e, const int64_t 
     CKPT_ERR_OR_LOCAL(err);
     *out = NULL;
     ckpt_plan *p = calloc(1, sizeof *p);
-    if (!p) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (!p) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     plan_ctx x = {.p = p, .dtype = e->dtype};
     ckpt_status s = slice_for_each_box(r, e, start, count, plan_box, &x, &p->bytes, err);
     if (s != CKPT_OK) {
@@ -111,43 +111,43 @@ ckpt_status ckpt_plan_execute(ckpt_reader *r, const ckpt_entry *e, const ckpt_pl
                               size_t dst_size, ckpt_error *err) {
     CKPT_ERR_OR_LOCAL(err);
     if (dst_size < p->bytes)
-        return ckpt_fail(err, CKPT_E_INVAL, "buffer of %zu bytes, plan needs %llu", dst_size,
-                         (unsigned long long)p->bytes);
+        return ck_fail(err, CKPT_E_INVAL, "buffer of %zu bytes, plan needs %llu", dst_size,
+                       (unsigned long long)p->bytes);
     uint8_t *out = dst;
     struct {
         int32_t file_id;
-        ckpt_source src;
+        ck_source src;
     } file = {.file_id = CKPT_PIECE_DECODED};
     for (size_t i = 0; i < p->len; i++) {
         const ckpt_piece *pc = &p->pieces[i];
         if (pc->chunk >= e->nchunks || pc->dst_offset + pc->length > p->bytes)
-            return ckpt_fail(err, CKPT_E_INVAL, "plan does not belong to '%s'", e->key);
-        ckpt_chunk *c = &e->chunks[pc->chunk];
-        CKPT_TRY(ckpt_chunk_resolve(r, e, c, err));
+            return ck_fail(err, CKPT_E_INVAL, "plan does not belong to '%s'", e->key);
+        ck_chunk *c = &e->chunks[pc->chunk];
+        CKPT_TRY(ck_chunk_resolve(r, e, c, err));
         if (pc->file_id == CKPT_PIECE_DECODED) {
             if (c->res->kind != CHUNK_IN_MEMORY)
-                return ckpt_fail(err, CKPT_E_INVAL, "plan piece %zu is out of range", i);
-            const ckpt_source *src;
-            CKPT_TRY(ckpt_chunk_pin(r, e, c, &src, err));
+                return ck_fail(err, CKPT_E_INVAL, "plan piece %zu is out of range", i);
+            const ck_source *src;
+            CKPT_TRY(ck_chunk_pin(r, e, c, &src, err));
             bool inside = pc->file_offset + pc->length <= src->len;
             if (inside) memcpy(out + pc->dst_offset, src->mem + pc->file_offset, pc->length);
-            ckpt_chunk_unpin(r, c);
-            if (!inside) return ckpt_fail(err, CKPT_E_INVAL, "plan piece %zu is out of range", i);
+            ck_chunk_unpin(r, c);
+            if (!inside) return ck_fail(err, CKPT_E_INVAL, "plan piece %zu is out of range", i);
         } else {
             if (pc->file_id != file.file_id) { /* consecutive pieces mostly share a file */
-                int fd = ckpt_files_fd(r, (uint32_t)pc->file_id, err);
+                int fd = ck_files_fd(r, (uint32_t)pc->file_id, err);
                 if (fd < 0) return err ? err->code : CKPT_E_IO;
                 file.file_id = pc->file_id;
-                file.src = (ckpt_source){.fd = fd,
-                                         .len = UINT64_MAX / 2,
-                                         .name = r->files[pc->file_id].name,
-                                         .count = &r->io_data};
+                file.src = (ck_source){.fd = fd,
+                                       .len = UINT64_MAX / 2,
+                                       .name = r->files[pc->file_id].name,
+                                       .count = &r->io_data};
             }
-            CKPT_TRY(ckpt_source_read(&file.src, pc->file_offset, out + pc->dst_offset, pc->length,
-                                      err));
+            CKPT_TRY(
+                ck_source_read(&file.src, pc->file_offset, out + pc->dst_offset, pc->length, err));
         }
         if (pc->swap_unit)
-            ckpt_bswap_elems(out + pc->dst_offset, pc->length / pc->swap_unit, pc->swap_unit);
+            ck_bswap_elems(out + pc->dst_offset, pc->length / pc->swap_unit, pc->swap_unit);
     }
     return CKPT_OK;
 }

@@ -16,14 +16,13 @@
 
 /* The whole data file of a chunk as a source (absolute offsets); its fd is looked up once per
  * box, not per run. */
-static ckpt_status file_source(ckpt_reader *r, const ckpt_chunk *c, ckpt_source *src,
-                               ckpt_error *err) {
-    int fd = ckpt_files_fd(r, (uint32_t)c->loc.file_id, err);
+static ckpt_status file_source(ckpt_reader *r, const ck_chunk *c, ck_source *src, ckpt_error *err) {
+    int fd = ck_files_fd(r, (uint32_t)c->loc.file_id, err);
     if (fd < 0) return err ? err->code : CKPT_E_IO;
-    *src = (ckpt_source){.fd = fd,
-                         .len = UINT64_MAX / 2,
-                         .name = r->files[c->loc.file_id].name,
-                         .count = &r->io_data};
+    *src = (ck_source){.fd = fd,
+                       .len = UINT64_MAX / 2,
+                       .name = r->files[c->loc.file_id].name,
+                       .count = &r->io_data};
     return CKPT_OK;
 }
 
@@ -34,7 +33,7 @@ static size_t swap_unit_of(const slice_box *b, ckpt_dtype dt) {
 }
 
 /* Path A: one pread per run (after merging contiguous dims). */
-static ckpt_status read_runs(slice_reader *x, const slice_box *b, const ckpt_source *src, int n,
+static ckpt_status read_runs(slice_reader *x, const slice_box *b, const ck_source *src, int n,
                              const int64_t *ds, const int64_t *ss, const int64_t *cnt, int64_t run,
                              ckpt_error *err) {
     int64_t idx[CKPT_MAX_NDIM] = {0};
@@ -44,7 +43,7 @@ static ckpt_status read_runs(slice_reader *x, const slice_box *b, const ckpt_sou
             soff += (uint64_t)(idx[d] * ss[d]);
             doff += (uint64_t)(idx[d] * ds[d]);
         }
-        CKPT_TRY(ckpt_source_read(src, soff, x->dst + doff, (uint64_t)run, err));
+        CKPT_TRY(ck_source_read(src, soff, x->dst + doff, (uint64_t)run, err));
         int d = n - 1;
         for (; d >= 0; d--) {
             if (++idx[d] < cnt[d]) break;
@@ -55,7 +54,7 @@ static ckpt_status read_runs(slice_reader *x, const slice_box *b, const ckpt_sou
 }
 
 /* Path B: slabs along the dim with the largest source stride, each read in one pread. */
-static ckpt_status read_slabs(slice_reader *x, const slice_box *b, const ckpt_source *src,
+static ckpt_status read_slabs(slice_reader *x, const slice_box *b, const ck_source *src,
                               ckpt_error *err) {
     int nd = b->ndim, big = -1;
     for (int d = 0; d < nd; d++)
@@ -73,37 +72,36 @@ static ckpt_status read_slabs(slice_reader *x, const slice_box *b, const ckpt_so
         if (span > x->slab_cap) {
             uint8_t *n = realloc(x->slab, span);
             if (!n)
-                return ckpt_fail(err, CKPT_E_NOMEM, "out of memory for a %llu-byte slab",
-                                 (unsigned long long)span);
+                return ck_fail(err, CKPT_E_NOMEM, "out of memory for a %llu-byte slab",
+                               (unsigned long long)span);
             x->slab = n;
             x->slab_cap = span;
         }
         uint64_t soff = b->src0 + (big >= 0 ? (uint64_t)(at * b->src_stride[big]) : 0);
         uint64_t doff = b->dst0 + (big >= 0 ? (uint64_t)(at * b->dst_stride[big]) : 0);
-        CKPT_TRY(ckpt_source_read(src, soff, x->slab, span, err));
-        ckpt_strided_copy(x->dst + doff, b->dst_stride, x->slab, b->src_stride, cnt, nd,
-                          b->itemsize);
+        CKPT_TRY(ck_source_read(src, soff, x->slab, span, err));
+        ck_strided_copy(x->dst + doff, b->dst_stride, x->slab, b->src_stride, cnt, nd, b->itemsize);
     }
     return CKPT_OK;
 }
 
 ckpt_status slice_read_box(void *ctx, const slice_box *b, ckpt_error *err) {
     slice_reader *x = ctx;
-    const ckpt_chunk *c = b->c;
+    const ck_chunk *c = b->c;
     if (c->res->kind == CHUNK_IN_MEMORY) { /* decoded bytes: pinned while copied */
-        const ckpt_source *dec;
-        CKPT_TRY(ckpt_chunk_pin(x->r, x->e, (ckpt_chunk *)c, &dec, err));
-        ckpt_strided_copy(x->dst + b->dst0, b->dst_stride, dec->mem + b->src0, b->src_stride,
-                          b->count, b->ndim, b->itemsize);
-        ckpt_chunk_unpin(x->r, (ckpt_chunk *)c);
+        const ck_source *dec;
+        CKPT_TRY(ck_chunk_pin(x->r, x->e, (ck_chunk *)c, &dec, err));
+        ck_strided_copy(x->dst + b->dst0, b->dst_stride, dec->mem + b->src0, b->src_stride,
+                        b->count, b->ndim, b->itemsize);
+        ck_chunk_unpin(x->r, (ck_chunk *)c);
     } else {
-        ckpt_source src;
+        ck_source src;
         CKPT_TRY(file_source(x->r, c, &src, err));
         int64_t ds[CKPT_MAX_NDIM], ss[CKPT_MAX_NDIM], cnt[CKPT_MAX_NDIM], run;
         memcpy(ds, b->dst_stride, sizeof(int64_t) * (size_t)b->ndim);
         memcpy(ss, b->src_stride, sizeof(int64_t) * (size_t)b->ndim);
         memcpy(cnt, b->count, sizeof(int64_t) * (size_t)b->ndim);
-        int n = ckpt_merge_dims(ds, ss, cnt, b->ndim, b->itemsize, &run);
+        int n = ck_merge_dims(ds, ss, cnt, b->ndim, b->itemsize, &run);
         /* runs in ascending file order with big gaps are read one by one, as are long runs,
          * and page-sized runs that make up less than half of their span (a column slice of a
          * row-major chunk: a slab would read the other columns too) */
@@ -120,7 +118,7 @@ ckpt_status slice_read_box(void *ctx, const slice_box *b, ckpt_error *err) {
     }
     size_t unit = swap_unit_of(b, x->e->dtype);
     if (unit)
-        ckpt_strided_bswap(x->dst + b->dst0, b->dst_stride, b->count, b->ndim, b->itemsize, unit);
+        ck_strided_bswap(x->dst + b->dst0, b->dst_stride, b->count, b->ndim, b->itemsize, unit);
     return CKPT_OK;
 }
 
@@ -135,13 +133,13 @@ ckpt_status ckpt_read_region(ckpt_reader *r, const ckpt_entry *e, const int64_t 
                              const int64_t *count, void *dst, size_t dst_size, ckpt_error *err) {
     CKPT_ERR_OR_LOCAL(err);
     if (!r || !e || (!dst && dst_size))
-        return ckpt_fail(err, CKPT_E_INVAL, "ckpt_read_region: NULL argument");
+        return ck_fail(err, CKPT_E_INVAL, "ckpt_read_region: NULL argument");
     if (e->kind == CKPT_ENTRY_TENSOR && !e->problem) {
         for (int d = 0; d < e->ndim && count; d++)
-            if (count[d] < 0) return ckpt_fail(err, CKPT_E_RANGE, "'%s': negative count", e->key);
+            if (count[d] < 0) return ck_fail(err, CKPT_E_RANGE, "'%s': negative count", e->key);
         if (dst_size < region_size(e, count))
-            return ckpt_fail(err, CKPT_E_INVAL, "'%s': buffer of %zu bytes, region needs %llu",
-                             e->key, dst_size, (unsigned long long)region_size(e, count));
+            return ck_fail(err, CKPT_E_INVAL, "'%s': buffer of %zu bytes, region needs %llu",
+                           e->key, dst_size, (unsigned long long)region_size(e, count));
     }
     slice_reader x = {.r = r, .e = e, .dst = dst};
     ckpt_status s = slice_for_each_box(r, e, start, count, slice_read_box, &x, NULL, err);

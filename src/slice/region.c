@@ -9,8 +9,8 @@ ckpt_status slice_for_each_box(ckpt_reader *r, const ckpt_entry *e, const int64_
                                const int64_t *count, slice_box_fn fn, void *ctx,
                                uint64_t *region_bytes, ckpt_error *err) {
     if (e->kind != CKPT_ENTRY_TENSOR)
-        return ckpt_fail(err, CKPT_E_INVAL, "'%s' is not a tensor", e->key);
-    if (e->problem) return ckpt_fail(err, CKPT_E_FORMAT, "'%s': %s", e->key, e->problem);
+        return ck_fail(err, CKPT_E_INVAL, "'%s' is not a tensor", e->key);
+    if (e->problem) return ck_fail(err, CKPT_E_FORMAT, "'%s': %s", e->key, e->problem);
     int nd = e->ndim;
     size_t isz = ckpt_dtype_itemsize(e->dtype);
     int64_t st[CKPT_MAX_NDIM], cn[CKPT_MAX_NDIM], rstride[CKPT_MAX_NDIM];
@@ -19,9 +19,9 @@ ckpt_status slice_for_each_box(ckpt_reader *r, const ckpt_entry *e, const int64_
         st[d] = start ? start[d] : 0;
         cn[d] = count ? count[d] : e->shape[d];
         if (st[d] < 0 || cn[d] < 0 || st[d] > e->shape[d] || cn[d] > e->shape[d] - st[d])
-            return ckpt_fail(
-                err, CKPT_E_RANGE, "'%s': region [%lld, %lld) of dim %d is outside the shape %lld",
-                e->key, (long long)st[d], (long long)(st[d] + cn[d]), d, (long long)e->shape[d]);
+            return ck_fail(err, CKPT_E_RANGE,
+                           "'%s': region [%lld, %lld) of dim %d is outside the shape %lld", e->key,
+                           (long long)st[d], (long long)(st[d] + cn[d]), d, (long long)e->shape[d]);
         numel *= (uint64_t)cn[d];
     }
     int64_t acc = (int64_t)isz;
@@ -34,7 +34,7 @@ ckpt_status slice_for_each_box(ckpt_reader *r, const ckpt_entry *e, const int64_
 
     uint64_t covered = 0;
     for (size_t k = 0; k < e->nchunks; k++) {
-        ckpt_chunk *c = &e->chunks[k];
+        ck_chunk *c = &e->chunks[k];
         if (!c->numel) continue;
         slice_box b;
         b.ndim = nd;
@@ -54,7 +54,7 @@ ckpt_status slice_for_each_box(ckpt_reader *r, const ckpt_entry *e, const int64_
             }
         }
         if (!n) continue;
-        CKPT_TRY(ckpt_chunk_resolve(r, e, c, err));
+        CKPT_TRY(ck_chunk_resolve(r, e, c, err));
         uint64_t src0 = c->res->elem0, dst0 = 0;
         for (int d = 0; d < nd; d++) {
             src0 += (uint64_t)(b.src_stride[d] * c->res->stride[d]) * isz;
@@ -70,9 +70,9 @@ ckpt_status slice_for_each_box(ckpt_reader *r, const ckpt_entry *e, const int64_
         CKPT_TRY(fn(ctx, &b, err));
     }
     if (covered != numel)
-        return ckpt_fail(err, CKPT_E_FORMAT,
-                         "'%s': stored chunks cover %llu of the %llu elements requested "
-                         "(gap or overlap in the chunk layout)",
-                         e->key, (unsigned long long)covered, (unsigned long long)numel);
+        return ck_fail(err, CKPT_E_FORMAT,
+                       "'%s': stored chunks cover %llu of the %llu elements requested "
+                       "(gap or overlap in the chunk layout)",
+                       e->key, (unsigned long long)covered, (unsigned long long)numel);
     return CKPT_OK;
 }

@@ -8,7 +8,7 @@
 
 typedef struct slice_box {
     uint32_t chunk; /* index in the entry */
-    const ckpt_chunk *c;
+    const ck_chunk *c;
     int ndim;
     size_t itemsize;
     int64_t count[CKPT_MAX_NDIM];      /* elements per dim */

@@ -80,7 +80,7 @@ ckpt_dtype ckpt_dtype_from_name(const char *name) {
     return CKPT_DTYPE_INVALID;
 }
 
-ckpt_dtype ckpt_dtype_from_storage_class(const char *cls) {
+ckpt_dtype ck_dtype_from_storage_class(const char *cls) {
     if (!cls) return CKPT_DTYPE_INVALID;
     for (size_t i = 0; i < TABLE_LEN(dtype_table); i++)
         if (strcmp(dtype_table[i].storage, cls) == 0) return dtype_table[i].dt;

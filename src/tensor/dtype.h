@@ -6,6 +6,6 @@
 #include "ckpt.h"
 
 /* "FloatStorage" -> CKPT_DTYPE_FLOAT32 (torch.save's typed storages, _rebuild_tensor_v2). */
-ckpt_dtype ckpt_dtype_from_storage_class(const char *cls);
+ckpt_dtype ck_dtype_from_storage_class(const char *cls);
 
 #endif

@@ -5,8 +5,7 @@
 
 #include <string.h>
 
-int ckpt_merge_dims(int64_t *ds, int64_t *ss, int64_t *cnt, int ndim, size_t itemsize,
-                    int64_t *run) {
+int ck_merge_dims(int64_t *ds, int64_t *ss, int64_t *cnt, int ndim, size_t itemsize, int64_t *run) {
     int out = 0;
     for (int d = 0; d < ndim; d++) {
         if (cnt[d] == 1) continue;
@@ -31,8 +30,8 @@ int ckpt_merge_dims(int64_t *ds, int64_t *ss, int64_t *cnt, int ndim, size_t ite
     return n;
 }
 
-void ckpt_strided_copy(void *dst, const int64_t *dst_stride, const void *src,
-                       const int64_t *src_stride, const int64_t *count, int ndim, size_t itemsize) {
+void ck_strided_copy(void *dst, const int64_t *dst_stride, const void *src,
+                     const int64_t *src_stride, const int64_t *count, int ndim, size_t itemsize) {
     int64_t ds[CKPT_MAX_NDIM], ss[CKPT_MAX_NDIM], cnt[CKPT_MAX_NDIM], idx[CKPT_MAX_NDIM];
     for (int d = 0; d < ndim; d++) {
         if (count[d] == 0) return;
@@ -41,7 +40,7 @@ void ckpt_strided_copy(void *dst, const int64_t *dst_stride, const void *src,
         cnt[d] = count[d];
     }
     int64_t run;
-    int n = ckpt_merge_dims(ds, ss, cnt, ndim, itemsize, &run);
+    int n = ck_merge_dims(ds, ss, cnt, ndim, itemsize, &run);
     uint8_t *dp = dst;
     const uint8_t *sp = src;
     if (n == 0) {
@@ -74,7 +73,7 @@ void ckpt_strided_copy(void *dst, const int64_t *dst_stride, const void *src,
     }
 }
 
-void ckpt_bswap_elems(void *buf, uint64_t n, size_t elem_size) {
+void ck_bswap_elems(void *buf, uint64_t n, size_t elem_size) {
     uint8_t *p = buf;
     for (uint64_t i = 0; i < n; i++, p += elem_size) {
         for (size_t a = 0, b = elem_size - 1; a < b; a++, b--) {
@@ -85,8 +84,8 @@ void ckpt_bswap_elems(void *buf, uint64_t n, size_t elem_size) {
     }
 }
 
-void ckpt_strided_bswap(void *buf, const int64_t *stride, const int64_t *count, int ndim,
-                        size_t itemsize, size_t swap_unit) {
+void ck_strided_bswap(void *buf, const int64_t *stride, const int64_t *count, int ndim,
+                      size_t itemsize, size_t swap_unit) {
     int64_t idx[CKPT_MAX_NDIM] = {0};
     for (int d = 0; d < ndim; d++)
         if (count[d] == 0) return;
@@ -95,7 +94,7 @@ void ckpt_strided_bswap(void *buf, const int64_t *stride, const int64_t *count, 
         int64_t off = 0;
         for (int d = 0; d < ndim; d++)
             off += idx[d] * stride[d];
-        ckpt_bswap_elems(p + off, itemsize / swap_unit, swap_unit);
+        ck_bswap_elems(p + off, itemsize / swap_unit, swap_unit);
         int d = ndim - 1;
         for (; d >= 0; d--) {
             if (++idx[d] < count[d]) break;

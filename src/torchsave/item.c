@@ -9,7 +9,7 @@
 #include <string.h>
 
 struct ts_item {
-    ckpt_source src;  /* window in a file, or the decoded buffer below */
+    ck_source src;    /* window in a file, or the decoded buffer below */
     uint8_t *decoded; /* owned: transforms undone into memory */
     char *name;       /* owned copy of the source name */
     zip_archive *zip;
@@ -39,22 +39,22 @@ static ckpt_status read_byteorder(ts_item *it, ckpt_error *err) {
         it->big_endian = true;
     } else if (!(len == 6 && memcmp(buf, "little", 6) == 0)) {
         free(buf);
-        return ckpt_fail(err, CKPT_E_FORMAT, "%s: byteorder record is neither 'little' nor 'big'",
-                         it->name);
+        return ck_fail(err, CKPT_E_FORMAT, "%s: byteorder record is neither 'little' nor 'big'",
+                       it->name);
     }
     free(buf);
     return CKPT_OK;
 }
 
-ckpt_status ts_item_open(const ckpt_source *src, const ts_open_options *opts, ts_item **out,
+ckpt_status ts_item_open(const ck_source *src, const ts_open_options *opts, ts_item **out,
                          ckpt_error *err) {
     *out = NULL;
     ts_item *it = calloc(1, sizeof *it);
-    if (!it) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory opening a torch.save item");
+    if (!it) return ck_fail(err, CKPT_E_NOMEM, "out of memory opening a torch.save item");
     it->name = strdup(src->name ? src->name : "(item)");
     if (!it->name) {
         free(it);
-        return ckpt_fail(err, CKPT_E_NOMEM, "out of memory opening a torch.save item");
+        return ck_fail(err, CKPT_E_NOMEM, "out of memory opening a torch.save item");
     }
     it->src = *src;
     it->src.name = it->name;
@@ -72,7 +72,7 @@ ckpt_status ts_item_open(const ckpt_source *src, const ts_open_options *opts, ts
     CKPT_TRY_GOTO(st, zip_open(&it->src, &it->zip, err), fail_ctx);
     const zip_record *pkl = zip_find(it->zip, "data.pkl");
     if (!pkl) {
-        st = ckpt_fail(err, CKPT_E_FORMAT, "archive has no %s/data.pkl record", zip_root(it->zip));
+        st = ck_fail(err, CKPT_E_FORMAT, "archive has no %s/data.pkl record", zip_root(it->zip));
         goto fail_ctx;
     }
     uint8_t *pbuf = NULL;
@@ -82,15 +82,15 @@ ckpt_status ts_item_open(const ckpt_source *src, const ts_open_options *opts, ts
     st = pk_decode(pbuf, plen, opts ? opts->pickle_limits : NULL, &it->doc, err);
     free(pbuf);
     if (st != CKPT_OK) {
-        ckpt_error_prefix(err, "data.pkl: ");
+        ck_error_prefix(err, "data.pkl: ");
         goto fail_ctx;
     }
     CKPT_TRY_GOTO(st, read_byteorder(it, err), fail_ctx);
     *out = it;
     return CKPT_OK;
 fail_ctx:
-    ckpt_error_prefix(err, "%s (item at offset %llu%s): ", it->name, (unsigned long long)src->base,
-                      it->decoded ? ", after transforms" : "");
+    ck_error_prefix(err, "%s (item at offset %llu%s): ", it->name, (unsigned long long)src->base,
+                    it->decoded ? ", after transforms" : "");
 fail:
     ts_item_free(it);
     return st;
@@ -99,5 +99,5 @@ fail:
 const pk_value *ts_item_root(const ts_item *it) { return pk_doc_root(it->doc); }
 const zip_archive *ts_item_zip(const ts_item *it) { return it->zip; }
 bool ts_item_big_endian(const ts_item *it) { return it->big_endian; }
-const ckpt_source *ts_item_source(const ts_item *it) { return &it->src; }
+const ck_source *ts_item_source(const ts_item *it) { return &it->src; }
 bool ts_item_is_decoded(const ts_item *it) { return it->decoded != NULL; }

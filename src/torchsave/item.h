@@ -28,7 +28,7 @@ typedef struct ts_open_options {
 
 /* `src` describes the stored item; its `name` is used in messages.  The item keeps a copy of
  * *src (the fd must stay open while the item lives). */
-ckpt_status ts_item_open(const ckpt_source *src, const ts_open_options *opts, ts_item **out,
+ckpt_status ts_item_open(const ck_source *src, const ts_open_options *opts, ts_item **out,
                          ckpt_error *err);
 void ts_item_free(ts_item *it);
 
@@ -36,7 +36,7 @@ const pk_value *ts_item_root(const ts_item *it); /* decoded data.pkl */
 const zip_archive *ts_item_zip(const ts_item *it);
 bool ts_item_big_endian(const ts_item *it); /* byteorder record says "big" */
 /* The source the zip lives in: the original window, or the decoded memory buffer. */
-const ckpt_source *ts_item_source(const ts_item *it);
+const ck_source *ts_item_source(const ts_item *it);
 bool ts_item_is_decoded(const ts_item *it); /* transforms were undone into memory */
 
 typedef struct ts_tensor_view {

@@ -18,7 +18,7 @@
 typedef unsigned long long ull;
 
 struct ts_safetensors {
-    ckpt_arena *arena;
+    ck_arena *arena;
     uint64_t header_len;
     uint64_t data_start;
     uint64_t data_len;
@@ -91,60 +91,60 @@ static int cmp_begin(const void *a, const void *b) {
     return x->end < y->end ? -1 : x->end > y->end;
 }
 
-static ckpt_status get_u64(const ckpt_json *v, uint64_t *out) {
+static ckpt_status get_u64(const ck_json *v, uint64_t *out) {
     if (!v || v->type != CKPT_JSON_NUMBER || !v->is_int || v->u.num.i < 0) return CKPT_E_FORMAT;
     *out = (uint64_t)v->u.num.i;
     return CKPT_OK;
 }
 
 /* Fills t from entry `m`; X is the blob offset for messages. */
-static ckpt_status parse_entry(ts_safetensors *st, const ckpt_json_member *m, ts_st_tensor *t,
+static ckpt_status parse_entry(ts_safetensors *st, const ck_json_member *m, ts_st_tensor *t,
                                uint64_t X, ckpt_error *err) {
-    const ckpt_json *v = &m->value;
+    const ck_json *v = &m->value;
     t->name = m->key;
     t->name_len = m->key_len;
     if (v->type != CKPT_JSON_OBJECT)
-        return ckpt_fail(err, CKPT_E_FORMAT,
-                         "safetensors at offset %llu: entry '%s' is not an object", (ull)X, m->key);
-    const ckpt_json *dt = ckpt_json_get(v, "dtype"), *shape = ckpt_json_get(v, "shape"),
-                    *offs = ckpt_json_get(v, "data_offsets");
+        return ck_fail(err, CKPT_E_FORMAT,
+                       "safetensors at offset %llu: entry '%s' is not an object", (ull)X, m->key);
+    const ck_json *dt = ck_json_get(v, "dtype"), *shape = ck_json_get(v, "shape"),
+                  *offs = ck_json_get(v, "data_offsets");
     if (!dt || dt->type != CKPT_JSON_STRING)
-        return ckpt_fail(err, CKPT_E_FORMAT,
-                         "safetensors at offset %llu: tensor '%s' has no dtype string", (ull)X,
-                         m->key);
+        return ck_fail(err, CKPT_E_FORMAT,
+                       "safetensors at offset %llu: tensor '%s' has no dtype string", (ull)X,
+                       m->key);
     if (!shape || shape->type != CKPT_JSON_ARRAY)
-        return ckpt_fail(err, CKPT_E_FORMAT,
-                         "safetensors at offset %llu: tensor '%s' has no shape array", (ull)X,
-                         m->key);
+        return ck_fail(err, CKPT_E_FORMAT,
+                       "safetensors at offset %llu: tensor '%s' has no shape array", (ull)X,
+                       m->key);
     if (!offs || offs->type != CKPT_JSON_ARRAY || offs->len != 2 ||
         get_u64(&offs->u.items[0], &t->begin) || get_u64(&offs->u.items[1], &t->end))
-        return ckpt_fail(err, CKPT_E_FORMAT,
-                         "safetensors at offset %llu: tensor '%s' needs data_offsets [begin, end] "
-                         "of non-negative integers",
-                         (ull)X, m->key);
+        return ck_fail(err, CKPT_E_FORMAT,
+                       "safetensors at offset %llu: tensor '%s' needs data_offsets [begin, end] "
+                       "of non-negative integers",
+                       (ull)X, m->key);
     if (t->begin > t->end)
-        return ckpt_fail(err, CKPT_E_FORMAT,
-                         "safetensors at offset %llu: tensor '%s' has data_offsets [%llu, %llu) "
-                         "ending before they begin",
-                         (ull)X, m->key, (ull)t->begin, (ull)t->end);
+        return ck_fail(err, CKPT_E_FORMAT,
+                       "safetensors at offset %llu: tensor '%s' has data_offsets [%llu, %llu) "
+                       "ending before they begin",
+                       (ull)X, m->key, (ull)t->begin, (ull)t->end);
     if (shape->len > CKPT_MAX_NDIM)
-        return ckpt_fail(err, CKPT_E_LIMIT,
-                         "safetensors at offset %llu: tensor '%s' has %zu dimensions (at most %d)",
-                         (ull)X, m->key, shape->len, CKPT_MAX_NDIM);
+        return ck_fail(err, CKPT_E_LIMIT,
+                       "safetensors at offset %llu: tensor '%s' has %zu dimensions (at most %d)",
+                       (ull)X, m->key, shape->len, CKPT_MAX_NDIM);
     t->dtype_name = dt->u.str;
     t->ndim = (int)shape->len;
     t->numel = 1;
     bool overflow = false, has_zero = false;
     if (shape->len) {
-        int64_t *dims = ckpt_arena_alloc(st->arena, shape->len * sizeof *dims);
+        int64_t *dims = ck_arena_alloc(st->arena, shape->len * sizeof *dims);
         if (!dims) return CKPT_E_NOMEM;
         for (size_t d = 0; d < shape->len; d++) {
             uint64_t x;
             if (get_u64(&shape->u.items[d], &x))
-                return ckpt_fail(err, CKPT_E_FORMAT,
-                                 "safetensors at offset %llu: tensor '%s' has a shape entry "
-                                 "that is not a non-negative integer",
-                                 (ull)X, m->key);
+                return ck_fail(err, CKPT_E_FORMAT,
+                               "safetensors at offset %llu: tensor '%s' has a shape entry "
+                               "that is not a non-negative integer",
+                               (ull)X, m->key);
             dims[d] = (int64_t)x;
             if (x == 0) has_zero = true;
             if (x && t->numel > UINT64_MAX / x) overflow = true;
@@ -161,33 +161,33 @@ static ckpt_status parse_entry(ts_safetensors *st, const ckpt_json_member *m, ts
     t->dtype = info ? info->dtype : CKPT_DTYPE_INVALID;
     if (info) {
         if (overflow || t->numel > UINT64_MAX / info->bits)
-            return ckpt_fail(err, CKPT_E_FORMAT,
-                             "safetensors at offset %llu: tensor '%s' has too many elements",
-                             (ull)X, m->key);
+            return ck_fail(err, CKPT_E_FORMAT,
+                           "safetensors at offset %llu: tensor '%s' has too many elements", (ull)X,
+                           m->key);
         uint64_t nbits = t->numel * info->bits;
         if (nbits % 8 || nbits / 8 != t->size)
-            return ckpt_fail(err, CKPT_E_FORMAT,
-                             "safetensors at offset %llu: tensor '%s' (%s, %llu elements) needs "
-                             "%llu%s bytes but data_offsets [%llu, %llu) hold %llu",
-                             (ull)X, m->key, dt->u.str, (ull)t->numel, (ull)(nbits / 8),
-                             nbits % 8 ? "+" : "", (ull)t->begin, (ull)t->end, (ull)t->size);
+            return ck_fail(err, CKPT_E_FORMAT,
+                           "safetensors at offset %llu: tensor '%s' (%s, %llu elements) needs "
+                           "%llu%s bytes but data_offsets [%llu, %llu) hold %llu",
+                           (ull)X, m->key, dt->u.str, (ull)t->numel, (ull)(nbits / 8),
+                           nbits % 8 ? "+" : "", (ull)t->begin, (ull)t->end, (ull)t->size);
     }
     return CKPT_OK;
 }
 
-static ckpt_status parse_header(ts_safetensors *st, const ckpt_json *root, uint64_t X,
+static ckpt_status parse_header(ts_safetensors *st, const ck_json *root, uint64_t X,
                                 ckpt_error *err) {
     if (root->type != CKPT_JSON_OBJECT)
-        return ckpt_fail(err, CKPT_E_FORMAT, "safetensors at offset %llu: header is not an object",
-                         (ull)X);
+        return ck_fail(err, CKPT_E_FORMAT, "safetensors at offset %llu: header is not an object",
+                       (ull)X);
     size_t ntensors = 0;
-    const ckpt_json *meta = NULL;
+    const ck_json *meta = NULL;
     for (size_t i = 0; i < root->len; i++) {
-        const ckpt_json_member *m = &root->u.members[i];
+        const ck_json_member *m = &root->u.members[i];
         if (m->key_len == 12 && !memcmp(m->key, "__metadata__", 12)) {
             if (meta)
-                return ckpt_fail(err, CKPT_E_FORMAT,
-                                 "safetensors at offset %llu: duplicate __metadata__", (ull)X);
+                return ck_fail(err, CKPT_E_FORMAT,
+                               "safetensors at offset %llu: duplicate __metadata__", (ull)X);
             meta = &m->value;
         } else {
             ntensors++;
@@ -195,37 +195,37 @@ static ckpt_status parse_header(ts_safetensors *st, const ckpt_json *root, uint6
     }
     if (meta && meta->type == CKPT_JSON_OBJECT) {
         st->nmeta = meta->len;
-        st->meta_keys = ckpt_arena_alloc(st->arena, (meta->len + 1) * sizeof(char *));
-        st->meta_values = ckpt_arena_alloc(st->arena, (meta->len + 1) * sizeof(char *));
+        st->meta_keys = ck_arena_alloc(st->arena, (meta->len + 1) * sizeof(char *));
+        st->meta_values = ck_arena_alloc(st->arena, (meta->len + 1) * sizeof(char *));
         if (!st->meta_keys || !st->meta_values) return CKPT_E_NOMEM;
         for (size_t i = 0; i < meta->len; i++) {
-            const ckpt_json_member *m = &meta->u.members[i];
+            const ck_json_member *m = &meta->u.members[i];
             if (m->value.type != CKPT_JSON_STRING)
-                return ckpt_fail(err, CKPT_E_FORMAT,
-                                 "safetensors at offset %llu: __metadata__ value '%s' is a %s, "
-                                 "not a string",
-                                 (ull)X, m->key, ckpt_json_type_name(m->value.type));
+                return ck_fail(err, CKPT_E_FORMAT,
+                               "safetensors at offset %llu: __metadata__ value '%s' is a %s, "
+                               "not a string",
+                               (ull)X, m->key, ck_json_type_name(m->value.type));
             st->meta_keys[i] = m->key;
             st->meta_values[i] = m->value.u.str;
         }
     } else if (meta && meta->type != CKPT_JSON_NULL) {
-        return ckpt_fail(err, CKPT_E_FORMAT,
-                         "safetensors at offset %llu: __metadata__ is a %s, not an object", (ull)X,
-                         ckpt_json_type_name(meta->type));
+        return ck_fail(err, CKPT_E_FORMAT,
+                       "safetensors at offset %llu: __metadata__ is a %s, not an object", (ull)X,
+                       ck_json_type_name(meta->type));
     }
 
     size_t nslots = 16;
     while (nslots < 2 * ntensors)
         nslots *= 2;
     st->n = ntensors;
-    st->tensors = ckpt_arena_alloc(st->arena, (ntensors + 1) * sizeof *st->tensors);
-    st->slots = ckpt_arena_alloc(st->arena, nslots * sizeof *st->slots);
-    ts_st_tensor **order = ckpt_arena_alloc(st->arena, (ntensors + 1) * sizeof *order);
+    st->tensors = ck_arena_alloc(st->arena, (ntensors + 1) * sizeof *st->tensors);
+    st->slots = ck_arena_alloc(st->arena, nslots * sizeof *st->slots);
+    ts_st_tensor **order = ck_arena_alloc(st->arena, (ntensors + 1) * sizeof *order);
     if (!st->tensors || !st->slots || !order) return CKPT_E_NOMEM;
     st->slot_mask = nslots - 1;
     size_t k = 0;
     for (size_t i = 0; i < root->len; i++) {
-        const ckpt_json_member *m = &root->u.members[i];
+        const ck_json_member *m = &root->u.members[i];
         if (&m->value == meta) continue;
         ts_st_tensor *t = &st->tensors[k];
         CKPT_TRY(parse_entry(st, m, t, X, err));
@@ -233,9 +233,9 @@ static ckpt_status parse_header(ts_safetensors *st, const ckpt_json *root, uint6
         while (st->slots[slot]) {
             const ts_st_tensor *o = &st->tensors[st->slots[slot] - 1];
             if (o->name_len == t->name_len && !memcmp(o->name, t->name, t->name_len))
-                return ckpt_fail(err, CKPT_E_FORMAT,
-                                 "safetensors at offset %llu: duplicate tensor '%s'", (ull)X,
-                                 t->name);
+                return ck_fail(err, CKPT_E_FORMAT,
+                               "safetensors at offset %llu: duplicate tensor '%s'", (ull)X,
+                               t->name);
             slot = (slot + 1) & st->slot_mask;
         }
         st->slots[slot] = (uint32_t)(k + 1);
@@ -247,10 +247,10 @@ static ckpt_status parse_header(ts_safetensors *st, const ckpt_json *root, uint6
     uint64_t end = 0;
     for (size_t i = 0; i < ntensors; i++) {
         if (order[i]->begin != end)
-            return ckpt_fail(err, CKPT_E_FORMAT,
-                             "safetensors at offset %llu: tensor '%s' starts at data offset %llu; "
-                             "expected %llu (tensors must tile the data without gaps or overlaps)",
-                             (ull)X, order[i]->name, (ull)order[i]->begin, (ull)end);
+            return ck_fail(err, CKPT_E_FORMAT,
+                           "safetensors at offset %llu: tensor '%s' starts at data offset %llu; "
+                           "expected %llu (tensors must tile the data without gaps or overlaps)",
+                           (ull)X, order[i]->name, (ull)order[i]->begin, (ull)end);
         end = order[i]->end;
     }
     st->data_len = end;
@@ -259,18 +259,18 @@ static ckpt_status parse_header(ts_safetensors *st, const ckpt_json *root, uint6
     return CKPT_OK;
 }
 
-static ckpt_status open_blob(const ckpt_source *src, uint64_t offset, uint64_t max_header,
+static ckpt_status open_blob(const ck_source *src, uint64_t offset, uint64_t max_header,
                              bool check_data, ts_safetensors **out, ckpt_error *err) {
-    if (!out) return ckpt_fail(err, CKPT_E_INVAL, "ts_safetensors_open: out is NULL");
+    if (!out) return ck_fail(err, CKPT_E_INVAL, "ts_safetensors_open: out is NULL");
     *out = NULL;
-    if (!src) return ckpt_fail(err, CKPT_E_INVAL, "ts_safetensors_open: no source");
+    if (!src) return ck_fail(err, CKPT_E_INVAL, "ts_safetensors_open: no source");
     const uint64_t X = offset;
     if (!max_header) max_header = TS_SAFETENSORS_MAX_HEADER;
     if (offset > src->len || src->len - offset < 8)
-        return ckpt_fail(err, CKPT_E_RANGE,
-                         "safetensors at offset %llu: no room for the 8-byte header length in a "
-                         "%llu-byte source",
-                         (ull)X, (ull)src->len);
+        return ck_fail(err, CKPT_E_RANGE,
+                       "safetensors at offset %llu: no room for the 8-byte header length in a "
+                       "%llu-byte source",
+                       (ull)X, (ull)src->len);
     uint64_t avail = src->len - offset;
     uint8_t *owned = NULL;
     const uint8_t *buf;
@@ -280,8 +280,8 @@ static ckpt_status open_blob(const ckpt_source *src, uint64_t offset, uint64_t m
         buf = src->mem + offset;
     } else {
         owned = malloc((size_t)have);
-        if (!owned) return ckpt_fail(err, CKPT_E_NOMEM, "safetensors: out of memory");
-        s = ckpt_source_read(src, offset, owned, have, err);
+        if (!owned) return ck_fail(err, CKPT_E_NOMEM, "safetensors: out of memory");
+        s = ck_source_read(src, offset, owned, have, err);
         if (s != CKPT_OK) {
             free(owned);
             return s;
@@ -291,26 +291,26 @@ static ckpt_status open_blob(const ckpt_source *src, uint64_t offset, uint64_t m
     uint64_t n = ts_safetensors_len_prefix(buf);
     if (n > max_header) {
         free(owned);
-        return ckpt_fail(err, CKPT_E_LIMIT,
-                         "safetensors at offset %llu: not a safetensors file (its 8-byte header "
-                         "length exceeds the %llu-byte limit)",
-                         (ull)X, (ull)max_header);
+        return ck_fail(err, CKPT_E_LIMIT,
+                       "safetensors at offset %llu: not a safetensors file (its 8-byte header "
+                       "length exceeds the %llu-byte limit)",
+                       (ull)X, (ull)max_header);
     }
     if (n > avail - 8) {
         free(owned);
-        return ckpt_fail(err, CKPT_E_RANGE,
-                         "safetensors at offset %llu: not a safetensors file (its 8-byte header "
-                         "length passes the end of the %llu-byte source)",
-                         (ull)X, (ull)src->len);
+        return ck_fail(err, CKPT_E_RANGE,
+                       "safetensors at offset %llu: not a safetensors file (its 8-byte header "
+                       "length passes the end of the %llu-byte source)",
+                       (ull)X, (ull)src->len);
     }
     if (owned && 8 + n > have) {
         uint8_t *bigger = realloc(owned, (size_t)(8 + n));
         if (!bigger) {
             free(owned);
-            return ckpt_fail(err, CKPT_E_NOMEM, "safetensors: out of memory for the header");
+            return ck_fail(err, CKPT_E_NOMEM, "safetensors: out of memory for the header");
         }
         owned = bigger;
-        s = ckpt_source_read(src, offset + have, owned + have, 8 + n - have, err);
+        s = ck_source_read(src, offset + have, owned + have, 8 + n - have, err);
         if (s != CKPT_OK) {
             free(owned);
             return s;
@@ -320,32 +320,32 @@ static ckpt_status open_blob(const ckpt_source *src, uint64_t offset, uint64_t m
 
     ts_safetensors *st = calloc(1, sizeof *st);
     /* A parsed node takes <= 32 bytes per 2 header bytes; no real header comes close. */
-    ckpt_arena *arena = ckpt_arena_new(n < (UINT64_MAX >> 6) ? 32 * n + (1u << 20) : 0);
+    ck_arena *arena = ck_arena_new(n < (UINT64_MAX >> 6) ? 32 * n + (1u << 20) : 0);
     if (!st || !arena) {
         free(st);
-        ckpt_arena_free(arena);
+        ck_arena_free(arena);
         free(owned);
-        return ckpt_fail(err, CKPT_E_NOMEM, "safetensors: out of memory");
+        return ck_fail(err, CKPT_E_NOMEM, "safetensors: out of memory");
     }
     st->arena = arena;
     st->header_len = n;
     st->data_start = offset + 8 + n;
-    const ckpt_json *root;
-    s = ckpt_json_parse(arena, (const char *)buf + 8, (size_t)n, ST_JSON_DEPTH, &root, err);
+    const ck_json *root;
+    s = ck_json_parse(arena, (const char *)buf + 8, (size_t)n, ST_JSON_DEPTH, &root, err);
     if (s != CKPT_OK) {
-        ckpt_error_prefix(err, "safetensors at offset %llu: header ", (ull)X);
+        ck_error_prefix(err, "safetensors at offset %llu: header ", (ull)X);
     } else {
         s = parse_header(st, root, X, err);
         if (s == CKPT_E_NOMEM)
-            s = ckpt_fail(err, ckpt_arena_over_budget(arena) ? CKPT_E_LIMIT : CKPT_E_NOMEM,
-                          "safetensors at offset %llu: out of memory for the header", (ull)X);
+            s = ck_fail(err, ck_arena_over_budget(arena) ? CKPT_E_LIMIT : CKPT_E_NOMEM,
+                        "safetensors at offset %llu: out of memory for the header", (ull)X);
     }
     free(owned);
     if (s == CKPT_OK && check_data && st->data_len > src->len - st->data_start)
-        s = ckpt_fail(err, CKPT_E_RANGE,
-                      "safetensors at offset %llu: data section of %llu bytes at %llu passes the "
-                      "end of the %llu-byte source",
-                      (ull)X, (ull)st->data_len, (ull)st->data_start, (ull)src->len);
+        s = ck_fail(err, CKPT_E_RANGE,
+                    "safetensors at offset %llu: data section of %llu bytes at %llu passes the "
+                    "end of the %llu-byte source",
+                    (ull)X, (ull)st->data_len, (ull)st->data_start, (ull)src->len);
     if (s != CKPT_OK) {
         ts_safetensors_free(st);
         return s;
@@ -354,19 +354,19 @@ static ckpt_status open_blob(const ckpt_source *src, uint64_t offset, uint64_t m
     return CKPT_OK;
 }
 
-ckpt_status ts_safetensors_open(const ckpt_source *src, uint64_t offset, uint64_t max_header,
+ckpt_status ts_safetensors_open(const ck_source *src, uint64_t offset, uint64_t max_header,
                                 ts_safetensors **out, ckpt_error *err) {
     return open_blob(src, offset, max_header, true, out, err);
 }
 
-ckpt_status ts_safetensors_open_header(const ckpt_source *src, uint64_t offset, uint64_t max_header,
+ckpt_status ts_safetensors_open_header(const ck_source *src, uint64_t offset, uint64_t max_header,
                                        ts_safetensors **out, ckpt_error *err) {
     return open_blob(src, offset, max_header, false, out, err);
 }
 
 void ts_safetensors_free(ts_safetensors *st) {
     if (!st) return;
-    ckpt_arena_free(st->arena);
+    ck_arena_free(st->arena);
     free(st);
 }
 

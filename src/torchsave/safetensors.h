@@ -50,12 +50,12 @@ static inline uint64_t ts_safetensors_len_prefix(const uint8_t p[8]) {
  * TS_SAFETENSORS_MAX_HEADER).  Errors: CKPT_E_FORMAT, CKPT_E_RANGE (header or data outside
  * the source), CKPT_E_LIMIT (header length, ndim, memory), CKPT_E_IO, CKPT_E_NOMEM; messages
  * start with "safetensors at offset X:" (X relative to the window).  *out is NULL on failure. */
-ckpt_status ts_safetensors_open(const ckpt_source *src, uint64_t offset, uint64_t max_header,
+ckpt_status ts_safetensors_open(const ck_source *src, uint64_t offset, uint64_t max_header,
                                 ts_safetensors **out, ckpt_error *err);
 /* The same, except that the data section may pass the end of the source: for a file whose
  * tensors are read later through bounds-checked windows, so a truncated file still lists
  * them (and the tensors whose bytes are all there stay readable). */
-ckpt_status ts_safetensors_open_header(const ckpt_source *src, uint64_t offset, uint64_t max_header,
+ckpt_status ts_safetensors_open_header(const ck_source *src, uint64_t offset, uint64_t max_header,
                                        ts_safetensors **out, ckpt_error *err);
 void ts_safetensors_free(ts_safetensors *st);
 

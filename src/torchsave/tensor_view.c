@@ -21,8 +21,8 @@ bool ts_is_tensor_node(const pk_value *v) {
 }
 
 static ckpt_status bad(ckpt_error *err, const ts_item *it, const char *what) {
-    return ckpt_fail(err, CKPT_E_FORMAT, "%s: tensor in data.pkl: %s", ts_item_source(it)->name,
-                     what);
+    return ck_fail(err, CKPT_E_FORMAT, "%s: tensor in data.pkl: %s", ts_item_source(it)->name,
+                   what);
 }
 
 static bool empty_or_none(const pk_value *v) {
@@ -46,18 +46,17 @@ ckpt_status ts_tensor_view_of(const ts_item *it, const pk_value *v, ts_tensor_vi
     bool v3 = is_rebuild(v, "_rebuild_tensor_v3");
     if (!v3 && !is_rebuild(v, "_rebuild_tensor_v2")) {
         const char *cls = pk_class_name(v);
-        return ckpt_fail(err, CKPT_E_UNSUPPORTED, "%s: unsupported tensor rebuild function '%s'",
-                         ts_item_source(it)->name, cls ? cls : "(not a call)");
+        return ck_fail(err, CKPT_E_UNSUPPORTED, "%s: unsupported tensor rebuild function '%s'",
+                       ts_item_source(it)->name, cls ? cls : "(not a call)");
     }
     const pk_value *args = v->u.obj.args;
     size_t nargs = pk_len(args);
     if (nargs < (v3 ? 7u : 6u)) return bad(err, it, "too few rebuild arguments");
     const pk_value *meta = pk_item(args, v3 ? 7 : 6);
     if (nargs > (v3 ? 7u : 6u) && !empty_or_none(meta))
-        return ckpt_fail(
-            err, CKPT_E_UNSUPPORTED,
-            "%s: tensor carries rebuild metadata (conj/neg bits) that is not supported",
-            ts_item_source(it)->name);
+        return ck_fail(err, CKPT_E_UNSUPPORTED,
+                       "%s: tensor carries rebuild metadata (conj/neg bits) that is not supported",
+                       ts_item_source(it)->name);
 
     const pk_value *storage = pk_item(args, 0);
     if (!storage || storage->type != PK_PERSID)
@@ -79,11 +78,11 @@ ckpt_status ts_tensor_view_of(const ts_item *it, const pk_value *v, ts_tensor_vi
         if (!dtv || dtv->type != PK_GLOBAL) return bad(err, it, "dtype argument is not a global");
         dt = ckpt_dtype_from_name(dtv->u.global.name);
     } else if (!untyped) {
-        dt = ckpt_dtype_from_storage_class(stype_name);
+        dt = ck_dtype_from_storage_class(stype_name);
     }
     if (dt == CKPT_DTYPE_INVALID)
-        return ckpt_fail(err, CKPT_E_UNSUPPORTED, "%s: unsupported storage/dtype '%s'",
-                         ts_item_source(it)->name, stype_name ? stype_name : "?");
+        return ck_fail(err, CKPT_E_UNSUPPORTED, "%s: unsupported storage/dtype '%s'",
+                       ts_item_source(it)->name, stype_name ? stype_name : "?");
     size_t isz = ckpt_dtype_itemsize(dt);
     uint64_t storage_bytes;
     if (untyped) {
@@ -119,23 +118,23 @@ ckpt_status ts_tensor_view_of(const ts_item *it, const pk_value *v, ts_tensor_vi
             max_index += step * (uint64_t)out->stride[d];
         }
         if (max_index >= out->storage_numel)
-            return ckpt_fail(err, CKPT_E_FORMAT,
-                             "%s: tensor addresses element %llu of a %llu-element storage",
-                             ts_item_source(it)->name, (unsigned long long)max_index,
-                             (unsigned long long)out->storage_numel);
+            return ck_fail(err, CKPT_E_FORMAT,
+                           "%s: tensor addresses element %llu of a %llu-element storage",
+                           ts_item_source(it)->name, (unsigned long long)max_index,
+                           (unsigned long long)out->storage_numel);
     }
     char recname[300];
     snprintf(recname, sizeof recname, "data/%s", key);
     out->storage_key = key;
     out->record = zip_find(ts_item_zip(it), recname);
     if (!out->record)
-        return ckpt_fail(err, CKPT_E_FORMAT, "%s: storage record '%s' missing from the archive",
-                         ts_item_source(it)->name, recname);
+        return ck_fail(err, CKPT_E_FORMAT, "%s: storage record '%s' missing from the archive",
+                       ts_item_source(it)->name, recname);
     if (out->record->size != storage_bytes)
-        return ckpt_fail(err, CKPT_E_FORMAT,
-                         "%s: storage record '%s' holds %llu bytes, data.pkl says %llu",
-                         ts_item_source(it)->name, recname, (unsigned long long)out->record->size,
-                         (unsigned long long)storage_bytes);
+        return ck_fail(err, CKPT_E_FORMAT,
+                       "%s: storage record '%s' holds %llu bytes, data.pkl says %llu",
+                       ts_item_source(it)->name, recname, (unsigned long long)out->record->size,
+                       (unsigned long long)storage_bytes);
     return CKPT_OK;
 }
 
@@ -151,15 +150,15 @@ ckpt_status ts_tensor_copy(const ts_item *it, const ts_tensor_view *view, void *
     size_t isz = ckpt_dtype_itemsize(view->dtype);
     uint64_t n = view_numel(view);
     if (dst_size < n * isz)
-        return ckpt_fail(err, CKPT_E_INVAL, "destination of %zu bytes is smaller than the tensor",
-                         dst_size);
+        return ck_fail(err, CKPT_E_INVAL, "destination of %zu bytes is smaller than the tensor",
+                       dst_size);
     if (n == 0) return CKPT_OK;
     /* span of storage elements addressed */
     uint64_t lo = (uint64_t)view->storage_offset, hi = lo;
     for (int d = 0; d < view->ndim; d++)
         hi += (uint64_t)(view->shape[d] - 1) * (uint64_t)view->stride[d];
     uint64_t span = (hi - lo + 1) * isz;
-    const ckpt_source *src = ts_item_source(it);
+    const ck_source *src = ts_item_source(it);
     uint64_t at = view->record->data_offset + lo * isz;
     int64_t sstr[CKPT_MAX_NDIM], dstr[CKPT_MAX_NDIM];
     int64_t acc = (int64_t)isz;
@@ -172,20 +171,20 @@ ckpt_status ts_tensor_copy(const ts_item *it, const ts_tensor_view *view, void *
     for (int d = 0; d < view->ndim && contiguous; d++)
         if (view->shape[d] > 1 && sstr[d] != dstr[d]) contiguous = false;
     if (contiguous) {
-        CKPT_TRY(ckpt_source_read(src, at, dst, span, err));
+        CKPT_TRY(ck_source_read(src, at, dst, span, err));
     } else {
         uint8_t *tmp = malloc(span);
         if (!tmp)
-            return ckpt_fail(err, CKPT_E_NOMEM, "out of memory (%llu bytes)",
-                             (unsigned long long)span);
-        ckpt_status st = ckpt_source_read(src, at, tmp, span, err);
-        if (st == CKPT_OK) ckpt_strided_copy(dst, dstr, tmp, sstr, view->shape, view->ndim, isz);
+            return ck_fail(err, CKPT_E_NOMEM, "out of memory (%llu bytes)",
+                           (unsigned long long)span);
+        ckpt_status st = ck_source_read(src, at, tmp, span, err);
+        if (st == CKPT_OK) ck_strided_copy(dst, dstr, tmp, sstr, view->shape, view->ndim, isz);
         free(tmp);
         CKPT_TRY(st);
     }
     if (ts_item_big_endian(it) && isz > 1) {
         bool cplx = view->dtype == CKPT_DTYPE_COMPLEX64 || view->dtype == CKPT_DTYPE_COMPLEX128;
-        ckpt_bswap_elems(dst, cplx ? n * 2 : n, cplx ? isz / 2 : isz);
+        ck_bswap_elems(dst, cplx ? n * 2 : n, cplx ? isz / 2 : isz);
     }
     return CKPT_OK;
 }

@@ -38,22 +38,22 @@ static ckpt_status parse_one(const char *d, size_t len, ts_transform *t, ckpt_er
     size_t name_len = slash ? (size_t)(slash - d) : len;
     if (name_len == strlen("stream.zstd") && !memcmp(d, "stream.zstd", name_len)) {
         if (!slash)
-            return ckpt_fail(err, CKPT_E_UNSUPPORTED,
-                             "transform '%s' has no version (expected stream.zstd/1)", t->text);
+            return ck_fail(err, CKPT_E_UNSUPPORTED,
+                           "transform '%s' has no version (expected stream.zstd/1)", t->text);
         const char *ver = slash + 1;
         size_t ver_len = len - name_len - 1;
         const char *dot = memchr(ver, '.', ver_len);
         size_t major_len = dot ? (size_t)(dot - ver) : ver_len;
         if (major_len != 1 || ver[0] != '1')
-            return ckpt_fail(err, CKPT_E_UNSUPPORTED,
-                             "transform '%s' has an unsupported version (supported: "
-                             "stream.zstd/1)",
-                             t->text);
+            return ck_fail(err, CKPT_E_UNSUPPORTED,
+                           "transform '%s' has an unsupported version (supported: "
+                           "stream.zstd/1)",
+                           t->text);
         t->kind = TS_TRANSFORM_ZSTD;
         return CKPT_OK;
     }
-    return ckpt_fail(err, CKPT_E_UNSUPPORTED, "unknown transform '%s' (supported: stream.zstd/1)",
-                     t->text);
+    return ck_fail(err, CKPT_E_UNSUPPORTED, "unknown transform '%s' (supported: stream.zstd/1)",
+                   t->text);
 }
 
 static ckpt_status parse_list(const char *list, ts_transform *out, size_t *n, ckpt_error *err) {
@@ -71,11 +71,10 @@ static ckpt_status parse_list(const char *list, ts_transform *out, size_t *n, ck
             a++;
         while (b > a && is_space(b[-1]))
             b--;
-        if (a == b)
-            return ckpt_fail(err, CKPT_E_FORMAT, "empty transform descriptor in '%s'", list);
+        if (a == b) return ck_fail(err, CKPT_E_FORMAT, "empty transform descriptor in '%s'", list);
         if (*n == TS_MAX_TRANSFORMS)
-            return ckpt_fail(err, CKPT_E_LIMIT, "more than %d transform descriptors in '%s'",
-                             TS_MAX_TRANSFORMS, list);
+            return ck_fail(err, CKPT_E_LIMIT, "more than %d transform descriptors in '%s'",
+                           TS_MAX_TRANSFORMS, list);
         CKPT_TRY(parse_one(a, (size_t)(b - a), &out[*n], err));
         (*n)++;
         if (!*end) return CKPT_OK;
@@ -94,14 +93,14 @@ static size_t out_limit(uint64_t max_out) {
     return max_out >= (uint64_t)SIZE_MAX - 1 ? SIZE_MAX - 1 : (size_t)max_out + 1;
 }
 
-static ckpt_status zstd_decode(const ckpt_source *in, uint64_t max_out, const char *what,
+static ckpt_status zstd_decode(const ck_source *in, uint64_t max_out, const char *what,
                                uint8_t **out, size_t *out_len, ckpt_error *err) {
-    if (in->len == 0) return ckpt_fail(err, CKPT_E_FORMAT, "%s: empty zstd stream", what);
+    if (in->len == 0) return ck_fail(err, CKPT_E_FORMAT, "%s: empty zstd stream", what);
     ckpt_status st = CKPT_OK;
     const size_t limit = out_limit(max_out);
     ZSTD_DCtx *dctx = ZSTD_createDCtx();
     uint8_t *inbuf = NULL, *obuf = NULL;
-    if (!dctx) return ckpt_fail(err, CKPT_E_NOMEM, "%s: cannot create a zstd context", what);
+    if (!dctx) return ck_fail(err, CKPT_E_NOMEM, "%s: cannot create a zstd context", what);
 
     /* Windows never need to exceed the output bound. */
     int wlog = TS_ZSTD_WINDOWLOG_DEFAULT;
@@ -113,17 +112,17 @@ static ckpt_status zstd_decode(const ckpt_source *in, uint64_t max_out, const ch
     size_t head_len = in->len < sizeof head ? (size_t)in->len : sizeof head;
     const uint8_t *hp = in->mem;
     if (!hp) {
-        CKPT_TRY_GOTO(st, ckpt_source_read(in, 0, head, head_len, err), done);
+        CKPT_TRY_GOTO(st, ck_source_read(in, 0, head, head_len, err), done);
         hp = head;
     }
     unsigned long long csize = ZSTD_getFrameContentSize(hp, head_len);
     size_t cap;
     if (csize != ZSTD_CONTENTSIZE_UNKNOWN && csize != ZSTD_CONTENTSIZE_ERROR) {
         if (csize > max_out) {
-            st = ckpt_fail(err, CKPT_E_LIMIT,
-                           "%s: zstd frame declares %llu decoded bytes, more than the %llu "
-                           "allowed",
-                           what, csize, (ull)max_out);
+            st = ck_fail(err, CKPT_E_LIMIT,
+                         "%s: zstd frame declares %llu decoded bytes, more than the %llu "
+                         "allowed",
+                         what, csize, (ull)max_out);
             goto done;
         }
         cap = (size_t)csize + 1;
@@ -134,7 +133,7 @@ static ckpt_status zstd_decode(const ckpt_source *in, uint64_t max_out, const ch
     if (cap > limit) cap = limit;
     obuf = malloc(cap);
     if (!obuf) {
-        st = ckpt_fail(err, CKPT_E_NOMEM, "%s: out of memory (%zu bytes)", what, cap);
+        st = ck_fail(err, CKPT_E_NOMEM, "%s: out of memory (%zu bytes)", what, cap);
         goto done;
     }
 
@@ -142,7 +141,7 @@ static ckpt_status zstd_decode(const ckpt_source *in, uint64_t max_out, const ch
     if (!in->mem) {
         inbuf = malloc(chunk);
         if (!inbuf) {
-            st = ckpt_fail(err, CKPT_E_NOMEM, "%s: out of memory", what);
+            st = ck_fail(err, CKPT_E_NOMEM, "%s: out of memory", what);
             goto done;
         }
     }
@@ -153,7 +152,7 @@ static ckpt_status zstd_decode(const ckpt_source *in, uint64_t max_out, const ch
     for (;;) {
         if (ib.pos == ib.size && in_off < in->len) {
             size_t want = in->len - in_off < chunk ? (size_t)(in->len - in_off) : chunk;
-            CKPT_TRY_GOTO(st, ckpt_source_read(in, in_off, inbuf, want, err), done);
+            CKPT_TRY_GOTO(st, ck_source_read(in, in_off, inbuf, want, err), done);
             ib.src = inbuf;
             ib.size = want;
             ib.pos = 0;
@@ -161,15 +160,15 @@ static ckpt_status zstd_decode(const ckpt_source *in, uint64_t max_out, const ch
         }
         if (ob.pos == ob.size) {
             if (ob.size >= limit) {
-                st = ckpt_fail(err, CKPT_E_LIMIT,
-                               "%s: zstd stream decodes to more than the %llu bytes allowed", what,
-                               (ull)max_out);
+                st = ck_fail(err, CKPT_E_LIMIT,
+                             "%s: zstd stream decodes to more than the %llu bytes allowed", what,
+                             (ull)max_out);
                 goto done;
             }
             size_t ncap = ob.size > limit / 2 ? limit : ob.size * 2;
             uint8_t *nb = realloc(obuf, ncap);
             if (!nb) {
-                st = ckpt_fail(err, CKPT_E_NOMEM, "%s: out of memory (%zu bytes)", what, ncap);
+                st = ck_fail(err, CKPT_E_NOMEM, "%s: out of memory (%zu bytes)", what, ncap);
                 goto done;
             }
             obuf = nb;
@@ -180,23 +179,23 @@ static ckpt_status zstd_decode(const ckpt_source *in, uint64_t max_out, const ch
         if (ZSTD_isError(ret)) {
             /* A window larger than the output bound allows is a limit, not corruption. */
             bool window = ZSTD_getErrorCode(ret) == ZSTD_error_frameParameter_windowTooLarge;
-            st = ckpt_fail(err, window ? CKPT_E_LIMIT : CKPT_E_FORMAT,
-                           "%s: zstd error near input offset %llu: %s", what,
-                           (ull)(in_off - (ib.size - ib.pos)), ZSTD_getErrorName(ret));
+            st = ck_fail(err, window ? CKPT_E_LIMIT : CKPT_E_FORMAT,
+                         "%s: zstd error near input offset %llu: %s", what,
+                         (ull)(in_off - (ib.size - ib.pos)), ZSTD_getErrorName(ret));
             goto done;
         }
         if (ob.pos > max_out) {
-            st = ckpt_fail(err, CKPT_E_LIMIT,
-                           "%s: zstd stream decodes to more than the %llu bytes allowed", what,
-                           (ull)max_out);
+            st = ck_fail(err, CKPT_E_LIMIT,
+                         "%s: zstd stream decodes to more than the %llu bytes allowed", what,
+                         (ull)max_out);
             goto done;
         }
         /* All input handed over and the decoder left room: everything is flushed. */
         if (ib.pos == ib.size && in_off == in->len && ob.pos < ob.size) break;
     }
     if (ret != 0) {
-        st = ckpt_fail(err, CKPT_E_FORMAT, "%s: zstd stream is truncated (%llu input bytes)", what,
-                       (ull)in->len);
+        st = ck_fail(err, CKPT_E_FORMAT, "%s: zstd stream is truncated (%llu input bytes)", what,
+                     (ull)in->len);
         goto done;
     }
     if (ob.pos + 1 < ob.size / 2) { /* give back a large overestimate */
@@ -213,14 +212,14 @@ done:
     return st;
 }
 
-static ckpt_status read_all(const ckpt_source *src, uint64_t max_out, uint8_t **out,
-                            size_t *out_len, ckpt_error *err) {
+static ckpt_status read_all(const ck_source *src, uint64_t max_out, uint8_t **out, size_t *out_len,
+                            ckpt_error *err) {
     if (src->len > max_out || src->len >= SIZE_MAX)
-        return ckpt_fail(err, CKPT_E_LIMIT, "item of %llu bytes is larger than the %llu allowed",
-                         (ull)src->len, (ull)max_out);
+        return ck_fail(err, CKPT_E_LIMIT, "item of %llu bytes is larger than the %llu allowed",
+                       (ull)src->len, (ull)max_out);
     uint8_t *p = malloc(src->len ? (size_t)src->len : 1);
-    if (!p) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory (%llu bytes)", (ull)src->len);
-    ckpt_status st = ckpt_source_read(src, 0, p, src->len, err);
+    if (!p) return ck_fail(err, CKPT_E_NOMEM, "out of memory (%llu bytes)", (ull)src->len);
+    ckpt_status st = ck_source_read(src, 0, p, src->len, err);
     if (st != CKPT_OK) {
         free(p);
         return st;
@@ -230,10 +229,10 @@ static ckpt_status read_all(const ckpt_source *src, uint64_t max_out, uint8_t **
     return CKPT_OK;
 }
 
-ckpt_status ts_transform_decode(const ckpt_source *src, const char *descriptors, uint64_t max_out,
+ckpt_status ts_transform_decode(const ck_source *src, const char *descriptors, uint64_t max_out,
                                 uint8_t **out, size_t *out_len, ckpt_error *err) {
     if (!src || !out || !out_len)
-        return ckpt_fail(err, CKPT_E_INVAL, "ts_transform_decode: NULL argument");
+        return ck_fail(err, CKPT_E_INVAL, "ts_transform_decode: NULL argument");
     *out = NULL;
     *out_len = 0;
     ts_transform t[TS_MAX_TRANSFORMS];
@@ -243,9 +242,9 @@ ckpt_status ts_transform_decode(const ckpt_source *src, const char *descriptors,
 
     uint8_t *cur = NULL;
     size_t cur_len = 0;
-    ckpt_source mem = {.fd = -1, .name = src->name};
+    ck_source mem = {.fd = -1, .name = src->name};
     for (size_t i = 0; i < n; i++) {
-        const ckpt_source *in = src;
+        const ck_source *in = src;
         if (i > 0) {
             mem.mem = cur;
             mem.len = cur_len;

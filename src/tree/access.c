@@ -88,7 +88,7 @@ static void data_path(const tree_ckpt *c, uint32_t id, char *path, size_t cap) {
 ckpt_status tree_access_build(tree_ckpt *c, ckpt_error *err) {
     size_t nfiles = ckpt_reader_num_files(c->r);
     c->file_cls = calloc(nfiles ? nfiles : 1, 1);
-    if (!c->file_cls) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (!c->file_cls) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     /* the owner shown: the sources' when they all agree, else the directory's */
     struct stat st;
     char path[PATH_MAX + 256];
@@ -107,7 +107,7 @@ ckpt_status tree_access_build(tree_ckpt *c, ckpt_error *err) {
     }
     /* the sources' directory (for a torch.save file, the one holding it) */
     const char *dir = ckpt_reader_dir(c->r);
-    if (stat(dir, &st) != 0) return ckpt_fail(err, CKPT_E_IO, "%s: %s", dir, strerror(errno));
+    if (stat(dir, &st) != 0) return ck_fail(err, CKPT_E_IO, "%s: %s", dir, strerror(errno));
     c->own_uid = !first && same_uid ? uid : st.st_uid;
     c->own_gid = !first && same_gid ? gid : st.st_gid;
     unsigned base = tree_path_cls(dir, 5, c->own_uid, c->own_gid);

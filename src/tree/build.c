@@ -31,7 +31,7 @@ void tree_log(const ckpt_tree_options *o, const char *fmt, ...) {
 
 typedef struct builder {
     tree_ckpt *c;
-    ckpt_htab by_name; /* hash(parent, name) -> node */
+    ck_htab by_name; /* hash(parent, name) -> node */
     uint32_t cap;
 } builder;
 
@@ -43,7 +43,7 @@ typedef struct kid_key {
 } kid_key;
 
 static uint64_t kid_hash(uint32_t parent, const char *name, size_t len) {
-    return ckpt_hash_bytes(name, len, 0x9E3779B97F4A7C15ull ^ parent);
+    return ck_hash_bytes(name, len, 0x9E3779B97F4A7C15ull ^ parent);
 }
 
 static bool kid_eq(const void *ctx, uint64_t v) {
@@ -57,20 +57,20 @@ static ckpt_status add_node(builder *b, uint32_t parent, const char *name, size_
                             const ckpt_entry *e, uint32_t *out, ckpt_error *err) {
     tree_ckpt *c = b->c;
     if (c->nnodes == UINT32_MAX - 1)
-        return ckpt_fail(err, CKPT_E_LIMIT, "%s: too many tree nodes", c->dir);
+        return ck_fail(err, CKPT_E_LIMIT, "%s: too many tree nodes", c->dir);
     if (c->nnodes == b->cap) {
         uint32_t cap = b->cap ? b->cap * 2 : 64;
         tnode *n = realloc(c->nodes, (size_t)cap * sizeof *n);
-        if (!n) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory building the tree");
+        if (!n) return ck_fail(err, CKPT_E_NOMEM, "out of memory building the tree");
         c->nodes = n;
         b->cap = cap;
     }
-    char *copy = ckpt_arena_strndup(c->r->arena, name, len);
-    if (!copy) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory building the tree");
+    char *copy = ck_arena_strndup(c->r->arena, name, len);
+    if (!copy) return ck_fail(err, CKPT_E_NOMEM, "out of memory building the tree");
     uint32_t id = c->nnodes++;
     c->nodes[id] = (tnode){.name = copy, .e = e, .parent = parent};
-    if (!ckpt_htab_insert(&b->by_name, kid_hash(parent, name, len), id))
-        return ckpt_fail(err, CKPT_E_NOMEM, "out of memory building the tree");
+    if (!ck_htab_insert(&b->by_name, kid_hash(parent, name, len), id))
+        return ck_fail(err, CKPT_E_NOMEM, "out of memory building the tree");
     *out = id;
     return CKPT_OK;
 }
@@ -78,8 +78,8 @@ static ckpt_status add_node(builder *b, uint32_t parent, const char *name, size_
 static uint32_t find_node(builder *b, uint32_t parent, const char *name, size_t len) {
     kid_key k = {b->c, parent, name, len};
     uint64_t v;
-    return ckpt_htab_find(&b->by_name, kid_hash(parent, name, len), kid_eq, &k, &v) ? (uint32_t)v
-                                                                                    : UINT32_MAX;
+    return ck_htab_find(&b->by_name, kid_hash(parent, name, len), kid_eq, &k, &v) ? (uint32_t)v
+                                                                                  : UINT32_MAX;
 }
 
 /* Inserts entry e at its path; conflicts (a file where a directory is needed, or a second
@@ -125,7 +125,7 @@ static int by_name(const void *a, const void *b, void *ctx) {
 
 static ckpt_status link_kids(tree_ckpt *c, ckpt_error *err) {
     c->kid_ids = malloc(((size_t)c->nnodes + 1) * sizeof *c->kid_ids);
-    if (!c->kid_ids) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory building the tree");
+    if (!c->kid_ids) return ck_fail(err, CKPT_E_NOMEM, "out of memory building the tree");
     for (uint32_t i = 1; i < c->nnodes; i++) {
         tnode *p = &c->nodes[c->nodes[i].parent];
         p->nkids++;
@@ -176,10 +176,10 @@ static ckpt_status add_raw(tree_ckpt *c, const char *name, int fd, int32_t file_
         return CKPT_OK;
     }
     raw_file *n = realloc(c->raw, ((size_t)c->nraw + 1) * sizeof *n);
-    if (!n) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (!n) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     c->raw = n;
     char *copy = strdup(name);
-    if (!copy) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (!copy) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     c->raw[c->nraw++] = (raw_file){.name = copy,
                                    .fd = file_id < 0 ? fd : -1,
                                    .file_id = file_id,
@@ -201,7 +201,7 @@ static int name_cmp(const void *a, const void *b) {
  * metadata.json, HuggingFace's config.json and tokenizer files, the manifest), so that a copy
  * through `.raw/` is a checkpoint its framework loads; sorted by name, at most
  * TREE_RAW_OTHERS_MAX.  Subdirectories are not shown; FIFOs, devices and sockets are never
- * opened for reading (ckpt_open_regular) and are logged. */
+ * opened for reading (ck_open_regular) and are logged. */
 static ckpt_status list_raw_others(tree_ckpt *c, const ckpt_tree_options *o, ckpt_error *err) {
     DIR *d = opendir(c->dir);
     if (!d) {
@@ -225,13 +225,13 @@ static ckpt_status list_raw_others(tree_ckpt *c, const ckpt_tree_options *o, ckp
             cap = cap ? 2 * cap : 16;
             char **nn = realloc(names, cap * sizeof *nn);
             if (!nn) {
-                s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+                s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
                 break;
             }
             names = nn;
         }
         if (!(names[n] = strdup(de->d_name))) {
-            s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+            s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
             break;
         }
         n++;
@@ -244,11 +244,11 @@ static ckpt_status list_raw_others(tree_ckpt *c, const ckpt_tree_options *o, ckp
         char path[4096];
         if ((size_t)snprintf(path, sizeof path, "%s/%s", c->dir, names[i]) >= sizeof path) continue;
         struct stat st = {0};
-        int fd = ckpt_open_regular(path, &st);
+        int fd = ck_open_regular(path, &st);
         if (fd < 0) {
             /* a link to a directory is left out silently, as directories are */
             if (!(errno == CKPT_ENOTREG && S_ISDIR(st.st_mode)))
-                tree_log(o, "%s: not shown under .raw: %s", path, ckpt_open_strerror(errno));
+                tree_log(o, "%s: not shown under .raw: %s", path, ck_open_strerror(errno));
             continue;
         }
         uint32_t before = c->nraw;
@@ -274,7 +274,7 @@ static ckpt_status list_raw(tree_ckpt *c, const ckpt_tree_options *o, ckpt_error
         /* HuggingFace storage has no metadata pickle; its index, when it has one */
         const char *md = info.hf_storage ? CKPT_HF_INDEX_JSON : ".metadata";
         snprintf(path, sizeof path, "%s/%s", c->dir, md);
-        int fd = ckpt_open_regular(path, NULL);
+        int fd = ck_open_regular(path, NULL);
         if (fd < 0 && info.hf_storage && errno == ENOENT) goto data;
         ckpt_status s = add_raw(c, md, fd, -1, o, err);
         if (s != CKPT_OK || (c->nraw && c->raw[c->nraw - 1].fd != fd)) {
@@ -284,12 +284,12 @@ static ckpt_status list_raw(tree_ckpt *c, const ckpt_tree_options *o, ckpt_error
     } else {
         long long *ranks = NULL;
         size_t nranks = 0;
-        CKPT_TRY(ckpt_metadata_list_ranks(c->dir, &ranks, &nranks, err));
+        CKPT_TRY(ck_metadata_list_ranks(c->dir, &ranks, &nranks, err));
         for (size_t i = 0; i < nranks; i++) {
             char name[64];
             snprintf(name, sizeof name, "__%lld.metadata", ranks[i]);
             snprintf(path, sizeof path, "%s/%s", c->dir, name);
-            int fd = ckpt_open_regular(path, NULL);
+            int fd = ck_open_regular(path, NULL);
             uint32_t before = c->nraw;
             ckpt_status s = add_raw(c, name, fd, -1, o, err);
             if (c->nraw == before && fd >= 0) close(fd);
@@ -317,21 +317,21 @@ data:
 static ckpt_status list_st(tree_ckpt *c, ckpt_error *err) {
     const tnode *root = &c->nodes[0];
     c->st = calloc((size_t)root->nsubdirs + 1, sizeof *c->st);
-    if (!c->st) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (!c->st) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     for (uint32_t i = 0; i < root->nkids; i++) {
         uint32_t k = c->kid_ids[root->kids + i];
         if (c->nodes[k].e) continue;
         st_file *f = &c->st[c->nst];
         size_t len = strlen(c->nodes[k].name) + sizeof ".safetensors";
         f->name = malloc(len);
-        if (!f->name) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        if (!f->name) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
         snprintf(f->name, len, "%s.safetensors", c->nodes[k].name);
         f->top = k;
         c->nst++;
     }
     st_file *all = &c->st[c->nst++];
     all->name = strdup("@all.safetensors");
-    if (!all->name) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (!all->name) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     all->top = 0;
     return CKPT_OK;
 }
@@ -361,7 +361,7 @@ static ckpt_status add_pt(tree_ckpt *c, uint32_t top, bool by_id, ckpt_error *er
     const char *ext = by_id ? ".by-id.pt" : ".pt";
     size_t len = strlen(base) + strlen(ext) + 1;
     f->name = malloc(len);
-    if (!f->name) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (!f->name) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     snprintf(f->name, len, "%s%s", base, ext);
     f->top = top;
     f->by_id = by_id;
@@ -372,7 +372,7 @@ static ckpt_status add_pt(tree_ckpt *c, uint32_t top, bool by_id, ckpt_error *er
 static ckpt_status list_pt(tree_ckpt *c, ckpt_error *err) {
     const tnode *root = &c->nodes[0];
     c->pt = calloc(2 * (size_t)root->nsubdirs + 1, sizeof *c->pt);
-    if (!c->pt) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (!c->pt) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     for (uint32_t i = 0; i < root->nkids; i++) {
         uint32_t k = c->kid_ids[root->kids + i];
         if (c->nodes[k].e) continue;
@@ -389,16 +389,16 @@ ckpt_status tree_ckpt_build(tree_ckpt *c, const ckpt_tree_options *o, ckpt_error
     struct stat st;
     /* a step of a directory of checkpoints got its time from the scan that found it */
     if (!c->mtime.tv_sec && !c->mtime.tv_nsec &&
-        ckpt_checkpoint_dir_probe(c->dir, &c->mtime) == CKPT_DIR_NONE) {
+        ck_checkpoint_dir_probe(c->dir, &c->mtime) == CKPT_DIR_NONE) {
         if (stat(c->dir, &st) != 0)
-            return ckpt_fail(err, CKPT_E_IO, "%s: %s", c->dir, strerror(errno));
+            return ck_fail(err, CKPT_E_IO, "%s: %s", c->dir, strerror(errno));
         c->mtime = st.st_mtim;
     }
 
     size_t n = ckpt_reader_num_entries(c->r);
     builder b = {.c = c};
-    if (!ckpt_htab_init(&b.by_name, n * 2 + 16))
-        return ckpt_fail(err, CKPT_E_NOMEM, "out of memory building the tree");
+    if (!ck_htab_init(&b.by_name, n * 2 + 16))
+        return ck_fail(err, CKPT_E_NOMEM, "out of memory building the tree");
     uint32_t root;
     ckpt_status s = add_node(&b, 0, "", 0, NULL, &root, err);
     for (size_t i = 0; s == CKPT_OK && i < n; i++) {
@@ -406,11 +406,11 @@ ckpt_status tree_ckpt_build(tree_ckpt *c, const ckpt_tree_options *o, ckpt_error
         if (ckpt_entry_kind_of(e) == CKPT_ENTRY_TENSOR) c->tensor_bytes += ckpt_entry_nbytes(e);
         s = insert_entry(&b, e, o, err);
     }
-    ckpt_htab_release(&b.by_name);
+    ck_htab_release(&b.by_name);
     CKPT_TRY(s);
     CKPT_TRY(link_kids(c, err));
     c->objects = calloc(n ? n : 1, sizeof *c->objects);
-    if (!c->objects) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (!c->objects) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     CKPT_TRY(list_raw(c, o, err));
     CKPT_TRY(list_st(c, err));
     CKPT_TRY(list_pt(c, err));
@@ -418,12 +418,12 @@ ckpt_status tree_ckpt_build(tree_ckpt *c, const ckpt_tree_options *o, ckpt_error
     if (o && o->verify) {
         ckpt_status ms = ckpt_manifest_load(c->dir, &c->manifest, err);
         if (ms == CKPT_E_NOTFOUND)
-            return ckpt_fail(err, ms, "%s: verify: no %s (ckpt seal writes it)", c->dir,
-                             CKPT_MANIFEST_FILE);
+            return ck_fail(err, ms, "%s: verify: no %s (ckpt seal writes it)", c->dir,
+                           CKPT_MANIFEST_FILE);
         CKPT_TRY(ms);
         size_t nrec = ckpt_manifest_num_records(c->manifest);
         c->verified = calloc(nrec ? nrec : 1, 1);
-        if (!c->verified) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        if (!c->verified) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     }
     return CKPT_OK;
 }
@@ -499,7 +499,7 @@ const char *tree_object_text(tree_ckpt *c, const ckpt_entry *e, size_t *len, ckp
     if (!text) {
         const char *limit = atomic_load_explicit(&ot->limit_error, memory_order_acquire);
         if (limit) {
-            ckpt_fail(err, CKPT_E_LIMIT, "%s", limit);
+            ck_fail(err, CKPT_E_LIMIT, "%s", limit);
             return NULL;
         }
         if (tree_verify_item(c, &e->loc, err) != CKPT_OK) return NULL;
@@ -510,7 +510,7 @@ const char *tree_object_text(tree_ckpt *c, const ckpt_entry *e, size_t *len, ckp
         ckpt_object_free(obj);
         if (st == CKPT_E_LIMIT) {
             /* bounded work, once: the failure is kept and every later use reports it */
-            ckpt_error_prefix(err, "value '%s': ", ckpt_entry_key(e));
+            ck_error_prefix(err, "value '%s': ", ckpt_entry_key(e));
             char *msg = strdup(err ? err->message : "value too large to render");
             char *expected = NULL;
             if (msg && !atomic_compare_exchange_strong(&ot->limit_error, &expected, msg)) free(msg);
@@ -521,7 +521,7 @@ const char *tree_object_text(tree_ckpt *c, const ckpt_entry *e, size_t *len, ckp
         char *withnl = realloc(s, n + 2);
         if (!withnl) {
             free(s);
-            ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+            ck_fail(err, CKPT_E_NOMEM, "out of memory");
             return NULL;
         }
         withnl[n] = '\n';

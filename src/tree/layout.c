@@ -31,7 +31,7 @@ ckpt_status tree_layout_spec(tree_ckpt *c, const char *name, uint32_t *spec, ckp
     ckpt_layout lay;
     if (strnlen(name, CKPT_LAYOUT_SPEC_MAX) >= CKPT_LAYOUT_SPEC_MAX ||
         ckpt_layout_parse(name, &lay, NULL) != CKPT_OK)
-        return ckpt_fail(err, CKPT_E_NOTFOUND, "no such file or directory");
+        return ck_fail(err, CKPT_E_NOTFOUND, "no such file or directory");
     uint32_t n = ckpt_layout_nranks(&lay);
     layout_spec *t = atomic_load_explicit(&c->specs, memory_order_acquire);
     uint32_t k = atomic_load_explicit(&c->nspecs, memory_order_acquire);
@@ -46,7 +46,7 @@ ckpt_status tree_layout_spec(tree_ckpt *c, const char *name, uint32_t *spec, ckp
     if (!t) {
         t = calloc(TREE_LAYOUT_MAX_SPECS, sizeof *t);
         if (!t) {
-            s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+            s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
             goto out;
         }
         atomic_store_explicit(&c->specs, t, memory_order_release);
@@ -58,10 +58,10 @@ ckpt_status tree_layout_spec(tree_ckpt *c, const char *name, uint32_t *spec, ckp
             goto out;
         }
     if (k >= max_specs(c)) {
-        s = ckpt_fail(err, CKPT_E_LIMIT,
-                      "%s: %u layout specs are in use, the most this checkpoint "
-                      "(%u tree nodes) allows",
-                      name, k, c->nnodes);
+        s = ck_fail(err, CKPT_E_LIMIT,
+                    "%s: %u layout specs are in use, the most this checkpoint "
+                    "(%u tree nodes) allows",
+                    name, k, c->nnodes);
         goto out;
     }
     t[k].layout = lay;

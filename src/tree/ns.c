@@ -22,7 +22,7 @@ static const uint32_t hidden_insts[] = {INST_LAYOUT, INST_NPY, INST_RAW, INST_ST
 
 /* ------------------------------------------------------------------ checkpoints */
 
-static tree_ckpt *ckpt_new(const char *dir, const char *name, uint32_t slot) {
+static tree_ckpt *slot_new(const char *dir, const char *name, uint32_t slot) {
     tree_ckpt *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     c->dir = strdup(dir);
@@ -98,10 +98,10 @@ static int build_slot(ckpt_tree *t, tree_ckpt *c) {
         /* a step of a directory is checked as the daemon checks a single checkpoint
          * before mounting: every shard present and long enough */
         if (bs == CKPT_OK && ckpt_reader_check_ranges(c->r, NULL, NULL, &bad) != CKPT_OK)
-            bs = ckpt_fail(&e, CKPT_E_RANGE,
-                           "%s: not a complete checkpoint (%llu stored ranges missing or "
-                           "outside their files; ckpt verify lists them)",
-                           c->dir, (unsigned long long)bad);
+            bs = ck_fail(&e, CKPT_E_RANGE,
+                         "%s: not a complete checkpoint (%llu stored ranges missing or "
+                         "outside their files; ckpt verify lists them)",
+                         c->dir, (unsigned long long)bad);
         if (bs == CKPT_OK) {
             state = 1;
         } else {
@@ -133,7 +133,7 @@ static tree_ckpt *get_ckpt(ckpt_tree *t, uint32_t slot, ckpt_error *err) {
         pthread_mutex_unlock(&t->lock);
     }
     if (!c) {
-        ckpt_fail(err, CKPT_E_NOTFOUND, "no such inode");
+        ck_fail(err, CKPT_E_NOTFOUND, "no such inode");
         return NULL;
     }
     if (build_slot(t, c) == 2) {
@@ -151,7 +151,7 @@ static tree_ckpt *get_ckpt(ckpt_tree *t, uint32_t slot, ckpt_error *err) {
  * whether they may be indexed now (an unmarked one: not changed for RUN_UNMARKED_SETTLE_S). */
 static bool is_checkpoint_dir(const char *dir, struct timespec *mtime, bool *settled) {
     struct timespec now;
-    ckpt_dir_kind k = ckpt_checkpoint_dir_probe(dir, mtime);
+    ck_dir_kind k = ck_checkpoint_dir_probe(dir, mtime);
     *settled = true;
     if (k == CKPT_DIR_UNMARKED) {
         clock_gettime(CLOCK_REALTIME, &now);
@@ -171,7 +171,7 @@ static bool has_checkpoint_subdir(const char *dir) {
         if (de->d_name[0] == '.' ||
             (size_t)snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >= sizeof path)
             continue;
-        found = ckpt_checkpoint_dir_probe(path, NULL) != CKPT_DIR_NONE;
+        found = ck_checkpoint_dir_probe(path, NULL) != CKPT_DIR_NONE;
     }
     closedir(d);
     return found;
@@ -247,7 +247,7 @@ static void pick_latest(ckpt_tree *t, uint32_t *order, size_t *n) {
 static ckpt_status scan(ckpt_tree *t, ckpt_error *err) {
     clock_gettime(CLOCK_MONOTONIC, &t->last_scan);
     DIR *d = opendir(t->dir);
-    if (!d) return ckpt_fail(err, CKPT_E_IO, "%s: %s", t->dir, strerror(errno));
+    if (!d) return ck_fail(err, CKPT_E_IO, "%s: %s", t->dir, strerror(errno));
     uint32_t *order = malloc(((size_t)t->nslots + 64) * sizeof *order);
     size_t n = 0, cap = (size_t)t->nslots + 64;
     struct dirent *de;
@@ -286,15 +286,15 @@ static ckpt_status scan(ckpt_tree *t, ckpt_error *err) {
                 uint32_t c2 = t->slots_cap * 2;
                 tree_ckpt **m = realloc(t->slots, (size_t)c2 * sizeof *m);
                 if (!m) {
-                    s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+                    s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
                     break;
                 }
                 t->slots = m;
                 t->slots_cap = c2;
             }
-            tree_ckpt *c = ckpt_new(path, de->d_name, t->nslots);
+            tree_ckpt *c = slot_new(path, de->d_name, t->nslots);
             if (!c) {
-                s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+                s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
                 break;
             }
             c->mtime = mt; /* set once: getattr reads it without the lock */
@@ -314,7 +314,7 @@ static ckpt_status scan(ckpt_tree *t, ckpt_error *err) {
         order[n++] = slot;
     }
     closedir(d);
-    if (!order) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (!order) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     if (s != CKPT_OK) {
         free(order);
         return s;
@@ -359,7 +359,7 @@ ckpt_status ckpt_tree_open(const char *dir, const ckpt_tree_options *opts, ckpt_
                            ckpt_error *err) {
     *out = NULL;
     ckpt_tree *t = calloc(1, sizeof *t);
-    if (!t) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (!t) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     if (opts) t->opts = *opts;
     pthread_mutex_init(&t->lock, NULL);
     t->dir = strdup(dir);
@@ -367,28 +367,28 @@ ckpt_status ckpt_tree_open(const char *dir, const ckpt_tree_options *opts, ckpt_
     t->slots_cap = 16;
     ckpt_status s = CKPT_OK;
     if (!t->dir || !t->slots) {
-        s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
         goto fail;
     }
     struct stat st;
     if (stat(dir, &st) != 0) {
-        s = ckpt_fail(err, errno == ENOENT ? CKPT_E_NOTFOUND : CKPT_E_IO, "%s: %s", dir,
-                      strerror(errno));
+        s = ck_fail(err, errno == ENOENT ? CKPT_E_NOTFOUND : CKPT_E_IO, "%s: %s", dir,
+                    strerror(errno));
         goto fail;
     }
     bool file = S_ISREG(st.st_mode); /* a torch.save file: one checkpoint */
     if (!S_ISDIR(st.st_mode) && !file) {
-        s = ckpt_fail(err, CKPT_E_INVAL, "%s: not a directory or a torch.save file", dir);
+        s = ck_fail(err, CKPT_E_INVAL, "%s: not a directory or a torch.save file", dir);
         goto fail;
     }
     t->root_mtime = st.st_mtim;
     /* a directory with bare *.safetensors files (an export, say) beside steps is a
      * directory of checkpoints */
-    ckpt_dir_kind kind = file ? CKPT_DIR_MARKED : ckpt_checkpoint_dir_probe(dir, NULL);
+    ck_dir_kind kind = file ? CKPT_DIR_MARKED : ck_checkpoint_dir_probe(dir, NULL);
     if (kind == CKPT_DIR_MARKED || (kind == CKPT_DIR_UNMARKED && !has_checkpoint_subdir(dir))) {
-        tree_ckpt *c = ckpt_new(dir, "", 0);
+        tree_ckpt *c = slot_new(dir, "", 0);
         if (!c) {
-            s = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+            s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
             goto fail;
         }
         t->slots[0] = c;
@@ -412,10 +412,10 @@ ckpt_status ckpt_tree_open(const char *dir, const ckpt_tree_options *opts, ckpt_
                 (s = ckpt_reader_open(dir, t->opts.open, &r, err)) != CKPT_OK)
                 goto fail;
             ckpt_reader_free(r);
-            s = ckpt_fail(err, CKPT_E_NOTFOUND,
-                          "%s: not a checkpoint (no .metadata, __0.metadata or *.safetensors) "
-                          "and no subdirectory is one",
-                          dir);
+            s = ck_fail(err, CKPT_E_NOTFOUND,
+                        "%s: not a checkpoint (no .metadata, __0.metadata or *.safetensors) "
+                        "and no subdirectory is one",
+                        dir);
             goto fail;
         }
     }
@@ -483,7 +483,7 @@ typedef struct obj {
 } obj;
 
 static ckpt_status not_found(ckpt_error *err) {
-    return ckpt_fail(err, CKPT_E_NOTFOUND, "no such file or directory");
+    return ck_fail(err, CKPT_E_NOTFOUND, "no such file or directory");
 }
 
 static ckpt_status resolve(ckpt_tree *t, ckpt_ino ino, obj *o, ckpt_error *err) {
@@ -553,7 +553,7 @@ static ckpt_status layout_shard(const layout_inst *li, const ckpt_entry *e, ckpt
                                 ckpt_error *err) {
     uint32_t coord[CKPT_LAYOUT_MAX_MESH_NDIM];
     if (ckpt_layout_coord(&li->def->layout, (uint32_t)li->rank, coord) != CKPT_OK)
-        return ckpt_fail(err, CKPT_E_INVAL, "rank %d outside layout %s", li->rank, li->def->name);
+        return ck_fail(err, CKPT_E_INVAL, "rank %d outside layout %s", li->rank, li->def->name);
     return ckpt_layout_shard_new(&li->def->layout, ckpt_entry_ndim(e), ckpt_entry_shape(e), coord,
                                  out, err);
 }
@@ -885,7 +885,7 @@ static ckpt_status lookup_ino(ckpt_tree *t, const obj *p, const char *name, ckpt
         *out = tree_layout_ino(p->c, p->li.spec, (uint32_t)rank, 0);
         return CKPT_OK;
     }
-    default: return ckpt_fail(err, CKPT_E_INVAL, "not a directory");
+    default: return ck_fail(err, CKPT_E_INVAL, "not a directory");
     }
 }
 
@@ -960,7 +960,7 @@ ckpt_status ckpt_tree_readdir(ckpt_tree *t, ckpt_ino dir, uint64_t cookie, ckpt_
                 if (ckpt_entry_kind_of(kn->e) != CKPT_ENTRY_TENSOR) continue;
                 size_t len = strlen(name);
                 tmp = malloc(len + 5);
-                if (!tmp) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+                if (!tmp) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
                 memcpy(tmp, name, len);
                 memcpy(tmp + len, ".npy", 5);
                 name = tmp;
@@ -1006,7 +1006,7 @@ ckpt_status ckpt_tree_readdir(ckpt_tree *t, ckpt_ino dir, uint64_t cookie, ckpt_
                 return s;
         }
         return s;
-    default: return ckpt_fail(err, CKPT_E_INVAL, "not a directory");
+    default: return ck_fail(err, CKPT_E_INVAL, "not a directory");
     }
 }
 
@@ -1069,7 +1069,7 @@ ckpt_status ckpt_tree_sources(ckpt_tree *t, ckpt_ino ino, ckpt_tree_source_fn fn
         /* each file once, in the order first used (a tensor may have thousands of chunks) */
         const ckpt_entry *e = o.e;
         uint8_t *seen = calloc(nfiles ? nfiles : 1, 1);
-        if (!seen) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        if (!seen) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
         for (size_t i = 0; i <= e->nchunks; i++) {
             int32_t id = i < e->nchunks ? e->chunks[i].loc.file_id : e->loc.file_id;
             if (id < 0 || (size_t)id >= nfiles || seen[id]) continue;
@@ -1085,7 +1085,7 @@ static bool check_one(void *ctx, const char *path) {
     void **a = ctx;
     const ckpt_tree_cred *cred = a[0];
     if (ckpt_path_may_read(path, cred)) return true;
-    ckpt_fail(a[1], CKPT_E_ACCESS, "%s: uid %u may not read it", path, (unsigned)cred->uid);
+    ck_fail(a[1], CKPT_E_ACCESS, "%s: uid %u may not read it", path, (unsigned)cred->uid);
     a[2] = (void *)1;
     return false;
 }
@@ -1102,39 +1102,39 @@ ckpt_status ckpt_tree_readlink(ckpt_tree *t, ckpt_ino ino, char **target, ckpt_e
     CKPT_ERR_OR_LOCAL(err);
     obj o;
     CKPT_TRY(resolve(t, ino, &o, err));
-    if (o.kind != O_LATEST) return ckpt_fail(err, CKPT_E_INVAL, "not a symlink");
+    if (o.kind != O_LATEST) return ck_fail(err, CKPT_E_INVAL, "not a symlink");
     /* the step this inode of `latest` names (tree_latest_ino): fixed, so the kernel may cache
      * it; `latest` moving gives it a new inode */
     pthread_mutex_lock(&t->lock);
     *target = strdup(t->slots[o.node - TOP_NODE_LATEST]->name);
     pthread_mutex_unlock(&t->lock);
-    return *target ? CKPT_OK : ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    return *target ? CKPT_OK : ck_fail(err, CKPT_E_NOMEM, "out of memory");
 }
 
 /* ------------------------------------------------------------------ xattrs */
 
-static void add_shape(ckpt_strbuf *sb, int nd, const int64_t *shape) {
-    ckpt_strbuf_addc(sb, '[');
+static void add_shape(ck_strbuf *sb, int nd, const int64_t *shape) {
+    ck_strbuf_addc(sb, '[');
     for (int d = 0; d < nd; d++)
-        ckpt_strbuf_addf(sb, "%s%lld", d ? ", " : "", (long long)shape[d]);
-    ckpt_strbuf_addc(sb, ']');
+        ck_strbuf_addf(sb, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    ck_strbuf_addc(sb, ']');
 }
 
 /* Fills sb with the value of xattr `name` of an entry file; false if it has none. */
-static bool entry_xattr(const obj *o, const char *name, ckpt_strbuf *sb) {
+static bool entry_xattr(const obj *o, const char *name, ck_strbuf *sb) {
     const ckpt_entry *e = o->e;
     bool tensor = ckpt_entry_kind_of(e) == CKPT_ENTRY_TENSOR;
-    if (strcmp(name, "user.ckpt.key") == 0) return ckpt_strbuf_adds(sb, ckpt_entry_key(e)), true;
+    if (strcmp(name, "user.ckpt.key") == 0) return ck_strbuf_adds(sb, ckpt_entry_key(e)), true;
     if (!tensor) return false;
     if (strcmp(name, "user.ckpt.dtype") == 0)
-        return ckpt_strbuf_adds(sb, ckpt_dtype_name(ckpt_entry_dtype(e))), true;
+        return ck_strbuf_adds(sb, ckpt_dtype_name(ckpt_entry_dtype(e))), true;
     if (strcmp(name, "user.ckpt.chunks") == 0) {
         size_t n = 0;
         for (size_t i = 0; i < ckpt_entry_num_chunks(e); i++) {
             ckpt_chunk_info ci;
             if (ckpt_entry_chunk(e, i, &ci) == CKPT_OK && ci.numel) n++;
         }
-        return ckpt_strbuf_addf(sb, "%zu", n), true;
+        return ck_strbuf_addf(sb, "%zu", n), true;
     }
     if (o->view != V_LAYOUT) {
         if (strcmp(name, "user.ckpt.shape") != 0) return false;
@@ -1166,18 +1166,18 @@ ckpt_status ckpt_tree_listxattr(ckpt_tree *t, ckpt_ino ino, char **names, size_t
     CKPT_ERR_OR_LOCAL(err);
     obj o;
     CKPT_TRY(resolve(t, ino, &o, err));
-    ckpt_strbuf sb = CKPT_STRBUF_INIT, v = CKPT_STRBUF_INIT;
-    ckpt_strbuf_add(&sb, "", 0);
+    ck_strbuf sb = CKPT_STRBUF_INIT, v = CKPT_STRBUF_INIT;
+    ck_strbuf_add(&sb, "", 0);
     if (o.kind == O_ENTRY)
         for (size_t i = 0; i < sizeof xattr_names / sizeof *xattr_names; i++) {
-            ckpt_strbuf_reset(&v);
+            ck_strbuf_reset(&v);
             if (entry_xattr(&o, xattr_names[i], &v))
-                ckpt_strbuf_add(&sb, xattr_names[i], strlen(xattr_names[i]) + 1);
+                ck_strbuf_add(&sb, xattr_names[i], strlen(xattr_names[i]) + 1);
         }
-    ckpt_strbuf_release(&v);
-    CKPT_TRY(ckpt_strbuf_status(&sb, "listxattr", err));
-    *names = ckpt_strbuf_detach(&sb, len);
-    return *names ? CKPT_OK : ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    ck_strbuf_release(&v);
+    CKPT_TRY(ck_strbuf_status(&sb, "listxattr", err));
+    *names = ck_strbuf_detach(&sb, len);
+    return *names ? CKPT_OK : ck_fail(err, CKPT_E_NOMEM, "out of memory");
 }
 
 ckpt_status ckpt_tree_getxattr(ckpt_tree *t, ckpt_ino ino, const char *name, char **value,
@@ -1185,15 +1185,15 @@ ckpt_status ckpt_tree_getxattr(ckpt_tree *t, ckpt_ino ino, const char *name, cha
     CKPT_ERR_OR_LOCAL(err);
     obj o;
     CKPT_TRY(resolve(t, ino, &o, err));
-    ckpt_strbuf sb = CKPT_STRBUF_INIT;
-    ckpt_strbuf_add(&sb, "", 0);
+    ck_strbuf sb = CKPT_STRBUF_INIT;
+    ck_strbuf_add(&sb, "", 0);
     if (o.kind != O_ENTRY || !entry_xattr(&o, name, &sb)) {
-        ckpt_strbuf_release(&sb);
-        return ckpt_fail(err, CKPT_E_NOTFOUND, "no attribute %s", name);
+        ck_strbuf_release(&sb);
+        return ck_fail(err, CKPT_E_NOTFOUND, "no attribute %s", name);
     }
-    CKPT_TRY(ckpt_strbuf_status(&sb, "getxattr", err));
-    *value = ckpt_strbuf_detach(&sb, len);
-    return *value ? CKPT_OK : ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    CKPT_TRY(ck_strbuf_status(&sb, "getxattr", err));
+    *value = ck_strbuf_detach(&sb, len);
+    return *value ? CKPT_OK : ck_fail(err, CKPT_E_NOMEM, "out of memory");
 }
 
 /* ------------------------------------------------------------------ read */
@@ -1260,7 +1260,7 @@ ckpt_status ckpt_tree_read(ckpt_tree *t, ckpt_ino ino, uint64_t off, size_t len,
     CKPT_TRY(resolve(t, ino, &o, err));
     ckpt_tree_stat st;
     CKPT_TRY(stat_obj(t, &o, ino, &st, err));
-    if (st.type != CKPT_NODE_FILE) return ckpt_fail(err, CKPT_E_INVAL, "not a file");
+    if (st.type != CKPT_NODE_FILE) return ck_fail(err, CKPT_E_INVAL, "not a file");
     if (o.kind == O_ENTRY && ckpt_entry_kind_of(o.e) != CKPT_ENTRY_TENSOR) {
         /* a value that cannot be rendered has size 0 in getattr; reading it is an error */
         size_t tl;
@@ -1271,7 +1271,7 @@ ckpt_status ckpt_tree_read(ckpt_tree *t, ckpt_ino ino, uint64_t off, size_t len,
     if (len > st.size - off) len = (size_t)(st.size - off);
     if (s->cap < len) {
         uint8_t *b = realloc(s->buf, len);
-        if (!b) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory for a %zu-byte read", len);
+        if (!b) return ck_fail(err, CKPT_E_NOMEM, "out of memory for a %zu-byte read", len);
         s->buf = b;
         s->cap = len;
     }
@@ -1319,7 +1319,7 @@ ckpt_status ckpt_tree_read(ckpt_tree *t, ckpt_ino ino, uint64_t off, size_t len,
     }
     case O_STFILE: rs = read_st(&x, o.c, &o.c->st[o.node - 1], off, len, err); break;
     case O_PTFILE: rs = read_pt(&x, t, o.c, &o.c->pt[o.node - 1], off, len, err); break;
-    default: return ckpt_fail(err, CKPT_E_INVAL, "not a file");
+    default: return ck_fail(err, CKPT_E_INVAL, "not a file");
     }
     CKPT_TRY(rs);
     CKPT_TRY(tree_read_finish(&x, nsegs, err));

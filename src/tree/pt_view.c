@@ -45,8 +45,8 @@ ckpt_status tree_pt_build(tree_ckpt *c, pt_file *f, const ckpt_tree_options *o, 
     if (f->ts) {
         s = CKPT_OK;
     } else if (f->status != CKPT_OK) {
-        s = ckpt_fail(err, f->status, "%s/.torch/%s could not be built: %s", c->dir, f->name,
-                      f->error ? f->error : ckpt_strerror(f->status));
+        s = ck_fail(err, f->status, "%s/.torch/%s could not be built: %s", c->dir, f->name,
+                    f->error ? f->error : ckpt_strerror(f->status));
     } else {
         ckpt_error local = {0};
         s = build(c, f, o, &local);
@@ -56,7 +56,7 @@ ckpt_status tree_pt_build(tree_ckpt *c, pt_file *f, const ckpt_tree_options *o, 
                 f->status = s;
                 f->error = strdup(local.message);
             }
-            ckpt_fail(err, s, "%s/.torch/%s: %s", c->dir, f->name, local.message);
+            ck_fail(err, s, "%s/.torch/%s: %s", c->dir, f->name, local.message);
         }
     }
     pthread_mutex_unlock(&c->open_lock);

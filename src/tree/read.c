@@ -34,7 +34,7 @@ void ckpt_tree_scratch_release(ckpt_tree_scratch *s) {
 
 ckpt_status tree_read_mem(tree_read *x, uint64_t dst, const void *src, size_t len,
                           ckpt_error *err) {
-    if (dst + len > x->len) return ckpt_fail(err, CKPT_E_INVAL, "read outside the reply");
+    if (dst + len > x->len) return ck_fail(err, CKPT_E_INVAL, "read outside the reply");
     memcpy(x->s->buf + dst, src, len);
     return CKPT_OK;
 }
@@ -44,12 +44,12 @@ static ckpt_status pread_all(int fd, uint64_t pos, uint8_t *dst, uint64_t len, c
         ssize_t n = pread(fd, dst, len, (off_t)pos);
         if (n < 0) {
             if (errno == EINTR) continue;
-            return ckpt_fail(err, CKPT_E_IO, "pread at offset %llu: %s", (unsigned long long)pos,
-                             strerror(errno));
+            return ck_fail(err, CKPT_E_IO, "pread at offset %llu: %s", (unsigned long long)pos,
+                           strerror(errno));
         }
         if (n == 0)
-            return ckpt_fail(err, CKPT_E_RANGE, "offset %llu: unexpected end of file",
-                             (unsigned long long)pos);
+            return ck_fail(err, CKPT_E_RANGE, "offset %llu: unexpected end of file",
+                           (unsigned long long)pos);
         dst += n;
         pos += (uint64_t)n;
         len -= (uint64_t)n;
@@ -64,7 +64,7 @@ static ckpt_status go_mem_only(tree_read *x, ckpt_error *err) {
         struct ckpt_tree_piece *p = &x->s->pieces[i];
         ckpt_status s = pread_all(p->fd, p->pos, x->s->buf + p->dst, p->len, err);
         if (s != CKPT_OK) {
-            if (err && p->name) ckpt_error_prefix(err, "%s/%s: ", x->c->dir, p->name);
+            if (err && p->name) ck_error_prefix(err, "%s/%s: ", x->c->dir, p->name);
             return s;
         }
     }
@@ -85,7 +85,7 @@ static ckpt_status add_piece(tree_read *x, uint64_t dst, int fd, const char *nam
     if (x->npieces == x->s->pieces_cap) {
         size_t cap = x->s->pieces_cap ? x->s->pieces_cap * 2 : 64;
         struct ckpt_tree_piece *n = realloc(x->s->pieces, cap * sizeof *n);
-        if (!n) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        if (!n) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
         x->s->pieces = n;
         x->s->pieces_cap = cap;
     }
@@ -95,10 +95,10 @@ static ckpt_status add_piece(tree_read *x, uint64_t dst, int fd, const char *nam
 
 ckpt_status tree_read_fd(tree_read *x, uint64_t dst, int fd, const char *name, uint64_t pos,
                          uint64_t len, ckpt_error *err) {
-    if (dst + len > x->len) return ckpt_fail(err, CKPT_E_INVAL, "read outside the reply");
+    if (dst + len > x->len) return ck_fail(err, CKPT_E_INVAL, "read outside the reply");
     if (x->mem_only || len < x->min_run || x->npieces >= x->max_segs) {
         ckpt_status s = pread_all(fd, pos, x->s->buf + dst, len, err);
-        if (s != CKPT_OK && err) ckpt_error_prefix(err, "%s/%s: ", x->c->dir, name);
+        if (s != CKPT_OK && err) ck_error_prefix(err, "%s/%s: ", x->c->dir, name);
         return s;
     }
     return add_piece(x, dst, fd, name, false, pos, len, err);
@@ -124,7 +124,7 @@ static size_t runs_of(const int64_t *cnt, int n) {
 static ckpt_status one_box(void *ctx, const slice_box *b, ckpt_error *err) {
     box_ctx *bx = ctx;
     tree_read *x = bx->x;
-    const ckpt_chunk *c = b->c;
+    const ck_chunk *c = b->c;
     CKPT_TRY(tree_verify_item(x->c, &c->loc, err));
     if (!x->mem_only && c->res->kind == CHUNK_IN_FILE &&
         (!c->res->big_endian || b->itemsize == 1)) {
@@ -132,7 +132,7 @@ static ckpt_status one_box(void *ctx, const slice_box *b, ckpt_error *err) {
         memcpy(ds, b->dst_stride, sizeof(int64_t) * (size_t)b->ndim);
         memcpy(ss, b->src_stride, sizeof(int64_t) * (size_t)b->ndim);
         memcpy(cnt, b->count, sizeof(int64_t) * (size_t)b->ndim);
-        int n = ckpt_merge_dims(ds, ss, cnt, b->ndim, b->itemsize, &run);
+        int n = ck_merge_dims(ds, ss, cnt, b->ndim, b->itemsize, &run);
         size_t runs = runs_of(cnt, n);
         if ((uint64_t)run >= x->min_run && x->npieces + runs > x->max_segs)
             CKPT_TRY(go_mem_only(x, err));
@@ -140,8 +140,8 @@ static ckpt_status one_box(void *ctx, const slice_box *b, ckpt_error *err) {
             /* opens the file and checks the item against its current size, as the copying
              * path does: a shard truncated since it was mounted fails here, not in a short
              * splice */
-            ckpt_source src;
-            CKPT_TRY(ckpt_loc_source(x->r, &c->loc, ckpt_entry_key(bx->e), &src, err));
+            ck_source src;
+            CKPT_TRY(ck_loc_source(x->r, &c->loc, ckpt_entry_key(bx->e), &src, err));
             int fd = src.fd;
             int64_t idx[CKPT_MAX_NDIM] = {0};
             for (;;) {
@@ -261,8 +261,8 @@ ckpt_status tree_read_tensor(tree_read *x, const ckpt_entry *e, const int64_t *o
                              ckpt_error *err) {
     if (!len) return CKPT_OK;
     if (ckpt_entry_problem(e))
-        return ckpt_fail(err, CKPT_E_FORMAT, "'%s': %s", ckpt_entry_key(e), ckpt_entry_problem(e));
-    if (dst + len > x->len) return ckpt_fail(err, CKPT_E_INVAL, "read outside the reply");
+        return ck_fail(err, CKPT_E_FORMAT, "'%s': %s", ckpt_entry_key(e), ckpt_entry_problem(e));
+    if (dst + len > x->len) return ck_fail(err, CKPT_E_INVAL, "read outside the reply");
     int64_t zeros[CKPT_MAX_NDIM] = {0};
     lin l = {.x = x,
              .e = e,
@@ -303,7 +303,7 @@ static ckpt_status push_seg(ckpt_tree_scratch *s, size_t *n, ckpt_tree_seg seg, 
     if (*n == s->segs_cap) {
         size_t cap = s->segs_cap ? s->segs_cap * 2 : 16;
         ckpt_tree_seg *m = realloc(s->segs, cap * sizeof *m);
-        if (!m) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        if (!m) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
         s->segs = m;
         s->segs_cap = cap;
     }
@@ -323,16 +323,16 @@ static ckpt_status check_sizes(tree_read *x, ckpt_error *err) {
         if (p->fd != last_fd) {
             struct stat st;
             if (fstat(p->fd, &st) != 0)
-                return ckpt_fail(err, CKPT_E_IO, "%s/%s: %s", x->c->dir, p->name, strerror(errno));
+                return ck_fail(err, CKPT_E_IO, "%s/%s: %s", x->c->dir, p->name, strerror(errno));
             last_fd = p->fd;
             size = (uint64_t)st.st_size;
         }
         if (p->pos + p->len > size)
-            return ckpt_fail(err, CKPT_E_RANGE,
-                             "%s/%s: bytes [%llu, %llu) are past the end of the file (%llu bytes; "
-                             "truncated since it was mounted?)",
-                             x->c->dir, p->name, (unsigned long long)p->pos,
-                             (unsigned long long)(p->pos + p->len), (unsigned long long)size);
+            return ck_fail(err, CKPT_E_RANGE,
+                           "%s/%s: bytes [%llu, %llu) are past the end of the file (%llu bytes; "
+                           "truncated since it was mounted?)",
+                           x->c->dir, p->name, (unsigned long long)p->pos,
+                           (unsigned long long)(p->pos + p->len), (unsigned long long)size);
     }
     return CKPT_OK;
 }

@@ -15,7 +15,7 @@ typedef struct collect {
     const tree_ckpt *c;
     const ckpt_entry **v;
     size_t n, cap;
-    ckpt_strbuf skipped; /* JSON array text of left-out paths */
+    ck_strbuf skipped; /* JSON array text of left-out paths */
 } collect;
 
 static bool push(collect *k, const ckpt_entry *e) {
@@ -37,8 +37,8 @@ static bool walk(collect *k, uint32_t at) {
         if (ckpt_entry_kind_of(n->e) != CKPT_ENTRY_TENSOR) return true;
         if (ckpt_dtype_safetensors_name(ckpt_entry_dtype(n->e)) && !ckpt_entry_problem(n->e))
             return push(k, n->e);
-        ckpt_strbuf_addc(&k->skipped, k->skipped.len ? ',' : '[');
-        ckpt_json_escape(&k->skipped, ckpt_entry_path(n->e), strlen(ckpt_entry_path(n->e)));
+        ck_strbuf_addc(&k->skipped, k->skipped.len ? ',' : '[');
+        ck_json_escape(&k->skipped, ckpt_entry_path(n->e), strlen(ckpt_entry_path(n->e)));
         return true;
     }
     for (uint32_t i = 0; i < n->nkids; i++)
@@ -50,8 +50,8 @@ static ckpt_status build(tree_ckpt *c, st_file *f, ckpt_error *err) {
     collect k = {.c = c};
     if (!walk(&k, f->top)) {
         free(k.v);
-        ckpt_strbuf_release(&k.skipped);
-        return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        ck_strbuf_release(&k.skipped);
+        return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     }
     /* stable partition by item size, 16 down to 1: the walk order is kept within a size */
     const ckpt_entry **sorted = malloc((k.n ? k.n : 1) * sizeof *sorted);
@@ -61,52 +61,52 @@ static ckpt_status build(tree_ckpt *c, st_file *f, ckpt_error *err) {
             if (ckpt_dtype_itemsize(ckpt_entry_dtype(k.v[i])) == size) sorted[m++] = k.v[i];
     free(k.v);
     if (!sorted) {
-        ckpt_strbuf_release(&k.skipped);
-        return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        ck_strbuf_release(&k.skipped);
+        return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     }
     f->tensors = sorted;
     f->ntensors = (uint32_t)m;
     f->begin = malloc((m ? m : 1) * sizeof *f->begin);
     if (!f->begin) {
-        ckpt_strbuf_release(&k.skipped);
-        return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+        ck_strbuf_release(&k.skipped);
+        return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     }
 
     size_t prefix = f->top ? strlen(c->nodes[f->top].name) + 1 : 0;
-    ckpt_strbuf sb = CKPT_STRBUF_INIT;
-    ckpt_strbuf_add(&sb, "\0\0\0\0\0\0\0\0", 8);
-    ckpt_strbuf_adds(&sb, "{\"__metadata__\":{\"format\":\"pt\",\"ckptfs.source\":");
-    ckpt_json_escape(&sb, c->dir, strlen(c->dir));
+    ck_strbuf sb = CKPT_STRBUF_INIT;
+    ck_strbuf_add(&sb, "\0\0\0\0\0\0\0\0", 8);
+    ck_strbuf_adds(&sb, "{\"__metadata__\":{\"format\":\"pt\",\"ckptfs.source\":");
+    ck_json_escape(&sb, c->dir, strlen(c->dir));
     if (k.skipped.len) {
-        ckpt_strbuf_addc(&k.skipped, ']');
-        ckpt_strbuf_adds(&sb, ",\"ckptfs.skipped\":");
-        ckpt_json_escape(&sb, ckpt_strbuf_cstr(&k.skipped), k.skipped.len);
+        ck_strbuf_addc(&k.skipped, ']');
+        ck_strbuf_adds(&sb, ",\"ckptfs.skipped\":");
+        ck_json_escape(&sb, ck_strbuf_cstr(&k.skipped), k.skipped.len);
     }
-    ckpt_strbuf_release(&k.skipped);
-    ckpt_strbuf_addc(&sb, '}');
+    ck_strbuf_release(&k.skipped);
+    ck_strbuf_addc(&sb, '}');
     uint64_t at = 0;
     for (size_t i = 0; i < m; i++) {
         const ckpt_entry *e = sorted[i];
         const char *path = ckpt_entry_path(e) + prefix;
-        ckpt_strbuf_addc(&sb, ',');
-        ckpt_json_escape(&sb, path, strlen(path));
-        ckpt_strbuf_addf(&sb, ":{\"dtype\":\"%s\",\"shape\":[",
-                         ckpt_dtype_safetensors_name(ckpt_entry_dtype(e)));
+        ck_strbuf_addc(&sb, ',');
+        ck_json_escape(&sb, path, strlen(path));
+        ck_strbuf_addf(&sb, ":{\"dtype\":\"%s\",\"shape\":[",
+                       ckpt_dtype_safetensors_name(ckpt_entry_dtype(e)));
         for (int d = 0; d < ckpt_entry_ndim(e); d++)
-            ckpt_strbuf_addf(&sb, "%s%lld", d ? "," : "", (long long)ckpt_entry_shape(e)[d]);
+            ck_strbuf_addf(&sb, "%s%lld", d ? "," : "", (long long)ckpt_entry_shape(e)[d]);
         uint64_t nb = ckpt_entry_nbytes(e);
-        ckpt_strbuf_addf(&sb, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)at,
-                         (unsigned long long)(at + nb));
+        ck_strbuf_addf(&sb, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)at,
+                       (unsigned long long)(at + nb));
         f->begin[i] = at;
         at += nb;
     }
-    ckpt_strbuf_addc(&sb, '}');
+    ck_strbuf_addc(&sb, '}');
     while (sb.len % 8)
-        ckpt_strbuf_addc(&sb, ' ');
-    CKPT_TRY(ckpt_strbuf_status(&sb, "safetensors header", err));
+        ck_strbuf_addc(&sb, ' ');
+    CKPT_TRY(ck_strbuf_status(&sb, "safetensors header", err));
     size_t len = 0;
-    f->header = ckpt_strbuf_detach(&sb, &len);
-    if (!f->header) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    f->header = ck_strbuf_detach(&sb, &len);
+    if (!f->header) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     uint64_t hl = len - 8;
     for (int i = 0; i < 8; i++)
         f->header[i] = (char)((hl >> (8 * i)) & 0xFF);
@@ -124,7 +124,7 @@ ckpt_status tree_st_build(tree_ckpt *c, st_file *f, ckpt_error *err) {
     if (f->header) {
         s = CKPT_OK;
     } else if (f->status != CKPT_OK) {
-        s = ckpt_fail(err, f->status, "%s/.safetensors/%s could not be built", c->dir, f->name);
+        s = ck_fail(err, f->status, "%s/.safetensors/%s could not be built", c->dir, f->name);
     } else {
         s = build(c, f, err);
         if (s != CKPT_OK) {

@@ -235,7 +235,7 @@ void tree_log(const ckpt_tree_options *o, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 /* verify.c: checks the stored item at `loc` against the manifest (once; no-op without one). */
-ckpt_status tree_verify_item(tree_ckpt *c, const ckpt_loc *loc, ckpt_error *err);
+ckpt_status tree_verify_item(tree_ckpt *c, const ck_loc *loc, ckpt_error *err);
 
 /* layout.c */
 /* Index of the spec directory `name` (a layout spec, ckpt_layout_parse) in c->specs, added on

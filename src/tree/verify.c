@@ -3,13 +3,13 @@
 #include "tree/tree_i.h"
 #include "util/error.h"
 
-ckpt_status tree_verify_item(tree_ckpt *c, const ckpt_loc *loc, ckpt_error *err) {
+ckpt_status tree_verify_item(tree_ckpt *c, const ck_loc *loc, ckpt_error *err) {
     if (!c->manifest || loc->file_id < 0) return CKPT_OK;
     const char *file = c->r->files[loc->file_id].name;
     const ckpt_manifest_record *rec = ckpt_manifest_find(c->manifest, file, loc->offset);
     if (!rec || rec->length < loc->length)
-        return ckpt_fail(err, CKPT_E_CHECKSUM, "%s/%s: offset %llu: item not in the manifest",
-                         c->dir, file, (unsigned long long)loc->offset);
+        return ck_fail(err, CKPT_E_CHECKSUM, "%s/%s: offset %llu: item not in the manifest", c->dir,
+                       file, (unsigned long long)loc->offset);
     size_t i = (size_t)(rec - ckpt_manifest_record_at(c->manifest, 0));
     unsigned char state = atomic_load_explicit(&c->verified[i], memory_order_acquire);
     if (state == 0) {
@@ -21,9 +21,9 @@ ckpt_status tree_verify_item(tree_ckpt *c, const ckpt_loc *loc, ckpt_error *err)
         atomic_store_explicit(&c->verified[i], state, memory_order_release);
     }
     if (state == 2)
-        return ckpt_fail(err, CKPT_E_CHECKSUM,
-                         "%s/%s: offset %llu: %llu stored bytes do not match the manifest's hash",
-                         c->dir, file, (unsigned long long)loc->offset,
-                         (unsigned long long)loc->length);
+        return ck_fail(err, CKPT_E_CHECKSUM,
+                       "%s/%s: offset %llu: %llu stored bytes do not match the manifest's hash",
+                       c->dir, file, (unsigned long long)loc->offset,
+                       (unsigned long long)loc->length);
     return CKPT_OK;
 }

@@ -15,7 +15,7 @@
 
 #define ARENA_BLOCK_MIN (64u * 1024u)
 #define ARENA_BLOCK_MAX (64u * 1024u * 1024u)
-/* With ckpt_arena_map_ahead, blocks of this size and up are mapped one ahead. */
+/* With ck_arena_map_ahead, blocks of this size and up are mapped one ahead. */
 #define ARENA_AHEAD_MIN (4u * 1024u * 1024u)
 /* Arenas that mapped this much are unmapped by a detached thread. */
 #define ARENA_ASYNC_FREE_MIN (64u * 1024u * 1024u)
@@ -32,7 +32,7 @@ typedef struct arena_block {
 #define ARENA_ALIGN 8u
 #define HEADER_SIZE ((sizeof(arena_block) + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1))
 
-struct ckpt_arena {
+struct ck_arena {
     arena_block *head;
     uint64_t budget;
     uint64_t used;
@@ -49,8 +49,8 @@ struct ckpt_arena {
     arena_block *ahead; /* mapped ahead and not used yet, or NULL */
 };
 
-ckpt_arena *ckpt_arena_new(uint64_t budget) {
-    ckpt_arena *a = calloc(1, sizeof *a);
+ck_arena *ck_arena_new(uint64_t budget) {
+    ck_arena *a = calloc(1, sizeof *a);
     if (a) {
         a->budget = budget;
         a->next_block = ARENA_BLOCK_MIN;
@@ -59,7 +59,7 @@ ckpt_arena *ckpt_arena_new(uint64_t budget) {
     return a;
 }
 
-static void join_helper(ckpt_arena *a) {
+static void join_helper(ck_arena *a) {
     if (a->helper_running) pthread_join(a->helper, NULL);
     a->helper_running = false;
 }
@@ -88,20 +88,20 @@ static bool unmap_async(arena_block *blocks) {
     return ok;
 }
 
-void ckpt_arena_free(ckpt_arena *a) {
+void ck_arena_free(ck_arena *a) {
     if (!a) return;
-    ckpt_arena_settle(a);
+    ck_arena_settle(a);
     if (!(a->mapped >= ARENA_ASYNC_FREE_MIN && unmap_async(a->head))) unmap_blocks(a->head);
     free(a);
 }
 
-void ckpt_arena_map_ahead(ckpt_arena *a) { a->map_ahead = true; }
+void ck_arena_map_ahead(ck_arena *a) { a->map_ahead = true; }
 
-void ckpt_arena_max_block(ckpt_arena *a, size_t bytes) {
+void ck_arena_max_block(ck_arena *a, size_t bytes) {
     a->max_block = bytes < ARENA_BLOCK_MIN ? ARENA_BLOCK_MIN : bytes;
 }
 
-void ckpt_arena_settle(ckpt_arena *a) {
+void ck_arena_settle(ck_arena *a) {
     join_helper(a);
     if (a->ahead) munmap(a->ahead, a->ahead->size);
     a->ahead = NULL;
@@ -121,13 +121,13 @@ static arena_block *map_block(size_t size) {
 }
 
 static void *map_ahead(void *arg) {
-    ckpt_arena *a = arg;
+    ck_arena *a = arg;
     a->ahead = map_block(a->ahead_size);
     return NULL;
 }
 
 /* A new block of `size` bytes, or the one mapped ahead if that holds `need` bytes. */
-static arena_block *new_block(ckpt_arena *a, size_t size, size_t need) {
+static arena_block *new_block(ck_arena *a, size_t size, size_t need) {
     join_helper(a);
     if (a->ahead && a->ahead->size >= need) {
         arena_block *b = a->ahead;
@@ -139,7 +139,7 @@ static arena_block *new_block(ckpt_arena *a, size_t size, size_t need) {
 
 /* Starts mapping the block the next regular request will want, unless it is small, already
  * there, or could not be used within the budget. */
-static void start_ahead(ckpt_arena *a) {
+static void start_ahead(ck_arena *a) {
     size_t size = a->next_block;
     if (!a->map_ahead || size < ARENA_AHEAD_MIN || a->ahead ||
         (a->budget && a->used + size > a->budget))
@@ -148,7 +148,7 @@ static void start_ahead(ckpt_arena *a) {
     a->helper_running = pthread_create(&a->helper, NULL, map_ahead, a) == 0;
 }
 
-void *ckpt_arena_alloc(ckpt_arena *a, size_t size) {
+void *ck_arena_alloc(ck_arena *a, size_t size) {
     size_t rounded = (size + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
     if (rounded < size || rounded > SIZE_MAX / 2) return NULL;
     if (a->budget && (rounded > a->budget || a->used > a->budget - rounded)) {
@@ -182,24 +182,24 @@ void *ckpt_arena_alloc(ckpt_arena *a, size_t size) {
     return p; /* fresh anonymous memory, never reused: already zero */
 }
 
-char *ckpt_arena_strndup(ckpt_arena *a, const char *s, size_t len) {
+char *ck_arena_strndup(ck_arena *a, const char *s, size_t len) {
     if (len == SIZE_MAX) return NULL;
-    char *p = ckpt_arena_alloc(a, len + 1);
+    char *p = ck_arena_alloc(a, len + 1);
     if (!p) return NULL;
     if (len) memcpy(p, s, len);
     p[len] = '\0';
     return p;
 }
 
-void *ckpt_arena_grow(ckpt_arena *a, void *old, size_t old_size, size_t new_size) {
-    void *p = ckpt_arena_alloc(a, new_size);
+void *ck_arena_grow(ck_arena *a, void *old, size_t old_size, size_t new_size) {
+    void *p = ck_arena_alloc(a, new_size);
     if (p && old && old_size) memcpy(p, old, old_size < new_size ? old_size : new_size);
     return p;
 }
 
-void ckpt_arena_adopt(ckpt_arena *dst, ckpt_arena *src) {
+void ck_arena_adopt(ck_arena *dst, ck_arena *src) {
     if (!src) return;
-    ckpt_arena_settle(src);
+    ck_arena_settle(src);
     arena_block *last = src->head;
     while (last && last->next)
         last = last->next;
@@ -218,6 +218,6 @@ void ckpt_arena_adopt(ckpt_arena *dst, ckpt_arena *src) {
     free(src);
 }
 
-int ckpt_arena_over_budget(const ckpt_arena *a) { return a->over_budget; }
-void ckpt_arena_set_budget(ckpt_arena *a, uint64_t budget) { a->budget = budget; }
-uint64_t ckpt_arena_used(const ckpt_arena *a) { return a->used; }
+int ck_arena_over_budget(const ck_arena *a) { return a->over_budget; }
+void ck_arena_set_budget(ck_arena *a, uint64_t budget) { a->budget = budget; }
+uint64_t ck_arena_used(const ck_arena *a) { return a->used; }

@@ -6,12 +6,12 @@
 #include <string.h>
 #include <sys/mman.h>
 
-ckpt_status ckpt_cuda_fail(ckpt_error *err, cudaError_t e, const char *what) {
+ckpt_status ck_cuda_fail(ckpt_error *err, cudaError_t e, const char *what) {
     cudaGetLastError(); /* clear a sticky non-fatal error */
-    return ckpt_fail(err, CKPT_E_IO, "CUDA %s: %s", what, cudaGetErrorString(e));
+    return ck_fail(err, CKPT_E_IO, "CUDA %s: %s", what, cudaGetErrorString(e));
 }
 
-bool ckpt_cuda_is_device_ptr(const void *p) {
+bool ck_cuda_is_device_ptr(const void *p) {
     struct cudaPointerAttributes a;
     memset(&a, 0, sizeof a);
     if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
@@ -21,7 +21,7 @@ bool ckpt_cuda_is_device_ptr(const void *p) {
     return a.type == cudaMemoryTypeDevice;
 }
 
-cudaError_t ckpt_cuda_pinned_alloc(ckpt_pinned *m, size_t n) {
+cudaError_t ck_cuda_pinned_alloc(ck_pinned *m, size_t n) {
     memset(m, 0, sizeof *m);
     const size_t huge = (size_t)2 << 20;
     size_t len = n / huge * huge + (n % huge ? huge : 0);
@@ -30,7 +30,7 @@ cudaError_t ckpt_cuda_pinned_alloc(ckpt_pinned *m, size_t n) {
     if (p != MAP_FAILED) {
         (void)madvise(p, len, MADV_HUGEPAGE); /* a hint: fails where THP is off */
         if (cudaHostRegister(p, len, cudaHostRegisterDefault) == cudaSuccess) {
-            *m = (ckpt_pinned){p, len, true};
+            *m = (ck_pinned){p, len, true};
             return cudaSuccess;
         }
         cudaGetLastError(); /* clear it: cudaHostAlloc decides */
@@ -38,11 +38,11 @@ cudaError_t ckpt_cuda_pinned_alloc(ckpt_pinned *m, size_t n) {
     }
     void *q = NULL;
     cudaError_t e = cudaHostAlloc(&q, n ? n : 1, cudaHostAllocDefault);
-    if (e == cudaSuccess) *m = (ckpt_pinned){q, n ? n : 1, false};
+    if (e == cudaSuccess) *m = (ck_pinned){q, n ? n : 1, false};
     return e;
 }
 
-void ckpt_cuda_pinned_free(ckpt_pinned *m) {
+void ck_cuda_pinned_free(ck_pinned *m) {
     if (m->p && m->registered) {
         cudaHostUnregister(m->p);
         munmap(m->p, m->n);

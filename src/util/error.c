@@ -24,7 +24,7 @@ const char *ckpt_strerror(ckpt_status code) {
     return "unknown error";
 }
 
-ckpt_status ckpt_vfail(ckpt_error *err, ckpt_status code, const char *fmt, va_list ap) {
+ckpt_status ck_vfail(ckpt_error *err, ckpt_status code, const char *fmt, va_list ap) {
     if (err) {
         err->code = code;
         vsnprintf(err->message, sizeof err->message, fmt, ap);
@@ -32,15 +32,15 @@ ckpt_status ckpt_vfail(ckpt_error *err, ckpt_status code, const char *fmt, va_li
     return code;
 }
 
-ckpt_status ckpt_fail(ckpt_error *err, ckpt_status code, const char *fmt, ...) {
+ckpt_status ck_fail(ckpt_error *err, ckpt_status code, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    ckpt_vfail(err, code, fmt, ap);
+    ck_vfail(err, code, fmt, ap);
     va_end(ap);
     return code;
 }
 
-void ckpt_error_prefix(ckpt_error *err, const char *fmt, ...) {
+void ck_error_prefix(ckpt_error *err, const char *fmt, ...) {
     if (!err) return;
     char head[CKPT_ERROR_MSG_MAX];
     va_list ap;
@@ -59,7 +59,7 @@ void ckpt_error_prefix(ckpt_error *err, const char *fmt, ...) {
     }
 }
 
-void ckpt_error_suffix(ckpt_error *err, const char *fmt, ...) {
+void ck_error_suffix(ckpt_error *err, const char *fmt, ...) {
     if (!err) return;
     size_t used = strnlen(err->message, sizeof err->message);
     if (used + 1 < sizeof err->message) {
@@ -70,7 +70,7 @@ void ckpt_error_suffix(ckpt_error *err, const char *fmt, ...) {
     }
 }
 
-void ckpt_error_clear(ckpt_error *err) {
+void ck_error_clear(ckpt_error *err) {
     if (err) {
         err->code = CKPT_OK;
         err->message[0] = '\0';

@@ -8,17 +8,17 @@
 #include <stdarg.h>
 
 /* Sets err->code and err->message (printf-style); returns `code` so callers can write
- * `return ckpt_fail(err, CKPT_E_FORMAT, "...")`.  err may be NULL. */
-ckpt_status ckpt_fail(ckpt_error *err, ckpt_status code, const char *fmt, ...)
+ * `return ck_fail(err, CKPT_E_FORMAT, "...")`.  err may be NULL. */
+ckpt_status ck_fail(ckpt_error *err, ckpt_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-ckpt_status ckpt_vfail(ckpt_error *err, ckpt_status code, const char *fmt, va_list ap);
+ckpt_status ck_vfail(ckpt_error *err, ckpt_status code, const char *fmt, va_list ap);
 /* Prepends context ("FILE: ") to an already-filled message; nothing when err is NULL.  They
  * return nothing: the status is the caller's to return (err may be NULL, and then only the
  * caller knows it). */
-void ckpt_error_prefix(ckpt_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void ck_error_prefix(ckpt_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Appends context (" (key 'K')"). */
-void ckpt_error_suffix(ckpt_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void ckpt_error_clear(ckpt_error *err);
+void ck_error_suffix(ckpt_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void ck_error_clear(ckpt_error *err);
 
 /* At a public entry point: callers may pass err = NULL, while internal helpers report a
  * status through err (one that returns NULL or -1, say); this points err at a local one, so

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-bool ckpt_htab_init(ckpt_htab *t, size_t expected) {
+bool ck_htab_init(ck_htab *t, size_t expected) {
     size_t cap = 16;
     while (cap < expected * 2 + 1)
         cap <<= 1;
@@ -13,13 +13,13 @@ bool ckpt_htab_init(ckpt_htab *t, size_t expected) {
     t->cap = cap;
     t->len = 0;
     if (!t->hashes || !t->values) {
-        ckpt_htab_release(t);
+        ck_htab_release(t);
         return false;
     }
     return true;
 }
 
-void ckpt_htab_release(ckpt_htab *t) {
+void ck_htab_release(ck_htab *t) {
     free(t->hashes);
     free(t->values);
     t->hashes = NULL;
@@ -27,17 +27,17 @@ void ckpt_htab_release(ckpt_htab *t) {
     t->cap = t->len = 0;
 }
 
-static bool grow(ckpt_htab *t) {
-    ckpt_htab n;
-    if (!ckpt_htab_init(&n, t->cap)) return false;
+static bool grow(ck_htab *t) {
+    ck_htab n;
+    if (!ck_htab_init(&n, t->cap)) return false;
     for (size_t i = 0; i < t->cap; i++)
-        if (t->hashes[i]) ckpt_htab_insert(&n, t->hashes[i], t->values[i]);
-    ckpt_htab_release(t);
+        if (t->hashes[i]) ck_htab_insert(&n, t->hashes[i], t->values[i]);
+    ck_htab_release(t);
     *t = n;
     return true;
 }
 
-bool ckpt_htab_insert(ckpt_htab *t, uint64_t hash, uint64_t value) {
+bool ck_htab_insert(ck_htab *t, uint64_t hash, uint64_t value) {
     if ((t->len + 1) * 4 > t->cap * 3 && !grow(t)) return false;
     if (!hash) hash = 1;
     size_t mask = t->cap - 1;
@@ -51,8 +51,8 @@ bool ckpt_htab_insert(ckpt_htab *t, uint64_t hash, uint64_t value) {
     }
 }
 
-bool ckpt_htab_find(const ckpt_htab *t, uint64_t hash, bool (*eq)(const void *ctx, uint64_t value),
-                    const void *ctx, uint64_t *out) {
+bool ck_htab_find(const ck_htab *t, uint64_t hash, bool (*eq)(const void *ctx, uint64_t value),
+                  const void *ctx, uint64_t *out) {
     if (!t->cap) return false;
     if (!hash) hash = 1;
     size_t mask = t->cap - 1;
@@ -67,7 +67,7 @@ bool ckpt_htab_find(const ckpt_htab *t, uint64_t hash, bool (*eq)(const void *ct
 
 /* FNV-1a over 8-byte words with a final avalanche (splitmix64); good enough for keys that an
  * attacker cannot use to do worse than linear probing over their own entries. */
-uint64_t ckpt_hash_bytes(const void *p, size_t n, uint64_t seed) {
+uint64_t ck_hash_bytes(const void *p, size_t n, uint64_t seed) {
     const uint8_t *s = p;
     uint64_t h = 0xcbf29ce484222325ull ^ seed;
     while (n >= 8) {

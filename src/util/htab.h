@@ -7,21 +7,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct ckpt_htab {
+typedef struct ck_htab {
     uint64_t *hashes; /* 0 = empty slot (hash 0 is remapped) */
     uint64_t *values;
     size_t cap; /* power of two */
     size_t len;
-} ckpt_htab;
+} ck_htab;
 
-bool ckpt_htab_init(ckpt_htab *t, size_t expected);
-void ckpt_htab_release(ckpt_htab *t);
-bool ckpt_htab_insert(ckpt_htab *t, uint64_t hash, uint64_t value);
+bool ck_htab_init(ck_htab *t, size_t expected);
+void ck_htab_release(ck_htab *t);
+bool ck_htab_insert(ck_htab *t, uint64_t hash, uint64_t value);
 /* Calls eq(ctx, value) for every value stored under `hash` until it returns true; returns that
  * value through *out. */
-bool ckpt_htab_find(const ckpt_htab *t, uint64_t hash, bool (*eq)(const void *ctx, uint64_t value),
-                    const void *ctx, uint64_t *out);
+bool ck_htab_find(const ck_htab *t, uint64_t hash, bool (*eq)(const void *ctx, uint64_t value),
+                  const void *ctx, uint64_t *out);
 
-uint64_t ckpt_hash_bytes(const void *p, size_t n, uint64_t seed);
+uint64_t ck_hash_bytes(const void *p, size_t n, uint64_t seed);
 
 #endif

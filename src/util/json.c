@@ -22,23 +22,23 @@ typedef struct json_parser {
     const uint8_t *s;
     size_t n;
     size_t pos;
-    ckpt_arena *arena;
+    ck_arena *arena;
     uint32_t max_depth;
-    ckpt_json *stack; /* children of the arrays/objects being parsed (malloc'ed scratch) */
+    ck_json *stack; /* children of the arrays/objects being parsed (malloc'ed scratch) */
     size_t sp;
     size_t cap;
     ckpt_error *err;
 } json_parser;
 
 static ckpt_status jfail(json_parser *p, size_t at, const char *what) {
-    return ckpt_fail(p->err, CKPT_E_FORMAT, "json offset %zu: %s", at, what);
+    return ck_fail(p->err, CKPT_E_FORMAT, "json offset %zu: %s", at, what);
 }
 
 static ckpt_status jnomem(json_parser *p) {
-    if (ckpt_arena_over_budget(p->arena))
-        return ckpt_fail(p->err, CKPT_E_LIMIT,
-                         "json offset %zu: document needs more memory than its budget", p->pos);
-    return ckpt_fail(p->err, CKPT_E_NOMEM, "json offset %zu: out of memory", p->pos);
+    if (ck_arena_over_budget(p->arena))
+        return ck_fail(p->err, CKPT_E_LIMIT,
+                       "json offset %zu: document needs more memory than its budget", p->pos);
+    return ck_fail(p->err, CKPT_E_NOMEM, "json offset %zu: out of memory", p->pos);
 }
 
 static void skip_ws(json_parser *p) {
@@ -49,11 +49,11 @@ static void skip_ws(json_parser *p) {
     }
 }
 
-static ckpt_status push(json_parser *p, const ckpt_json *v) {
+static ckpt_status push(json_parser *p, const ck_json *v) {
     if (p->sp == p->cap) {
         size_t ncap = p->cap ? p->cap * 2 : 64;
-        ckpt_json *ns = realloc(p->stack, ncap * sizeof *ns);
-        if (!ns) return ckpt_fail(p->err, CKPT_E_NOMEM, "json: out of memory");
+        ck_json *ns = realloc(p->stack, ncap * sizeof *ns);
+        if (!ns) return ck_fail(p->err, CKPT_E_NOMEM, "json: out of memory");
         p->stack = ns;
         p->cap = ncap;
     }
@@ -124,7 +124,7 @@ static ckpt_status parse_string(json_parser *p, const char **out, size_t *out_le
     }
     size_t end = p->pos++;
     size_t raw = end - start;
-    char *o = ckpt_arena_alloc(p->arena, raw + 1);
+    char *o = ck_arena_alloc(p->arena, raw + 1);
     if (!o) return jnomem(p);
     if (!escapes) {
         memcpy(o, p->s + start, raw);
@@ -179,7 +179,7 @@ static ckpt_status parse_string(json_parser *p, const char **out, size_t *out_le
 
 static bool is_digit(uint8_t c) { return c >= '0' && c <= '9'; }
 
-static ckpt_status parse_number(json_parser *p, ckpt_json *v) {
+static ckpt_status parse_number(json_parser *p, ck_json *v) {
     size_t start = p->pos, i = p->pos;
     bool neg = false, integral = true;
     if (i < p->n && p->s[i] == '-') {
@@ -232,7 +232,7 @@ static ckpt_status parse_number(json_parser *p, ckpt_json *v) {
     char small[64], *buf = small;
     if (len >= sizeof small) {
         buf = malloc(len + 1);
-        if (!buf) return ckpt_fail(p->err, CKPT_E_NOMEM, "json: out of memory");
+        if (!buf) return ck_fail(p->err, CKPT_E_NOMEM, "json: out of memory");
     }
     memcpy(buf, p->s + start, len);
     buf[len] = '\0';
@@ -253,16 +253,16 @@ static bool match(json_parser *p, const char *word) {
     return true;
 }
 
-static ckpt_status parse_value(json_parser *p, uint32_t depth, ckpt_json *v);
+static ckpt_status parse_value(json_parser *p, uint32_t depth, ck_json *v);
 
-static ckpt_status parse_array(json_parser *p, uint32_t depth, ckpt_json *v) {
+static ckpt_status parse_array(json_parser *p, uint32_t depth, ck_json *v) {
     size_t open = p->pos++, base = p->sp;
     skip_ws(p);
     if (p->pos < p->n && p->s[p->pos] == ']') {
         p->pos++;
     } else {
         for (;;) {
-            ckpt_json item = {0};
+            ck_json item = {0};
             CKPT_TRY(parse_value(p, depth + 1, &item));
             CKPT_TRY(push(p, &item));
             skip_ws(p);
@@ -273,9 +273,9 @@ static ckpt_status parse_array(json_parser *p, uint32_t depth, ckpt_json *v) {
         }
     }
     size_t count = p->sp - base;
-    ckpt_json *items = NULL;
+    ck_json *items = NULL;
     if (count) {
-        items = ckpt_arena_alloc(p->arena, count * sizeof *items);
+        items = ck_arena_alloc(p->arena, count * sizeof *items);
         if (!items) return jnomem(p);
         memcpy(items, p->stack + base, count * sizeof *items);
     }
@@ -286,7 +286,7 @@ static ckpt_status parse_array(json_parser *p, uint32_t depth, ckpt_json *v) {
     return CKPT_OK;
 }
 
-static ckpt_status parse_object(json_parser *p, uint32_t depth, ckpt_json *v) {
+static ckpt_status parse_object(json_parser *p, uint32_t depth, ck_json *v) {
     size_t open = p->pos++, base = p->sp;
     skip_ws(p);
     if (p->pos < p->n && p->s[p->pos] == '}') {
@@ -298,13 +298,13 @@ static ckpt_status parse_object(json_parser *p, uint32_t depth, ckpt_json *v) {
                 return jfail(p, p->pos,
                              p->pos >= p->n ? "unterminated object"
                                             : "expected a string key in object");
-            ckpt_json key = {.type = CKPT_JSON_STRING};
+            ck_json key = {.type = CKPT_JSON_STRING};
             CKPT_TRY(parse_string(p, &key.u.str, &key.len));
             skip_ws(p);
             if (p->pos >= p->n || p->s[p->pos] != ':')
                 return jfail(p, p->pos, "expected ':' after object key");
             p->pos++;
-            ckpt_json val = {0};
+            ck_json val = {0};
             CKPT_TRY(parse_value(p, depth + 1, &val));
             CKPT_TRY(push(p, &key));
             CKPT_TRY(push(p, &val));
@@ -316,9 +316,9 @@ static ckpt_status parse_object(json_parser *p, uint32_t depth, ckpt_json *v) {
         }
     }
     size_t count = (p->sp - base) / 2;
-    ckpt_json_member *m = NULL;
+    ck_json_member *m = NULL;
     if (count) {
-        m = ckpt_arena_alloc(p->arena, count * sizeof *m);
+        m = ck_arena_alloc(p->arena, count * sizeof *m);
         if (!m) return jnomem(p);
         for (size_t k = 0; k < count; k++) {
             m[k].key = p->stack[base + 2 * k].u.str;
@@ -333,7 +333,7 @@ static ckpt_status parse_object(json_parser *p, uint32_t depth, ckpt_json *v) {
     return CKPT_OK;
 }
 
-static ckpt_status parse_value(json_parser *p, uint32_t depth, ckpt_json *v) {
+static ckpt_status parse_value(json_parser *p, uint32_t depth, ck_json *v) {
     skip_ws(p);
     if (p->pos >= p->n) return jfail(p, p->pos, "unexpected end of input, expected a value");
     memset(v, 0, sizeof *v);
@@ -341,8 +341,8 @@ static ckpt_status parse_value(json_parser *p, uint32_t depth, ckpt_json *v) {
     case '{':
     case '[':
         if (depth >= p->max_depth)
-            return ckpt_fail(p->err, CKPT_E_LIMIT, "json offset %zu: nesting deeper than %u levels",
-                             p->pos, (unsigned)p->max_depth);
+            return ck_fail(p->err, CKPT_E_LIMIT, "json offset %zu: nesting deeper than %u levels",
+                           p->pos, (unsigned)p->max_depth);
         return p->s[p->pos] == '{' ? parse_object(p, depth, v) : parse_array(p, depth, v);
     case '"': v->type = CKPT_JSON_STRING; return parse_string(p, &v->u.str, &v->len);
     case 't':
@@ -365,10 +365,10 @@ static ckpt_status parse_value(json_parser *p, uint32_t depth, ckpt_json *v) {
     return jfail(p, p->pos, "unexpected character, expected a value");
 }
 
-ckpt_status ckpt_json_parse(ckpt_arena *arena, const char *text, size_t len, uint32_t max_depth,
-                            const ckpt_json **out, ckpt_error *err) {
+ckpt_status ck_json_parse(ck_arena *arena, const char *text, size_t len, uint32_t max_depth,
+                          const ck_json **out, ckpt_error *err) {
     if (!arena || !out || (!text && len))
-        return ckpt_fail(err, CKPT_E_INVAL, "ckpt_json_parse: NULL argument");
+        return ck_fail(err, CKPT_E_INVAL, "ck_json_parse: NULL argument");
     *out = NULL;
     json_parser p = {.s = (const uint8_t *)text,
                      .n = len,
@@ -377,7 +377,7 @@ ckpt_status ckpt_json_parse(ckpt_arena *arena, const char *text, size_t len, uin
                                   : max_depth > CKPT_JSON_MAX_DEPTH ? CKPT_JSON_MAX_DEPTH
                                                                     : max_depth,
                      .err = err};
-    ckpt_json *root = ckpt_arena_alloc(arena, sizeof *root);
+    ck_json *root = ck_arena_alloc(arena, sizeof *root);
     ckpt_status st;
     if (!root) {
         st = jnomem(&p);
@@ -393,22 +393,22 @@ ckpt_status ckpt_json_parse(ckpt_arena *arena, const char *text, size_t len, uin
     return st;
 }
 
-const ckpt_json *ckpt_json_get(const ckpt_json *obj, const char *key) {
+const ck_json *ck_json_get(const ck_json *obj, const char *key) {
     if (!obj || obj->type != CKPT_JSON_OBJECT || !key) return NULL;
     size_t kl = strlen(key);
     for (size_t i = obj->len; i-- > 0;) {
-        const ckpt_json_member *m = &obj->u.members[i];
+        const ck_json_member *m = &obj->u.members[i];
         if (m->key_len == kl && !memcmp(m->key, key, kl)) return &m->value;
     }
     return NULL;
 }
 
-const ckpt_json *ckpt_json_at(const ckpt_json *arr, size_t i) {
+const ck_json *ck_json_at(const ck_json *arr, size_t i) {
     if (!arr || arr->type != CKPT_JSON_ARRAY || i >= arr->len) return NULL;
     return &arr->u.items[i];
 }
 
-const char *ckpt_json_type_name(ckpt_json_type t) {
+const char *ck_json_type_name(ck_json_type t) {
     switch (t) {
     case CKPT_JSON_NULL: return "null";
     case CKPT_JSON_BOOL: return "bool";
@@ -420,10 +420,10 @@ const char *ckpt_json_type_name(ckpt_json_type t) {
     return "invalid";
 }
 
-bool ckpt_json_escape(ckpt_strbuf *sb, const char *s, size_t len) {
+bool ck_json_escape(ck_strbuf *sb, const char *s, size_t len) {
     const uint8_t *u = (const uint8_t *)s;
-    if (!ckpt_strbuf_grow(sb, len + 2)) return false;
-    ckpt_strbuf_addc(sb, '"');
+    if (!ck_strbuf_grow(sb, len + 2)) return false;
+    ck_strbuf_addc(sb, '"');
     size_t run = 0; /* start of the pending run of bytes copied verbatim */
     for (size_t i = 0; i < len;) {
         uint8_t c = u[i];
@@ -451,22 +451,22 @@ bool ckpt_json_escape(ckpt_strbuf *sb, const char *s, size_t len) {
             }
         }
         if (esc) {
-            ckpt_strbuf_add(sb, s + run, i - run);
-            ckpt_strbuf_adds(sb, esc);
+            ck_strbuf_add(sb, s + run, i - run);
+            ck_strbuf_adds(sb, esc);
             run = i + l;
         }
         i += l;
     }
-    ckpt_strbuf_add(sb, s + run, len - run);
-    return ckpt_strbuf_addc(sb, '"');
+    ck_strbuf_add(sb, s + run, len - run);
+    return ck_strbuf_addc(sb, '"');
 }
 
 char *ckpt_json_string(const char *s, size_t len) {
-    ckpt_strbuf sb;
-    ckpt_strbuf_init(&sb, 0);
-    if (!s || !ckpt_json_escape(&sb, s, len)) {
-        ckpt_strbuf_release(&sb);
+    ck_strbuf sb;
+    ck_strbuf_init(&sb, 0);
+    if (!s || !ck_json_escape(&sb, s, len)) {
+        ck_strbuf_release(&sb);
         return NULL;
     }
-    return ckpt_strbuf_detach(&sb, NULL);
+    return ck_strbuf_detach(&sb, NULL);
 }

@@ -1,5 +1,5 @@
 /* json.h — a strict, bounded JSON (RFC 8259) parser producing an arena-allocated tree, and
- * a JSON string escaper for ckpt_strbuf (doubles: src/value/float_repr.h).
+ * a JSON string escaper for ck_strbuf (doubles: src/value/float_repr.h).
  *
  * Parsing rejects everything RFC 8259 does not allow (comments, trailing commas, leading
  * zeros, NaN, raw control characters in strings, invalid UTF-8, lone surrogates in \u
@@ -17,19 +17,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum ckpt_json_type {
+typedef enum ck_json_type {
     CKPT_JSON_NULL = 0,
     CKPT_JSON_BOOL,
     CKPT_JSON_NUMBER,
     CKPT_JSON_STRING,
     CKPT_JSON_ARRAY,
     CKPT_JSON_OBJECT,
-} ckpt_json_type;
+} ck_json_type;
 
-typedef struct ckpt_json_member ckpt_json_member;
+typedef struct ck_json_member ck_json_member;
 
-typedef struct ckpt_json {
-    ckpt_json_type type;
+typedef struct ck_json {
+    ck_json_type type;
     bool boolean; /* BOOL */
     bool is_int;  /* NUMBER: the literal has no fraction/exponent and fits int64 (in .i) */
     size_t len;   /* STRING: bytes (a \u0000 escape yields an embedded NUL); ARRAY: items;
@@ -39,16 +39,16 @@ typedef struct ckpt_json {
             int64_t i; /* valid when is_int */
             double d;  /* always: the nearest double */
         } num;
-        const char *str;                 /* STRING: unescaped UTF-8, NUL-terminated */
-        const struct ckpt_json *items;   /* ARRAY: len values */
-        const ckpt_json_member *members; /* OBJECT: len members, document order */
+        const char *str;               /* STRING: unescaped UTF-8, NUL-terminated */
+        const struct ck_json *items;   /* ARRAY: len values */
+        const ck_json_member *members; /* OBJECT: len members, document order */
     } u;
-} ckpt_json;
+} ck_json;
 
-struct ckpt_json_member {
+struct ck_json_member {
     const char *key; /* unescaped UTF-8, NUL-terminated */
     size_t key_len;
-    ckpt_json value;
+    ck_json value;
 };
 
 #define CKPT_JSON_DEFAULT_DEPTH 128
@@ -57,19 +57,19 @@ struct ckpt_json_member {
 /* Parses `len` bytes of `text` (need not be NUL-terminated).  max_depth: most nested
  * arrays/objects (0 = CKPT_JSON_DEFAULT_DEPTH).  Errors: CKPT_E_FORMAT ("json offset N: ..."),
  * CKPT_E_LIMIT (depth, arena budget), CKPT_E_NOMEM.  The tree lives in `arena`. */
-ckpt_status ckpt_json_parse(ckpt_arena *arena, const char *text, size_t len, uint32_t max_depth,
-                            const ckpt_json **out, ckpt_error *err);
+ckpt_status ck_json_parse(ck_arena *arena, const char *text, size_t len, uint32_t max_depth,
+                          const ck_json **out, ckpt_error *err);
 
 /* The value of the last member named `key` (like Python's json and serde), or NULL; NULL for
  * non-objects. */
-const ckpt_json *ckpt_json_get(const ckpt_json *obj, const char *key);
+const ck_json *ck_json_get(const ck_json *obj, const char *key);
 /* Item i of an array, or NULL. */
-const ckpt_json *ckpt_json_at(const ckpt_json *arr, size_t i);
+const ck_json *ck_json_at(const ck_json *arr, size_t i);
 /* "null", "bool", "number", "string", "array", "object". */
-const char *ckpt_json_type_name(ckpt_json_type t);
+const char *ck_json_type_name(ck_json_type t);
 
 /* Appends `s` as a quoted JSON string: '"' and '\\' escaped, control characters as \b \f \n
  * \r \t or \u00XX, UTF-8 passed through, each byte of an invalid UTF-8 sequence replaced by
  * \ufffd (so the output is always valid JSON). */
-bool ckpt_json_escape(ckpt_strbuf *sb, const char *s, size_t len);
+bool ck_json_escape(ck_strbuf *sb, const char *s, size_t len);
 #endif

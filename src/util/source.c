@@ -8,11 +8,11 @@
 #include <string.h>
 #include <unistd.h>
 
-ckpt_status ckpt_source_read(const ckpt_source *src, uint64_t off, void *buf, uint64_t len,
-                             ckpt_error *err) {
+ckpt_status ck_source_read(const ck_source *src, uint64_t off, void *buf, uint64_t len,
+                           ckpt_error *err) {
     const char *name = src->name ? src->name : "(source)";
     if (off > src->len || len > src->len - off)
-        return ckpt_fail(
+        return ck_fail(
             err, CKPT_E_RANGE,
             "%s: read of %llu bytes at offset %llu passes the end of its %llu-byte range", name,
             (unsigned long long)len, (unsigned long long)(src->base + off),
@@ -28,15 +28,15 @@ ckpt_status ckpt_source_read(const ckpt_source *src, uint64_t off, void *buf, ui
         if (n < 0) {
             if (errno == EINTR) continue;
             if (errno == EINVAL && src->base + off + done > (uint64_t)INT64_MAX)
-                return ckpt_fail(err, CKPT_E_RANGE, "%s: offset %llu is beyond any file", name,
-                                 (unsigned long long)(src->base + off + done));
-            return ckpt_fail(err, CKPT_E_IO, "%s: read at offset %llu failed: %s", name,
-                             (unsigned long long)(src->base + off + done), strerror(errno));
+                return ck_fail(err, CKPT_E_RANGE, "%s: offset %llu is beyond any file", name,
+                               (unsigned long long)(src->base + off + done));
+            return ck_fail(err, CKPT_E_IO, "%s: read at offset %llu failed: %s", name,
+                           (unsigned long long)(src->base + off + done), strerror(errno));
         }
         if (n == 0) /* the range passes the end of the file (truncated, or a bad range) */
-            return ckpt_fail(err, CKPT_E_RANGE, "%s: unexpected end of file at offset %llu", name,
-                             (unsigned long long)(src->base + off + done));
-        ckpt_io_count_add(src->count, (uint64_t)n);
+            return ck_fail(err, CKPT_E_RANGE, "%s: unexpected end of file at offset %llu", name,
+                           (unsigned long long)(src->base + off + done));
+        ck_io_count_add(src->count, (uint64_t)n);
         done += (uint64_t)n;
     }
     return CKPT_OK;
@@ -62,9 +62,9 @@ static int open_regular(const char *path, int flags, struct stat *st) {
     return fd;
 }
 
-int ckpt_open_regular(const char *path, struct stat *st) { return open_regular(path, 0, st); }
+int ck_open_regular(const char *path, struct stat *st) { return open_regular(path, 0, st); }
 
-FILE *ckpt_fopen_regular(const char *path, bool nofollow) {
+FILE *ck_fopen_regular(const char *path, bool nofollow) {
     int fd = open_regular(path, nofollow ? O_NOFOLLOW : 0, NULL);
     if (fd < 0) return NULL;
     FILE *f = fdopen(fd, "r");
@@ -76,7 +76,7 @@ FILE *ckpt_fopen_regular(const char *path, bool nofollow) {
     return f;
 }
 
-const char *ckpt_open_strerror(int e) {
+const char *ck_open_strerror(int e) {
     return e == CKPT_ENOTREG ? "not a regular file (a FIFO, device, socket or directory)"
                              : strerror(e);
 }

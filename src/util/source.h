@@ -14,36 +14,36 @@
 
 /* What the preads of one kind of file returned (a reader's data files, its metadata files):
  * bytes, and calls that returned bytes.  Any thread adds (relaxed atomics: totals only). */
-typedef struct ckpt_io_count {
+typedef struct ck_io_count {
     _Atomic uint64_t bytes;
     _Atomic uint64_t calls;
-} ckpt_io_count;
+} ck_io_count;
 
 /* Adds one pread's result (n > 0) to c; c may be NULL. */
-static inline void ckpt_io_count_add(ckpt_io_count *c, uint64_t n) {
+static inline void ck_io_count_add(ck_io_count *c, uint64_t n) {
     if (!c) return;
     atomic_fetch_add_explicit(&c->bytes, n, memory_order_relaxed);
     atomic_fetch_add_explicit(&c->calls, 1, memory_order_relaxed);
 }
 
-typedef struct ckpt_source {
-    int fd;               /* -1 for memory sources */
-    uint64_t base;        /* file offset of byte 0 of the window */
-    uint64_t len;         /* window length */
-    const uint8_t *mem;   /* memory source, or NULL */
-    const char *name;     /* for error messages: the file path or a description */
-    ckpt_io_count *count; /* file sources: where each pread's returned bytes are added, or
+typedef struct ck_source {
+    int fd;             /* -1 for memory sources */
+    uint64_t base;      /* file offset of byte 0 of the window */
+    uint64_t len;       /* window length */
+    const uint8_t *mem; /* memory source, or NULL */
+    const char *name;   /* for error messages: the file path or a description */
+    ck_io_count *count; /* file sources: where each pread's returned bytes are added, or
                              NULL (not counted); copies of a source (windows of it) keep it */
-} ckpt_source;
+} ck_source;
 
 /* Reads exactly `len` bytes at `off` (relative to the window), adding what each pread
  * returned to src->count.  Fails with CKPT_E_RANGE if
  * the range leaves the window and CKPT_E_IO on a short read (message names file + offset). */
-ckpt_status ckpt_source_read(const ckpt_source *src, uint64_t off, void *buf, uint64_t len,
-                             ckpt_error *err);
+ckpt_status ck_source_read(const ck_source *src, uint64_t off, void *buf, uint64_t len,
+                           ckpt_error *err);
 
-/* errno of ckpt_open_regular for a path that names no regular file (a FIFO, a device, a
- * socket, a directory); ckpt_open_strerror words it. */
+/* errno of ck_open_regular for a path that names no regular file (a FIFO, a device, a
+ * socket, a directory); ck_open_strerror words it. */
 #define CKPT_ENOTREG EMEDIUMTYPE
 
 /* Opens a source file (a shard, metadata, an index, a manifest) read-only without ever
@@ -51,12 +51,12 @@ ckpt_status ckpt_source_read(const ckpt_source *src, uint64_t off, void *buf, ui
  * and refused (-1, errno CKPT_ENOTREG), so a FIFO or a device in place of a checkpoint file
  * cannot hang the reader.  O_NONBLOCK is cleared again on the regular file.  Returns the
  * descriptor, or -1 with errno set; *st (if not NULL) receives the file's attributes. */
-int ckpt_open_regular(const char *path, struct stat *st);
-/* fopen(path, "r") through ckpt_open_regular; with `nofollow`, a symlink is refused too
+int ck_open_regular(const char *path, struct stat *st);
+/* fopen(path, "r") through ck_open_regular; with `nofollow`, a symlink is refused too
  * (ELOOP): for small files whose content steers a privileged reader (the `latest` trackers of
  * a directory of checkpoints), which must not be borrowed from a file elsewhere. */
-FILE *ckpt_fopen_regular(const char *path, bool nofollow);
+FILE *ck_fopen_regular(const char *path, bool nofollow);
 /* strerror(e), or "not a regular file" for CKPT_ENOTREG. */
-const char *ckpt_open_strerror(int e);
+const char *ck_open_strerror(int e);
 
 #endif

@@ -37,7 +37,7 @@ typedef struct memo_slot {
 } memo_slot;
 
 typedef struct conv_ctx {
-    ckpt_arena *arena;
+    ck_arena *arena;
     const ts_item *item; /* NULL: tensor nodes stay objects */
     bool borrow;         /* strings may point into the pickle (the item keeps it alive) */
     memo_slot *slots;    /* open addressing, cap a power of two, at most half full */
@@ -64,7 +64,7 @@ static memo_slot *memo_find(const conv_ctx *c, const pk_value *key) {
 static ckpt_status memo_grow(conv_ctx *c) {
     size_t cap = c->cap ? c->cap * 2 : 256;
     memo_slot *slots = calloc(cap, sizeof *slots);
-    if (!slots) return ckpt_fail(c->err, CKPT_E_NOMEM, "out of memory converting a value");
+    if (!slots) return ck_fail(c->err, CKPT_E_NOMEM, "out of memory converting a value");
     for (size_t i = 0; i < c->cap; i++) {
         if (!c->slots[i].key) continue;
         size_t j = memo_index(c->slots[i].key, cap);
@@ -92,18 +92,18 @@ static ckpt_status memo_start(conv_ctx *c, const pk_value *key) {
 /* ------------------------------------------------------------------ allocation */
 
 static ckpt_status oom(conv_ctx *c) {
-    return ckpt_fail(c->err, CKPT_E_NOMEM, "out of memory converting a value");
+    return ck_fail(c->err, CKPT_E_NOMEM, "out of memory converting a value");
 }
 
 static ckpt_value *new_value(conv_ctx *c, ckpt_value_type type) {
-    ckpt_value *v = ckpt_arena_alloc(c->arena, sizeof *v);
+    ckpt_value *v = ck_arena_alloc(c->arena, sizeof *v);
     if (v) v->type = type;
     return v;
 }
 
 static ckpt_value **new_array(conv_ctx *c, size_t n) {
     if (n > SIZE_MAX / sizeof(ckpt_value *)) return NULL;
-    return ckpt_arena_alloc(c->arena, n ? n * sizeof(ckpt_value *) : 1);
+    return ck_arena_alloc(c->arena, n ? n * sizeof(ckpt_value *) : 1);
 }
 
 static ckpt_status new_str(conv_ctx *c, ckpt_value_type type, const char *p, size_t len, bool copy,
@@ -111,7 +111,7 @@ static ckpt_status new_str(conv_ctx *c, ckpt_value_type type, const char *p, siz
     ckpt_value *v = new_value(c, type);
     if (!v) return oom(c);
     if (copy) {
-        p = ckpt_arena_strndup(c->arena, p, len);
+        p = ck_arena_strndup(c->arena, p, len);
         if (!p) return oom(c);
     }
     v->u.str.ptr = p;
@@ -207,8 +207,8 @@ static ckpt_status conv(conv_ctx *c, const pk_value *v, unsigned depth, ckpt_val
                         unsigned *height);
 
 static ckpt_status too_deep(conv_ctx *c) {
-    return ckpt_fail(c->err, CKPT_E_LIMIT, "value nested deeper than %d levels",
-                     CKPT_VALUE_MAX_DEPTH);
+    return ck_fail(c->err, CKPT_E_LIMIT, "value nested deeper than %d levels",
+                   CKPT_VALUE_MAX_DEPTH);
 }
 
 /* Converts a child `levels` below a node at `depth`, folding its height into *h. */
@@ -247,7 +247,7 @@ static ckpt_status new_ref(conv_ctx *c, const char *module, const char *name, co
     if (!r) return oom(c);
     size_t ml = strlen(module), nl = name ? strlen(name) : 0, al = attr ? strlen(attr) : 0;
     size_t len = ml + (ml ? 1 : 0) + nl + (attr ? al + 1 : 0);
-    char *s = ckpt_arena_alloc(c->arena, len + 1);
+    char *s = ck_arena_alloc(c->arena, len + 1);
     if (!s) return oom(c);
     char *p = s;
     if (ml) {
@@ -403,7 +403,7 @@ static ckpt_status conv_numpy_scalar(conv_ctx *c, const pk_value *args, ckpt_val
 
 static ckpt_status conv_tensor(conv_ctx *c, const pk_value *v, ckpt_value **out) {
     ckpt_value *r = new_value(c, CKPT_VALUE_TENSOR);
-    ts_tensor_view *view = ckpt_arena_alloc(c->arena, sizeof *view);
+    ts_tensor_view *view = ck_arena_alloc(c->arena, sizeof *view);
     if (!r || !view) return oom(c);
     CKPT_TRY(ts_tensor_view_of(c->item, v, view, c->err));
     r->u.tensor.item = c->item;
@@ -429,7 +429,7 @@ static ckpt_status conv_idiom(conv_ctx *c, const pk_value *v, unsigned depth, ck
 
     const pk_value *s;
     if (codecs_encode_args(v, &s)) {
-        uint8_t *dst = ckpt_arena_alloc(c->arena, s->u.str.len + 1);
+        uint8_t *dst = ck_arena_alloc(c->arena, s->u.str.len + 1);
         size_t len;
         if (!dst) return oom(c);
         if (!latin1_encode(s->u.str.ptr, s->u.str.len, dst, &len)) return CKPT_OK;
@@ -513,10 +513,10 @@ static ckpt_status conv_node(conv_ctx *c, const pk_value *v, unsigned depth, ckp
             return CKPT_OK;
         }
         if (v->u.str.len > BIGINT_MAX_BYTES)
-            return ckpt_fail(c->err, CKPT_E_LIMIT, "integer of %zu bytes is too large to convert",
-                             v->u.str.len);
+            return ck_fail(c->err, CKPT_E_LIMIT, "integer of %zu bytes is too large to convert",
+                           v->u.str.len);
         size_t cap = bigint_decimal_cap(v->u.str.len) + 1;
-        char *dec = ckpt_arena_alloc(c->arena, cap);
+        char *dec = ck_arena_alloc(c->arena, cap);
         if (!dec) return oom(c);
         size_t len = bigint_to_decimal(le, v->u.str.len, dec, cap);
         if (!len) return oom(c);
@@ -558,14 +558,14 @@ static ckpt_status conv_node(conv_ctx *c, const pk_value *v, unsigned depth, ckp
         *out = r;
         return CKPT_OK;
     }
-    default: return ckpt_fail(c->err, CKPT_E_FORMAT, "unknown pickle value type %d", (int)v->type);
+    default: return ck_fail(c->err, CKPT_E_FORMAT, "unknown pickle value type %d", (int)v->type);
     }
 }
 
 static ckpt_status conv(conv_ctx *c, const pk_value *v, unsigned depth, ckpt_value **out,
                         unsigned *height) {
     if (depth > CKPT_VALUE_MAX_DEPTH) return too_deep(c);
-    if (!v) return ckpt_fail(c->err, CKPT_E_FORMAT, "missing value in pickle");
+    if (!v) return ck_fail(c->err, CKPT_E_FORMAT, "missing value in pickle");
     ckpt_value *r;
     *height = 1;
     switch (v->type) {
@@ -588,7 +588,7 @@ static ckpt_status conv(conv_ctx *c, const pk_value *v, unsigned depth, ckpt_val
         memo_slot *s = memo_find(c, v);
         if (s) {
             if (!s->val)
-                return ckpt_fail(c->err, CKPT_E_LIMIT, "pickled value contains itself (a cycle)");
+                return ck_fail(c->err, CKPT_E_LIMIT, "pickled value contains itself (a cycle)");
             if (depth - 1 + s->height > CKPT_VALUE_MAX_DEPTH) return too_deep(c);
             *out = s->val;
             *height = s->height;
@@ -613,10 +613,10 @@ static ckpt_status build(const pk_value *root, ts_item *item, ckpt_object **out,
     *out = NULL;
     ckpt_object *o = calloc(1, sizeof *o);
     conv_ctx c = {.item = item, .borrow = item != NULL, .err = err};
-    if (!o || !(c.arena = o->arena = ckpt_arena_new(0))) {
+    if (!o || !(c.arena = o->arena = ck_arena_new(0))) {
         free(o);
         ts_item_free(item);
-        return ckpt_fail(err, CKPT_E_NOMEM, "out of memory converting a value");
+        return ck_fail(err, CKPT_E_NOMEM, "out of memory converting a value");
     }
     o->item = item;
     ckpt_value *r = NULL;
@@ -632,22 +632,22 @@ static ckpt_status build(const pk_value *root, ts_item *item, ckpt_object **out,
     return CKPT_OK;
 }
 
-ckpt_status ckpt_object_from_item(ts_item *item, ckpt_object **out, ckpt_error *err) {
+ckpt_status ck_object_from_item(ts_item *item, ckpt_object **out, ckpt_error *err) {
     if (!out) {
         ts_item_free(item);
-        return ckpt_fail(err, CKPT_E_INVAL, "ckpt_object_from_item: NULL argument");
+        return ck_fail(err, CKPT_E_INVAL, "ck_object_from_item: NULL argument");
     }
     if (!item) {
         *out = NULL;
-        return ckpt_fail(err, CKPT_E_INVAL, "ckpt_object_from_item: NULL argument");
+        return ck_fail(err, CKPT_E_INVAL, "ck_object_from_item: NULL argument");
     }
     return build(ts_item_root(item), item, out, err);
 }
 
-ckpt_status ckpt_object_from_pickle(const pk_value *root, ckpt_object **out, ckpt_error *err) {
+ckpt_status ck_object_from_pickle(const pk_value *root, ckpt_object **out, ckpt_error *err) {
     if (!out || !root) {
         if (out) *out = NULL;
-        return ckpt_fail(err, CKPT_E_INVAL, "ckpt_object_from_pickle: NULL argument");
+        return ck_fail(err, CKPT_E_INVAL, "ck_object_from_pickle: NULL argument");
     }
     return build(root, NULL, out, err);
 }

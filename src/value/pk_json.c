@@ -28,7 +28,7 @@
 #define PK_JSON_DEFAULT_DEPTH 512
 
 typedef struct pkj_ctx {
-    ckpt_strbuf sb;
+    ck_strbuf sb;
     unsigned max_depth;
     uint64_t steps, max_steps; /* nodes visited and the budget */
     ckpt_status status;        /* failures other than the buffer's own */
@@ -46,8 +46,7 @@ static void put_bigint(pkj_ctx *c, const pk_value *v) {
         return;
     }
     if (n > BIGINT_MAX_BYTES) {
-        c->status =
-            ckpt_fail(c->err, CKPT_E_LIMIT, "integer of %zu bytes is too large to print", n);
+        c->status = ck_fail(c->err, CKPT_E_LIMIT, "integer of %zu bytes is too large to print", n);
         return;
     }
     char small[256];
@@ -55,19 +54,19 @@ static void put_bigint(pkj_ctx *c, const pk_value *v) {
     char *dec = cap <= sizeof small ? small : malloc(cap);
     size_t len = dec ? bigint_to_decimal(le, n, dec, cap) : 0;
     if (len)
-        ckpt_strbuf_add(&c->sb, dec, len);
+        ck_strbuf_add(&c->sb, dec, len);
     else
-        c->status = ckpt_fail(c->err, CKPT_E_NOMEM, "out of memory printing an integer");
+        c->status = ck_fail(c->err, CKPT_E_NOMEM, "out of memory printing an integer");
     if (dec != small) free(dec);
 }
 
 static void put_seq(pkj_ctx *c, pk_value *const *items, size_t n, unsigned depth) {
-    ckpt_strbuf_addc(&c->sb, '[');
+    ck_strbuf_addc(&c->sb, '[');
     for (size_t i = 0; i < n; i++) {
-        if (i) ckpt_strbuf_addc(&c->sb, ',');
+        if (i) ck_strbuf_addc(&c->sb, ',');
         put(c, items[i], depth + 1);
     }
-    ckpt_strbuf_addc(&c->sb, ']');
+    ck_strbuf_addc(&c->sb, ']');
 }
 
 static void put_dict(pkj_ctx *c, const pk_value *v, unsigned depth) {
@@ -76,26 +75,26 @@ static void put_dict(pkj_ctx *c, const pk_value *v, unsigned depth) {
     for (size_t i = 0; i < n && str_keys; i++)
         str_keys = v->u.dict.keys[i] && v->u.dict.keys[i]->type == PK_STR;
     if (str_keys) {
-        ckpt_strbuf_addc(&c->sb, '{');
+        ck_strbuf_addc(&c->sb, '{');
         for (size_t i = 0; i < n; i++) {
             const pk_value *k = v->u.dict.keys[i];
-            if (i) ckpt_strbuf_addc(&c->sb, ',');
-            ckpt_json_escape(&c->sb, k->u.str.ptr, k->u.str.len);
-            ckpt_strbuf_addc(&c->sb, ':');
+            if (i) ck_strbuf_addc(&c->sb, ',');
+            ck_json_escape(&c->sb, k->u.str.ptr, k->u.str.len);
+            ck_strbuf_addc(&c->sb, ':');
             put(c, v->u.dict.vals[i], depth + 1);
         }
-        ckpt_strbuf_addc(&c->sb, '}');
+        ck_strbuf_addc(&c->sb, '}');
         return;
     }
-    ckpt_strbuf_adds(&c->sb, "{\"__dict__\":[");
+    ck_strbuf_adds(&c->sb, "{\"__dict__\":[");
     for (size_t i = 0; i < n; i++) {
-        ckpt_strbuf_adds(&c->sb, i ? ",[" : "[");
+        ck_strbuf_adds(&c->sb, i ? ",[" : "[");
         put(c, v->u.dict.keys[i], depth + 1);
-        ckpt_strbuf_addc(&c->sb, ',');
+        ck_strbuf_addc(&c->sb, ',');
         put(c, v->u.dict.vals[i], depth + 1);
-        ckpt_strbuf_addc(&c->sb, ']');
+        ck_strbuf_addc(&c->sb, ']');
     }
-    ckpt_strbuf_adds(&c->sb, "]}");
+    ck_strbuf_adds(&c->sb, "]}");
 }
 
 static void put_qualname(pkj_ctx *c, const pk_value *g) {
@@ -106,19 +105,19 @@ static void put_qualname(pkj_ctx *c, const pk_value *g) {
     char small[256];
     char *s = ml + nl + 2 <= sizeof small ? small : malloc(ml + nl + 2);
     if (!s) {
-        c->status = ckpt_fail(c->err, CKPT_E_NOMEM, "out of memory rendering a pickle");
+        c->status = ck_fail(c->err, CKPT_E_NOMEM, "out of memory rendering a pickle");
         return;
     }
     memcpy(s, m, ml);
     s[ml] = '.';
     memcpy(s + ml + 1, n, nl);
-    ckpt_json_escape(&c->sb, s, *m ? ml + 1 + nl : nl);
+    ck_json_escape(&c->sb, s, *m ? ml + 1 + nl : nl);
     if (s != small) free(s);
 }
 
 static void put_part(pkj_ctx *c, const char *prefix, const pk_value *v, unsigned depth) {
     if (!v) return;
-    ckpt_strbuf_adds(&c->sb, prefix);
+    ck_strbuf_adds(&c->sb, prefix);
     put(c, v, depth + 1);
 }
 
@@ -133,7 +132,7 @@ static void put_object(pkj_ctx *c, const pk_value *v, unsigned depth) {
             return;
         }
     }
-    ckpt_strbuf_adds(&c->sb, "{\"__object__\":");
+    ck_strbuf_adds(&c->sb, "{\"__object__\":");
     if (cls && cls->type == PK_GLOBAL)
         put_qualname(c, cls);
     else
@@ -143,32 +142,32 @@ static void put_object(pkj_ctx *c, const pk_value *v, unsigned depth) {
     put_part(c, ",\"state\":", v->u.obj.state, depth);
     put_part(c, ",\"listitems\":", pk_obj_listitems(v), depth);
     put_part(c, ",\"dictitems\":", pk_obj_dictitems(v), depth);
-    ckpt_strbuf_addc(&c->sb, '}');
+    ck_strbuf_addc(&c->sb, '}');
 }
 
 static void put(pkj_ctx *c, const pk_value *v, unsigned depth) {
     if (c->sb.status != CKPT_OK || c->status != CKPT_OK) return; /* stop once it failed */
     if (depth > c->max_depth) {
-        c->status = ckpt_fail(c->err, CKPT_E_LIMIT,
-                              "pickle nested deeper than %u levels (or cyclic)", c->max_depth);
+        c->status = ck_fail(c->err, CKPT_E_LIMIT, "pickle nested deeper than %u levels (or cyclic)",
+                            c->max_depth);
         return;
     }
     if (++c->steps > c->max_steps) {
         c->sb.status = CKPT_E_LIMIT; /* sticky, like the buffer's own cap */
         return;
     }
-    ckpt_strbuf *sb = &c->sb;
+    ck_strbuf *sb = &c->sb;
     if (!v) {
-        ckpt_strbuf_adds(sb, "null");
+        ck_strbuf_adds(sb, "null");
         return;
     }
     switch (v->type) {
-    case PK_NONE: ckpt_strbuf_adds(sb, "null"); break;
-    case PK_BOOL: ckpt_strbuf_adds(sb, v->u.b ? "true" : "false"); break;
+    case PK_NONE: ck_strbuf_adds(sb, "null"); break;
+    case PK_BOOL: ck_strbuf_adds(sb, v->u.b ? "true" : "false"); break;
     case PK_INT: value_add_i64(sb, v->u.i); break;
     case PK_BIGINT: put_bigint(c, v); break;
     case PK_FLOAT: value_json_float(sb, v->u.f); break;
-    case PK_STR: ckpt_json_escape(sb, v->u.str.ptr, v->u.str.len); break;
+    case PK_STR: ck_json_escape(sb, v->u.str.ptr, v->u.str.len); break;
     case PK_BYTES: value_json_bytes(sb, v->u.str.ptr, v->u.str.len); break;
     case PK_TUPLE:
     case PK_LIST:
@@ -176,18 +175,18 @@ static void put(pkj_ctx *c, const pk_value *v, unsigned depth) {
     case PK_FROZENSET: put_seq(c, v->u.seq.items, v->u.seq.len, depth); break;
     case PK_DICT: put_dict(c, v, depth); break;
     case PK_GLOBAL:
-        ckpt_strbuf_adds(sb, "{\"__global__\":");
+        ck_strbuf_adds(sb, "{\"__global__\":");
         put_qualname(c, v);
-        ckpt_strbuf_addc(sb, '}');
+        ck_strbuf_addc(sb, '}');
         break;
     case PK_OBJECT: put_object(c, v, depth); break;
     case PK_PERSID:
-        ckpt_strbuf_adds(sb, "{\"__persid__\":");
+        ck_strbuf_adds(sb, "{\"__persid__\":");
         put(c, v->u.persid.pid, depth + 1);
-        ckpt_strbuf_addc(sb, '}');
+        ck_strbuf_addc(sb, '}');
         break;
     default:
-        c->status = ckpt_fail(c->err, CKPT_E_FORMAT, "unknown pickle value type %d", (int)v->type);
+        c->status = ck_fail(c->err, CKPT_E_FORMAT, "unknown pickle value type %d", (int)v->type);
         break;
     }
 }
@@ -201,29 +200,29 @@ size_t pk_json_budget(uint64_t doc_bytes) {
 
 ckpt_status pk_to_json(const pk_value *v, unsigned max_depth, size_t budget, char **out,
                        ckpt_error *err) {
-    if (!out) return ckpt_fail(err, CKPT_E_INVAL, "pk_to_json: NULL argument");
+    if (!out) return ck_fail(err, CKPT_E_INVAL, "pk_to_json: NULL argument");
     *out = NULL;
-    if (!v) return ckpt_fail(err, CKPT_E_INVAL, "pk_to_json: NULL argument");
+    if (!v) return ck_fail(err, CKPT_E_INVAL, "pk_to_json: NULL argument");
     if (!budget) budget = CKPT_PK_JSON_RENDER_MIN;
     pkj_ctx c = {.max_depth = max_depth ? max_depth : PK_JSON_DEFAULT_DEPTH,
                  .max_steps = budget,
                  .err = err};
-    ckpt_strbuf_init(&c.sb, budget);
+    ck_strbuf_init(&c.sb, budget);
     put(&c, v, 1);
     ckpt_status st = c.status;
     if (st == CKPT_OK && c.sb.status == CKPT_E_LIMIT) {
-        ckpt_strbuf_release(&c.sb);
-        return ckpt_fail(err, CKPT_E_LIMIT,
-                         "pickle too large to render as JSON (over %zu MiB or %zu nodes; shared "
-                         "references expand as a tree)",
-                         budget >> 20, budget);
+        ck_strbuf_release(&c.sb);
+        return ck_fail(err, CKPT_E_LIMIT,
+                       "pickle too large to render as JSON (over %zu MiB or %zu nodes; shared "
+                       "references expand as a tree)",
+                       budget >> 20, budget);
     }
-    if (st == CKPT_OK) st = ckpt_strbuf_status(&c.sb, "rendering a pickle as JSON", err);
+    if (st == CKPT_OK) st = ck_strbuf_status(&c.sb, "rendering a pickle as JSON", err);
     if (st != CKPT_OK) {
-        ckpt_strbuf_release(&c.sb);
+        ck_strbuf_release(&c.sb);
         return st;
     }
-    *out = ckpt_strbuf_detach(&c.sb, NULL);
-    if (!*out) return ckpt_fail(err, CKPT_E_NOMEM, "rendering a pickle as JSON: out of memory");
+    *out = ck_strbuf_detach(&c.sb, NULL);
+    if (!*out) return ck_fail(err, CKPT_E_NOMEM, "rendering a pickle as JSON: out of memory");
     return CKPT_OK;
 }

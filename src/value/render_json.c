@@ -20,26 +20,26 @@
 
 #include <inttypes.h>
 
-bool value_add_i64(ckpt_strbuf *sb, int64_t v) {
+bool value_add_i64(ck_strbuf *sb, int64_t v) {
     char buf[24], *p = buf + sizeof buf;
     uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
     do
         *--p = (char)('0' + u % 10);
     while (u /= 10);
     if (v < 0) *--p = '-';
-    return ckpt_strbuf_add(sb, p, (size_t)(buf + sizeof buf - p));
+    return ck_strbuf_add(sb, p, (size_t)(buf + sizeof buf - p));
 }
 
-bool value_json_float(ckpt_strbuf *sb, double d) {
+bool value_json_float(ck_strbuf *sb, double d) {
     char buf[FLOAT_REPR_MAX];
     size_t n = float_repr(d, FLOAT_REPR_JSON, buf);
-    return ckpt_strbuf_add(sb, buf, n);
+    return ck_strbuf_add(sb, buf, n);
 }
 
-bool value_json_bytes(ckpt_strbuf *sb, const char *p, size_t len) {
+bool value_json_bytes(ck_strbuf *sb, const char *p, size_t len) {
     static const char hex[] = "0123456789abcdef";
-    if (len > (SIZE_MAX - 32) / 2 || !ckpt_strbuf_grow(sb, 2 * len + 32)) return false;
-    ckpt_strbuf_adds(sb, "{\"__bytes__\":\"");
+    if (len > (SIZE_MAX - 32) / 2 || !ck_strbuf_grow(sb, 2 * len + 32)) return false;
+    ck_strbuf_adds(sb, "{\"__bytes__\":\"");
     char *o = sb->buf + sb->len;
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)p[i];
@@ -48,11 +48,11 @@ bool value_json_bytes(ckpt_strbuf *sb, const char *p, size_t len) {
     }
     sb->len += 2 * len;
     sb->buf[sb->len] = '\0';
-    return ckpt_strbuf_adds(sb, "\"}");
+    return ck_strbuf_adds(sb, "\"}");
 }
 
 typedef struct json_ctx {
-    ckpt_strbuf sb;
+    ck_strbuf sb;
     bool too_deep;
     uint64_t steps; /* nodes visited, against CKPT_VALUE_RENDER_STEPS */
 } json_ctx;
@@ -60,12 +60,12 @@ typedef struct json_ctx {
 static void put(json_ctx *c, const ckpt_value *v, unsigned depth);
 
 static void put_seq(json_ctx *c, ckpt_value *const *items, size_t n, unsigned depth) {
-    ckpt_strbuf_addc(&c->sb, '[');
+    ck_strbuf_addc(&c->sb, '[');
     for (size_t i = 0; i < n; i++) {
-        if (i) ckpt_strbuf_addc(&c->sb, ',');
+        if (i) ck_strbuf_addc(&c->sb, ',');
         put(c, items[i], depth + 1);
     }
-    ckpt_strbuf_addc(&c->sb, ']');
+    ck_strbuf_addc(&c->sb, ']');
 }
 
 static void put_dict(json_ctx *c, const ckpt_value *v, unsigned depth) {
@@ -74,31 +74,31 @@ static void put_dict(json_ctx *c, const ckpt_value *v, unsigned depth) {
     for (size_t i = 0; i < n && str_keys; i++)
         str_keys = v->u.dict.keys[i]->type == CKPT_VALUE_STRING;
     if (str_keys) {
-        ckpt_strbuf_addc(&c->sb, '{');
+        ck_strbuf_addc(&c->sb, '{');
         for (size_t i = 0; i < n; i++) {
             const ckpt_value *k = v->u.dict.keys[i];
-            if (i) ckpt_strbuf_addc(&c->sb, ',');
-            ckpt_json_escape(&c->sb, k->u.str.ptr, k->u.str.len);
-            ckpt_strbuf_addc(&c->sb, ':');
+            if (i) ck_strbuf_addc(&c->sb, ',');
+            ck_json_escape(&c->sb, k->u.str.ptr, k->u.str.len);
+            ck_strbuf_addc(&c->sb, ':');
             put(c, v->u.dict.vals[i], depth + 1);
         }
-        ckpt_strbuf_addc(&c->sb, '}');
+        ck_strbuf_addc(&c->sb, '}');
         return;
     }
-    ckpt_strbuf_adds(&c->sb, "{\"__dict__\":[");
+    ck_strbuf_adds(&c->sb, "{\"__dict__\":[");
     for (size_t i = 0; i < n; i++) {
-        ckpt_strbuf_adds(&c->sb, i ? ",[" : "[");
+        ck_strbuf_adds(&c->sb, i ? ",[" : "[");
         put(c, v->u.dict.keys[i], depth + 1);
-        ckpt_strbuf_addc(&c->sb, ',');
+        ck_strbuf_addc(&c->sb, ',');
         put(c, v->u.dict.vals[i], depth + 1);
-        ckpt_strbuf_addc(&c->sb, ']');
+        ck_strbuf_addc(&c->sb, ']');
     }
-    ckpt_strbuf_adds(&c->sb, "]}");
+    ck_strbuf_adds(&c->sb, "]}");
 }
 
 static void put_part(json_ctx *c, const char *prefix, const ckpt_value *v, unsigned depth) {
     if (!v) return;
-    ckpt_strbuf_adds(&c->sb, prefix);
+    ck_strbuf_adds(&c->sb, prefix);
     put(c, v, depth + 1);
 }
 
@@ -112,14 +112,14 @@ static void put(json_ctx *c, const ckpt_value *v, unsigned depth) {
         c->sb.status = CKPT_E_LIMIT; /* sticky, like the buffer's own cap */
         return;
     }
-    ckpt_strbuf *sb = &c->sb;
+    ck_strbuf *sb = &c->sb;
     switch (v->type) {
-    case CKPT_VALUE_NONE: ckpt_strbuf_adds(sb, "null"); break;
-    case CKPT_VALUE_BOOL: ckpt_strbuf_adds(sb, v->u.b ? "true" : "false"); break;
+    case CKPT_VALUE_NONE: ck_strbuf_adds(sb, "null"); break;
+    case CKPT_VALUE_BOOL: ck_strbuf_adds(sb, v->u.b ? "true" : "false"); break;
     case CKPT_VALUE_INT: value_add_i64(sb, v->u.i); break;
-    case CKPT_VALUE_BIGINT: ckpt_strbuf_add(sb, v->u.str.ptr, v->u.str.len); break;
+    case CKPT_VALUE_BIGINT: ck_strbuf_add(sb, v->u.str.ptr, v->u.str.len); break;
     case CKPT_VALUE_FLOAT: value_json_float(sb, v->u.f); break;
-    case CKPT_VALUE_STRING: ckpt_json_escape(sb, v->u.str.ptr, v->u.str.len); break;
+    case CKPT_VALUE_STRING: ck_json_escape(sb, v->u.str.ptr, v->u.str.len); break;
     case CKPT_VALUE_BYTES: value_json_bytes(sb, v->u.str.ptr, v->u.str.len); break;
     case CKPT_VALUE_LIST:
     case CKPT_VALUE_TUPLE:
@@ -127,51 +127,51 @@ static void put(json_ctx *c, const ckpt_value *v, unsigned depth) {
     case CKPT_VALUE_DICT: put_dict(c, v, depth); break;
     case CKPT_VALUE_TENSOR: {
         const ts_tensor_view *t = v->u.tensor.view;
-        ckpt_strbuf_addf(sb, "{\"__tensor__\":{\"dtype\":\"%s\",\"shape\":[",
-                         ckpt_dtype_name(t->dtype));
+        ck_strbuf_addf(sb, "{\"__tensor__\":{\"dtype\":\"%s\",\"shape\":[",
+                       ckpt_dtype_name(t->dtype));
         for (int d = 0; d < t->ndim; d++)
-            ckpt_strbuf_addf(sb, d ? ",%" PRId64 : "%" PRId64, t->shape[d]);
-        ckpt_strbuf_adds(sb, "]}}");
+            ck_strbuf_addf(sb, d ? ",%" PRId64 : "%" PRId64, t->shape[d]);
+        ck_strbuf_adds(sb, "]}}");
         break;
     }
     case CKPT_VALUE_OBJECT:
-        ckpt_strbuf_adds(sb, "{\"__object__\":");
-        ckpt_json_escape(sb, v->u.obj.name, v->u.obj.name_len);
+        ck_strbuf_adds(sb, "{\"__object__\":");
+        ck_json_escape(sb, v->u.obj.name, v->u.obj.name_len);
         put_part(c, ",\"args\":", v->u.obj.args, depth);
         put_part(c, ",\"kwargs\":", v->u.obj.kwargs, depth);
         put_part(c, ",\"state\":", v->u.obj.state, depth);
         put_part(c, ",\"listitems\":", v->u.obj.listitems, depth);
         put_part(c, ",\"dictitems\":", v->u.obj.dictitems, depth);
-        ckpt_strbuf_addc(sb, '}');
+        ck_strbuf_addc(sb, '}');
         break;
     }
 }
 
 ckpt_status ckpt_value_to_json(const ckpt_value *v, char **out, ckpt_error *err) {
-    if (!out) return ckpt_fail(err, CKPT_E_INVAL, "ckpt_value_to_json: NULL argument");
+    if (!out) return ck_fail(err, CKPT_E_INVAL, "ckpt_value_to_json: NULL argument");
     *out = NULL;
-    if (!v) return ckpt_fail(err, CKPT_E_INVAL, "ckpt_value_to_json: NULL argument");
+    if (!v) return ck_fail(err, CKPT_E_INVAL, "ckpt_value_to_json: NULL argument");
     json_ctx c = {.too_deep = false};
-    ckpt_strbuf_init(&c.sb, CKPT_VALUE_RENDER_MAX);
+    ck_strbuf_init(&c.sb, CKPT_VALUE_RENDER_MAX);
     put(&c, v, 1);
     if (c.too_deep) {
-        ckpt_strbuf_release(&c.sb);
-        return ckpt_fail(err, CKPT_E_LIMIT, "value nested deeper than %d levels",
-                         CKPT_VALUE_MAX_DEPTH);
+        ck_strbuf_release(&c.sb);
+        return ck_fail(err, CKPT_E_LIMIT, "value nested deeper than %d levels",
+                       CKPT_VALUE_MAX_DEPTH);
     }
     if (c.sb.status == CKPT_E_LIMIT) {
-        ckpt_strbuf_release(&c.sb);
-        return ckpt_fail(err, CKPT_E_LIMIT,
-                         "value too large to render as JSON (over %zu MiB or %llu nodes; shared "
-                         "references expand as a tree)",
-                         CKPT_VALUE_RENDER_MAX >> 20, (unsigned long long)CKPT_VALUE_RENDER_STEPS);
+        ck_strbuf_release(&c.sb);
+        return ck_fail(err, CKPT_E_LIMIT,
+                       "value too large to render as JSON (over %zu MiB or %llu nodes; shared "
+                       "references expand as a tree)",
+                       CKPT_VALUE_RENDER_MAX >> 20, (unsigned long long)CKPT_VALUE_RENDER_STEPS);
     }
-    ckpt_status st = ckpt_strbuf_status(&c.sb, "rendering a value as JSON", err);
+    ckpt_status st = ck_strbuf_status(&c.sb, "rendering a value as JSON", err);
     if (st != CKPT_OK) {
-        ckpt_strbuf_release(&c.sb);
+        ck_strbuf_release(&c.sb);
         return st;
     }
-    *out = ckpt_strbuf_detach(&c.sb, NULL);
-    if (!*out) return ckpt_fail(err, CKPT_E_NOMEM, "rendering a value as JSON: out of memory");
+    *out = ck_strbuf_detach(&c.sb, NULL);
+    if (!*out) return ck_fail(err, CKPT_E_NOMEM, "rendering a value as JSON: out of memory");
     return CKPT_OK;
 }

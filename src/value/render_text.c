@@ -71,28 +71,28 @@ static char pick_quote(const char *p, size_t len) {
 }
 
 /* Escape shared by str and bytes for ASCII; false when c needs no escape. */
-static bool put_ascii_escape(ckpt_strbuf *sb, unsigned c, char quote) {
+static bool put_ascii_escape(ck_strbuf *sb, unsigned c, char quote) {
     if (c == (unsigned char)quote || c == '\\') {
         char e[2] = {'\\', (char)c};
-        ckpt_strbuf_add(sb, e, 2);
+        ck_strbuf_add(sb, e, 2);
     } else if (c == '\n') {
-        ckpt_strbuf_adds(sb, "\\n");
+        ck_strbuf_adds(sb, "\\n");
     } else if (c == '\r') {
-        ckpt_strbuf_adds(sb, "\\r");
+        ck_strbuf_adds(sb, "\\r");
     } else if (c == '\t') {
-        ckpt_strbuf_adds(sb, "\\t");
+        ck_strbuf_adds(sb, "\\t");
     } else if (c < 0x20 || c >= 0x7f) {
-        ckpt_strbuf_addf(sb, "\\x%02x", c);
+        ck_strbuf_addf(sb, "\\x%02x", c);
     } else {
         return false;
     }
     return true;
 }
 
-static void put_str(ckpt_strbuf *sb, const char *p, size_t len) {
+static void put_str(ck_strbuf *sb, const char *p, size_t len) {
     char quote = pick_quote(p, len);
-    if (!ckpt_strbuf_grow(sb, len + 2)) return;
-    ckpt_strbuf_addc(sb, quote);
+    if (!ck_strbuf_grow(sb, len + 2)) return;
+    ck_strbuf_addc(sb, quote);
     const uint8_t *u = (const uint8_t *)p;
     size_t run = 0; /* start of the bytes not yet copied */
     for (size_t i = 0; i < len;) {
@@ -111,43 +111,43 @@ static void put_str(ckpt_strbuf *sb, const char *p, size_t len) {
             }
         }
         if (!raw) {
-            ckpt_strbuf_add(sb, p + run, i - run);
+            ck_strbuf_add(sb, p + run, i - run);
             if (byte)
                 put_ascii_escape(sb, cp, quote);
             else if (cp <= 0xff)
-                ckpt_strbuf_addf(sb, "\\x%02" PRIx32, cp);
+                ck_strbuf_addf(sb, "\\x%02" PRIx32, cp);
             else if (cp <= 0xffff)
-                ckpt_strbuf_addf(sb, "\\u%04" PRIx32, cp);
+                ck_strbuf_addf(sb, "\\u%04" PRIx32, cp);
             else
-                ckpt_strbuf_addf(sb, "\\U%08" PRIx32, cp);
+                ck_strbuf_addf(sb, "\\U%08" PRIx32, cp);
             run = i + n;
         }
         i += n;
     }
-    ckpt_strbuf_add(sb, p + run, len - run);
-    ckpt_strbuf_addc(sb, quote);
+    ck_strbuf_add(sb, p + run, len - run);
+    ck_strbuf_addc(sb, quote);
 }
 
 /* bytes repr; `bytearray`: CPython's bytearray repr, which escapes ' whatever the quotes. */
-static void put_bytes(ckpt_strbuf *sb, const char *p, size_t len, bool bytearray) {
+static void put_bytes(ck_strbuf *sb, const char *p, size_t len, bool bytearray) {
     char quote = pick_quote(p, len), esc = bytearray ? '\'' : quote;
-    if (!ckpt_strbuf_grow(sb, len + 3)) return;
-    ckpt_strbuf_addc(sb, 'b');
-    ckpt_strbuf_addc(sb, quote);
+    if (!ck_strbuf_grow(sb, len + 3)) return;
+    ck_strbuf_addc(sb, 'b');
+    ck_strbuf_addc(sb, quote);
     size_t run = 0;
     for (size_t i = 0; i < len; i++) {
         unsigned c = (unsigned char)p[i];
         if (c >= 0x20 && c < 0x7f && c != (unsigned char)esc && c != '\\') continue;
-        ckpt_strbuf_add(sb, p + run, i - run);
+        ck_strbuf_add(sb, p + run, i - run);
         put_ascii_escape(sb, c, esc);
         run = i + 1;
     }
-    ckpt_strbuf_add(sb, p + run, len - run);
-    ckpt_strbuf_addc(sb, quote);
+    ck_strbuf_add(sb, p + run, len - run);
+    ck_strbuf_addc(sb, quote);
 }
 
 typedef struct text_ctx {
-    ckpt_strbuf sb;
+    ck_strbuf sb;
     bool too_deep;
     uint64_t steps; /* nodes visited, against CKPT_VALUE_RENDER_STEPS */
 } text_ctx;
@@ -157,7 +157,7 @@ static void put(text_ctx *c, const ckpt_value *v, unsigned depth);
 static void put_items(text_ctx *c, ckpt_value *const *items, size_t n, unsigned depth,
                       bool *first) {
     for (size_t i = 0; i < n; i++) {
-        if (!*first) ckpt_strbuf_adds(&c->sb, ", ");
+        if (!*first) ck_strbuf_adds(&c->sb, ", ");
         *first = false;
         put(c, items[i], depth + 1);
     }
@@ -180,10 +180,10 @@ static bool put_keywords(text_ctx *c, const ckpt_value *d, unsigned depth, bool 
         if (!is_identifier(d->u.dict.keys[i])) return false;
     for (size_t i = 0; i < d->u.dict.len; i++) {
         const ckpt_value *k = d->u.dict.keys[i];
-        if (!*first) ckpt_strbuf_adds(&c->sb, ", ");
+        if (!*first) ck_strbuf_adds(&c->sb, ", ");
         *first = false;
-        ckpt_strbuf_add(&c->sb, k->u.str.ptr, k->u.str.len);
-        ckpt_strbuf_addc(&c->sb, '=');
+        ck_strbuf_add(&c->sb, k->u.str.ptr, k->u.str.len);
+        ck_strbuf_addc(&c->sb, '=');
         put(c, d->u.dict.vals[i], depth + 1);
     }
     return true;
@@ -192,10 +192,10 @@ static bool put_keywords(text_ctx *c, const ckpt_value *d, unsigned depth, bool 
 static void put_named(text_ctx *c, const char *name, const ckpt_value *v, unsigned depth,
                       bool *first) {
     if (!v) return;
-    if (!*first) ckpt_strbuf_adds(&c->sb, ", ");
+    if (!*first) ck_strbuf_adds(&c->sb, ", ");
     *first = false;
-    ckpt_strbuf_adds(&c->sb, name);
-    ckpt_strbuf_addc(&c->sb, '=');
+    ck_strbuf_adds(&c->sb, name);
+    ck_strbuf_addc(&c->sb, '=');
     put(c, v, depth + 1);
 }
 
@@ -206,12 +206,12 @@ static bool name_is(const ckpt_value *v, const char *name) {
 /* One part of a complex: Python's float repr without the ".0" of integral values, with a
  * sign when `sign` (CPython's complex_repr: format 'r', Py_DTSF_SIGN for the imaginary part;
  * a NaN's sign is never shown). */
-static void put_complex_part(ckpt_strbuf *sb, double d, bool sign) {
+static void put_complex_part(ck_strbuf *sb, double d, bool sign) {
     char buf[FLOAT_REPR_MAX];
     size_t n = float_repr(d, FLOAT_REPR_PYTHON, buf);
     if (n >= 2 && buf[n - 2] == '.' && buf[n - 1] == '0') n -= 2;
-    if (sign && buf[0] != '-') ckpt_strbuf_addc(sb, '+');
-    ckpt_strbuf_add(sb, buf, n);
+    if (sign && buf[0] != '-') ck_strbuf_addc(sb, '+');
+    ck_strbuf_add(sb, buf, n);
 }
 
 static bool is_int(const ckpt_value *v) {
@@ -221,18 +221,18 @@ static bool is_int(const ckpt_value *v) {
 /* The datetime module's naive date, time and datetime (their pickled state: big-endian year,
  * then one byte a field, microseconds in three) and timedelta, as their repr spells them;
  * false (nothing written) for anything else, a time zone or a fold included. */
-static bool put_datetime(ckpt_strbuf *sb, const ckpt_value *v, ckpt_value *const *a, size_t n) {
+static bool put_datetime(ck_strbuf *sb, const ckpt_value *v, ckpt_value *const *a, size_t n) {
     if (name_is(v, "datetime.timedelta") && n == 3 && a[0]->type == CKPT_VALUE_INT &&
         a[1]->type == CKPT_VALUE_INT && a[2]->type == CKPT_VALUE_INT) {
         static const char *const names[] = {"days", "seconds", "microseconds"};
-        ckpt_strbuf_adds(sb, "datetime.timedelta(");
+        ck_strbuf_adds(sb, "datetime.timedelta(");
         bool any = false;
         for (int i = 0; i < 3; i++)
             if (a[i]->u.i) {
-                ckpt_strbuf_addf(sb, "%s%s=%lld", any ? ", " : "", names[i], (long long)a[i]->u.i);
+                ck_strbuf_addf(sb, "%s%s=%lld", any ? ", " : "", names[i], (long long)a[i]->u.i);
                 any = true;
             }
-        ckpt_strbuf_adds(sb, any ? ")" : "0)");
+        ck_strbuf_adds(sb, any ? ")" : "0)");
         return true;
     }
     if (n != 1 || a[0]->type != CKPT_VALUE_BYTES) return false;
@@ -253,10 +253,10 @@ static bool put_datetime(ckpt_strbuf *sb, const ckpt_value *v, ckpt_value *const
     } else {
         return false;
     }
-    ckpt_strbuf_add(sb, v->u.obj.name, v->u.obj.name_len);
+    ck_strbuf_add(sb, v->u.obj.name, v->u.obj.name_len);
     for (int i = 0; i < nf; i++)
-        ckpt_strbuf_addf(sb, "%s%ld", i ? ", " : "(", f[i]);
-    ckpt_strbuf_addc(sb, ')');
+        ck_strbuf_addf(sb, "%s%ld", i ? ", " : "(", f[i]);
+    ck_strbuf_addc(sb, ')');
     return true;
 }
 
@@ -269,42 +269,42 @@ static bool put_builtin(text_ctx *c, const ckpt_value *v, unsigned depth) {
         return false;
     ckpt_value *const *a = args->u.seq.items;
     size_t n = args->u.seq.len;
-    ckpt_strbuf *sb = &c->sb;
+    ck_strbuf *sb = &c->sb;
     bool first = true;
     if (name_is(v, "builtins.complex") && n == 2 && a[0]->type == CKPT_VALUE_FLOAT &&
         a[1]->type == CKPT_VALUE_FLOAT) {
         double re = a[0]->u.f, im = a[1]->u.f;
         bool plain = re == 0 && !signbit(re); /* +0 real part: the imaginary part alone */
         if (!plain) {
-            ckpt_strbuf_addc(sb, '(');
+            ck_strbuf_addc(sb, '(');
             put_complex_part(sb, re, false);
         }
         put_complex_part(sb, im, !plain);
-        ckpt_strbuf_adds(sb, plain ? "j" : "j)");
+        ck_strbuf_adds(sb, plain ? "j" : "j)");
         return true;
     }
     if (name_is(v, "builtins.range") && n == 3 && is_int(a[0]) && is_int(a[1]) && is_int(a[2])) {
         bool unit = a[2]->type == CKPT_VALUE_INT && a[2]->u.i == 1;
-        ckpt_strbuf_adds(sb, "range(");
+        ck_strbuf_adds(sb, "range(");
         put_items(c, a, unit ? 2 : 3, depth, &first);
-        ckpt_strbuf_addc(sb, ')');
+        ck_strbuf_addc(sb, ')');
         return true;
     }
     if (name_is(v, "builtins.slice") && n == 3) {
-        ckpt_strbuf_adds(sb, "slice(");
+        ck_strbuf_adds(sb, "slice(");
         put_items(c, a, 3, depth, &first);
-        ckpt_strbuf_addc(sb, ')');
+        ck_strbuf_addc(sb, ')');
         return true;
     }
     if (put_datetime(sb, v, a, n)) return true;
     if (name_is(v, "builtins.bytearray") &&
         (n == 0 || (n == 1 && a[0]->type == CKPT_VALUE_BYTES))) {
-        ckpt_strbuf_adds(sb, "bytearray(");
+        ck_strbuf_adds(sb, "bytearray(");
         if (n)
             put_bytes(sb, a[0]->u.str.ptr, a[0]->u.str.len, true);
         else
-            ckpt_strbuf_adds(sb, "b''");
-        ckpt_strbuf_addc(sb, ')');
+            ck_strbuf_adds(sb, "b''");
+        ck_strbuf_addc(sb, ')');
         return true;
     }
     return false;
@@ -312,10 +312,10 @@ static bool put_builtin(text_ctx *c, const ckpt_value *v, unsigned depth) {
 
 static void put_object(text_ctx *c, const ckpt_value *v, unsigned depth) {
     if (put_builtin(c, v, depth)) return;
-    ckpt_strbuf_add(&c->sb, v->u.obj.name, v->u.obj.name_len);
+    ck_strbuf_add(&c->sb, v->u.obj.name, v->u.obj.name_len);
     const ckpt_value *args = v->u.obj.args, *kw = v->u.obj.kwargs, *st = v->u.obj.state;
     if (!args && !kw && !st && !v->u.obj.listitems && !v->u.obj.dictitems) return;
-    ckpt_strbuf_addc(&c->sb, '(');
+    ck_strbuf_addc(&c->sb, '(');
     bool first = true;
     if (args && (args->type == CKPT_VALUE_TUPLE || args->type == CKPT_VALUE_LIST))
         put_items(c, args->u.seq.items, args->u.seq.len, depth, &first);
@@ -325,7 +325,7 @@ static void put_object(text_ctx *c, const ckpt_value *v, unsigned depth) {
     if (st && !put_keywords(c, st, depth, &first)) put_named(c, "state", st, depth, &first);
     put_named(c, "items", v->u.obj.listitems, depth, &first);
     put_named(c, "items", v->u.obj.dictitems, depth, &first);
-    ckpt_strbuf_addc(&c->sb, ')');
+    ck_strbuf_addc(&c->sb, ')');
 }
 
 static void put(text_ctx *c, const ckpt_value *v, unsigned depth) {
@@ -338,55 +338,55 @@ static void put(text_ctx *c, const ckpt_value *v, unsigned depth) {
         c->sb.status = CKPT_E_LIMIT; /* sticky, like the buffer's own cap */
         return;
     }
-    ckpt_strbuf *sb = &c->sb;
+    ck_strbuf *sb = &c->sb;
     bool first = true;
     switch (v->type) {
-    case CKPT_VALUE_NONE: ckpt_strbuf_adds(sb, "None"); break;
-    case CKPT_VALUE_BOOL: ckpt_strbuf_adds(sb, v->u.b ? "True" : "False"); break;
+    case CKPT_VALUE_NONE: ck_strbuf_adds(sb, "None"); break;
+    case CKPT_VALUE_BOOL: ck_strbuf_adds(sb, v->u.b ? "True" : "False"); break;
     case CKPT_VALUE_INT: value_add_i64(sb, v->u.i); break;
-    case CKPT_VALUE_BIGINT: ckpt_strbuf_add(sb, v->u.str.ptr, v->u.str.len); break;
+    case CKPT_VALUE_BIGINT: ck_strbuf_add(sb, v->u.str.ptr, v->u.str.len); break;
     case CKPT_VALUE_FLOAT: {
         char buf[FLOAT_REPR_MAX];
-        ckpt_strbuf_add(sb, buf, float_repr(v->u.f, FLOAT_REPR_PYTHON, buf));
+        ck_strbuf_add(sb, buf, float_repr(v->u.f, FLOAT_REPR_PYTHON, buf));
         break;
     }
     case CKPT_VALUE_STRING: put_str(sb, v->u.str.ptr, v->u.str.len); break;
     case CKPT_VALUE_BYTES: put_bytes(sb, v->u.str.ptr, v->u.str.len, false); break;
     case CKPT_VALUE_LIST:
-        ckpt_strbuf_addc(sb, '[');
+        ck_strbuf_addc(sb, '[');
         put_items(c, v->u.seq.items, v->u.seq.len, depth, &first);
-        ckpt_strbuf_addc(sb, ']');
+        ck_strbuf_addc(sb, ']');
         break;
     case CKPT_VALUE_TUPLE:
-        ckpt_strbuf_addc(sb, '(');
+        ck_strbuf_addc(sb, '(');
         put_items(c, v->u.seq.items, v->u.seq.len, depth, &first);
-        ckpt_strbuf_adds(sb, v->u.seq.len == 1 ? ",)" : ")");
+        ck_strbuf_adds(sb, v->u.seq.len == 1 ? ",)" : ")");
         break;
     case CKPT_VALUE_SET:
         if (v->u.seq.len == 0) {
-            ckpt_strbuf_adds(sb, v->u.seq.frozen ? "frozenset()" : "set()");
+            ck_strbuf_adds(sb, v->u.seq.frozen ? "frozenset()" : "set()");
             break;
         }
-        ckpt_strbuf_adds(sb, v->u.seq.frozen ? "frozenset({" : "{");
+        ck_strbuf_adds(sb, v->u.seq.frozen ? "frozenset({" : "{");
         put_items(c, v->u.seq.items, v->u.seq.len, depth, &first);
-        ckpt_strbuf_adds(sb, v->u.seq.frozen ? "})" : "}");
+        ck_strbuf_adds(sb, v->u.seq.frozen ? "})" : "}");
         break;
     case CKPT_VALUE_DICT:
-        ckpt_strbuf_addc(sb, '{');
+        ck_strbuf_addc(sb, '{');
         for (size_t i = 0; i < v->u.dict.len; i++) {
-            if (i) ckpt_strbuf_adds(sb, ", ");
+            if (i) ck_strbuf_adds(sb, ", ");
             put(c, v->u.dict.keys[i], depth + 1);
-            ckpt_strbuf_adds(sb, ": ");
+            ck_strbuf_adds(sb, ": ");
             put(c, v->u.dict.vals[i], depth + 1);
         }
-        ckpt_strbuf_addc(sb, '}');
+        ck_strbuf_addc(sb, '}');
         break;
     case CKPT_VALUE_TENSOR: {
         const ts_tensor_view *t = v->u.tensor.view;
-        ckpt_strbuf_addf(sb, "tensor(dtype=%s, shape=[", ckpt_dtype_name(t->dtype));
+        ck_strbuf_addf(sb, "tensor(dtype=%s, shape=[", ckpt_dtype_name(t->dtype));
         for (int d = 0; d < t->ndim; d++)
-            ckpt_strbuf_addf(sb, d ? ", %" PRId64 : "%" PRId64, t->shape[d]);
-        ckpt_strbuf_adds(sb, "])");
+            ck_strbuf_addf(sb, d ? ", %" PRId64 : "%" PRId64, t->shape[d]);
+        ck_strbuf_adds(sb, "])");
         break;
     }
     case CKPT_VALUE_OBJECT: put_object(c, v, depth); break;
@@ -394,30 +394,30 @@ static void put(text_ctx *c, const ckpt_value *v, unsigned depth) {
 }
 
 ckpt_status ckpt_value_to_text(const ckpt_value *v, char **out, ckpt_error *err) {
-    if (!out) return ckpt_fail(err, CKPT_E_INVAL, "ckpt_value_to_text: NULL argument");
+    if (!out) return ck_fail(err, CKPT_E_INVAL, "ckpt_value_to_text: NULL argument");
     *out = NULL;
-    if (!v) return ckpt_fail(err, CKPT_E_INVAL, "ckpt_value_to_text: NULL argument");
+    if (!v) return ck_fail(err, CKPT_E_INVAL, "ckpt_value_to_text: NULL argument");
     text_ctx c = {.too_deep = false};
-    ckpt_strbuf_init(&c.sb, CKPT_VALUE_RENDER_MAX);
+    ck_strbuf_init(&c.sb, CKPT_VALUE_RENDER_MAX);
     put(&c, v, 1);
     if (c.too_deep) {
-        ckpt_strbuf_release(&c.sb);
-        return ckpt_fail(err, CKPT_E_LIMIT, "value nested deeper than %d levels",
-                         CKPT_VALUE_MAX_DEPTH);
+        ck_strbuf_release(&c.sb);
+        return ck_fail(err, CKPT_E_LIMIT, "value nested deeper than %d levels",
+                       CKPT_VALUE_MAX_DEPTH);
     }
     if (c.sb.status == CKPT_E_LIMIT) {
-        ckpt_strbuf_release(&c.sb);
-        return ckpt_fail(err, CKPT_E_LIMIT,
-                         "value too large to render as text (over %zu MiB or %llu nodes; shared "
-                         "references expand as a tree)",
-                         CKPT_VALUE_RENDER_MAX >> 20, (unsigned long long)CKPT_VALUE_RENDER_STEPS);
+        ck_strbuf_release(&c.sb);
+        return ck_fail(err, CKPT_E_LIMIT,
+                       "value too large to render as text (over %zu MiB or %llu nodes; shared "
+                       "references expand as a tree)",
+                       CKPT_VALUE_RENDER_MAX >> 20, (unsigned long long)CKPT_VALUE_RENDER_STEPS);
     }
-    ckpt_status st = ckpt_strbuf_status(&c.sb, "rendering a value as text", err);
+    ckpt_status st = ck_strbuf_status(&c.sb, "rendering a value as text", err);
     if (st != CKPT_OK) {
-        ckpt_strbuf_release(&c.sb);
+        ck_strbuf_release(&c.sb);
         return st;
     }
-    *out = ckpt_strbuf_detach(&c.sb, NULL);
-    if (!*out) return ckpt_fail(err, CKPT_E_NOMEM, "rendering a value as text: out of memory");
+    *out = ck_strbuf_detach(&c.sb, NULL);
+    if (!*out) return ck_fail(err, CKPT_E_NOMEM, "rendering a value as text: out of memory");
     return CKPT_OK;
 }

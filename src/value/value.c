@@ -13,7 +13,7 @@ const ckpt_value *ckpt_object_root(const ckpt_object *o) { return o ? o->root : 
 
 void ckpt_object_free(ckpt_object *o) {
     if (!o) return;
-    ckpt_arena_free(o->arena);
+    ck_arena_free(o->arena);
     ts_item_free(o->item);
     free(o);
 }
@@ -112,20 +112,20 @@ const int64_t *ckpt_value_tensor_shape(const ckpt_value *v) {
 ckpt_status ckpt_value_tensor_read(const ckpt_value *v, void *dst, size_t dst_size,
                                    ckpt_error *err) {
     if (!v || v->type != CKPT_VALUE_TENSOR)
-        return ckpt_fail(err, CKPT_E_INVAL, "ckpt_value_tensor_read: not a tensor value");
+        return ck_fail(err, CKPT_E_INVAL, "ckpt_value_tensor_read: not a tensor value");
     const ts_tensor_view *view = v->u.tensor.view;
     uint64_t nbytes = ckpt_dtype_itemsize(view->dtype);
     for (int d = 0; d < view->ndim; d++) {
         uint64_t dim = (uint64_t)view->shape[d];
         if (dim && nbytes > UINT64_MAX / dim)
-            return ckpt_fail(err, CKPT_E_RANGE, "tensor value too large");
+            return ck_fail(err, CKPT_E_RANGE, "tensor value too large");
         nbytes *= dim;
     }
     if (!dst && nbytes)
-        return ckpt_fail(err, CKPT_E_INVAL, "ckpt_value_tensor_read: NULL destination");
+        return ck_fail(err, CKPT_E_INVAL, "ckpt_value_tensor_read: NULL destination");
     if (dst_size < nbytes)
-        return ckpt_fail(err, CKPT_E_INVAL,
-                         "ckpt_value_tensor_read: buffer of %zu bytes, tensor needs %llu", dst_size,
-                         (unsigned long long)nbytes);
+        return ck_fail(err, CKPT_E_INVAL,
+                       "ckpt_value_tensor_read: buffer of %zu bytes, tensor needs %llu", dst_size,
+                       (unsigned long long)nbytes);
     return ts_tensor_copy(v->u.tensor.item, view, dst, dst_size, err);
 }

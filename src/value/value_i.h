@@ -69,17 +69,17 @@ struct ckpt_value {
 };
 
 struct ckpt_object {
-    ckpt_arena *arena; /* every ckpt_value and string of the tree */
-    ts_item *item;     /* owned; NULL for objects built from a bare pickle */
+    ck_arena *arena; /* every ckpt_value and string of the tree */
+    ts_item *item;   /* owned; NULL for objects built from a bare pickle */
     const ckpt_value *root;
 };
 
 /* Pieces shared by the renderers (render_json.c; sticky strbuf errors). */
 /* Decimal integer. */
-bool value_add_i64(ckpt_strbuf *sb, int64_t v);
+bool value_add_i64(ck_strbuf *sb, int64_t v);
 /* Python's float repr, with NaN / Infinity / -Infinity. */
-bool value_json_float(ckpt_strbuf *sb, double d);
+bool value_json_float(ck_strbuf *sb, double d);
 /* {"__bytes__":"<lowercase hex>"} */
-bool value_json_bytes(ckpt_strbuf *sb, const char *p, size_t len);
+bool value_json_bytes(ck_strbuf *sb, const char *p, size_t len);
 
 #endif

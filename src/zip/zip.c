@@ -58,7 +58,7 @@ typedef struct zip_entry {
 } zip_entry;
 
 struct zip_archive {
-    ckpt_source src; /* copy; the fd / memory must outlive the archive */
+    ck_source src; /* copy; the fd / memory must outlive the archive */
     const char *root;
     size_t root_len;
     size_t n;
@@ -94,7 +94,7 @@ static bool view_has(const zip_view *v, uint64_t off, uint64_t len) {
 static const uint8_t *view_at(const zip_view *v, uint64_t off) { return v->p + (off - v->start); }
 
 /* Makes [off, off+len) of the archive available; the caller checked it lies inside. */
-static ckpt_status fetch(const ckpt_source *src, unsigned *reads, uint64_t off, uint64_t len,
+static ckpt_status fetch(const ck_source *src, unsigned *reads, uint64_t off, uint64_t len,
                          zip_view *out, ckpt_error *err) {
     memset(out, 0, sizeof *out);
     out->start = off;
@@ -104,14 +104,14 @@ static ckpt_status fetch(const ckpt_source *src, unsigned *reads, uint64_t off, 
         return CKPT_OK;
     }
     if (len > SIZE_MAX - 1)
-        return ckpt_fail(err, CKPT_E_NOMEM, "zip offset %llu: cannot buffer %llu bytes", (ull)off,
-                         (ull)len);
+        return ck_fail(err, CKPT_E_NOMEM, "zip offset %llu: cannot buffer %llu bytes", (ull)off,
+                       (ull)len);
     out->owned = malloc(len ? (size_t)len : 1);
     if (!out->owned)
-        return ckpt_fail(err, CKPT_E_NOMEM, "zip offset %llu: out of memory buffering %llu bytes",
-                         (ull)off, (ull)len);
+        return ck_fail(err, CKPT_E_NOMEM, "zip offset %llu: out of memory buffering %llu bytes",
+                       (ull)off, (ull)len);
     (*reads)++;
-    ckpt_status st = ckpt_source_read(src, off, out->owned, len, err);
+    ckpt_status st = ck_source_read(src, off, out->owned, len, err);
     if (st != CKPT_OK) {
         view_release(out);
         return st;
@@ -121,7 +121,7 @@ static ckpt_status fetch(const ckpt_source *src, unsigned *reads, uint64_t off, 
 }
 
 /* Small structure at a known place: from `have` when it covers it, else one read into tmp. */
-static ckpt_status get_small(const ckpt_source *src, unsigned *reads, const zip_view *have,
+static ckpt_status get_small(const ck_source *src, unsigned *reads, const zip_view *have,
                              uint64_t off, uint32_t len, uint8_t *tmp, const uint8_t **out,
                              ckpt_error *err) {
     if (view_has(have, off, len)) {
@@ -133,7 +133,7 @@ static ckpt_status get_small(const ckpt_source *src, unsigned *reads, const zip_
         return CKPT_OK;
     }
     (*reads)++;
-    CKPT_TRY(ckpt_source_read(src, off, tmp, len, err));
+    CKPT_TRY(ck_source_read(src, off, tmp, len, err));
     *out = tmp;
     return CKPT_OK;
 }
@@ -172,12 +172,12 @@ typedef struct zip_dir {
     uint64_t trailer; /* where the zip64 EOCD (or the classic EOCD) starts */
 } zip_dir;
 
-static ckpt_status read_trailer(const ckpt_source *src, unsigned *reads, zip_view *tail, zip_dir *d,
+static ckpt_status read_trailer(const ck_source *src, unsigned *reads, zip_view *tail, zip_dir *d,
                                 ckpt_error *err) {
     const uint64_t total = src->len;
     if (total < ZIP_EOCD_LEN)
-        return ckpt_fail(err, CKPT_E_FORMAT,
-                         "zip offset 0: %llu bytes is too short for a zip archive", (ull)total);
+        return ck_fail(err, CKPT_E_FORMAT,
+                       "zip offset 0: %llu bytes is too short for a zip archive", (ull)total);
     uint64_t want = total < ZIP_TAIL_GUESS ? total : ZIP_TAIL_GUESS;
     CKPT_TRY(fetch(src, reads, total - want, want, tail, err));
     uint64_t pos;
@@ -189,10 +189,10 @@ static ckpt_status read_trailer(const ckpt_source *src, unsigned *reads, zip_vie
             CKPT_TRY(fetch(src, reads, total - most, most, tail, err));
         }
         if (!find_eocd(tail, total, &pos))
-            return ckpt_fail(err, CKPT_E_FORMAT,
-                             "zip offset %llu: end of central directory record not found "
-                             "(truncated or not a zip archive)",
-                             (ull)total);
+            return ck_fail(err, CKPT_E_FORMAT,
+                           "zip offset %llu: end of central directory record not found "
+                           "(truncated or not a zip archive)",
+                           (ull)total);
     }
     uint8_t tmp[ZIP64_EOCD_LEN];
     const uint8_t *e;
@@ -212,39 +212,39 @@ static ckpt_status read_trailer(const ckpt_source *src, unsigned *reads, zip_vie
             uint32_t z64_disk = rd32(l + 4), disks = rd32(l + 16);
             uint64_t z64 = rd64(l + 8);
             if (z64_disk != 0 || disks > 1)
-                return ckpt_fail(err, CKPT_E_UNSUPPORTED,
-                                 "zip offset %llu: multi-disk zip64 archive (%u disks)", (ull)loc,
-                                 (unsigned)disks);
+                return ck_fail(err, CKPT_E_UNSUPPORTED,
+                               "zip offset %llu: multi-disk zip64 archive (%u disks)", (ull)loc,
+                               (unsigned)disks);
             if (z64 > loc || loc - z64 < ZIP64_EOCD_LEN)
-                return ckpt_fail(err, CKPT_E_RANGE,
-                                 "zip offset %llu: zip64 end of central directory offset %llu "
-                                 "does not leave room for the record before the locator",
-                                 (ull)loc, (ull)z64);
+                return ck_fail(err, CKPT_E_RANGE,
+                               "zip offset %llu: zip64 end of central directory offset %llu "
+                               "does not leave room for the record before the locator",
+                               (ull)loc, (ull)z64);
             const uint8_t *r;
             CKPT_TRY(get_small(src, reads, tail, z64, ZIP64_EOCD_LEN, tmp, &r, err));
             if (rd32(r) != SIG_Z64_EOCD)
-                return ckpt_fail(err, CKPT_E_FORMAT,
-                                 "zip offset %llu: bad zip64 end of central directory signature",
-                                 (ull)z64);
+                return ck_fail(err, CKPT_E_FORMAT,
+                               "zip offset %llu: bad zip64 end of central directory signature",
+                               (ull)z64);
             uint64_t rec_size = rd64(r + 4);
             if (rec_size < ZIP64_EOCD_LEN - 12 || rec_size > loc - z64 - 12)
-                return ckpt_fail(err, CKPT_E_FORMAT,
-                                 "zip offset %llu: zip64 end of central directory size %llu is "
-                                 "invalid",
-                                 (ull)z64, (ull)rec_size);
+                return ck_fail(err, CKPT_E_FORMAT,
+                               "zip offset %llu: zip64 end of central directory size %llu is "
+                               "invalid",
+                               (ull)z64, (ull)rec_size);
             uint32_t d64 = rd32(r + 16), cd64_disk = rd32(r + 20);
             uint64_t nd64 = rd64(r + 24), nt64 = rd64(r + 32), sz64 = rd64(r + 40),
                      off64 = rd64(r + 48);
             if (d64 != 0 || cd64_disk != 0 || nd64 != nt64)
-                return ckpt_fail(err, CKPT_E_UNSUPPORTED,
-                                 "zip offset %llu: multi-disk zip64 archive", (ull)z64);
+                return ck_fail(err, CKPT_E_UNSUPPORTED, "zip offset %llu: multi-disk zip64 archive",
+                               (ull)z64);
             if ((n_total != 0xffffu && n_total != nt64) ||
                 (cd_size != 0xffffffffu && cd_size != sz64) ||
                 (cd_off != 0xffffffffu && cd_off != off64))
-                return ckpt_fail(err, CKPT_E_FORMAT,
-                                 "zip offset %llu: end of central directory disagrees with the "
-                                 "zip64 record at %llu",
-                                 (ull)pos, (ull)z64);
+                return ck_fail(err, CKPT_E_FORMAT,
+                               "zip offset %llu: end of central directory disagrees with the "
+                               "zip64 record at %llu",
+                               (ull)pos, (ull)z64);
             d->entries = nt64;
             d->cd_size = sz64;
             d->cd_off = off64;
@@ -253,8 +253,8 @@ static ckpt_status read_trailer(const ckpt_source *src, unsigned *reads, zip_vie
         }
     }
     if (disk != 0 || cd_disk != 0 || n_disk != n_total)
-        return ckpt_fail(err, CKPT_E_UNSUPPORTED, "zip offset %llu: multi-disk zip archive",
-                         (ull)pos);
+        return ck_fail(err, CKPT_E_UNSUPPORTED, "zip offset %llu: multi-disk zip archive",
+                       (ull)pos);
     return CKPT_OK;
 }
 
@@ -262,11 +262,11 @@ static ckpt_status read_trailer(const ckpt_source *src, unsigned *reads, zip_vie
 static ckpt_status parse_cdh(const uint8_t *p, uint64_t avail, uint64_t at, zip_entry *e,
                              const uint8_t **name, uint64_t *consumed, ckpt_error *err) {
     if (avail < ZIP_CDH_LEN)
-        return ckpt_fail(err, CKPT_E_FORMAT,
-                         "zip offset %llu: central directory ends inside a record header", (ull)at);
+        return ck_fail(err, CKPT_E_FORMAT,
+                       "zip offset %llu: central directory ends inside a record header", (ull)at);
     if (rd32(p) != SIG_CDH)
-        return ckpt_fail(err, CKPT_E_FORMAT, "zip offset %llu: bad central directory signature",
-                         (ull)at);
+        return ck_fail(err, CKPT_E_FORMAT, "zip offset %llu: bad central directory signature",
+                       (ull)at);
     uint16_t flags = rd16(p + 8), method = rd16(p + 10);
     uint64_t comp = rd32(p + 20), size = rd32(p + 24);
     uint16_t nlen = rd16(p + 28), xlen = rd16(p + 30), clen = rd16(p + 32);
@@ -274,19 +274,19 @@ static ckpt_status parse_cdh(const uint8_t *p, uint64_t avail, uint64_t at, zip_
     uint64_t lho = rd32(p + 42);
     uint64_t need = (uint64_t)ZIP_CDH_LEN + nlen + xlen + clen;
     if (need > avail)
-        return ckpt_fail(err, CKPT_E_FORMAT,
-                         "zip offset %llu: central directory record (%llu bytes) passes the end "
-                         "of the directory",
-                         (ull)at, (ull)need);
+        return ck_fail(err, CKPT_E_FORMAT,
+                       "zip offset %llu: central directory record (%llu bytes) passes the end "
+                       "of the directory",
+                       (ull)at, (ull)need);
     const uint8_t *x = p + ZIP_CDH_LEN + nlen, *xend = x + xlen;
     bool want_size = size == 0xffffffffu, want_comp = comp == 0xffffffffu,
          want_lho = lho == 0xffffffffu, want_disk = disk == 0xffffu;
     while (xend - x >= 4) {
         uint16_t id = rd16(x), len = rd16(x + 2);
         if (len > xend - x - 4)
-            return ckpt_fail(err, CKPT_E_FORMAT,
-                             "zip offset %llu: extra field 0x%04x overruns its record", (ull)at,
-                             (unsigned)id);
+            return ck_fail(err, CKPT_E_FORMAT,
+                           "zip offset %llu: extra field 0x%04x overruns its record", (ull)at,
+                           (unsigned)id);
         if (id == 0x0001) {
             const uint8_t *f = x + 4, *fend = f + len;
             if (want_size) {
@@ -317,15 +317,15 @@ static ckpt_status parse_cdh(const uint8_t *p, uint64_t avail, uint64_t at, zip_
     }
     if (want_size || want_comp || want_lho || want_disk) goto short_z64;
     if (disk != 0)
-        return ckpt_fail(err, CKPT_E_UNSUPPORTED, "zip offset %llu: record on disk %u", (ull)at,
-                         (unsigned)disk);
+        return ck_fail(err, CKPT_E_UNSUPPORTED, "zip offset %llu: record on disk %u", (ull)at,
+                       (unsigned)disk);
     if (method == 0 && comp != size)
-        return ckpt_fail(err, CKPT_E_FORMAT,
-                         "zip offset %llu: stored record has compressed size %llu but size %llu",
-                         (ull)at, (ull)comp, (ull)size);
+        return ck_fail(err, CKPT_E_FORMAT,
+                       "zip offset %llu: stored record has compressed size %llu but size %llu",
+                       (ull)at, (ull)comp, (ull)size);
     if (nlen == 0 || memchr(p + ZIP_CDH_LEN, '\0', nlen))
-        return ckpt_fail(err, CKPT_E_FORMAT, "zip offset %llu: record name is empty or has a NUL",
-                         (ull)at);
+        return ck_fail(err, CKPT_E_FORMAT, "zip offset %llu: record name is empty or has a NUL",
+                       (ull)at);
     e->pub.size = size;
     e->pub.method = method;
     e->comp_size = comp;
@@ -336,9 +336,9 @@ static ckpt_status parse_cdh(const uint8_t *p, uint64_t avail, uint64_t at, zip_
     *consumed = need;
     return CKPT_OK;
 short_z64:
-    return ckpt_fail(err, CKPT_E_FORMAT,
-                     "zip offset %llu: record needs a zip64 extra field that is missing or short",
-                     (ull)at);
+    return ck_fail(err, CKPT_E_FORMAT,
+                   "zip offset %llu: record needs a zip64 extra field that is missing or short",
+                   (ull)at);
 }
 
 static int cmp_by_lho(const void *a, const void *b, void *ctx) {
@@ -350,8 +350,8 @@ static int cmp_by_lho(const void *a, const void *b, void *ctx) {
 /* Records the data start from the local header `h` of e (PyTorch's getRecordOffset). */
 static ckpt_status local_header(zip_entry *e, const uint8_t *h, ckpt_error *err) {
     if (rd32(h) != SIG_LFH)
-        return ckpt_fail(err, CKPT_E_FORMAT, "zip offset %llu: bad local header signature for '%s'",
-                         (ull)e->lho, e->pub.name);
+        return ck_fail(err, CKPT_E_FORMAT, "zip offset %llu: bad local header signature for '%s'",
+                       (ull)e->lho, e->pub.name);
     e->pub.data_offset = e->lho + ZIP_LFH_LEN + rd16(h + 26) + rd16(h + 28);
     return CKPT_OK;
 }
@@ -359,7 +359,7 @@ static ckpt_status local_header(zip_entry *e, const uint8_t *h, ckpt_error *err)
 /* Resolves data_offset for every record, reading local headers not in `tail` or `cd`. */
 static ckpt_status resolve_data(zip_archive *z, const zip_view *tail, const zip_view *cd,
                                 uint64_t cd_off, ckpt_error *err) {
-    const ckpt_source *src = &z->src;
+    const ck_source *src = &z->src;
     uint32_t *todo = NULL;
     size_t ntodo = 0;
     ckpt_status st = CKPT_OK;
@@ -367,14 +367,14 @@ static ckpt_status resolve_data(zip_archive *z, const zip_view *tail, const zip_
     for (size_t i = 0; i < z->n; i++) {
         zip_entry *e = &z->recs[i];
         if (e->lho > cd_off || cd_off - e->lho < ZIP_LFH_LEN)
-            return ckpt_fail(err, CKPT_E_RANGE,
-                             "zip offset %llu: local header of '%s' lies past the central "
-                             "directory at %llu",
-                             (ull)e->lho, e->pub.name, (ull)cd_off);
+            return ck_fail(err, CKPT_E_RANGE,
+                           "zip offset %llu: local header of '%s' lies past the central "
+                           "directory at %llu",
+                           (ull)e->lho, e->pub.name, (ull)cd_off);
     }
     if (!src->mem) {
         todo = malloc(z->n * sizeof *todo);
-        if (!todo) return ckpt_fail(err, CKPT_E_NOMEM, "zip: out of memory");
+        if (!todo) return ck_fail(err, CKPT_E_NOMEM, "zip: out of memory");
         for (size_t i = 0; i < z->n; i++) {
             uint64_t lho = z->recs[i].lho;
             if (!view_has(tail, lho, ZIP_LFH_LEN) && !view_has(cd, lho, ZIP_LFH_LEN))
@@ -415,11 +415,11 @@ static ckpt_status resolve_data(zip_archive *z, const zip_view *tail, const zip_
         /* Every record, however its header was read.  lho + 30 <= cd_off and the name/extra
          * lengths are 16-bit, so data_offset cannot overflow. */
         if (e->pub.data_offset > cd_off || e->comp_size > cd_off - e->pub.data_offset) {
-            st = ckpt_fail(err, CKPT_E_RANGE,
-                           "zip offset %llu: data of '%s' (%llu bytes at %llu) passes the start "
-                           "of the central directory at %llu",
-                           (ull)e->lho, e->pub.name, (ull)e->comp_size, (ull)e->pub.data_offset,
-                           (ull)cd_off);
+            st = ck_fail(err, CKPT_E_RANGE,
+                         "zip offset %llu: data of '%s' (%llu bytes at %llu) passes the start "
+                         "of the central directory at %llu",
+                         (ull)e->lho, e->pub.name, (ull)e->comp_size, (ull)e->pub.data_offset,
+                         (ull)cd_off);
             goto out;
         }
     }
@@ -429,11 +429,11 @@ out:
     return st;
 }
 
-ckpt_status zip_open(const ckpt_source *src, zip_archive **out, ckpt_error *err) {
-    if (!out) return ckpt_fail(err, CKPT_E_INVAL, "zip_open: out is NULL");
+ckpt_status zip_open(const ck_source *src, zip_archive **out, ckpt_error *err) {
+    if (!out) return ck_fail(err, CKPT_E_INVAL, "zip_open: out is NULL");
     *out = NULL;
     if (!src || (!src->mem && src->fd < 0))
-        return ckpt_fail(err, CKPT_E_INVAL, "zip_open: no source");
+        return ck_fail(err, CKPT_E_INVAL, "zip_open: no source");
     unsigned reads = 0;
     zip_view tail = {0}, cd = {0};
     zip_archive *z = NULL;
@@ -442,28 +442,27 @@ ckpt_status zip_open(const ckpt_source *src, zip_archive **out, ckpt_error *err)
     CKPT_TRY_GOTO(st, read_trailer(src, &reads, &tail, &d, err), fail);
 
     if (d.cd_off > d.trailer || d.cd_size > d.trailer - d.cd_off) {
-        st = ckpt_fail(err, CKPT_E_RANGE,
-                       "zip offset %llu: central directory (%llu bytes at %llu) passes the end "
-                       "of central directory record at %llu",
-                       (ull)d.cd_off, (ull)d.cd_size, (ull)d.cd_off, (ull)d.trailer);
+        st = ck_fail(err, CKPT_E_RANGE,
+                     "zip offset %llu: central directory (%llu bytes at %llu) passes the end "
+                     "of central directory record at %llu",
+                     (ull)d.cd_off, (ull)d.cd_size, (ull)d.cd_off, (ull)d.trailer);
         goto fail;
     }
     if (d.cd_size > ZIP_MAX_CD_BYTES) {
-        st = ckpt_fail(err, CKPT_E_LIMIT,
-                       "zip offset %llu: central directory of %llu bytes exceeds the %llu-byte "
-                       "limit",
-                       (ull)d.cd_off, (ull)d.cd_size, (ull)ZIP_MAX_CD_BYTES);
+        st = ck_fail(err, CKPT_E_LIMIT,
+                     "zip offset %llu: central directory of %llu bytes exceeds the %llu-byte "
+                     "limit",
+                     (ull)d.cd_off, (ull)d.cd_size, (ull)ZIP_MAX_CD_BYTES);
         goto fail;
     }
     if (d.entries == 0) {
-        st =
-            ckpt_fail(err, CKPT_E_FORMAT, "zip offset %llu: archive has no records", (ull)d.cd_off);
+        st = ck_fail(err, CKPT_E_FORMAT, "zip offset %llu: archive has no records", (ull)d.cd_off);
         goto fail;
     }
     if (d.entries > d.cd_size / ZIP_CDH_LEN || d.entries >= UINT32_MAX / 2) {
-        st = ckpt_fail(err, CKPT_E_FORMAT,
-                       "zip offset %llu: %llu records cannot fit a %llu-byte central directory",
-                       (ull)d.cd_off, (ull)d.entries, (ull)d.cd_size);
+        st = ck_fail(err, CKPT_E_FORMAT,
+                     "zip offset %llu: %llu records cannot fit a %llu-byte central directory",
+                     (ull)d.cd_off, (ull)d.entries, (ull)d.cd_size);
         goto fail;
     }
     if (view_has(&tail, d.cd_off, d.cd_size)) {
@@ -484,7 +483,7 @@ ckpt_status zip_open(const ckpt_source *src, zip_archive **out, ckpt_error *err)
     size_t total = off_names + (size_t)d.cd_size + n + 1;
     char *mem = calloc(1, total);
     if (!mem) {
-        st = ckpt_fail(err, CKPT_E_NOMEM, "zip: out of memory for %llu records", (ull)d.entries);
+        st = ck_fail(err, CKPT_E_NOMEM, "zip: out of memory for %llu records", (ull)d.entries);
         goto fail;
     }
     z = (zip_archive *)mem;
@@ -510,9 +509,9 @@ ckpt_status zip_open(const ckpt_source *src, zip_archive **out, ckpt_error *err)
         if (i == 0) {
             const char *slash = memchr(e->pub.name, '/', e->name_len);
             if (!slash || slash == e->pub.name) {
-                st = ckpt_fail(err, CKPT_E_FORMAT,
-                               "zip offset %llu: first record '%s' is not inside a root folder",
-                               (ull)d.cd_off, e->pub.name);
+                st = ck_fail(err, CKPT_E_FORMAT,
+                             "zip offset %llu: first record '%s' is not inside a root folder",
+                             (ull)d.cd_off, e->pub.name);
                 goto fail;
             }
             z->root = e->pub.name;
@@ -522,8 +521,8 @@ ckpt_status zip_open(const ckpt_source *src, zip_archive **out, ckpt_error *err)
         while (z->slots[slot]) {
             const zip_entry *o = &z->recs[z->slots[slot] - 1];
             if (o->name_len == e->name_len && !memcmp(o->pub.name, e->pub.name, e->name_len)) {
-                st = ckpt_fail(err, CKPT_E_FORMAT, "zip offset %llu: duplicate record name '%s'",
-                               (ull)(d.cd_off + pos - used), e->pub.name);
+                st = ck_fail(err, CKPT_E_FORMAT, "zip offset %llu: duplicate record name '%s'",
+                             (ull)(d.cd_off + pos - used), e->pub.name);
                 goto fail;
             }
             slot = (slot + 1) & z->slot_mask;
@@ -575,30 +574,30 @@ const zip_record *zip_find(const zip_archive *z, const char *name) {
 
 ckpt_status zip_read_record(const zip_archive *z, const zip_record *rec, uint64_t max_size,
                             uint8_t **buf, size_t *len, ckpt_error *err) {
-    if (!z || !rec || !buf) return ckpt_fail(err, CKPT_E_INVAL, "zip_read_record: NULL argument");
+    if (!z || !rec || !buf) return ck_fail(err, CKPT_E_INVAL, "zip_read_record: NULL argument");
     *buf = NULL;
     if (len) *len = 0;
     const zip_entry *e = (const zip_entry *)rec;
     uintptr_t a = (uintptr_t)e, lo = (uintptr_t)z->recs, hi = (uintptr_t)(z->recs + z->n);
     if (a < lo || a >= hi || (a - lo) % sizeof *e)
-        return ckpt_fail(err, CKPT_E_INVAL, "zip_read_record: record is not from this archive");
+        return ck_fail(err, CKPT_E_INVAL, "zip_read_record: record is not from this archive");
     if (e->flags & ZIP_FLAG_ENCRYPTED)
-        return ckpt_fail(err, CKPT_E_UNSUPPORTED, "zip offset %llu: record '%s' is encrypted",
-                         (ull)e->lho, rec->name);
+        return ck_fail(err, CKPT_E_UNSUPPORTED, "zip offset %llu: record '%s' is encrypted",
+                       (ull)e->lho, rec->name);
     if (rec->method != 0)
-        return ckpt_fail(err, CKPT_E_UNSUPPORTED,
-                         "zip offset %llu: record '%s' is compressed (method %u); only stored "
-                         "records are supported",
-                         (ull)e->lho, rec->name, (unsigned)rec->method);
+        return ck_fail(err, CKPT_E_UNSUPPORTED,
+                       "zip offset %llu: record '%s' is compressed (method %u); only stored "
+                       "records are supported",
+                       (ull)e->lho, rec->name, (unsigned)rec->method);
     if (rec->size > max_size || rec->size >= SIZE_MAX)
-        return ckpt_fail(err, CKPT_E_LIMIT,
-                         "zip offset %llu: record '%s' has %llu bytes, more than the %llu allowed",
-                         (ull)rec->data_offset, rec->name, (ull)rec->size, (ull)max_size);
+        return ck_fail(err, CKPT_E_LIMIT,
+                       "zip offset %llu: record '%s' has %llu bytes, more than the %llu allowed",
+                       (ull)rec->data_offset, rec->name, (ull)rec->size, (ull)max_size);
     uint8_t *p = malloc((size_t)rec->size + 1);
     if (!p)
-        return ckpt_fail(err, CKPT_E_NOMEM, "zip offset %llu: out of memory reading '%s'",
-                         (ull)rec->data_offset, rec->name);
-    ckpt_status st = ckpt_source_read(&z->src, rec->data_offset, p, rec->size, err);
+        return ck_fail(err, CKPT_E_NOMEM, "zip offset %llu: out of memory reading '%s'",
+                       (ull)rec->data_offset, rec->name);
+    ckpt_status st = ck_source_read(&z->src, rec->data_offset, p, rec->size, err);
     if (st != CKPT_OK) {
         free(p);
         return st;

@@ -21,7 +21,7 @@ typedef struct zip_record {
 /* Parses the central directory of the archive occupying the whole of `src`.  Every record's
  * data range is validated to lie inside the source.  Error messages give the offset
  * relative to the archive start; the caller prefixes file and base offset. */
-ckpt_status zip_open(const ckpt_source *src, zip_archive **out, ckpt_error *err);
+ckpt_status zip_open(const ck_source *src, zip_archive **out, ckpt_error *err);
 void zip_close(zip_archive *z);
 
 const char *zip_root(const zip_archive *z); /* "archive" */

@@ -252,7 +252,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     post_order(root, 0, backdate_one); /* an hour back: every step counts as settled */
 
     struct timespec mt;
-    (void)ckpt_checkpoint_dir_probe(root, &mt);
+    (void)ck_checkpoint_dir_probe(root, &mt);
     ckpt_error err;
     for (int verify = 0; verify < 2; verify++) {
         char *name = NULL;

@@ -63,7 +63,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     else
         unlink(path);
     struct timespec mt;
-    ckpt_checkpoint_dir_probe(dir, &mt);
+    ck_checkpoint_dir_probe(dir, &mt);
 
     ckpt_limits lim = {.max_metadata_bytes = 1u << 20};
     ckpt_open_options opts = {.limits = &lim};

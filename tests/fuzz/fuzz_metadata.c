@@ -20,7 +20,7 @@ static ckpt_status open_with(const uint8_t *data, size_t size, uint32_t threads,
                        .max_depth = 64,
                        .index_threads = threads};
     ckpt_error err;
-    return ckpt_reader_open_buffer("/nonexistent-fuzz-dir", data, size, &lim, flags, r, &err);
+    return ck_reader_open_buffer("/nonexistent-fuzz-dir", data, size, &lim, flags, r, &err);
 }
 
 static bool same_str(const char *a, const char *b) {

@@ -106,7 +106,7 @@ static void render(const pk_doc *doc) {
     clock_gettime(CLOCK_MONOTONIC, &t0);
     ckpt_object *o = NULL;
     ckpt_error err = {0};
-    if (ckpt_object_from_pickle(pk_doc_root(doc), &o, &err) == CKPT_OK) {
+    if (ck_object_from_pickle(pk_doc_root(doc), &o, &err) == CKPT_OK) {
         char *s = NULL;
         if (ckpt_value_to_text(ckpt_object_root(o), &s, &err) == CKPT_OK && (!s || !*s)) abort();
         free(s);

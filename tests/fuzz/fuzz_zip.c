@@ -54,7 +54,7 @@ static void same_archive(const zip_archive *a, const zip_archive *b) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    ckpt_source src = {.fd = -1, .mem = data, .len = size, .name = "fuzz"};
+    ck_source src = {.fd = -1, .mem = data, .len = size, .name = "fuzz"};
     zip_archive *z = NULL;
     ckpt_error err;
     ckpt_status st = zip_open(&src, &z, &err);
@@ -67,7 +67,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int fd = memfd_create("fuzz_zip", MFD_CLOEXEC);
     if (fd >= 0) {
         if (write(fd, data, size) == (ssize_t)size) {
-            ckpt_source fsrc = {.fd = fd, .len = size, .name = "fuzz"};
+            ck_source fsrc = {.fd = fd, .len = size, .name = "fuzz"};
             zip_archive *fz = NULL;
             ckpt_error ferr;
             ckpt_status fst = zip_open(&fsrc, &fz, &ferr);

@@ -101,7 +101,7 @@ def test_only_the_public_api_is_exported(dest):
     got = exported(libdir(dest) / "libckpt.so")
     assert got and got <= core, sorted(got - core)[:20]
     assert "ckpt_reader_open" in got and "ckpt_save_begin" in got
-    assert not {"ckpt_fail", "ckpt_arena_alloc", "ckpt_files_fd"} & got
+    assert not {"ck_fail", "ck_arena_alloc", "ck_files_fd"} & got
     loader = core | declared(inc / "ckpt_load.h")
     got = exported(libdir(dest) / "libckpt_load.so")
     assert got <= loader, sorted(got - loader)[:20]

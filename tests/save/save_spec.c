@@ -37,7 +37,7 @@ static char *slurp(const char *path, size_t *len) {
     return b;
 }
 
-static ckpt_save_value *to_value(const ckpt_json *j) {
+static ckpt_save_value *to_value(const ck_json *j) {
     switch (j->type) {
     case CKPT_JSON_NULL: return ckpt_save_value_none();
     case CKPT_JSON_BOOL: return ckpt_save_value_bool(j->boolean);
@@ -51,7 +51,7 @@ static ckpt_save_value *to_value(const ckpt_json *j) {
         return l;
     }
     case CKPT_JSON_OBJECT: {
-        const ckpt_json *t = ckpt_json_get(j, "__tuple__");
+        const ck_json *t = ck_json_get(j, "__tuple__");
         if (t && j->len == 1) {
             ckpt_save_value *v = ckpt_save_value_tuple();
             for (size_t i = 0; i < t->len; i++)
@@ -59,7 +59,7 @@ static ckpt_save_value *to_value(const ckpt_json *j) {
                     die("tuple", NULL);
             return v;
         }
-        const ckpt_json *fl = ckpt_json_get(j, "__float__");
+        const ck_json *fl = ck_json_get(j, "__float__");
         if (fl && j->len == 1 && fl->type == CKPT_JSON_STRING)
             return ckpt_save_value_float(strcmp(fl->u.str, "nan") == 0   ? NAN
                                          : strcmp(fl->u.str, "inf") == 0 ? INFINITY
@@ -75,7 +75,7 @@ static ckpt_save_value *to_value(const ckpt_json *j) {
     return NULL;
 }
 
-static int64_t *ints(const ckpt_json *a, int *n) {
+static int64_t *ints(const ck_json *a, int *n) {
     if (!a || a->type != CKPT_JSON_ARRAY) die("expected an array of ints", NULL);
     *n = (int)a->len;
     int64_t *v = calloc(a->len + 1, sizeof *v);
@@ -95,47 +95,47 @@ int main(int argc, char **argv) {
     }
     size_t len;
     char *text = slurp(argv[1], &len);
-    ckpt_arena *arena = ckpt_arena_new(0);
-    const ckpt_json *spec;
+    ck_arena *arena = ck_arena_new(0);
+    const ck_json *spec;
     ckpt_error err;
-    check(ckpt_json_parse(arena, text, len, 0, &spec, &err), &err, "spec");
-    const ckpt_json *ranks = ckpt_json_get(spec, "ranks");
+    check(ck_json_parse(arena, text, len, 0, &spec, &err), &err, "spec");
+    const ck_json *ranks = ck_json_get(spec, "ranks");
     if (!ranks || ranks->type != CKPT_JSON_ARRAY) die("spec has no ranks", NULL);
     ckpt_save_options o = {.no_fsync = true};
     ckpt_save_txn *t;
     check(ckpt_save_begin(argv[2], &o, &t, &err), &err, "begin");
     ckpt_save_desc **descs = calloc(ranks->len, sizeof *descs);
     for (size_t r = 0; r < ranks->len; r++) {
-        const ckpt_json *rk = &ranks->u.items[r];
-        const ckpt_json *items = ckpt_json_get(rk, "items");
+        const ck_json *rk = &ranks->u.items[r];
+        const ck_json *items = ck_json_get(rk, "items");
         ckpt_save_file *f;
         check(ckpt_save_file_open(ckpt_save_txn_staging_dir(t),
-                                  (uint32_t)ckpt_json_get(rk, "rank")->u.num.i, &o, &f, &err),
+                                  (uint32_t)ck_json_get(rk, "rank")->u.num.i, &o, &f, &err),
               &err, "open");
         for (size_t i = 0; items && i < items->len; i++) {
-            const ckpt_json *it = &items->u.items[i];
-            const ckpt_json *path = ckpt_json_get(it, "path");
+            const ck_json *it = &items->u.items[i];
+            const ck_json *path = ck_json_get(it, "path");
             ckpt_save_elem *el = calloc(path->len + 1, sizeof *el);
             for (size_t k = 0; k < path->len; k++) {
-                const ckpt_json *e = &path->u.items[k];
+                const ck_json *e = &path->u.items[k];
                 if (e->type == CKPT_JSON_STRING)
                     el[k].name = e->u.str;
                 else
                     el[k].index = e->u.num.i;
             }
             ckpt_save_key key = {
-                .flat = ckpt_json_get(it, "flat")->u.str, .elems = el, .nelems = path->len};
-            const ckpt_json *rep = ckpt_json_get(it, "replica");
+                .flat = ck_json_get(it, "flat")->u.str, .elems = el, .nelems = path->len};
+            const ck_json *rep = ck_json_get(it, "replica");
             uint32_t replica = rep ? (uint32_t)rep->u.num.i : 0;
-            if (strcmp(ckpt_json_get(it, "kind")->u.str, "tensor") == 0) {
+            if (strcmp(ck_json_get(it, "kind")->u.str, "tensor") == 0) {
                 int nd, n2, n3;
-                int64_t *shape = ints(ckpt_json_get(it, "shape"), &nd);
-                int64_t *off = ints(ckpt_json_get(it, "offsets"), &n2);
-                int64_t *sz = ints(ckpt_json_get(it, "sizes"), &n3);
+                int64_t *shape = ints(ck_json_get(it, "shape"), &nd);
+                int64_t *off = ints(ck_json_get(it, "offsets"), &n2);
+                int64_t *sz = ints(ck_json_get(it, "sizes"), &n3);
                 size_t dlen;
-                char *data = slurp(ckpt_json_get(it, "data")->u.str, &dlen);
+                char *data = slurp(ck_json_get(it, "data")->u.str, &dlen);
                 ckpt_save_tensor ten = {.dtype =
-                                            ckpt_dtype_from_name(ckpt_json_get(it, "dtype")->u.str),
+                                            ckpt_dtype_from_name(ck_json_get(it, "dtype")->u.str),
                                         .ndim = nd,
                                         .global_shape = nd ? shape : NULL,
                                         .offsets = nd ? off : NULL,
@@ -149,7 +149,7 @@ int main(int argc, char **argv) {
                 free(sz);
                 free(data);
             } else {
-                ckpt_save_value *v = to_value(ckpt_json_get(it, "value"));
+                ckpt_save_value *v = to_value(ck_json_get(it, "value"));
                 check(ckpt_save_file_add_value(f, &key, v, replica, &err), &err, key.flat);
                 ckpt_save_value_free(v);
             }
@@ -164,7 +164,7 @@ int main(int argc, char **argv) {
     for (size_t r = 0; r < ranks->len; r++)
         ckpt_save_desc_free(descs[r]);
     free(descs);
-    ckpt_arena_free(arena);
+    ck_arena_free(arena);
     free(text);
     return 0;
 }

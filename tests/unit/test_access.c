@@ -1,5 +1,5 @@
 /* test_access.c — who may read what (docs/mount.md "Who can read what"), without a mount:
- * ckpt_open_regular refuses FIFOs at once; ckpt_path_may_read decides from mode bits along
+ * ck_open_regular refuses FIFOs at once; ckpt_path_may_read decides from mode bits along
  * the real path (groups, search bits, symlink targets); the tree names each object's source
  * files (ckpt_tree_sources), shows owners and modes that never grant a class of users more
  * than the sources do, and ckpt_tree_may_read refuses a stranger naming the file. */
@@ -38,20 +38,20 @@ Test(access, open_regular_refuses_fifo_without_blocking) {
     struct timespec a, b;
     clock_gettime(CLOCK_MONOTONIC, &a);
     errno = 0;
-    cr_assert_eq(ckpt_open_regular(path, NULL), -1);
+    cr_assert_eq(ck_open_regular(path, NULL), -1);
     cr_assert_eq(errno, CKPT_ENOTREG);
     clock_gettime(CLOCK_MONOTONIC, &b);
     cr_assert_lt(b.tv_sec - a.tv_sec, 2, "blocked on a FIFO");
-    cr_assert(strstr(ckpt_open_strerror(CKPT_ENOTREG), "not a regular file"));
-    cr_assert_null(ckpt_fopen_regular(path, false));
-    cr_assert_eq(ckpt_open_regular(dir, NULL), -1, "a directory is no source");
+    cr_assert(strstr(ck_open_strerror(CKPT_ENOTREG), "not a regular file"));
+    cr_assert_null(ck_fopen_regular(path, false));
+    cr_assert_eq(ck_open_regular(dir, NULL), -1, "a directory is no source");
     cr_assert_eq(errno, CKPT_ENOTREG);
     unlink(path);
-    cr_assert_eq(ckpt_open_regular(path, NULL), -1);
+    cr_assert_eq(ck_open_regular(path, NULL), -1);
     cr_assert_eq(errno, ENOENT);
     write_file(path, 0644);
     struct stat st;
-    int fd = ckpt_open_regular(path, &st);
+    int fd = ck_open_regular(path, &st);
     cr_assert_geq(fd, 0);
     cr_assert(S_ISREG(st.st_mode));
     cr_assert_eq(fcntl(fd, F_GETFL) & O_NONBLOCK, 0, "O_NONBLOCK is cleared again");
@@ -59,10 +59,10 @@ Test(access, open_regular_refuses_fifo_without_blocking) {
     char link[300];
     snprintf(link, sizeof link, "%s/link", dir);
     cr_assert_eq(symlink(path, link), 0);
-    FILE *f = ckpt_fopen_regular(link, false);
+    FILE *f = ck_fopen_regular(link, false);
     cr_assert_not_null(f);
     fclose(f);
-    cr_assert_null(ckpt_fopen_regular(link, true), "nofollow refuses a symlink");
+    cr_assert_null(ck_fopen_regular(link, true), "nofollow refuses a symlink");
     cr_assert_eq(errno, ELOOP);
     unlink(link);
     unlink(path);

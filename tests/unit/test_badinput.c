@@ -345,8 +345,8 @@ static ckpt_reader *open_case_threads(const char *name, uint32_t threads) {
     ckpt_limits lim = {.index_threads = threads};
     ckpt_reader *r = NULL;
     ckpt_error err = {0};
-    cr_assert_eq(ckpt_reader_open_buffer(dir, buf, len, &lim, CKPT_OPEN_LOCKSTEP, &r, &err),
-                 CKPT_OK, "%s: %s", dir, err.message);
+    cr_assert_eq(ck_reader_open_buffer(dir, buf, len, &lim, CKPT_OPEN_LOCKSTEP, &r, &err), CKPT_OK,
+                 "%s: %s", dir, err.message);
     free(dir);
     free(md);
     return r;

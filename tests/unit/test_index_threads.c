@@ -162,7 +162,7 @@ Test(index_threads, same_index_for_any_thread_count, .init = mk_tmp, .fini = rm_
     ckpt_limits lim2 = {.index_threads = 2};
     ckpt_reader *lock;
     ckpt_error err0;
-    cr_assert_eq(ckpt_reader_open_buffer(dir, buf, len, &lim2, CKPT_OPEN_LOCKSTEP, &lock, &err0),
+    cr_assert_eq(ck_reader_open_buffer(dir, buf, len, &lim2, CKPT_OPEN_LOCKSTEP, &lock, &err0),
                  CKPT_OK, "%s", err0.message);
     cr_assert(lock->index_overlapped, "lockstep: the walk should have overlapped decoding");
     /* its dicts are pickled in batches of 1000 items: in lockstep, every other batch after the
@@ -334,7 +334,7 @@ Test(index_threads, big_metadata_through_a_window, .init = mk_tmp, .fini = rm_tm
     fclose(f);
     ckpt_reader *streamed = open_with_threads(dir, 1), *mem;
     ckpt_error err;
-    cr_assert_eq(ckpt_reader_open_buffer(dir, buf, big, NULL, 0, &mem, &err), CKPT_OK, "%s",
+    cr_assert_eq(ck_reader_open_buffer(dir, buf, big, NULL, 0, &mem, &err), CKPT_OK, "%s",
                  err.message);
     assert_same_index(mem, streamed, 1);
     ckpt_reader_free(mem);
@@ -348,13 +348,13 @@ Test(index_threads, big_metadata_through_a_window, .init = mk_tmp, .fini = rm_tm
     f = fopen(meta, "wb");
     cr_assert_eq(fwrite(p, 1, plen, f), plen);
     fclose(f);
-    ckpt_metadata_stream *ms;
-    cr_assert_eq(ckpt_metadata_stream_open(meta, UINT64_MAX, NULL, &ms, &err), CKPT_OK, "%s",
+    ck_metadata_stream *ms;
+    cr_assert_eq(ck_metadata_stream_open(meta, UINT64_MAX, NULL, &ms, &err), CKPT_OK, "%s",
                  err.message);
     pk_doc *sdoc, *bdoc;
-    cr_assert_eq(pk_decode_input(ckpt_metadata_stream_input(ms), NULL, &sdoc, &err), CKPT_OK, "%s",
+    cr_assert_eq(pk_decode_input(ck_metadata_stream_input(ms), NULL, &sdoc, &err), CKPT_OK, "%s",
                  err.message);
-    cr_assert_eq(ckpt_metadata_stream_finish(ms, &err), CKPT_OK, "%s", err.message);
+    cr_assert_eq(ck_metadata_stream_finish(ms, &err), CKPT_OK, "%s", err.message);
     cr_assert_eq(pk_decode(p, plen, NULL, &bdoc, &err), CKPT_OK, "%s", err.message);
     cr_assert_eq(pk_len(pk_doc_root(sdoc)), n);
     char *sj = json_of(sdoc), *bj = json_of(bdoc);
@@ -363,7 +363,7 @@ Test(index_threads, big_metadata_through_a_window, .init = mk_tmp, .fini = rm_tm
     free(bj);
     pk_doc_free(sdoc);
     pk_doc_free(bdoc);
-    ckpt_metadata_stream_free(ms);
+    ck_metadata_stream_free(ms);
     /* as a metadata file it needs the PROTO header torch writes (protocol 2-5; the text
      * opcodes after it are valid in any protocol) */
     static const uint8_t proto2[2] = {0x80, 2};

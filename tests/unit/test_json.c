@@ -10,19 +10,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const ckpt_json *parse(ckpt_arena *a, const char *text, ckpt_status want) {
-    const ckpt_json *v = NULL;
+static const ck_json *parse(ck_arena *a, const char *text, ckpt_status want) {
+    const ck_json *v = NULL;
     ckpt_error err = {0};
-    ckpt_status st = ckpt_json_parse(a, text, strlen(text), 0, &v, &err);
+    ckpt_status st = ck_json_parse(a, text, strlen(text), 0, &v, &err);
     cr_assert_eq(st, want, "'%s': got %d (%s)", text, st, err.message);
     if (st == CKPT_OK) cr_assert_not_null(v);
     return v;
 }
 
 Test(json, scalars) {
-    ckpt_arena *a = ckpt_arena_new(0);
+    ck_arena *a = ck_arena_new(0);
     cr_assert_eq(parse(a, "null", CKPT_OK)->type, CKPT_JSON_NULL);
-    const ckpt_json *v = parse(a, " true ", CKPT_OK);
+    const ck_json *v = parse(a, " true ", CKPT_OK);
     cr_assert(v->type == CKPT_JSON_BOOL && v->boolean);
     v = parse(a, "\t\r\nfalse", CKPT_OK);
     cr_assert(v->type == CKPT_JSON_BOOL && !v->boolean);
@@ -32,11 +32,11 @@ Test(json, scalars) {
     cr_assert_eq(v->len, 2);
     v = parse(a, "\"\"", CKPT_OK);
     cr_assert(v->len == 0 && v->u.str[0] == 0);
-    ckpt_arena_free(a);
+    ck_arena_free(a);
 }
 
 Test(json, numbers) {
-    ckpt_arena *a = ckpt_arena_new(0);
+    ck_arena *a = ck_arena_new(0);
     static const struct {
         const char *t;
         bool is_int;
@@ -63,7 +63,7 @@ Test(json, numbers) {
          1.2345678901234568e74},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-        const ckpt_json *v = parse(a, cases[k].t, CKPT_OK);
+        const ck_json *v = parse(a, cases[k].t, CKPT_OK);
         cr_assert_eq(v->type, CKPT_JSON_NUMBER);
         cr_assert_eq(v->is_int, cases[k].is_int, "%s", cases[k].t);
         if (cases[k].is_int) cr_assert_eq(v->u.num.i, cases[k].i, "%s", cases[k].t);
@@ -81,39 +81,39 @@ Test(json, numbers) {
                                 "Infinity", "-Infinity", "1e400", "-1e400", "1_000", "١"};
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++)
         parse(a, bad[k], CKPT_E_FORMAT);
-    ckpt_arena_free(a);
+    ck_arena_free(a);
 }
 
 Test(json, containers_keep_order_and_duplicates) {
-    ckpt_arena *a = ckpt_arena_new(0);
-    const ckpt_json *v =
+    ck_arena *a = ck_arena_new(0);
+    const ck_json *v =
         parse(a, "{\"b\": [1, [], {}, \"x\"], \"a\": {\"k\": null}, \"b\": 2}", CKPT_OK);
     cr_assert_eq(v->type, CKPT_JSON_OBJECT);
     cr_assert_eq(v->len, 3);
     cr_assert_str_eq(v->u.members[0].key, "b");
     cr_assert_str_eq(v->u.members[1].key, "a");
     cr_assert_str_eq(v->u.members[2].key, "b");
-    const ckpt_json *arr = &v->u.members[0].value;
+    const ck_json *arr = &v->u.members[0].value;
     cr_assert_eq(arr->type, CKPT_JSON_ARRAY);
     cr_assert_eq(arr->len, 4);
-    cr_assert_eq(ckpt_json_at(arr, 0)->u.num.i, 1);
-    cr_assert(ckpt_json_at(arr, 1)->type == CKPT_JSON_ARRAY && ckpt_json_at(arr, 1)->len == 0);
-    cr_assert(ckpt_json_at(arr, 2)->type == CKPT_JSON_OBJECT && ckpt_json_at(arr, 2)->len == 0);
-    cr_assert_str_eq(ckpt_json_at(arr, 3)->u.str, "x");
-    cr_assert_null(ckpt_json_at(arr, 4));
-    cr_assert_null(ckpt_json_at(v, 0));
+    cr_assert_eq(ck_json_at(arr, 0)->u.num.i, 1);
+    cr_assert(ck_json_at(arr, 1)->type == CKPT_JSON_ARRAY && ck_json_at(arr, 1)->len == 0);
+    cr_assert(ck_json_at(arr, 2)->type == CKPT_JSON_OBJECT && ck_json_at(arr, 2)->len == 0);
+    cr_assert_str_eq(ck_json_at(arr, 3)->u.str, "x");
+    cr_assert_null(ck_json_at(arr, 4));
+    cr_assert_null(ck_json_at(v, 0));
     /* last duplicate wins, like Python's json */
-    cr_assert_eq(ckpt_json_get(v, "b")->type, CKPT_JSON_NUMBER);
-    cr_assert_eq(ckpt_json_get(ckpt_json_get(v, "a"), "k")->type, CKPT_JSON_NULL);
-    cr_assert_null(ckpt_json_get(v, "c"));
-    cr_assert_null(ckpt_json_get(arr, "b"));
-    cr_assert_str_eq(ckpt_json_type_name(CKPT_JSON_OBJECT), "object");
-    ckpt_arena_free(a);
+    cr_assert_eq(ck_json_get(v, "b")->type, CKPT_JSON_NUMBER);
+    cr_assert_eq(ck_json_get(ck_json_get(v, "a"), "k")->type, CKPT_JSON_NULL);
+    cr_assert_null(ck_json_get(v, "c"));
+    cr_assert_null(ck_json_get(arr, "b"));
+    cr_assert_str_eq(ck_json_type_name(CKPT_JSON_OBJECT), "object");
+    ck_arena_free(a);
 }
 
 Test(json, string_escapes) {
-    ckpt_arena *a = ckpt_arena_new(0);
-    const ckpt_json *v =
+    ck_arena *a = ck_arena_new(0);
+    const ck_json *v =
         parse(a, "\"q\\\" b\\\\ s\\/ \\b\\f\\n\\r\\t \\u00e9 \\u20AC \\ud83d\\ude00 z\"", CKPT_OK);
     const char want[] = "q\" b\\ s/ \b\f\n\r\t \xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 z";
     cr_assert_eq(v->len, sizeof want - 1);
@@ -134,11 +134,11 @@ Test(json, string_escapes) {
     };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++)
         parse(a, bad[k], CKPT_E_FORMAT);
-    ckpt_arena_free(a);
+    ck_arena_free(a);
 }
 
 Test(json, invalid_utf8) {
-    ckpt_arena *a = ckpt_arena_new(0);
+    ck_arena *a = ck_arena_new(0);
     static const char *bad[] = {
         "\"\x80\"",             /* stray continuation */
         "\"\xc0\x80\"",         /* overlong NUL */
@@ -156,17 +156,17 @@ Test(json, invalid_utf8) {
         "\xc3\xa9",             /* non-ASCII outside a string */
     };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
-        const ckpt_json *v;
+        const ck_json *v;
         ckpt_error err = {0};
-        cr_assert_eq(ckpt_json_parse(a, bad[k], strlen(bad[k]), 0, &v, &err), CKPT_E_FORMAT,
+        cr_assert_eq(ck_json_parse(a, bad[k], strlen(bad[k]), 0, &v, &err), CKPT_E_FORMAT,
                      "case %zu", k);
         cr_assert(!strncmp(err.message, "json offset ", 12), "%s", err.message);
     }
-    ckpt_arena_free(a);
+    ck_arena_free(a);
 }
 
 Test(json, syntax_errors) {
-    ckpt_arena *a = ckpt_arena_new(0);
+    ck_arena *a = ck_arena_new(0);
     static const char *bad[] = {
         "",
         "   ",
@@ -199,54 +199,54 @@ Test(json, syntax_errors) {
         "\x00",
     };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
-        const ckpt_json *v = (const ckpt_json *)1;
+        const ck_json *v = (const ck_json *)1;
         ckpt_error err = {0};
         size_t len = k == sizeof bad / sizeof bad[0] - 1 ? 1 : strlen(bad[k]);
-        cr_assert_eq(ckpt_json_parse(a, bad[k], len, 0, &v, &err), CKPT_E_FORMAT, "'%s'", bad[k]);
+        cr_assert_eq(ck_json_parse(a, bad[k], len, 0, &v, &err), CKPT_E_FORMAT, "'%s'", bad[k]);
         cr_assert_null(v);
     }
     /* the error names the offset */
-    const ckpt_json *v;
+    const ck_json *v;
     ckpt_error err = {0};
-    cr_assert_eq(ckpt_json_parse(a, "[1, 2, x]", 9, 0, &v, &err), CKPT_E_FORMAT);
+    cr_assert_eq(ck_json_parse(a, "[1, 2, x]", 9, 0, &v, &err), CKPT_E_FORMAT);
     cr_assert_str_eq(err.message, "json offset 7: unexpected character, expected a value");
     /* the length bounds the text: no read past it */
-    cr_assert_eq(ckpt_json_parse(a, "[1, 2]", 5, 0, &v, &err), CKPT_E_FORMAT);
-    cr_assert_eq(ckpt_json_parse(a, "truex", 4, 0, &v, &err), CKPT_OK);
-    ckpt_arena_free(a);
+    cr_assert_eq(ck_json_parse(a, "[1, 2]", 5, 0, &v, &err), CKPT_E_FORMAT);
+    cr_assert_eq(ck_json_parse(a, "truex", 4, 0, &v, &err), CKPT_OK);
+    ck_arena_free(a);
 }
 
 Test(json, depth_limit) {
-    ckpt_arena *a = ckpt_arena_new(0);
-    const ckpt_json *v;
+    ck_arena *a = ck_arena_new(0);
+    const ck_json *v;
     ckpt_error err = {0};
-    cr_assert_eq(ckpt_json_parse(a, "[[[]]]", 6, 3, &v, &err), CKPT_OK);
-    cr_assert_eq(ckpt_json_parse(a, "[[[[]]]]", 8, 3, &v, &err), CKPT_E_LIMIT);
+    cr_assert_eq(ck_json_parse(a, "[[[]]]", 6, 3, &v, &err), CKPT_OK);
+    cr_assert_eq(ck_json_parse(a, "[[[[]]]]", 8, 3, &v, &err), CKPT_E_LIMIT);
     cr_assert(strstr(err.message, "deeper than 3"), "%s", err.message);
-    cr_assert_eq(ckpt_json_parse(a, "{\"a\":{\"b\":[{}]}}", 16, 4, &v, &err), CKPT_OK);
-    cr_assert_eq(ckpt_json_parse(a, "{\"a\":{\"b\":[{}]}}", 16, 3, &v, &err), CKPT_E_LIMIT);
+    cr_assert_eq(ck_json_parse(a, "{\"a\":{\"b\":[{}]}}", 16, 4, &v, &err), CKPT_OK);
+    cr_assert_eq(ck_json_parse(a, "{\"a\":{\"b\":[{}]}}", 16, 3, &v, &err), CKPT_E_LIMIT);
     /* huge limits are clamped to CKPT_JSON_MAX_DEPTH (the parser recurses) */
     char deep[10000];
     memset(deep, '[', sizeof deep);
-    cr_assert_eq(ckpt_json_parse(a, deep, sizeof deep, UINT32_MAX, &v, &err), CKPT_E_LIMIT);
+    cr_assert_eq(ck_json_parse(a, deep, sizeof deep, UINT32_MAX, &v, &err), CKPT_E_LIMIT);
     cr_assert(strstr(err.message, "deeper than 4096"), "%s", err.message);
     /* a depth bomb: a million '[' fails fast at the default limit, without deep recursion */
     size_t n = 1000000;
     char *bomb = malloc(n);
     memset(bomb, '[', n);
-    cr_assert_eq(ckpt_json_parse(a, bomb, n, 0, &v, &err), CKPT_E_LIMIT);
+    cr_assert_eq(ck_json_parse(a, bomb, n, 0, &v, &err), CKPT_E_LIMIT);
     cr_assert(strstr(err.message, "json offset 128:"), "%s", err.message);
     memset(bomb, '{', n);
     for (size_t i = 0; i + 4 <= n; i += 4)
         memcpy(bomb + i, "{\"\":", 4);
-    cr_assert_eq(ckpt_json_parse(a, bomb, n, 0, &v, &err), CKPT_E_LIMIT);
+    cr_assert_eq(ck_json_parse(a, bomb, n, 0, &v, &err), CKPT_E_LIMIT);
     free(bomb);
-    ckpt_arena_free(a);
+    ck_arena_free(a);
 }
 
 Test(json, arena_budget) {
-    ckpt_arena *a = ckpt_arena_new(4096);
-    const ckpt_json *v;
+    ck_arena *a = ck_arena_new(4096);
+    const ck_json *v;
     ckpt_error err = {0};
     char big[20000];
     size_t k = 0;
@@ -257,13 +257,13 @@ Test(json, arena_budget) {
     }
     big[k++] = '0';
     big[k++] = ']';
-    cr_assert_eq(ckpt_json_parse(a, big, k, 0, &v, &err), CKPT_E_LIMIT);
+    cr_assert_eq(ck_json_parse(a, big, k, 0, &v, &err), CKPT_E_LIMIT);
     cr_assert(strstr(err.message, "budget"), "%s", err.message);
-    ckpt_arena_free(a);
-    a = ckpt_arena_new(0);
-    cr_assert_eq(ckpt_json_parse(a, big, k, 0, &v, &err), CKPT_OK);
+    ck_arena_free(a);
+    a = ck_arena_new(0);
+    cr_assert_eq(ck_json_parse(a, big, k, 0, &v, &err), CKPT_OK);
     cr_assert_eq(v->len, (k - 1) / 2);
-    ckpt_arena_free(a);
+    ck_arena_free(a);
 }
 
 Test(json, escape_round_trips) {
@@ -281,93 +281,93 @@ Test(json, escape_round_trips) {
         {"bad\xff\xc3(x\xed\xa0\x80", 10, "\"bad\\ufffd\\ufffd(x\\ufffd\\ufffd\\ufffd\""},
         {"trunc\xe2\x82", 7, "\"trunc\\ufffd\\ufffd\""},
     };
-    ckpt_arena *a = ckpt_arena_new(0);
+    ck_arena *a = ck_arena_new(0);
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-        ckpt_strbuf sb = CKPT_STRBUF_INIT;
-        cr_assert(ckpt_json_escape(&sb, cases[k].in, cases[k].len));
-        cr_assert_str_eq(ckpt_strbuf_cstr(&sb), cases[k].out, "case %zu", k);
-        const ckpt_json *v;
+        ck_strbuf sb = CKPT_STRBUF_INIT;
+        cr_assert(ck_json_escape(&sb, cases[k].in, cases[k].len));
+        cr_assert_str_eq(ck_strbuf_cstr(&sb), cases[k].out, "case %zu", k);
+        const ck_json *v;
         ckpt_error err = {0};
-        cr_assert_eq(ckpt_json_parse(a, sb.buf, sb.len, 0, &v, &err), CKPT_OK, "%s", err.message);
+        cr_assert_eq(ck_json_parse(a, sb.buf, sb.len, 0, &v, &err), CKPT_OK, "%s", err.message);
         if (k < 6) {
             cr_assert_eq(v->len, cases[k].len);
             cr_assert_arr_eq(v->u.str, cases[k].in, cases[k].len);
         }
-        ckpt_strbuf_release(&sb);
+        ck_strbuf_release(&sb);
     }
     /* every byte value, alone, escapes to valid JSON */
     for (int c = 0; c < 256; c++) {
         char s[1] = {(char)c};
-        ckpt_strbuf sb = CKPT_STRBUF_INIT;
-        ckpt_json_escape(&sb, s, 1);
-        const ckpt_json *v;
-        cr_assert_eq(ckpt_json_parse(a, sb.buf, sb.len, 0, &v, NULL), CKPT_OK, "byte %d", c);
-        ckpt_strbuf_release(&sb);
+        ck_strbuf sb = CKPT_STRBUF_INIT;
+        ck_json_escape(&sb, s, 1);
+        const ck_json *v;
+        cr_assert_eq(ck_json_parse(a, sb.buf, sb.len, 0, &v, NULL), CKPT_OK, "byte %d", c);
+        ck_strbuf_release(&sb);
     }
-    ckpt_arena_free(a);
+    ck_arena_free(a);
 }
 
 Test(strbuf, append_format_detach) {
-    ckpt_strbuf sb = CKPT_STRBUF_INIT;
-    cr_assert_str_eq(ckpt_strbuf_cstr(&sb), "");
-    cr_assert(ckpt_strbuf_adds(&sb, "ab"));
-    cr_assert(ckpt_strbuf_addc(&sb, 'c'));
-    cr_assert(ckpt_strbuf_addf(&sb, "-%d-%s", 42, "x"));
-    cr_assert_str_eq(ckpt_strbuf_cstr(&sb), "abc-42-x");
+    ck_strbuf sb = CKPT_STRBUF_INIT;
+    cr_assert_str_eq(ck_strbuf_cstr(&sb), "");
+    cr_assert(ck_strbuf_adds(&sb, "ab"));
+    cr_assert(ck_strbuf_addc(&sb, 'c'));
+    cr_assert(ck_strbuf_addf(&sb, "-%d-%s", 42, "x"));
+    cr_assert_str_eq(ck_strbuf_cstr(&sb), "abc-42-x");
     cr_assert_eq(sb.len, 8);
     for (int i = 0; i < 1000; i++)
-        ckpt_strbuf_addf(&sb, "%04d", i);
+        ck_strbuf_addf(&sb, "%04d", i);
     cr_assert_eq(sb.len, 8 + 4000);
     cr_assert(!memcmp(sb.buf + 8 + 4 * 999, "0999", 5));
     size_t len;
-    char *s = ckpt_strbuf_detach(&sb, &len);
+    char *s = ck_strbuf_detach(&sb, &len);
     cr_assert_eq(len, 4008);
     cr_assert_eq(strlen(s), 4008);
     free(s);
     cr_assert_null(sb.buf);
     cr_assert_eq(sb.len, 0);
-    s = ckpt_strbuf_detach(&sb, &len);
+    s = ck_strbuf_detach(&sb, &len);
     cr_assert_str_eq(s, "");
     free(s);
-    ckpt_strbuf_add(&sb, "x\0y", 3);
+    ck_strbuf_add(&sb, "x\0y", 3);
     cr_assert_eq(sb.len, 3);
-    ckpt_strbuf_reset(&sb);
+    ck_strbuf_reset(&sb);
     cr_assert_eq(sb.len, 0);
     cr_assert_str_eq(sb.buf, "");
-    ckpt_strbuf_release(&sb);
-    ckpt_strbuf_release(&sb);
+    ck_strbuf_release(&sb);
+    ck_strbuf_release(&sb);
 }
 
 Test(strbuf, cap_is_sticky) {
-    ckpt_strbuf sb;
-    ckpt_strbuf_init(&sb, 10);
-    cr_assert(ckpt_strbuf_adds(&sb, "0123456789"));
-    cr_assert(!ckpt_strbuf_addc(&sb, 'x'));
+    ck_strbuf sb;
+    ck_strbuf_init(&sb, 10);
+    cr_assert(ck_strbuf_adds(&sb, "0123456789"));
+    cr_assert(!ck_strbuf_addc(&sb, 'x'));
     cr_assert_eq(sb.status, CKPT_E_LIMIT);
-    cr_assert(!ckpt_strbuf_adds(&sb, ""), "failure is sticky");
+    cr_assert(!ck_strbuf_adds(&sb, ""), "failure is sticky");
     cr_assert_str_eq(sb.buf, "0123456789");
     ckpt_error err = {0};
-    cr_assert_eq(ckpt_strbuf_status(&sb, "render", &err), CKPT_E_LIMIT);
+    cr_assert_eq(ck_strbuf_status(&sb, "render", &err), CKPT_E_LIMIT);
     cr_assert_str_eq(err.message, "render: text longer than the 10 bytes allowed");
-    cr_assert_null(ckpt_strbuf_detach(&sb, NULL));
+    cr_assert_null(ck_strbuf_detach(&sb, NULL));
     cr_assert_null(sb.buf);
     /* formatted appends respect the cap both when they fit the allocation and when not */
-    ckpt_strbuf_init(&sb, 70);
-    cr_assert(ckpt_strbuf_adds(&sb, "abc"));
-    cr_assert(!ckpt_strbuf_addf(&sb, "%070d", 5));
+    ck_strbuf_init(&sb, 70);
+    cr_assert(ck_strbuf_adds(&sb, "abc"));
+    cr_assert(!ck_strbuf_addf(&sb, "%070d", 5));
     cr_assert_str_eq(sb.buf, "abc");
-    ckpt_strbuf_reset(&sb);
+    ck_strbuf_reset(&sb);
     cr_assert_eq(sb.status, CKPT_OK);
-    cr_assert(ckpt_strbuf_addf(&sb, "%s", "fits"));
-    cr_assert_eq(ckpt_strbuf_status(&sb, "x", NULL), CKPT_OK);
-    ckpt_strbuf_release(&sb);
+    cr_assert(ck_strbuf_addf(&sb, "%s", "fits"));
+    cr_assert_eq(ck_strbuf_status(&sb, "x", NULL), CKPT_OK);
+    ck_strbuf_release(&sb);
     cr_assert_eq(sb.max, 70, "release keeps the cap");
-    ckpt_strbuf_init(&sb, 5);
-    cr_assert(ckpt_strbuf_adds(&sb, "abc"));
-    cr_assert(!ckpt_strbuf_addf(&sb, "%s", "xyz"), "fits the allocation, not the cap");
+    ck_strbuf_init(&sb, 5);
+    cr_assert(ck_strbuf_adds(&sb, "abc"));
+    cr_assert(!ck_strbuf_addf(&sb, "%s", "xyz"), "fits the allocation, not the cap");
     cr_assert_str_eq(sb.buf, "abc");
     cr_assert_eq(sb.len, 3);
-    ckpt_strbuf_release(&sb);
+    ck_strbuf_release(&sb);
 }
 
 /* The public quoting the CLI uses: Python's json.loads gives the text back where it was

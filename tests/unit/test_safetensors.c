@@ -47,8 +47,8 @@ Test(safetensors, package_output_matches_oracle) {
     uint8_t *file = zv_load("model.safetensors", &len);
     int fd = zv_open("model.safetensors");
     for (int pass = 0; pass < 2; pass++) {
-        ckpt_source s = pass ? (ckpt_source){.fd = -1, .mem = file, .len = len, .name = "m"}
-                             : (ckpt_source){.fd = fd, .len = len, .name = "model.safetensors"};
+        ck_source s = pass ? (ck_source){.fd = -1, .mem = file, .len = len, .name = "m"}
+                           : (ck_source){.fd = fd, .len = len, .name = "model.safetensors"};
         ts_safetensors *st;
         ckpt_error err = {0};
         cr_assert_eq(ts_safetensors_open(&s, 0, 0, &st, &err), CKPT_OK, "%s", err.message);
@@ -106,7 +106,7 @@ Test(safetensors, dcp_blob_inside_distcp) {
     uint8_t *file = zv_load("st.distcp", &len);
     int fd = zv_open("st.distcp");
     /* the window is the whole data file; the blob starts at the item offset */
-    ckpt_source s = {.fd = fd, .len = len, .name = "st.distcp"};
+    ck_source s = {.fd = fd, .len = len, .name = "st.distcp"};
     ts_safetensors *st;
     ckpt_error err = {0};
     cr_assert_eq(ts_safetensors_open(&s, b->offset, 0, &st, &err), CKPT_OK, "%s", err.message);
@@ -124,12 +124,12 @@ Test(safetensors, dcp_blob_inside_distcp) {
     const char *info = ts_safetensors_metadata(st, "DCP_SHARDING_INFO");
     cr_assert_str_eq(info, "{\"w\": {\"saved_offsets\": [0, 0]}, \"b\": {\"saved_offsets\": [0]}}");
     /* DCP_SHARDING_INFO is JSON itself */
-    ckpt_arena *a = ckpt_arena_new(0);
-    const ckpt_json *j;
-    cr_assert_eq(ckpt_json_parse(a, info, strlen(info), 0, &j, &err), CKPT_OK);
-    const ckpt_json *so = ckpt_json_get(ckpt_json_get(j, "w"), "saved_offsets");
+    ck_arena *a = ck_arena_new(0);
+    const ck_json *j;
+    cr_assert_eq(ck_json_parse(a, info, strlen(info), 0, &j, &err), CKPT_OK);
+    const ck_json *so = ck_json_get(ck_json_get(j, "w"), "saved_offsets");
     cr_assert(so && so->len == 2 && so->u.items[0].u.num.i == 0 && so->u.items[1].is_int);
-    ckpt_arena_free(a);
+    ck_arena_free(a);
     ts_safetensors_free(st);
 
     /* a window that starts at the blob works the same, with offsets relative to it */
@@ -156,7 +156,7 @@ static uint8_t *blob(const char *header, size_t data, size_t pad, size_t *len) {
 static ckpt_status open_blob(const char *header, size_t data, ckpt_error *err) {
     size_t len;
     uint8_t *p = blob(header, data, 3, &len);
-    ckpt_source s = {.fd = -1, .mem = p, .len = len, .name = "b"};
+    ck_source s = {.fd = -1, .mem = p, .len = len, .name = "b"};
     ts_safetensors *st = (ts_safetensors *)1;
     ckpt_status r = ts_safetensors_open(&s, 3, 0, &st, err);
     if (r == CKPT_OK)
@@ -262,7 +262,7 @@ Test(safetensors, unknown_and_subbyte_dtypes) {
     uint8_t *p = blob("{\"q\":{\"dtype\":\"Q7\",\"shape\":[3],\"data_offsets\":[0,5]},"
                       "\"f\":{\"dtype\":\"F6_E3M2\",\"shape\":[4],\"data_offsets\":[5,8]}}",
                       8, 0, &len);
-    ckpt_source s = {.fd = -1, .mem = p, .len = len, .name = "b"};
+    ck_source s = {.fd = -1, .mem = p, .len = len, .name = "b"};
     ts_safetensors *st;
     ckpt_error err = {0};
     cr_assert_eq(ts_safetensors_open(&s, 0, 0, &st, &err), CKPT_OK, "%s", err.message);
@@ -278,7 +278,7 @@ Test(safetensors, unknown_and_subbyte_dtypes) {
 Test(safetensors, header_length_bounds) {
     size_t len;
     uint8_t *p = blob("{}", 0, 0, &len);
-    ckpt_source s = {.fd = -1, .mem = p, .len = len, .name = "b"};
+    ck_source s = {.fd = -1, .mem = p, .len = len, .name = "b"};
     ts_safetensors *st;
     ckpt_error err = {0};
     /* huge declared length */
@@ -327,7 +327,7 @@ Test(safetensors, big_header_from_file_costs_two_reads_and_works) {
     FILE *f = tmpfile();
     cr_assert_eq(fwrite(p, 1, len, f), len);
     fflush(f);
-    ckpt_source s = {.fd = fileno(f), .len = len, .name = "tmp"};
+    ck_source s = {.fd = fileno(f), .len = len, .name = "tmp"};
     ts_safetensors *st;
     ckpt_error err = {0};
     cr_assert_eq(ts_safetensors_open(&s, 0, 0, &st, &err), CKPT_OK, "%s", err.message);

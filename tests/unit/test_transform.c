@@ -13,13 +13,13 @@
 #include <unistd.h>
 #include <zstd.h>
 
-static ckpt_source mem_source(const uint8_t *p, size_t len) {
-    return (ckpt_source){.fd = -1, .mem = p, .len = len, .name = "mem"};
+static ck_source mem_source(const uint8_t *p, size_t len) {
+    return (ck_source){.fd = -1, .mem = p, .len = len, .name = "mem"};
 }
 
 static ckpt_status decode_mem(const uint8_t *p, size_t len, const char *desc, uint64_t max,
                               uint8_t **out, size_t *out_len, ckpt_error *err) {
-    ckpt_source s = mem_source(p, len);
+    ck_source s = mem_source(p, len);
     return ts_transform_decode(&s, desc, max, out, out_len, err);
 }
 
@@ -31,14 +31,14 @@ Test(transform, dcp_zstd_items_decode_to_torch_archives) {
     for (size_t i = 0; i < m.narchives; i++) {
         const zv_archive *a = &m.archives[i];
         if (strcmp(a->transforms, "stream.zstd/1")) continue;
-        ckpt_source s = {.fd = fd, .base = a->offset, .len = a->length, .name = a->file};
+        ck_source s = {.fd = fd, .base = a->offset, .len = a->length, .name = a->file};
         uint8_t *out;
         size_t out_len;
         ckpt_error err = {0};
         cr_assert_eq(ts_transform_decode(&s, a->transforms, 1 << 20, &out, &out_len, &err), CKPT_OK,
                      "%s", err.message);
         cr_assert(out_len > 4 && !memcmp(out, "PK\x03\x04", 4));
-        ckpt_source d = mem_source(out, out_len);
+        ck_source d = mem_source(out, out_len);
         zip_archive *z;
         cr_assert_eq(zip_open(&d, &z, &err), CKPT_OK, "%s", err.message);
         cr_assert_eq(zip_num_records(z), a->n);
@@ -94,7 +94,7 @@ Test(transform, concatenated_frames_from_a_file) {
     uint8_t *z = zv_load("zstd_multi.zst", &zl);
     uint8_t *pt = zv_load("tensor_f32.pt", &pl);
     int fd = zv_open("zstd_multi.zst");
-    ckpt_source s = {.fd = fd, .len = zl, .name = "zstd_multi.zst"};
+    ck_source s = {.fd = fd, .len = zl, .name = "zstd_multi.zst"};
     uint8_t *out;
     size_t n;
     ckpt_error err = {0};
@@ -133,7 +133,7 @@ Test(transform, large_output_grows_and_streams_input) {
     FILE *f = tmpfile();
     fwrite(z, 1, ob.pos, f);
     fflush(f);
-    ckpt_source s = {.fd = fileno(f), .len = ob.pos, .name = "tmp"};
+    ck_source s = {.fd = fileno(f), .len = ob.pos, .name = "tmp"};
     uint8_t *out;
     size_t out_len;
     ckpt_error err = {0};

@@ -13,12 +13,12 @@
 #include <string.h>
 #include <unistd.h>
 
-static ckpt_source mem_source(const uint8_t *p, size_t len) {
-    return (ckpt_source){.fd = -1, .mem = p, .len = len, .name = "mem"};
+static ck_source mem_source(const uint8_t *p, size_t len) {
+    return (ck_source){.fd = -1, .mem = p, .len = len, .name = "mem"};
 }
 
 static ckpt_status open_mem(const uint8_t *p, size_t len, zip_archive **z, ckpt_error *err) {
-    ckpt_source s = mem_source(p, len);
+    ck_source s = mem_source(p, len);
     return zip_open(&s, z, err);
 }
 
@@ -76,7 +76,7 @@ Test(zip, manifest_archives_from_file_and_memory) {
         const zv_archive *a = &m.archives[i];
         if (a->transforms[0] || strstr(a->file, "deflated")) continue; /* other tests */
         int fd = zv_open(a->file);
-        ckpt_source s = {.fd = fd, .base = a->offset, .len = a->length, .name = a->file};
+        ck_source s = {.fd = fd, .base = a->offset, .len = a->length, .name = a->file};
         zip_archive *z = NULL;
         ckpt_error err = {0};
         cr_assert_eq(zip_open(&s, &z, &err), CKPT_OK, "%s: %s", a->file, err.message);
@@ -198,7 +198,7 @@ Test(zip, object_with_several_storages) {
 
 Test(zip, archive_larger_than_tail_costs_two_reads) {
     int fd = zv_open("big_u8.pt");
-    ckpt_source s = {.fd = fd, .len = 11561, .name = "big_u8.pt"};
+    ck_source s = {.fd = fd, .len = 11561, .name = "big_u8.pt"};
     zip_archive *z;
     ckpt_error err = {0};
     cr_assert_eq(zip_open(&s, &z, &err), CKPT_OK, "%s", err.message);
@@ -267,7 +267,7 @@ Test(zip, bad_arguments) {
     zip_record fake = *zip_record_at(z, 0);
     cr_assert_eq(zip_read_record(z, &fake, 1000, &buf, &n, &err), CKPT_E_INVAL);
     zip_close(z2);
-    ckpt_source none = {.fd = -1};
+    ck_source none = {.fd = -1};
     cr_assert_eq(zip_open(&none, &z2 /* unused */, &err), CKPT_E_INVAL);
     cr_assert_null(z2);
     cr_assert_eq(zip_open(NULL, &z2, NULL), CKPT_E_INVAL);
@@ -279,7 +279,7 @@ Test(zip, bad_arguments) {
 /* A window that runs past the end of its file is a bad range, not an I/O failure. */
 Test(zip, short_file_is_range_error) {
     int fd = zv_open("tensor_f32.pt");
-    ckpt_source s = {.fd = fd, .len = 5000, .name = "tensor_f32.pt"}; /* file has 1577 */
+    ck_source s = {.fd = fd, .len = 5000, .name = "tensor_f32.pt"}; /* file has 1577 */
     zip_archive *z;
     ckpt_error err = {0};
     cr_assert_eq(zip_open(&s, &z, &err), CKPT_E_RANGE);
@@ -305,7 +305,7 @@ Test(zip, every_truncation_fails) {
     int fd = zv_open("tensor_f32.pt");
     static const size_t cuts[] = {0, 1, 21, 22, 100, 1016, 1478, 1500, 1554, 1576};
     for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
-        ckpt_source s = {.fd = fd, .len = cuts[i], .name = "f"};
+        ck_source s = {.fd = fd, .len = cuts[i], .name = "f"};
         zip_archive *z;
         ckpt_error err = {0};
         ckpt_status st = zip_open(&s, &z, &err);
@@ -502,26 +502,26 @@ typedef struct zb_rec {
     bool z64_short; /* ... with the extra one field short */
 } zb_rec;
 
-static void add16(ckpt_strbuf *b, uint16_t v) {
+static void add16(ck_strbuf *b, uint16_t v) {
     uint8_t x[2];
     put16(x, v);
-    ckpt_strbuf_add(b, x, 2);
+    ck_strbuf_add(b, x, 2);
 }
-static void add32(ckpt_strbuf *b, uint32_t v) {
+static void add32(ck_strbuf *b, uint32_t v) {
     uint8_t x[4];
     put32(x, v);
-    ckpt_strbuf_add(b, x, 4);
+    ck_strbuf_add(b, x, 4);
 }
-static void add64(ckpt_strbuf *b, uint64_t v) {
+static void add64(ck_strbuf *b, uint64_t v) {
     uint8_t x[8];
     put64(x, v);
-    ckpt_strbuf_add(b, x, 8);
+    ck_strbuf_add(b, x, 8);
 }
 
 /* Stored records with torch-style 64-byte alignment ("FB" padding), optional zip64 trailer. */
 static uint8_t *zb_build(const zb_rec *r, size_t n, bool zip64, const char *comment,
                          size_t comment_len, size_t *out_len) {
-    ckpt_strbuf b = CKPT_STRBUF_INIT;
+    ck_strbuf b = CKPT_STRBUF_INIT;
     uint64_t *lho = calloc(n, sizeof *lho);
     for (size_t i = 0; i < n; i++) {
         lho[i] = b.len;
@@ -538,12 +538,12 @@ static uint8_t *zb_build(const zb_rec *r, size_t n, bool zip64, const char *comm
         add32(&b, (uint32_t)r[i].len);
         add16(&b, (uint16_t)nl);
         add16(&b, (uint16_t)(4 + pad));
-        ckpt_strbuf_add(&b, r[i].name, nl);
-        ckpt_strbuf_add(&b, "FB", 2);
+        ck_strbuf_add(&b, r[i].name, nl);
+        ck_strbuf_add(&b, "FB", 2);
         add16(&b, (uint16_t)pad);
         for (size_t k = 0; k < pad; k++)
-            ckpt_strbuf_addc(&b, 'Z');
-        ckpt_strbuf_add(&b, r[i].data, r[i].len);
+            ck_strbuf_addc(&b, 'Z');
+        ck_strbuf_add(&b, r[i].data, r[i].len);
     }
     uint64_t cd = b.len;
     for (size_t i = 0; i < n; i++) {
@@ -566,7 +566,7 @@ static uint8_t *zb_build(const zb_rec *r, size_t n, bool zip64, const char *comm
         add16(&b, 0);
         add32(&b, 0);
         add32(&b, z ? 0xffffffffu : (uint32_t)lho[i]);
-        ckpt_strbuf_add(&b, r[i].name, nl);
+        ck_strbuf_add(&b, r[i].name, nl);
         if (z) {
             add16(&b, 0x0001);
             add16(&b, (uint16_t)(xl - 4));
@@ -601,10 +601,10 @@ static uint8_t *zb_build(const zb_rec *r, size_t n, bool zip64, const char *comm
     add32(&b, zip64 ? 0xffffffffu : (uint32_t)cd_size);
     add32(&b, zip64 ? 0xffffffffu : (uint32_t)cd);
     add16(&b, (uint16_t)comment_len);
-    ckpt_strbuf_add(&b, comment, comment_len);
+    ck_strbuf_add(&b, comment, comment_len);
     free(lho);
     cr_assert_eq(b.status, CKPT_OK);
-    return (uint8_t *)ckpt_strbuf_detach(&b, out_len);
+    return (uint8_t *)ck_strbuf_detach(&b, out_len);
 }
 
 Test(zip, zip64_extras_in_central_records) {
@@ -678,7 +678,7 @@ Test(zip, many_records_lookup) {
     FILE *f = tmpfile();
     cr_assert_eq(fwrite(p, 1, len, f), len);
     fflush(f);
-    ckpt_source s = {.fd = fileno(f), .len = len, .name = "tmp"};
+    ck_source s = {.fd = fileno(f), .len = len, .name = "tmp"};
     zip_archive *z;
     ckpt_error err = {0};
     cr_assert_eq(zip_open(&s, &z, &err), CKPT_OK, "%s", err.message);
@@ -715,7 +715,7 @@ Test(zip, long_comment_needs_second_tail_read) {
     FILE *f = tmpfile();
     cr_assert_eq(fwrite(p, 1, len, f), len);
     fflush(f);
-    ckpt_source s = {.fd = fileno(f), .len = len, .name = "tmp"};
+    ck_source s = {.fd = fileno(f), .len = len, .name = "tmp"};
     zip_archive *z;
     ckpt_error err = {0};
     cr_assert_eq(zip_open(&s, &z, &err), CKPT_OK, "%s", err.message);
@@ -736,7 +736,7 @@ Test(zip, distcp_windows_through_one_fd) {
     static const uint64_t off[] = {0, 1261, 2838}, len[] = {1261, 1577, 1577};
     static const size_t nrec[] = {6, 7, 7};
     for (int i = 0; i < 3; i++) {
-        ckpt_source s = {.fd = fd, .base = off[i], .len = len[i], .name = "plain.distcp"};
+        ck_source s = {.fd = fd, .base = off[i], .len = len[i], .name = "plain.distcp"};
         zip_archive *z;
         ckpt_error err = {0};
         cr_assert_eq(zip_open(&s, &z, &err), CKPT_OK, "%s", err.message);
@@ -769,7 +769,7 @@ Test(zip, huge_central_directory_is_a_limit) {
     put32(t + 76 + 12, 0xffffffffu);
     put32(t + 76 + 16, 0xffffffffu);
     cr_assert_eq(pwrite(fileno(f), t, sizeof t, (off_t)z64), (ssize_t)sizeof t);
-    ckpt_source s = {.fd = fileno(f), .len = total, .name = "sparse"};
+    ck_source s = {.fd = fileno(f), .len = total, .name = "sparse"};
     zip_archive *z;
     ckpt_error err = {0};
     cr_assert_eq(zip_open(&s, &z, &err), CKPT_E_LIMIT, "%s", err.message);

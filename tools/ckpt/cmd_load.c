@@ -201,7 +201,7 @@ typedef struct map_item {
 } map_item;
 
 typedef struct layout_map {
-    ckpt_arena *arena;
+    ck_arena *arena;
     map_item *v;
     size_t n;
 } layout_map;
@@ -220,11 +220,11 @@ static int layout_map_load(const char *file, int size, layout_map *m, ckpt_layou
         return cli_usage_error("load", "--layout-map %s: %s", file,
                                text ? "larger than 64 MiB" : "out of memory");
     }
-    const ckpt_json *root = NULL;
+    const ck_json *root = NULL;
     ckpt_error err = {0};
-    m->arena = ckpt_arena_new(4 * (uint64_t)len + (1u << 20));
-    ckpt_status st = m->arena ? ckpt_json_parse(m->arena, text, len, 0, &root, &err)
-                              : ckpt_fail(&err, CKPT_E_NOMEM, "out of memory");
+    m->arena = ck_arena_new(4 * (uint64_t)len + (1u << 20));
+    ckpt_status st = m->arena ? ck_json_parse(m->arena, text, len, 0, &root, &err)
+                              : ck_fail(&err, CKPT_E_NOMEM, "out of memory");
     free(text);
     if (st != CKPT_OK) return cli_usage_error("load", "--layout-map %s: %s", file, err.message);
     if (root->type != CKPT_JSON_OBJECT)
@@ -232,7 +232,7 @@ static int layout_map_load(const char *file, int size, layout_map *m, ckpt_layou
     m->v = calloc(root->len ? root->len : 1, sizeof *m->v);
     if (!m->v) return cli_usage_error("load", "out of memory");
     for (size_t i = 0; i < root->len; i++) {
-        const ckpt_json_member *mb = &root->u.members[i];
+        const ck_json_member *mb = &root->u.members[i];
         char what[600];
         snprintf(what, sizeof what, "--layout-map %s: '%.512s'", file, mb->key);
         if (strlen(mb->key) != mb->key_len)
@@ -252,7 +252,7 @@ static int layout_map_load(const char *file, int size, layout_map *m, ckpt_layou
 
 static void layout_map_free(layout_map *m) {
     free(m->v);
-    ckpt_arena_free(m->arena);
+    ck_arena_free(m->arena);
 }
 
 /* The layout of entry e: the longest map item naming its key, its path or a directory of it. */

@@ -87,7 +87,7 @@ static ckpt_status write_rank(ckpt_reader *r, const reshard_args *a, const char 
             reshard_val_release(&v);
         } else if (s == CKPT_OK) {
             void *buf = nb <= SIZE_MAX ? malloc(nb ? (size_t)nb : 1) : NULL;
-            if (!buf) s = ckpt_fail(err, CKPT_E_NOMEM, "key '%s': out of memory", key.flat);
+            if (!buf) s = ck_fail(err, CKPT_E_NOMEM, "key '%s': out of memory", key.flat);
             if (s == CKPT_OK) s = ckpt_read_region(r, e, start, count, buf, (size_t)nb, err);
             ckpt_save_tensor t = {.dtype = ckpt_entry_dtype(e),
                                   .ndim = ckpt_entry_ndim(e),
@@ -119,7 +119,7 @@ static int reshard_single(const reshard_args *a) {
     ckpt_save_txn *txn = NULL;
     ckpt_save_desc **descs = calloc(a->ranks, sizeof *descs);
     ckpt_status s = descs ? ckpt_save_begin(a->dst, &o, &txn, &err)
-                          : ckpt_fail(&err, CKPT_E_NOMEM, "out of memory");
+                          : ck_fail(&err, CKPT_E_NOMEM, "out of memory");
     uint64_t bytes = 0;
     for (uint32_t k = 0; s == CKPT_OK && k < a->ranks; k++)
         s = write_rank(r, a, ckpt_save_txn_staging_dir(txn), k, &o, &descs[k], &bytes, &err);

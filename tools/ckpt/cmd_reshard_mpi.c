@@ -46,7 +46,7 @@ static ckpt_status round_trip(ckpt_load *l, ckpt_save_mpi *s, const reshard_args
     ckpt_reader *r = ckpt_load_reader(l);
     size_t n = ckpt_reader_num_entries(r), nh = 0, cap = 16;
     held *h = calloc(cap, sizeof *h);
-    ckpt_status st = h ? CKPT_OK : ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    ckpt_status st = h ? CKPT_OK : ck_fail(err, CKPT_E_NOMEM, "out of memory");
     uint64_t taken = 0;
     for (; st == CKPT_OK && *next < n; (*next)++) {
         const ckpt_entry *e = ckpt_reader_entry(r, *next);
@@ -65,7 +65,7 @@ static ckpt_status round_trip(ckpt_load *l, ckpt_save_mpi *s, const reshard_args
         if (nh == cap) {
             held *t = realloc(h, 2 * cap * sizeof *t);
             if (!t) {
-                st = ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+                st = ck_fail(err, CKPT_E_NOMEM, "out of memory");
                 break;
             }
             h = t, cap *= 2;
@@ -73,7 +73,7 @@ static ckpt_status round_trip(ckpt_load *l, ckpt_save_mpi *s, const reshard_args
         x.bytes = (size_t)nb;
         x.buf = nb <= SIZE_MAX ? malloc(nb ? (size_t)nb : 1) : NULL;
         if (!x.buf) {
-            st = ckpt_fail(err, CKPT_E_NOMEM, "key '%s': out of memory", ckpt_entry_key(e));
+            st = ck_fail(err, CKPT_E_NOMEM, "key '%s': out of memory", ckpt_entry_key(e));
             break;
         }
         h[nh++] = x;
@@ -84,7 +84,7 @@ static ckpt_status round_trip(ckpt_load *l, ckpt_save_mpi *s, const reshard_args
     int bad = st != CKPT_OK, anybad = 0;
     MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     if (anybad) {
-        if (!bad) st = ckpt_fail(err, CKPT_E_INVAL, "another rank failed to plan its loads");
+        if (!bad) st = ck_fail(err, CKPT_E_INVAL, "another rank failed to plan its loads");
     } else {
         st = ckpt_load_execute(l, NULL, err);
     }
@@ -113,8 +113,7 @@ static ckpt_status round_trip(ckpt_load *l, ckpt_save_mpi *s, const reshard_args
         int mine = st == CKPT_OK && local != CKPT_OK, any = 0;
         MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
         if (any)
-            st = mine ? local
-                      : ckpt_fail(err, CKPT_E_INVAL, "another rank failed to save its share");
+            st = mine ? local : ck_fail(err, CKPT_E_INVAL, "another rank failed to save its share");
     }
     for (size_t i = 0; i < nh; i++)
         free(h[i].buf);

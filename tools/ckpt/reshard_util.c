@@ -58,7 +58,7 @@ ckpt_status reshard_key(const ckpt_entry *e, ckpt_save_key *key, ckpt_save_elem 
                         ckpt_error *err) {
     size_t n = ckpt_entry_path_len(e);
     *elems = calloc(n ? n : 1, sizeof **elems);
-    if (!*elems) return ckpt_fail(err, CKPT_E_NOMEM, "out of memory");
+    if (!*elems) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     for (size_t i = 0; i < n; i++) {
         const char *s = ckpt_entry_path_elem(e, i);
         size_t len = strlen(s);
@@ -78,18 +78,18 @@ ckpt_status reshard_box(const ckpt_entry *e, int dim, uint32_t nranks, uint32_t 
                         int64_t *start, int64_t *count, uint64_t *bytes, ckpt_error *err) {
     *bytes = 0;
     if (ckpt_entry_problem(e))
-        return ckpt_fail(err, CKPT_E_FORMAT, "key '%s': %s", ckpt_entry_key(e),
-                         ckpt_entry_problem(e));
+        return ck_fail(err, CKPT_E_FORMAT, "key '%s': %s", ckpt_entry_key(e),
+                       ckpt_entry_problem(e));
     int nd = ckpt_entry_ndim(e);
     ckpt_status st = ckpt_shard_box(nd, ckpt_entry_shape(e), dim, nranks, rank, start, count);
     if (st != CKPT_OK)
-        return ckpt_fail(err, st, "key '%s': cannot split it over %u ranks along dim %d",
-                         ckpt_entry_key(e), nranks, dim);
+        return ck_fail(err, st, "key '%s': cannot split it over %u ranks along dim %d",
+                       ckpt_entry_key(e), nranks, dim);
     uint64_t b = ckpt_dtype_itemsize(ckpt_entry_dtype(e));
     for (int d = 0; d < nd; d++) {
         if (count[d] < 0 || (count[d] && b > UINT64_MAX / (uint64_t)count[d]))
-            return ckpt_fail(err, CKPT_E_FORMAT, "key '%s': share of rank %u is too large",
-                             ckpt_entry_key(e), rank);
+            return ck_fail(err, CKPT_E_FORMAT, "key '%s': share of rank %u is too large",
+                           ckpt_entry_key(e), rank);
         b *= (uint64_t)count[d];
     }
     *bytes = b;
@@ -104,19 +104,19 @@ static ckpt_status read_item(ckpt_reader *r, const ckpt_entry *e, const ckpt_chu
     int fd = ckpt_reader_file_fd(r, (uint32_t)ci->file_id, err);
     if (fd < 0) return err && err->code ? err->code : CKPT_E_IO;
     if (ci->length > SIZE_MAX / 2)
-        return ckpt_fail(err, CKPT_E_LIMIT, "key '%s': item too large", ckpt_entry_key(e));
+        return ck_fail(err, CKPT_E_LIMIT, "key '%s': item too large", ckpt_entry_key(e));
     unsigned char *b = malloc(ci->length ? (size_t)ci->length : 1);
-    if (!b) return ckpt_fail(err, CKPT_E_NOMEM, "key '%s': out of memory", ckpt_entry_key(e));
+    if (!b) return ck_fail(err, CKPT_E_NOMEM, "key '%s': out of memory", ckpt_entry_key(e));
     for (uint64_t done = 0; done < ci->length;) {
         ssize_t k =
             pread(fd, b + done, (size_t)(ci->length - done), (off_t)(ci->file_offset + done));
         if (k < 0 && errno == EINTR) continue;
         if (k <= 0) {
             free(b);
-            return ckpt_fail(err, CKPT_E_IO, "key '%s': reading %s at %llu: %s", ckpt_entry_key(e),
-                             ckpt_reader_file_name(r, (uint32_t)ci->file_id),
-                             (unsigned long long)(ci->file_offset + done),
-                             k < 0 ? strerror(errno) : "unexpected end of file");
+            return ck_fail(err, CKPT_E_IO, "key '%s': reading %s at %llu: %s", ckpt_entry_key(e),
+                           ckpt_reader_file_name(r, (uint32_t)ci->file_id),
+                           (unsigned long long)(ci->file_offset + done),
+                           k < 0 ? strerror(errno) : "unexpected end of file");
         }
         done += (uint64_t)k;
     }
@@ -143,12 +143,12 @@ ckpt_status reshard_value(ckpt_reader *r, const ckpt_entry *e, reshard_val *out,
     ckpt_object_free(o);
     if (out->v) return CKPT_OK;
     if (why)
-        return ckpt_fail(err, CKPT_E_UNSUPPORTED,
-                         "key '%s': the value holds %s, which the saver cannot write again "
-                         "from a transformed (%s) item",
-                         ckpt_entry_key(e), why, ci.transforms ? ci.transforms : "unstored");
-    return ckpt_fail(err, CKPT_E_NOMEM, "key '%s': out of memory (or a repeated dict key)",
-                     ckpt_entry_key(e));
+        return ck_fail(err, CKPT_E_UNSUPPORTED,
+                       "key '%s': the value holds %s, which the saver cannot write again "
+                       "from a transformed (%s) item",
+                       ckpt_entry_key(e), why, ci.transforms ? ci.transforms : "unstored");
+    return ck_fail(err, CKPT_E_NOMEM, "key '%s': out of memory (or a repeated dict key)",
+                   ckpt_entry_key(e));
 }
 
 void reshard_val_release(reshard_val *v) {

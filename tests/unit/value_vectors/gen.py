@@ -203,7 +203,7 @@ def numpy_scalar(v):
 
 
 def normalize(v, proto):
-    """Python value -> the value tree ckpt_object_from_pickle is expected to build."""
+    """Python value -> the value tree ck_object_from_pickle is expected to build."""
     if type(v) in (type(None), bool, int, float, str, bytes):
         return v
     ns = numpy_scalar(v)
