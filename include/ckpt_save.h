@@ -114,6 +114,11 @@ ckpt_status ckpt_save_value_set_item(ckpt_save_value *dict, ckpt_save_value *key
                                      ckpt_save_value *item);
 /* Frees a value and everything it owns. */
 void ckpt_save_value_free(ckpt_save_value *v);
+/* A value the reader decoded (ckpt_object_root, ckpt_value_item ...) as a saver value, to be
+ * written again.  NULL when out of memory (or a dict key repeats), or — with *why set to what
+ * it holds — when the value holds what the saver cannot write as data: an embedded tensor,
+ * an object of another class. */
+ckpt_save_value *ckpt_save_value_from(const ckpt_value *v, const char **why);
 
 /* ---------------------------------------------------------------- keys */
 
@@ -277,6 +282,95 @@ typedef void (*ckpt_save_leftover_fn)(void *ctx, const char *name, ckpt_save_lef
 /* Calls fn for each leftover in `parent`, in name order. */
 ckpt_status ckpt_save_leftovers(const char *parent, ckpt_save_leftover_fn fn, void *ctx,
                                 ckpt_error *err);
+
+/* ---------------------------------------------------------------- torch.save files */
+
+/* A torch.save file (the zip archive torch.save writes and torch.load reads, `weights_only`
+ * and `mmap=True` included) of a checkpoint's entries, laid out from the index alone: its
+ * size and the place of every byte are known before any tensor is read, so any byte range
+ * can be produced on demand (the mount's `.torch/` view) or the whole file streamed in order
+ * (`ckpt export --format torch`), in memory proportional to the number of entries (the
+ * pickle and a record table), never to the entries' tensor bytes.
+ *
+ * The archive holds the nested state_dict that torch.distributed.checkpoint's own
+ * conversion (dcp_to_torch_save) rebuilds from the same checkpoint: path elements become
+ * nested dict keys, int elements list positions (lists padded with None, as DCP's
+ * set_element does), in `state_dict_metadata` order.  Tensors are C-contiguous CPU tensors
+ * of their own storages (records data/0, data/1 ... in pickle order, each 64-byte aligned);
+ * non-tensor values are pickled again as plain data, the tensors inside them (a value saved
+ * whole, not flattened) as storages of their own, read into memory when the archive is laid
+ * out (64 MiB of them at most per archive).  Left out (ckpt_torchsave_skipped says which and
+ * why): tensors with a metadata defect, values that torch.load(weights_only=True) refuses or
+ * that are not plain data (objects of other classes, a frozenset, empty bytes, ints of 256
+ * bytes or more, a tensor as a dict key, embedded tensors past the budget), and entries
+ * whose path conflicts with an earlier one (a value where a container is, a str key under a
+ * list).
+ *
+ * Records: data.pkl, .format_version, .storage_alignment, byteorder, data/<N>..., version,
+ * .data/serialization_id (derived from the content, so the same entries give the same
+ * bytes), stored, Zip64 where needed, byte for byte as torch's writer lays them out.  The
+ * CRC-32 of a tensor record is 0 in ranges from ckpt_torchsave_read/_map (it is unknown
+ * until every byte is read; torch never checks it, as with torch.save under
+ * torch.serialization.set_crc32_options(False)) and the real one from ckpt_torchsave_write.
+ */
+typedef struct ckpt_torchsave ckpt_torchsave;
+
+typedef struct ckpt_torchsave_options {
+    /* Tree path (as ckpt_entry_path spells it) of the subtree to write: the value at that
+     * path becomes the archive's root (a dict, a list, or a tensor); NULL or "": the whole
+     * state_dict. */
+    const char *under;
+    /* The value at `under` is an optimizer state_dict keyed by parameter FQN (`state` maps
+     * FQNs to their state, each of `param_groups` lists its FQNs under `params`, as
+     * torch.distributed.checkpoint.state_dict.get_state_dict gives it): write it in the form
+     * torch.optim.Optimizer.load_state_dict takes instead — parameters numbered 0, 1, ... in
+     * param_groups order, `params` lists of those numbers, `state` keyed by them (in number
+     * order).  CKPT_E_FORMAT, naming what is missing, when the value is not of that form. */
+    bool by_id;
+} ckpt_torchsave_options;
+
+/* Lays out the archive: decodes the non-tensor values under `under` (reading their stored
+ * items) and pickles the tree; no tensor byte is read.  CKPT_E_NOTFOUND when no entry lies
+ * under `under`.  The reader must outlive the handle.  opts may be NULL. */
+ckpt_status ckpt_torchsave_create(ckpt_reader *r, const ckpt_torchsave_options *opts,
+                                  ckpt_torchsave **out, ckpt_error *err);
+void ckpt_torchsave_free(ckpt_torchsave *t);
+
+uint64_t ckpt_torchsave_size(const ckpt_torchsave *t); /* bytes of the whole archive */
+size_t ckpt_torchsave_num_tensors(const ckpt_torchsave *t);
+size_t ckpt_torchsave_num_values(const ckpt_torchsave *t);
+uint64_t ckpt_torchsave_tensor_bytes(const ckpt_torchsave *t);
+/* Entries under `under` that were left out, in entry order, with the reason. */
+size_t ckpt_torchsave_num_skipped(const ckpt_torchsave *t);
+const ckpt_entry *ckpt_torchsave_skipped(const ckpt_torchsave *t, size_t i, const char **why);
+
+/* One piece of a byte range: bytes [offset, offset+len) of the archive are either `mem`
+ * (valid during the call only) or bytes [tensor_offset, tensor_offset+len) of tensor
+ * `tensor`'s C-order little-endian bytes (mem NULL). */
+typedef struct ckpt_torchsave_span {
+    uint64_t offset;
+    uint64_t len;
+    const void *mem;
+    const ckpt_entry *tensor;
+    uint64_t tensor_offset;
+} ckpt_torchsave_span;
+typedef ckpt_status (*ckpt_torchsave_span_fn)(void *ctx, const ckpt_torchsave_span *s,
+                                              ckpt_error *err);
+
+/* Calls fn for the pieces of [off, off+len) in order (clipped to the archive); reads
+ * nothing.  Stops at fn's first failure and returns it.  Thread-safe. */
+ckpt_status ckpt_torchsave_map(const ckpt_torchsave *t, uint64_t off, uint64_t len,
+                               ckpt_torchsave_span_fn fn, void *ctx, ckpt_error *err);
+/* Copies bytes [off, off+len) into dst (len clipped to the archive: *got, may be NULL, says
+ * how many), reading the tensors' overlapping bytes.  Thread-safe. */
+ckpt_status ckpt_torchsave_read(const ckpt_torchsave *t, uint64_t off, void *dst, size_t len,
+                                size_t *got, ckpt_error *err);
+/* The whole archive in order, with real CRC-32s: fn(ctx, bytes, n) for consecutive pieces
+ * (a false return stops it with CKPT_E_IO); tensors are read `block` bytes at a time (0: 16
+ * MiB), so memory stays at one block. */
+typedef bool (*ckpt_torchsave_write_fn)(void *ctx, const void *buf, size_t len);
+ckpt_status ckpt_torchsave_write(const ckpt_torchsave *t, uint64_t block,
+                                 ckpt_torchsave_write_fn fn, void *ctx, ckpt_error *err);
 
 #ifdef __cplusplus
 }

@@ -67,38 +67,33 @@ static ckpt_status tensor_record(zip_writer *z, const void *data, uint64_t nbyte
     return zw_record_end(z, err);
 }
 
-ckpt_status save_archive_tensor(save_sink *s, ckpt_dtype dt, int ndim, const int64_t *sizes,
-                                const void *data, uint64_t nbytes, save_dev *dev, uint64_t serial,
-                                uint64_t *len, ckpt_error *err) {
+void save_pickle_tensor(pkw *w, ckpt_dtype dt, int ndim, const int64_t *sizes, const char *key) {
     size_t isz = ckpt_dtype_itemsize(dt);
     const char *sc = storage_class(dt);
     uint64_t numel = 1;
     for (int d = 0; d < ndim; d++)
         numel *= (uint64_t)sizes[d];
-
-    pkw w;
-    pkw_init(&w, 2);
-    pkw_global(&w, "torch._utils", sc ? "_rebuild_tensor_v2" : "_rebuild_tensor_v3");
-    pkw_op(&w, PKO_MARK);
-    pkw_op(&w, PKO_MARK);
-    pkw_str(&w, "storage", 7, true);
+    pkw_global(w, "torch._utils", sc ? "_rebuild_tensor_v2" : "_rebuild_tensor_v3");
+    pkw_op(w, PKO_MARK);
+    pkw_op(w, PKO_MARK);
+    pkw_str(w, "storage", 7, true);
     if (sc)
-        pkw_global(&w, "torch", sc);
+        pkw_global(w, "torch", sc);
     else
-        pkw_global(&w, "torch.storage", "UntypedStorage");
-    pkw_str(&w, "0", 1, true);
-    pkw_str(&w, "cpu", 3, true);
-    pkw_int(&w, (int64_t)(sc ? numel : numel * isz));
-    pkw_op(&w, PKO_TUPLE);
-    pkw_memoize(&w);
-    pkw_op(&w, PKO_BINPERSID);
-    pkw_int(&w, 0); /* storage_offset */
-    pkw_tuple_begin(&w, (size_t)ndim);
+        pkw_global(w, "torch.storage", "UntypedStorage");
+    pkw_str(w, key, strlen(key), true);
+    pkw_str(w, "cpu", 3, true);
+    pkw_int(w, (int64_t)(sc ? numel : numel * isz));
+    pkw_op(w, PKO_TUPLE);
+    pkw_memoize(w);
+    pkw_op(w, PKO_BINPERSID);
+    pkw_int(w, 0); /* storage_offset */
+    pkw_tuple_begin(w, (size_t)ndim);
     for (int d = 0; d < ndim; d++)
-        pkw_int(&w, sizes[d]);
-    pkw_tuple_end(&w, (size_t)ndim);
-    if (ndim) pkw_memoize(&w);
-    pkw_tuple_begin(&w, (size_t)ndim);
+        pkw_int(w, sizes[d]);
+    pkw_tuple_end(w, (size_t)ndim);
+    if (ndim) pkw_memoize(w);
+    pkw_tuple_begin(w, (size_t)ndim);
     int64_t stride = 1;
     int64_t strides[CKPT_MAX_NDIM];
     for (int d = ndim - 1; d >= 0; d--) {
@@ -106,19 +101,27 @@ ckpt_status save_archive_tensor(save_sink *s, ckpt_dtype dt, int ndim, const int
         stride *= sizes[d] ? sizes[d] : 1;
     }
     for (int d = 0; d < ndim; d++)
-        pkw_int(&w, strides[d]);
-    pkw_tuple_end(&w, (size_t)ndim);
-    if (ndim) pkw_memoize(&w);
-    pkw_bool(&w, false); /* requires_grad */
-    pkw_global(&w, "collections", "OrderedDict");
-    pkw_op(&w, PKO_EMPTY_TUPLE);
-    pkw_op(&w, PKO_REDUCE);
-    pkw_memoize(&w);
-    if (!sc) pkw_global(&w, "torch", ckpt_dtype_name(dt));
-    pkw_op(&w, PKO_TUPLE);
-    pkw_memoize(&w);
-    pkw_op(&w, PKO_REDUCE);
-    pkw_memoize(&w);
+        pkw_int(w, strides[d]);
+    pkw_tuple_end(w, (size_t)ndim);
+    if (ndim) pkw_memoize(w);
+    pkw_bool(w, false); /* requires_grad */
+    pkw_global(w, "collections", "OrderedDict");
+    pkw_op(w, PKO_EMPTY_TUPLE);
+    pkw_op(w, PKO_REDUCE);
+    pkw_memoize(w);
+    if (!sc) pkw_global(w, "torch", ckpt_dtype_name(dt));
+    pkw_op(w, PKO_TUPLE);
+    pkw_memoize(w);
+    pkw_op(w, PKO_REDUCE);
+    pkw_memoize(w);
+}
+
+ckpt_status save_archive_tensor(save_sink *s, ckpt_dtype dt, int ndim, const int64_t *sizes,
+                                const void *data, uint64_t nbytes, save_dev *dev, uint64_t serial,
+                                uint64_t *len, ckpt_error *err) {
+    pkw w;
+    pkw_init(&w, 2);
+    save_pickle_tensor(&w, dt, ndim, sizes, "0");
     char *pkl;
     size_t pkl_len;
     CKPT_TRY(pkw_finish(&w, &pkl, &pkl_len, err));

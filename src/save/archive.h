@@ -9,6 +9,12 @@
 #include "save/save_i.h"
 #include "save/sink.h"
 
+/* Pickles (protocol 2) a C-contiguous CPU tensor whose storage is record data/<key>, as
+ * torch.Tensor.__reduce_ex__ does: _rebuild_tensor_v2 with a typed storage class, or
+ * _rebuild_tensor_v3 with an UntypedStorage and the dtype for the dtypes that have no storage
+ * class (uint16/32/64, float8 ...). */
+void save_pickle_tensor(pkw *w, ckpt_dtype dt, int ndim, const int64_t *sizes, const char *key);
+
 /* Writes one archive for a C-contiguous tensor of `ndim` dims `sizes` at the sink position;
  * *len = archive bytes.  `serial` seeds the serialization id.  `dev` NULL: `data` is host
  * memory; else device memory, streamed to the sink through that pipeline. */

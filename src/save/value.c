@@ -379,3 +379,55 @@ static void pickle_items(pkw *w, const ckpt_save_value *v, bool dict) {
         pkw_batch_item_end(w, i, n, dict);
     }
 }
+
+/* ------------------------------------------------------------------ from the reader */
+
+ckpt_save_value *ckpt_save_value_from(const ckpt_value *v, const char **why) {
+    size_t len = 0;
+    switch (ckpt_value_type_of(v)) {
+    case CKPT_VALUE_NONE: return ckpt_save_value_none();
+    case CKPT_VALUE_BOOL: return ckpt_save_value_bool(ckpt_value_bool(v));
+    case CKPT_VALUE_INT: return ckpt_save_value_int(ckpt_value_int(v));
+    case CKPT_VALUE_BIGINT: return ckpt_save_value_bigint(ckpt_value_str(v, NULL));
+    case CKPT_VALUE_FLOAT: return ckpt_save_value_float(ckpt_value_float(v));
+    case CKPT_VALUE_STRING: return ckpt_save_value_string(ckpt_value_str(v, NULL));
+    case CKPT_VALUE_BYTES: {
+        const char *b = ckpt_value_str(v, &len);
+        return ckpt_save_value_bytes(b, len);
+    }
+    case CKPT_VALUE_LIST:
+    case CKPT_VALUE_TUPLE:
+    case CKPT_VALUE_SET: {
+        ckpt_value_type t = ckpt_value_type_of(v);
+        ckpt_save_value *seq = t == CKPT_VALUE_LIST ? ckpt_save_value_list()
+                               : t == CKPT_VALUE_TUPLE
+                                   ? ckpt_save_value_tuple()
+                                   : ckpt_save_value_pyset(ckpt_value_set_frozen(v));
+        for (size_t i = 0; seq && i < ckpt_value_len(v); i++) {
+            ckpt_save_value *item = ckpt_save_value_from(ckpt_value_item(v, i), why);
+            if (!item || ckpt_save_value_append(seq, item) != CKPT_OK) {
+                ckpt_save_value_free(seq);
+                return NULL;
+            }
+        }
+        return seq;
+    }
+    case CKPT_VALUE_DICT: {
+        ckpt_save_value *d = ckpt_save_value_dict();
+        for (size_t i = 0; d && i < ckpt_value_len(v); i++) {
+            ckpt_save_value *k = ckpt_save_value_from(ckpt_value_dict_key(v, i), why);
+            ckpt_save_value *item = k ? ckpt_save_value_from(ckpt_value_dict_val(v, i), why) : NULL;
+            if (!k || !item || ckpt_save_value_set_item(d, k, item) != CKPT_OK) {
+                if (!item) ckpt_save_value_free(k);
+                ckpt_save_value_free(d);
+                return NULL;
+            }
+        }
+        return d;
+    }
+    case CKPT_VALUE_TENSOR: *why = "an embedded tensor"; return NULL;
+    case CKPT_VALUE_OBJECT: *why = "an object of another class"; return NULL;
+    }
+    *why = "an unknown kind of value";
+    return NULL;
+}

@@ -43,6 +43,139 @@ void zw_release(zip_writer *z) {
     z->open.name = NULL;
 }
 
+/* ------------------------------------------------------------------ the pieces */
+
+static bool zip64_extra(uint64_t cursor, uint64_t len, bool *big_size, bool *big_off) {
+    *big_size = len >= U32MAX;
+    *big_off = cursor >= U32MAX;
+    return *big_size || *big_off;
+}
+
+size_t zw_local_header(unsigned char *out, const char *full, size_t nl, uint64_t cursor,
+                       uint64_t len) {
+    bool big_size, big_off;
+    size_t z64len = 0;
+    if (zip64_extra(cursor, len, &big_size, &big_off))
+        z64len = 4 + (big_size ? 16 : 0) + (big_off ? 8 : 0);
+    /* padding as PyTorchStreamWriter's getPadding computes it */
+    uint64_t start = cursor + 30 + (uint64_t)nl + z64len + 4;
+    size_t pad = (size_t)((ALIGN - start % ALIGN) % ALIGN);
+    size_t total = 30 + nl + z64len + 4 + pad;
+    if (!out) return total;
+    hdr h = {.n = 0};
+    h_le(&h, 0x04034b50u, 4);
+    h_le(&h, 0, 2);                     /* version needed (miniz: 0) */
+    h_le(&h, len ? 0x0808 : 0x0800, 2); /* data descriptor (not for empty records), UTF-8 */
+    h_le(&h, 0, 2);                     /* stored */
+    h_le(&h, 0, 2);                     /* time */
+    h_le(&h, 0, 2);                     /* date */
+    h_le(&h, 0, 4);                     /* crc: in the data descriptor */
+    h_le(&h, 0, 4);
+    h_le(&h, 0, 4);
+    h_le(&h, nl, 2);
+    h_le(&h, z64len + 4 + pad, 2);
+    h_bytes(&h, full, nl);
+    if (z64len) {
+        h_le(&h, 0x0001, 2);
+        h_le(&h, z64len - 4, 2);
+        if (big_size) {
+            h_le(&h, len, 8);
+            h_le(&h, len, 8);
+        }
+        if (big_off) h_le(&h, cursor, 8);
+    }
+    h_le(&h, 'F' | ('B' << 8), 2);
+    h_le(&h, pad, 2);
+    memset(h.b + h.n, 'Z', pad);
+    h.n += pad;
+    memcpy(out, h.b, h.n);
+    return h.n;
+}
+
+size_t zw_descriptor(unsigned char *out, uint64_t cursor, uint64_t len, uint32_t crc) {
+    if (!len) return 0; /* miniz writes none after an empty record */
+    bool big_size, big_off;
+    bool big = zip64_extra(cursor, len, &big_size, &big_off); /* 64-bit sizes, as miniz */
+    if (!out) return big ? 24 : 16;
+    hdr d = {.n = 0};
+    h_le(&d, 0x08074b50u, 4);
+    h_le(&d, crc, 4);
+    h_le(&d, len, big ? 8 : 4);
+    h_le(&d, len, big ? 8 : 4);
+    memcpy(out, d.b, d.n);
+    return d.n;
+}
+
+size_t zw_central(unsigned char *out, const char *full, size_t nl, uint64_t lho, uint64_t len,
+                  uint32_t crc) {
+    bool big_size, big_off;
+    size_t xl = zip64_extra(lho, len, &big_size, &big_off)
+                    ? 4 + (big_size ? 16 : 0) + (big_off ? 8 : 0)
+                    : 0;
+    if (!out) return 46 + nl + xl;
+    hdr h = {.n = 0};
+    h_le(&h, 0x02014b50u, 4);
+    h_le(&h, 0, 2); /* version made by (miniz: 0) */
+    h_le(&h, 0, 2); /* version needed (miniz: 0, Zip64 extra or not) */
+    h_le(&h, len ? 0x0808 : 0x0800, 2);
+    h_le(&h, 0, 2);
+    h_le(&h, 0, 2);
+    h_le(&h, 0, 2);
+    h_le(&h, crc, 4);
+    h_le(&h, big_size ? U32MAX : len, 4);
+    h_le(&h, big_size ? U32MAX : len, 4);
+    h_le(&h, nl, 2);
+    h_le(&h, xl, 2);
+    h_le(&h, 0, 2); /* comment */
+    h_le(&h, 0, 2); /* disk */
+    h_le(&h, 0, 2); /* internal attributes */
+    h_le(&h, 0, 4); /* external attributes */
+    h_le(&h, big_off ? U32MAX : lho, 4);
+    h_bytes(&h, full, nl);
+    if (xl) {
+        h_le(&h, 0x0001, 2);
+        h_le(&h, xl - 4, 2);
+        if (big_size) {
+            h_le(&h, len, 8);
+            h_le(&h, len, 8);
+        }
+        if (big_off) h_le(&h, lho, 8);
+    }
+    memcpy(out, h.b, h.n);
+    return h.n;
+}
+
+size_t zw_trailer(unsigned char *out, uint64_t n, uint64_t cd_off, uint64_t cd_size) {
+    uint64_t z64_off = cd_off + cd_size;
+    hdr h = {.n = 0};
+    h_le(&h, 0x06064b50u, 4);
+    h_le(&h, 44, 8);
+    h_le(&h, 0x031e, 2);
+    h_le(&h, 0x2d, 2);
+    h_le(&h, 0, 4);
+    h_le(&h, 0, 4);
+    h_le(&h, n, 8);
+    h_le(&h, n, 8);
+    h_le(&h, cd_size, 8);
+    h_le(&h, cd_off, 8);
+    h_le(&h, 0x07064b50u, 4);
+    h_le(&h, 0, 4);
+    h_le(&h, z64_off, 8);
+    h_le(&h, 1, 4);
+    h_le(&h, 0x06054b50u, 4);
+    h_le(&h, 0, 2);
+    h_le(&h, 0, 2);
+    h_le(&h, n > 0xffff ? 0xffff : n, 2);
+    h_le(&h, n > 0xffff ? 0xffff : n, 2);
+    h_le(&h, cd_size >= U32MAX ? U32MAX : cd_size, 4);
+    h_le(&h, cd_off >= U32MAX ? U32MAX : cd_off, 4);
+    h_le(&h, 0, 2);
+    memcpy(out, h.b, h.n);
+    return h.n;
+}
+
+/* ------------------------------------------------------------------ into a sink */
+
 ckpt_status zw_record_begin(zip_writer *z, const char *name, uint64_t len, ckpt_error *err) {
     if (z->open.name) return ck_fail(err, CKPT_E_INVAL, "zip record %s still open", z->open.name);
     char full[256];
@@ -57,45 +190,11 @@ ckpt_status zw_record_begin(zip_writer *z, const char *name, uint64_t len, ckpt_
         z->cap = c;
     }
     uint64_t cursor = z->sink->pos - z->base;
-    bool big_size = len >= U32MAX, big_off = cursor >= U32MAX;
-    /* Padding as PyTorchStreamWriter's getPadding computes it. */
-    uint64_t start = cursor + 30 + (uint64_t)fl + 4;
-    size_t z64len = 0;
-    if (big_size || big_off) {
-        z64len = 4 + (big_size ? 16 : 0) + (big_off ? 8 : 0);
-        start += 4 + (big_size ? 16 : 0) + (big_off ? 8 : 0);
-    }
-    size_t pad = (size_t)((ALIGN - start % ALIGN) % ALIGN);
-
-    hdr h = {.n = 0};
-    h_le(&h, 0x04034b50u, 4);
-    h_le(&h, 0, 2);      /* version needed (miniz: 0) */
-    h_le(&h, 0x0808, 2); /* data descriptor, UTF-8 names */
-    h_le(&h, 0, 2);      /* stored */
-    h_le(&h, 0, 2);      /* time */
-    h_le(&h, 0, 2);      /* date */
-    h_le(&h, 0, 4);      /* crc: in the data descriptor */
-    h_le(&h, 0, 4);
-    h_le(&h, 0, 4);
-    h_le(&h, (uint64_t)fl, 2);
-    h_le(&h, z64len + 4 + pad, 2);
-    h_bytes(&h, full, (size_t)fl);
-    if (z64len) {
-        h_le(&h, 0x0001, 2);
-        h_le(&h, z64len - 4, 2);
-        if (big_size) {
-            h_le(&h, len, 8);
-            h_le(&h, len, 8);
-        }
-        if (big_off) h_le(&h, cursor, 8);
-    }
-    h_le(&h, 'F' | ('B' << 8), 2);
-    h_le(&h, pad, 2);
-    memset(h.b + h.n, 'Z', pad);
-    h.n += pad;
+    unsigned char h[ZW_LOCAL_MAX];
+    size_t hl = zw_local_header(h, full, (size_t)fl, cursor, len);
     char *nm = strdup(full);
     if (!nm) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
-    ckpt_status s = save_sink_write(z->sink, h.b, h.n, err);
+    ckpt_status s = save_sink_write(z->sink, h, hl, err);
     if (s != CKPT_OK) {
         free(nm);
         return s;
@@ -125,13 +224,9 @@ ckpt_status zw_record_end(zip_writer *z, ckpt_error *err) {
     if (!z->open.name || z->open_done != z->open.size)
         return ck_fail(err, CKPT_E_INVAL, "zip record: %llu of %llu bytes written",
                        (unsigned long long)z->open_done, (unsigned long long)z->open.size);
-    bool big_size = z->open.size >= U32MAX;
-    hdr d = {.n = 0};
-    h_le(&d, 0x08074b50u, 4);
-    h_le(&d, z->open.crc, 4);
-    h_le(&d, z->open.size, big_size ? 8 : 4);
-    h_le(&d, z->open.size, big_size ? 8 : 4);
-    CKPT_TRY(save_sink_write(z->sink, d.b, d.n, err));
+    unsigned char d[ZW_DESC_MAX];
+    size_t dl = zw_descriptor(d, z->open.lho, z->open.size, z->open.crc);
+    if (dl) CKPT_TRY(save_sink_write(z->sink, d, dl, err));
     z->ents[z->n++] = z->open;
     z->open.name = NULL;
     return CKPT_OK;
@@ -153,65 +248,14 @@ ckpt_status zw_finish(zip_writer *z, uint64_t *archive_len, ckpt_error *err) {
     uint64_t cd_off = z->sink->pos - z->base;
     for (size_t i = 0; i < z->n; i++) {
         const zw_entry *e = &z->ents[i];
-        bool big_size = e->size >= U32MAX, big_off = e->lho >= U32MAX;
-        size_t xl = (big_size || big_off) ? 4 + (big_size ? 16 : 0) + (big_off ? 8 : 0) : 0;
-        size_t nl = strlen(e->name);
-        hdr h = {.n = 0};
-        h_le(&h, 0x02014b50u, 4);
-        h_le(&h, 0, 2);           /* version made by (miniz: 0) */
-        h_le(&h, xl ? 45 : 0, 2); /* version needed */
-        h_le(&h, 0x0808, 2);
-        h_le(&h, 0, 2);
-        h_le(&h, 0, 2);
-        h_le(&h, 0, 2);
-        h_le(&h, e->crc, 4);
-        h_le(&h, big_size ? U32MAX : e->size, 4);
-        h_le(&h, big_size ? U32MAX : e->size, 4);
-        h_le(&h, nl, 2);
-        h_le(&h, xl, 2);
-        h_le(&h, 0, 2); /* comment */
-        h_le(&h, 0, 2); /* disk */
-        h_le(&h, 0, 2); /* internal attributes */
-        h_le(&h, 0, 4); /* external attributes */
-        h_le(&h, big_off ? U32MAX : e->lho, 4);
-        h_bytes(&h, e->name, nl);
-        if (xl) {
-            h_le(&h, 0x0001, 2);
-            h_le(&h, xl - 4, 2);
-            if (big_size) {
-                h_le(&h, e->size, 8);
-                h_le(&h, e->size, 8);
-            }
-            if (big_off) h_le(&h, e->lho, 8);
-        }
-        CKPT_TRY(save_sink_write(z->sink, h.b, h.n, err));
+        unsigned char h[ZW_CENTRAL_MAX];
+        size_t hl = zw_central(h, e->name, strlen(e->name), e->lho, e->size, e->crc);
+        CKPT_TRY(save_sink_write(z->sink, h, hl, err));
     }
-    uint64_t z64_off = z->sink->pos - z->base;
-    uint64_t cd_size = z64_off - cd_off;
-    hdr h = {.n = 0};
-    h_le(&h, 0x06064b50u, 4);
-    h_le(&h, 44, 8);
-    h_le(&h, 0x031e, 2);
-    h_le(&h, 0x2d, 2);
-    h_le(&h, 0, 4);
-    h_le(&h, 0, 4);
-    h_le(&h, z->n, 8);
-    h_le(&h, z->n, 8);
-    h_le(&h, cd_size, 8);
-    h_le(&h, cd_off, 8);
-    h_le(&h, 0x07064b50u, 4);
-    h_le(&h, 0, 4);
-    h_le(&h, z64_off, 8);
-    h_le(&h, 1, 4);
-    h_le(&h, 0x06054b50u, 4);
-    h_le(&h, 0, 2);
-    h_le(&h, 0, 2);
-    h_le(&h, z->n > 0xffff ? 0xffff : z->n, 2);
-    h_le(&h, z->n > 0xffff ? 0xffff : z->n, 2);
-    h_le(&h, cd_size >= U32MAX ? U32MAX : cd_size, 4);
-    h_le(&h, cd_off >= U32MAX ? U32MAX : cd_off, 4);
-    h_le(&h, 0, 2);
-    CKPT_TRY(save_sink_write(z->sink, h.b, h.n, err));
+    uint64_t cd_size = z->sink->pos - z->base - cd_off;
+    unsigned char t[ZW_TRAILER_LEN];
+    size_t tl = zw_trailer(t, z->n, cd_off, cd_size);
+    CKPT_TRY(save_sink_write(z->sink, t, tl, err));
     *archive_len = z->sink->pos - z->base;
     zw_release(z);
     return CKPT_OK;

@@ -336,6 +336,52 @@ static ckpt_status list_st(tree_ckpt *c, ckpt_error *err) {
     return CKPT_OK;
 }
 
+/* ------------------------------------------------------------------ torch.save files */
+
+/* Directory `top` looks like an FQN-keyed optimizer state_dict: a `param_groups` directory
+ * whose groups (directories) each hold a `params` entry, and no `state` that is not a
+ * directory (the by-id build checks the rest). */
+static bool optim_shaped(const tree_ckpt *c, uint32_t top) {
+    uint32_t pg = tree_find_kid(c, top, "param_groups", 12);
+    uint32_t st = tree_find_kid(c, top, "state", 5);
+    if (pg == UINT32_MAX || c->nodes[pg].e || !c->nodes[pg].nkids) return false;
+    if (st != UINT32_MAX && c->nodes[st].e) return false;
+    const tnode *n = &c->nodes[pg];
+    for (uint32_t i = 0; i < n->nkids; i++) {
+        uint32_t g = c->kid_ids[n->kids + i];
+        uint32_t p = c->nodes[g].e ? UINT32_MAX : tree_find_kid(c, g, "params", 6);
+        if (p == UINT32_MAX || !c->nodes[p].e) return false;
+    }
+    return true;
+}
+
+static ckpt_status add_pt(tree_ckpt *c, uint32_t top, bool by_id, ckpt_error *err) {
+    pt_file *f = &c->pt[c->npt];
+    const char *base = top ? c->nodes[top].name : "@all";
+    const char *ext = by_id ? ".by-id.pt" : ".pt";
+    size_t len = strlen(base) + strlen(ext) + 1;
+    f->name = malloc(len);
+    if (!f->name) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
+    snprintf(f->name, len, "%s%s", base, ext);
+    f->top = top;
+    f->by_id = by_id;
+    c->npt++;
+    return CKPT_OK;
+}
+
+static ckpt_status list_pt(tree_ckpt *c, ckpt_error *err) {
+    const tnode *root = &c->nodes[0];
+    c->pt = calloc(2 * (size_t)root->nsubdirs + 1, sizeof *c->pt);
+    if (!c->pt) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
+    for (uint32_t i = 0; i < root->nkids; i++) {
+        uint32_t k = c->kid_ids[root->kids + i];
+        if (c->nodes[k].e) continue;
+        if (optim_shaped(c, k)) CKPT_TRY(add_pt(c, k, true, err));
+        CKPT_TRY(add_pt(c, k, false, err));
+    }
+    return add_pt(c, 0, false, err);
+}
+
 /* ------------------------------------------------------------------ the checkpoint */
 
 ckpt_status tree_ckpt_build(tree_ckpt *c, const ckpt_tree_options *o, ckpt_error *err) {
@@ -367,6 +413,7 @@ ckpt_status tree_ckpt_build(tree_ckpt *c, const ckpt_tree_options *o, ckpt_error
     if (!c->objects) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     CKPT_TRY(list_raw(c, o, err));
     CKPT_TRY(list_st(c, err));
+    CKPT_TRY(list_pt(c, err));
     CKPT_TRY(tree_access_build(c, err));
     if (o && o->verify) {
         ckpt_status ms = ckpt_manifest_load(c->dir, &c->manifest, err);
@@ -401,6 +448,12 @@ void tree_ckpt_clear(tree_ckpt *c) {
         free(c->st[i].begin);
     }
     free(c->st);
+    for (uint32_t i = 0; i < c->npt; i++) {
+        free(c->pt[i].name);
+        free(c->pt[i].error);
+        ckpt_torchsave_free(c->pt[i].ts);
+    }
+    free(c->pt);
     free(c->file_cls);
     free(c->nodes);
     free(c->kid_ids);
@@ -413,6 +466,8 @@ void tree_ckpt_clear(tree_ckpt *c) {
     c->nraw = 0;
     c->st = NULL;
     c->nst = 0;
+    c->pt = NULL;
+    c->npt = 0;
     c->file_cls = NULL;
     c->nodes = NULL;
     c->nnodes = 0;

@@ -16,9 +16,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static const char *const hidden_dirs[] = {".layout", ".npy", ".raw", ".safetensors"};
-static const uint32_t hidden_insts[] = {INST_LAYOUT, INST_NPY, INST_RAW, INST_ST};
-#define NHIDDEN 4u
+static const char *const hidden_dirs[] = {".layout", ".npy", ".raw", ".safetensors", ".torch"};
+static const uint32_t hidden_insts[] = {INST_LAYOUT, INST_NPY, INST_RAW, INST_ST, INST_TORCH};
+#define NHIDDEN 5u
 
 /* ------------------------------------------------------------------ checkpoints */
 
@@ -498,6 +498,8 @@ typedef enum obj_kind {
     O_RAWFILE,
     O_STDIR,
     O_STFILE,
+    O_PTDIR,     /* `.torch` */
+    O_PTFILE,    /* `.torch/<top>.pt` */
     O_LAYOUTDIR, /* `.layout` */
     O_SPECDIR,   /* `.layout/<spec>` */
 } obj_kind;
@@ -571,6 +573,10 @@ static ckpt_status resolve_in(ckpt_tree *t, ckpt_ino ino, obj *o, ckpt_error *er
         case INST_ST:
             if (o->node > c->nst) return not_found(err);
             o->kind = o->node ? O_STFILE : O_STDIR;
+            return CKPT_OK;
+        case INST_TORCH:
+            if (o->node > c->npt) return not_found(err);
+            o->kind = o->node ? O_PTFILE : O_PTDIR;
             return CKPT_OK;
         case INST_LAYOUT:
             if (o->node == 0) {
@@ -686,6 +692,7 @@ static void obj_access(const ckpt_tree *t, const obj *o, ckpt_tree_stat *st) {
         break;
     }
     case O_STFILE: /* a view over shards: every shard (conservative) */
+    case O_PTFILE:
         for (size_t i = 0; i < ckpt_reader_num_files(c->r); i++)
             cls &= c->file_cls[i];
         break;
@@ -764,6 +771,18 @@ static ckpt_status stat_obj_raw(ckpt_tree *t, const obj *o, ckpt_ino ino, ckpt_t
         st->type = CKPT_NODE_FILE;
         CKPT_TRY(tree_st_build(o->c, f, err));
         st->size = f->size;
+        return CKPT_OK;
+    }
+    case O_PTDIR:
+        st->type = CKPT_NODE_DIR;
+        st->nlink = 2;
+        st->size = o->c->npt;
+        return CKPT_OK;
+    case O_PTFILE: {
+        pt_file *f = &o->c->pt[o->node - 1];
+        st->type = CKPT_NODE_FILE;
+        CKPT_TRY(tree_pt_build(o->c, f, &t->opts, err));
+        st->size = ckpt_torchsave_size(f->ts);
         return CKPT_OK;
     }
     case O_LAYOUTDIR: { /* lists the specs in use: its mtime is when the last one was added */
@@ -898,6 +917,13 @@ static ckpt_status lookup_ino(ckpt_tree *t, const obj *p, const char *name, ckpt
                 return CKPT_OK;
             }
         return not_found(err);
+    case O_PTDIR:
+        for (uint32_t i = 0; i < p->c->npt; i++)
+            if (strcmp(p->c->pt[i].name, name) == 0) {
+                *out = tree_ino(p->slot, INST_TORCH, i + 1);
+                return CKPT_OK;
+            }
+        return not_found(err);
     case O_LAYOUTDIR: {
         uint32_t spec;
         CKPT_TRY(tree_layout_spec(p->c, name, &spec, err));
@@ -1008,6 +1034,12 @@ static ckpt_status readdir_obj(ckpt_tree *t, const obj *po, uint64_t cookie, ckp
                       i + 1))
                 return s;
         return s;
+    case O_PTDIR:
+        for (uint64_t i = cookie; i < p.c->npt; i++)
+            if (!emit(t, fn, ctx, p.c->pt[i].name, tree_ino(p.slot, INST_TORCH, (uint32_t)i + 1),
+                      i + 1))
+                return s;
+        return s;
     case O_LAYOUTDIR: /* the specs in use so far (any other can be looked up) */
         for (uint64_t i = cookie; i < tree_layout_nspecs(p.c); i++) {
             layout_inst li;
@@ -1097,7 +1129,8 @@ static ckpt_status sources_obj(ckpt_tree *t, const obj *po, ckpt_tree_source_fn 
     size_t nfiles = ckpt_reader_num_files(c->r);
     /* the sources' directory (a torch.save file's: the one holding it) */
     const char *src_dir = ckpt_reader_dir(c->r);
-    bool is_dir = o.kind != O_ENTRY && o.kind != O_RAWFILE && o.kind != O_STFILE;
+    bool is_dir =
+        o.kind != O_ENTRY && o.kind != O_RAWFILE && o.kind != O_STFILE && o.kind != O_PTFILE;
     if (is_dir) emit_path(&w, src_dir, NULL);
     int32_t raw_id = o.kind == O_RAWFILE ? c->raw[o.node - 1].file_id : -1;
     /* a data file under .raw draws from itself only; everything else from the metadata */
@@ -1106,7 +1139,7 @@ static ckpt_status sources_obj(ckpt_tree *t, const obj *po, ckpt_tree_source_fn 
             if (c->raw[i].file_id < 0 && (o.kind == O_RAWFILE ? i == o.node - 1 : !c->raw[i].other))
                 emit_path(&w, src_dir, c->raw[i].name);
     if (raw_id >= 0) emit_path(&w, src_dir, ckpt_reader_file_name(c->r, (uint32_t)raw_id));
-    if (o.kind == O_STFILE) {
+    if (o.kind == O_STFILE || o.kind == O_PTFILE) {
         for (uint32_t i = 0; i < nfiles; i++)
             emit_path(&w, src_dir, ckpt_reader_file_name(c->r, i));
     } else if (o.kind == O_ENTRY) {
@@ -1292,6 +1325,25 @@ static ckpt_status read_st(tree_read *x, tree_ckpt *c, st_file *f, uint64_t off,
     return CKPT_OK;
 }
 
+typedef struct pt_read {
+    tree_read *x;
+    uint64_t off; /* the reply's first byte in the archive */
+} pt_read;
+
+static ckpt_status pt_span(void *ctx, const ckpt_torchsave_span *s, ckpt_error *err) {
+    pt_read *pr = ctx;
+    uint64_t dst = s->offset - pr->off;
+    if (s->mem) return tree_read_mem(pr->x, dst, s->mem, (size_t)s->len, err);
+    return tree_read_tensor(pr->x, s->tensor, NULL, NULL, s->tensor_offset, s->len, dst, err);
+}
+
+static ckpt_status read_pt(tree_read *x, ckpt_tree *t, tree_ckpt *c, pt_file *f, uint64_t off,
+                           uint64_t len, ckpt_error *err) {
+    CKPT_TRY(tree_pt_build(c, f, &t->opts, err));
+    pt_read pr = {x, off};
+    return ckpt_torchsave_map(f->ts, off, len, pt_span, &pr, err);
+}
+
 static ckpt_status read_obj(ckpt_tree *t, const obj *po, ckpt_ino ino, uint64_t off, size_t len,
                             size_t max_segs, size_t min_fd_run, ckpt_tree_scratch *s,
                             const ckpt_tree_seg **segs, size_t *nsegs, ckpt_error *err);
@@ -1383,6 +1435,7 @@ static ckpt_status read_obj(ckpt_tree *t, const obj *po, ckpt_ino ino, uint64_t 
         break;
     }
     case O_STFILE: rs = read_st(&x, o.c, &o.c->st[o.node - 1], off, len, err); break;
+    case O_PTFILE: rs = read_pt(&x, t, o.c, &o.c->pt[o.node - 1], off, len, err); break;
     default: return ck_fail(err, CKPT_E_INVAL, "not a file");
     }
     CKPT_TRY(rs);

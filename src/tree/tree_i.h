@@ -5,6 +5,7 @@
 #define CKPT_TREE_TREE_I_H
 
 #include "ckpt_manifest.h"
+#include "ckpt_save.h"
 #include "ckpt_tree.h"
 #include "index/reader_i.h"
 
@@ -29,6 +30,7 @@ enum {
     INST_RAW = 2,       /* node 0: `.raw`, node k: raw file k-1 */
     INST_ST = 3,        /* node 0: `.safetensors`, node k: safetensors file k-1 */
     INST_LAYOUT = 4,    /* node 0: `.layout`, node k: spec directory of spec k-1 */
+    INST_TORCH = 5,     /* node 0: `.torch`, node k: torch.save file k-1 */
     INST_RANKS = 0xFFFF /* (not encoded) the objects of a layout rank, see above */
 };
 #define TREE_MAX_SLOTS 0xFFFFu
@@ -103,6 +105,18 @@ typedef struct st_file {
     uint64_t size;
 } st_file;
 
+/* A virtual torch.save file (`.torch/<top>.pt`, `@all.pt`): its layout (ckpt_torchsave) is
+ * built on first use, under the checkpoint's open lock; a failure is remembered with its
+ * message. */
+typedef struct pt_file {
+    char *name;         /* "<top>.pt", "<top>.by-id.pt" */
+    uint32_t top;       /* plain node of the top-level directory, 0 for `@all` */
+    bool by_id;         /* an optimizer state_dict in torch.optim's form (ckpt_torchsave) */
+    ckpt_status status; /* of the build */
+    char *error;        /* its message when it failed */
+    ckpt_torchsave *ts;
+} pt_file;
+
 /* The most files besides its own that `.raw/` shows of a checkpoint directory. */
 #define TREE_RAW_OTHERS_MAX 4096
 
@@ -149,6 +163,8 @@ typedef struct tree_ckpt {
     uint32_t nraw;
     st_file *st;
     uint32_t nst;
+    pt_file *pt;
+    uint32_t npt;
     uint64_t tensor_bytes;
     /* who may read (access.c), computed at build: the owner shown, the classes (TREE_CLS_*)
      * that may list the checkpoint (search and read its directory, read its metadata) and,
@@ -252,6 +268,8 @@ size_t tree_npy_header(const ckpt_entry *e, char *out);
 
 /* st_view.c */
 ckpt_status tree_st_build(tree_ckpt *c, st_file *f, ckpt_error *err);
+/* pt_view.c: builds f once (the file's size and layout); a failure is remembered. */
+ckpt_status tree_pt_build(tree_ckpt *c, pt_file *f, const ckpt_tree_options *o, ckpt_error *err);
 
 /* ------------------------------------------------------------------ reading (read.c) */
 

@@ -227,6 +227,45 @@ def test_reads_this_torchs_torch_save_file(tmp_path):
     assert json.loads(ckpt("cat", "--json", path, "step")) == 42
 
 
+def _same(a, b):
+    if isinstance(a, torch.Tensor):
+        return (isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape and
+                torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8)))
+    if isinstance(a, dict):
+        return type(b) is dict and list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(map(_same, a, b))
+    return type(a) is type(b) and a == b
+
+
+def test_loads_ckpt_export_format_torch(tmp_path):
+    """`ckpt export --format torch` (the mount's `.torch/` view, CRCs aside) of what this torch
+    saved with dcp.save: this torch's torch.load(weights_only=True, mmap=True) gives the state
+    dict back; `--by-id` loads into this torch's AdamW."""
+    g = torch.Generator().manual_seed(4)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 4), torch.nn.LayerNorm(4))
+    opt = torch.optim.AdamW(model.parameters())
+    model(torch.randn(3, 6, generator=g)).sum().backward()
+    opt.step()
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+    msd, osd = get_state_dict(model, opt)
+    sd = {"model": msd, "optim": osd, "extra": {"step": 7, "name": "run", "f": 0.5,
+                                               "t": (1, None), "b16": torch.ones(3, dtype=torch.bfloat16),
+                                               "ids": [torch.arange(3), torch.zeros(0, 2)]}}
+    save(sd, tmp_path / "ckpt")
+    ckpt("export", "-q", tmp_path / "ckpt", tmp_path / "all.pt")
+    got = torch.load(tmp_path / "all.pt", weights_only=True, mmap=True)
+    assert _same(got["model"], dict(msd)) and _same(got["extra"], sd["extra"])
+    ckpt("export", "-q", "--by-id", "--keys", "optim", tmp_path / "ckpt", tmp_path / "o.pt")
+    opt2 = torch.optim.AdamW(model.parameters())
+    opt2.load_state_dict(torch.load(tmp_path / "o.pt", weights_only=True, mmap=True))
+    a, b = opt.state_dict(), opt2.state_dict()
+    assert a["param_groups"] == b["param_groups"]
+    assert all(_same(dict(sorted(a["state"][i].items())), dict(sorted(b["state"][i].items())))
+               for i in a["state"])
+
+
 def test_version_is_what_the_venv_holds():
     want = os.environ.get("CKPT_COMPAT_TORCH")
     if want:

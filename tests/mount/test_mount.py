@@ -214,7 +214,7 @@ def test_listing_matches_reference(mounted):
     want = set(ref.tensors) | set(ref.objects)
     assert want <= found
     hidden = sorted(p.name for p in m.dir.iterdir() if p.name.startswith("."))
-    assert hidden == [".layout", ".npy", ".raw", ".safetensors"]
+    assert hidden == [".layout", ".npy", ".raw", ".safetensors", ".torch"]
 
 
 def test_xattrs(mounted):

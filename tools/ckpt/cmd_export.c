@@ -1,8 +1,11 @@
 /* cmd_export.c — `ckpt export`: writes the tensors of a checkpoint (or of one subtree) as a
  * safetensors file, streaming each tensor in bounded blocks (memory stays at a few blocks
  * however large the checkpoint), optionally casting floating tensors to bf16/fp16/fp32 the
- * way torch's `.to(dtype)` rounds, with a progress line on a terminal.  The file appears
- * atomically (written as OUT.tmp-<pid>, then renamed). */
+ * way torch's `.to(dtype)` rounds, with a progress line on a terminal; or, with --format
+ * torch, the nested state_dict (tensors and plain values) as a torch.save file that
+ * torch.load reads (ckpt_torchsave_write streams it).  The file appears atomically (written
+ * as OUT.tmp-<pid>, then renamed); `-` writes to standard output. */
+#include "ckpt_save.h"
 #include "cli.h"
 
 #include <errno.h>
@@ -13,6 +16,7 @@
 
 void cmd_export_help(FILE *out) {
     fputs("Usage: ckpt export [options] CHECKPOINT_DIR OUT.safetensors\n"
+          "       ckpt export --format torch [options] CHECKPOINT_DIR OUT.pt\n"
           "\n"
           "Write the checkpoint's tensors as one safetensors file, consolidated from the\n"
           "shards in bounded memory.  Tensor names are their tree paths (as `ckpt ls` shows\n"
@@ -21,20 +25,35 @@ void cmd_export_help(FILE *out) {
           "left out; tensors of dtypes safetensors cannot name (complex128, float8_e8m0fnu)\n"
           "are skipped with a warning and listed in the header's __metadata__.\n"
           "\n"
+          "With --format torch (the default for an OUT ending in .pt or .pth), a torch.save\n"
+          "file instead: torch.load(OUT, weights_only=True, mmap=True) gives the nested\n"
+          "state_dict that torch.distributed.checkpoint.format_utils.dcp_to_torch_save\n"
+          "writes (dicts, lists, tensors of every dtype, and the plain values: None, bool,\n"
+          "int, float, str, bytes, tuples, lists, dicts, sets); with --keys PATH the value\n"
+          "at PATH (`--keys model` a model's state_dict).  Values torch.load(weights_only=\n"
+          "True) refuses or that are objects of other classes are left out with a warning.\n"
+          "OUT `-` writes to standard output.  With --by-id (implies --format torch), the\n"
+          "optimizer state_dict at --keys PATH, keyed by parameter FQN as DCP saves it, in\n"
+          "the form torch.optim.Optimizer.load_state_dict takes: parameters numbered in\n"
+          "param_groups order (`opt.load_state_dict(torch.load(OUT))` for a plain\n"
+          "optimizer over the model's parameters in that order).\n"
+          "\n"
           "Options:\n"
+          "      --format F      safetensors (default) or torch\n"
           "      --keys PATH     export only the subtree PATH (a tree path or directory)\n"
+          "      --by-id         the optimizer state at PATH with parameter ids (torch)\n"
           "      --dtype T       cast floating tensors (float64/32/16, bfloat16) to T: bf16,\n"
           "                      fp16 or fp32 (rounding as torch's .to(T)); others unchanged\n"
+          "                      (safetensors only)\n"
           "  -q, --quiet         no progress line and no summary\n"
           "      --help          show this help\n",
           out);
 }
 
-enum { OPT_KEYS = 1, OPT_DTYPE, OPT_QUIET };
+enum { OPT_KEYS = 1, OPT_DTYPE, OPT_QUIET, OPT_FORMAT, OPT_BY_ID };
 static const cli_opt export_opts[] = {
-    {"keys", 0, true, OPT_KEYS},
-    {"dtype", 0, true, OPT_DTYPE},
-    {"quiet", 'q', false, OPT_QUIET},
+    {"keys", 0, true, OPT_KEYS},   {"format", 0, true, OPT_FORMAT},  {"by-id", 0, false, OPT_BY_ID},
+    {"dtype", 0, true, OPT_DTYPE}, {"quiet", 'q', false, OPT_QUIET},
 };
 
 #define BLOCK ((uint64_t)16 << 20)
@@ -139,12 +158,115 @@ static const char *under(const char *p, const char *dir) {
 
 static size_t order_size(const item *it) { return ckpt_dtype_itemsize(it->out); }
 
+/* ------------------------------------------------------------------ --format torch */
+
+typedef struct torch_sink {
+    int fd;
+    uint64_t done, total;
+    cli_progress *prog;
+    int write_errno; /* the write that failed, else 0 */
+} torch_sink;
+
+static bool torch_write(void *ctx, const void *buf, size_t len) {
+    torch_sink *s = ctx;
+    if (!cli_write_all(s->fd, buf, len)) {
+        s->write_errno = errno ? errno : EIO;
+        return false;
+    }
+    s->done += len;
+    cli_progress_fn(s->prog, s->done, s->total);
+    return true;
+}
+
+/* Opens OUT for writing: standard output for "-", else OUT.tmp-<pid> (name in tmp). */
+static int open_out(const char *out, char *tmp, size_t tmp_size) {
+    if (strcmp(out, "-") == 0) {
+        tmp[0] = '\0';
+        return STDOUT_FILENO;
+    }
+    snprintf(tmp, tmp_size, "%s.tmp-%ld", out, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) cli_error("%s: %s", tmp, strerror(errno));
+    return fd;
+}
+
+/* Makes OUT appear (fsync, rename) or removes the temporary file; stdout: nothing. */
+static bool close_out(int fd, const char *tmp, const char *out, bool ok) {
+    if (!tmp[0]) return ok;
+    if (ok && fsync(fd) != 0) {
+        cli_error("error writing to %s: %s", tmp, strerror(errno));
+        ok = false;
+    }
+    if (close(fd) != 0 && ok) {
+        cli_error("error writing to %s: %s", tmp, strerror(errno));
+        ok = false;
+    }
+    if (ok && rename(tmp, out) != 0) {
+        cli_error("%s: %s", out, strerror(errno));
+        ok = false;
+    }
+    if (!ok) unlink(tmp);
+    return ok;
+}
+
+static int export_torch(ckpt_reader *r, const char *dir, const char *out, const char *keys,
+                        bool by_id, bool quiet) {
+    ckpt_torchsave_options o = {.under = keys, .by_id = by_id};
+    ckpt_torchsave *t = NULL;
+    ckpt_error err = {0};
+    if (ckpt_torchsave_create(r, &o, &t, &err) != CKPT_OK) {
+        if (err.code == CKPT_E_NOTFOUND)
+            cli_error("%s: no entries under %s", dir, keys);
+        else
+            cli_error("%s", err.message);
+        return CLI_EXIT_FAIL;
+    }
+    for (size_t i = 0; !quiet && i < ckpt_torchsave_num_skipped(t); i++) {
+        const char *why;
+        const ckpt_entry *e = ckpt_torchsave_skipped(t, i, &why);
+        cli_error("warning: %s: %s, not exported", ckpt_entry_path(e), why);
+    }
+    char tmp[4096];
+    int fd = open_out(out, tmp, sizeof tmp);
+    if (fd < 0) {
+        ckpt_torchsave_free(t);
+        return CLI_EXIT_FAIL;
+    }
+    cli_progress prog;
+    cli_progress_init(&prog, "export");
+    if (quiet) prog.tty = false;
+    torch_sink ts = {.fd = fd, .total = ckpt_torchsave_size(t), .prog = &prog};
+    bool ok = ckpt_torchsave_write(t, BLOCK, torch_write, &ts, &err) == CKPT_OK;
+    cli_progress_end(&prog);
+    if (!ok) {
+        if (ts.write_errno)
+            cli_error("error writing to %s: %s", tmp[0] ? tmp : "standard output",
+                      strerror(ts.write_errno));
+        else
+            cli_error("%s", err.message);
+    }
+    ok = close_out(fd, tmp, out, ok);
+    int status = ok ? CLI_EXIT_OK : CLI_EXIT_FAIL;
+    if (ok && !quiet) {
+        char hs[32];
+        FILE *f = tmp[0] ? stdout : stderr;
+        fprintf(f, "exported %zu tensors (%s) and %zu values to %s\n",
+                ckpt_torchsave_num_tensors(t),
+                cli_human_size(ckpt_torchsave_tensor_bytes(t), hs, sizeof hs),
+                ckpt_torchsave_num_values(t), tmp[0] ? out : "standard output");
+        if (tmp[0] && !cli_flush_stdout()) status = CLI_EXIT_FAIL;
+    }
+    ckpt_torchsave_free(t);
+    return status;
+}
+
 int cmd_export(int argc, char **argv) {
     cli_parser p;
     cli_parser_init(&p, "export", argc, argv);
     const char *dir = NULL, *out = NULL, *keys = "", *arg;
     ckpt_dtype cast = CKPT_DTYPE_INVALID;
-    bool quiet = false;
+    bool quiet = false, by_id = false;
+    const char *format = NULL;
     for (int id;
          (id = cli_next(&p, export_opts, sizeof export_opts / sizeof *export_opts, &arg));) {
         switch (id) {
@@ -168,13 +290,37 @@ int cmd_export(int argc, char **argv) {
                 return cli_usage_error("export", "--dtype wants bf16, fp16 or fp32, not '%s'", arg);
             break;
         case OPT_QUIET: quiet = true; break;
+        case OPT_BY_ID: by_id = true; break;
+        case OPT_FORMAT:
+            if (strcmp(arg, "torch") != 0 && strcmp(arg, "safetensors") != 0)
+                return cli_usage_error("export", "--format wants safetensors or torch, not '%s'",
+                                       arg);
+            format = arg;
+            break;
         }
     }
     if (!dir || !out) return cli_usage_error("export", "usage: ckpt export DIR OUT.safetensors");
+    if (by_id && format && strcmp(format, "torch") != 0)
+        return cli_usage_error("export", "--by-id writes --format torch");
+    if (by_id) format = "torch";
+    if (!format) {
+        size_t ol = strlen(out);
+        bool pt = (ol > 3 && strcmp(out + ol - 3, ".pt") == 0) ||
+                  (ol > 4 && strcmp(out + ol - 4, ".pth") == 0);
+        format = pt ? "torch" : "safetensors";
+    }
+    bool torch = strcmp(format, "torch") == 0;
+    if (torch && cast)
+        return cli_usage_error("export", "--dtype applies to --format safetensors only");
     cli_dir dd;
     if (!(dir = cli_step_dir(dir, &dd))) return CLI_EXIT_FAIL;
     ckpt_reader *r = cli_open(dir);
     if (!r) return CLI_EXIT_FAIL;
+    if (torch) {
+        int rc = export_torch(r, dir, out, keys, by_id, quiet);
+        ckpt_reader_free(r);
+        return rc;
+    }
     size_t n = ckpt_reader_num_entries(r), m = 0;
     item *items = calloc(n ? n : 1, sizeof *items);
     if (!items) {
@@ -262,10 +408,8 @@ int cmd_export(int argc, char **argv) {
     fclose(h);
 
     char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp-%ld", out, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = open_out(out, tmp, sizeof tmp);
     if (fd < 0) {
-        cli_error("%s: %s", tmp, strerror(errno));
         free(hdr);
         status = CLI_EXIT_FAIL;
         goto done;
@@ -280,7 +424,7 @@ int cmd_export(int argc, char **argv) {
     bool ok = sc.cast != NULL;
     if (!ok) cli_error("out of memory");
     if (ok && !(cli_write_all(fd, len8, 8) && cli_write_all(fd, hdr, hdr_len))) {
-        cli_error("error writing to %s: %s", tmp, strerror(errno));
+        cli_error("error writing to %s: %s", tmp[0] ? tmp : "standard output", strerror(errno));
         ok = false;
     }
     free(hdr);
@@ -291,32 +435,22 @@ int cmd_export(int argc, char **argv) {
         cli_slice_full(&s, ckpt_entry_ndim(e), ckpt_entry_shape(e));
         sc.from = ckpt_entry_dtype(e);
         sc.to = items[i].out;
-        if (cli_read_blocks(r, e, &s, BLOCK, sink, &sc, tmp, &err) != CKPT_OK) {
+        if (cli_read_blocks(r, e, &s, BLOCK, sink, &sc, tmp[0] ? tmp : "standard output", &err) !=
+            CKPT_OK) {
             cli_error("%s", err.message);
             ok = false;
         }
     }
     cli_progress_end(&prog);
     free(sc.cast);
-    if (ok && fsync(fd) != 0) {
-        cli_error("error writing to %s: %s", tmp, strerror(errno));
-        ok = false;
-    }
-    if (close(fd) != 0 && ok) {
-        cli_error("error writing to %s: %s", tmp, strerror(errno));
-        ok = false;
-    }
-    if (ok && rename(tmp, out) != 0) {
-        cli_error("%s: %s", out, strerror(errno));
-        ok = false;
-    }
+    ok = close_out(fd, tmp, out, ok);
     if (!ok) {
-        unlink(tmp);
         status = CLI_EXIT_FAIL;
     } else if (!quiet) {
         char hs[32];
-        printf("exported %zu tensors (%s) to %s\n", m, cli_human_size(at, hs, sizeof hs), out);
-        if (!cli_flush_stdout()) status = CLI_EXIT_FAIL;
+        fprintf(tmp[0] ? stdout : stderr, "exported %zu tensors (%s) to %s\n", m,
+                cli_human_size(at, hs, sizeof hs), tmp[0] ? out : "standard output");
+        if (tmp[0] && !cli_flush_stdout()) status = CLI_EXIT_FAIL;
     }
 done:
     free(skipped);

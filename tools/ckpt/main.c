@@ -11,7 +11,7 @@ static const cli_command commands[] = {
     {"cat", "write a tensor's bytes (or values, or an object) to stdout", cmd_cat, cmd_cat_help},
     {"verify", "check a checkpoint's integrity without loading it", cmd_verify, cmd_verify_help},
     {"seal", "write the integrity manifest (XXH3 of every stored item)", cmd_seal, cmd_seal_help},
-    {"export", "write the tensors as one safetensors file (streaming)", cmd_export,
+    {"export", "write the tensors as one safetensors or torch.save file (streaming)", cmd_export,
      cmd_export_help},
     {"diff", "compare two checkpoints entry by entry", cmd_diff, cmd_diff_help},
     {"prune", "delete the oldest steps of a run directory, keeping N", cmd_prune, cmd_prune_help},

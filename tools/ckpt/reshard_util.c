@@ -94,58 +94,6 @@ ckpt_status reshard_box(const ckpt_entry *e, int dim, uint32_t nranks, uint32_t 
     return CKPT_OK;
 }
 
-/* A decoded value as a saver value; NULL with *why set for what the saver cannot rebuild as
- * data (embedded tensors, objects of other classes), NULL alone when out of memory. */
-static ckpt_save_value *convert(const ckpt_value *v, const char **why) {
-    size_t len = 0;
-    switch (ckpt_value_type_of(v)) {
-    case CKPT_VALUE_NONE: return ckpt_save_value_none();
-    case CKPT_VALUE_BOOL: return ckpt_save_value_bool(ckpt_value_bool(v));
-    case CKPT_VALUE_INT: return ckpt_save_value_int(ckpt_value_int(v));
-    case CKPT_VALUE_BIGINT: return ckpt_save_value_bigint(ckpt_value_str(v, NULL));
-    case CKPT_VALUE_FLOAT: return ckpt_save_value_float(ckpt_value_float(v));
-    case CKPT_VALUE_STRING: return ckpt_save_value_string(ckpt_value_str(v, NULL));
-    case CKPT_VALUE_BYTES: {
-        const char *b = ckpt_value_str(v, &len);
-        return ckpt_save_value_bytes(b, len);
-    }
-    case CKPT_VALUE_LIST:
-    case CKPT_VALUE_TUPLE:
-    case CKPT_VALUE_SET: {
-        ckpt_value_type t = ckpt_value_type_of(v);
-        ckpt_save_value *seq = t == CKPT_VALUE_LIST ? ckpt_save_value_list()
-                               : t == CKPT_VALUE_TUPLE
-                                   ? ckpt_save_value_tuple()
-                                   : ckpt_save_value_pyset(ckpt_value_set_frozen(v));
-        for (size_t i = 0; seq && i < ckpt_value_len(v); i++) {
-            ckpt_save_value *item = convert(ckpt_value_item(v, i), why);
-            if (!item || ckpt_save_value_append(seq, item) != CKPT_OK) {
-                ckpt_save_value_free(seq);
-                return NULL;
-            }
-        }
-        return seq;
-    }
-    case CKPT_VALUE_DICT: {
-        ckpt_save_value *d = ckpt_save_value_dict();
-        for (size_t i = 0; d && i < ckpt_value_len(v); i++) {
-            ckpt_save_value *k = convert(ckpt_value_dict_key(v, i), why);
-            ckpt_save_value *item = k ? convert(ckpt_value_dict_val(v, i), why) : NULL;
-            if (!k || !item || ckpt_save_value_set_item(d, k, item) != CKPT_OK) {
-                if (!item) ckpt_save_value_free(k);
-                ckpt_save_value_free(d);
-                return NULL;
-            }
-        }
-        return d;
-    }
-    case CKPT_VALUE_TENSOR: *why = "an embedded tensor"; return NULL;
-    case CKPT_VALUE_OBJECT: *why = "an object of another class"; return NULL;
-    }
-    *why = "an unknown kind of value";
-    return NULL;
-}
-
 /* The stored bytes of object entry `e` (one torch.save archive), read from its file. */
 static ckpt_status read_item(ckpt_reader *r, const ckpt_entry *e, const ckpt_chunk_info *ci,
                              void **out, size_t *len, ckpt_error *err) {
@@ -189,7 +137,7 @@ ckpt_status reshard_value(ckpt_reader *r, const ckpt_entry *e, reshard_val *out,
     /* a transformed item (zstd ...): its bytes cannot be referenced without the transform
      * descriptors, so the decoded value is pickled again */
     const char *why = NULL;
-    out->v = convert(ckpt_object_root(o), &why);
+    out->v = ckpt_save_value_from(ckpt_object_root(o), &why);
     ckpt_object_free(o);
     if (out->v) return CKPT_OK;
     if (why)
