@@ -68,9 +68,12 @@ def test_suite_against_the_installed_package(installed):
     files = [HERE / f for f in ("test_reader.py", "test_dcp.py", "test_dist.py",
                                 "test_load.py", "test_torch_checkpointing.py")]
     # -p no:warnings and --tb=short keep the failures, not torch's warnings, in the tail that
-    # a CI log shows; the failing tests' summary lines go into the assertion message too
+    # a CI log shows; the failing tests' summary lines go into the assertion message too.
+    # --rootdir: pytest otherwise collects from the common ancestor of the cwd and the files
+    # (/tmp for a checkout under /tmp), stat'ing every directory there: one dead FUSE mount
+    # in /tmp failed the whole collection ("found no collectors")
     p = subprocess.run([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:warnings",
-                        "-rfEs", "--tb=short"] + files,
+                        "-rfEs", "--tb=short", f"--rootdir={HERE}"] + files,
                        cwd=installed, env=venv_env(), capture_output=True, text=True,
                        timeout=900)
     print(p.stdout[-20000:])
