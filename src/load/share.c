@@ -217,7 +217,7 @@ ckpt_status load_share_chunks(ckpt_load *l, ckpt_error *err) {
     uint64_t total = displs[P] / 8;
     /* who resolves what: among the ranks needing a chunk (two or more), the (id mod their
      * number)-th; a chunk one rank needs is that rank's own business, as before */
-    pairs = malloc(2 * total * sizeof *pairs);
+    pairs = malloc(2 * (total ? total : 1) * sizeof *pairs);
     size_t rcap = 0, rlen = 0;
     if (!pairs) s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
     for (size_t k = 0, m = 0; s == CKPT_OK && k < P; k++)
@@ -225,7 +225,7 @@ ckpt_status load_share_chunks(ckpt_load *l, ckpt_error *err) {
             memcpy(&pairs[2 * m], all + displs[k] + 8 * j, 8);
             pairs[2 * m + 1] = k;
         }
-    if (s == CKPT_OK) qsort(pairs, (size_t)total, 2 * sizeof *pairs, cmp_pair);
+    if (s == CKPT_OK && total) qsort(pairs, (size_t)total, 2 * sizeof *pairs, cmp_pair);
     for (size_t i = 0; s == CKPT_OK && i < total;) {
         size_t j = i;
         while (j < total && pairs[2 * j] == pairs[2 * i])
@@ -282,7 +282,7 @@ ckpt_status load_share_chunks(ckpt_load *l, ckpt_error *err) {
             at += REC_HEAD + (size_t)nd * 8;
             const ckpt_entry *e;
             ck_chunk *c;
-            if (!bsearch(&id, need, nneed, sizeof *need, cmp_u64) ||
+            if (!nneed || !bsearch(&id, need, nneed, sizeof *need, cmp_u64) ||
                 !chunk_of(r, first, id, &e, &c) || (uint32_t)e->ndim != nd)
                 continue;
             if (index_chunk_adopt(r, e, c, flags & 1, flags & 2, elem0, stride))
