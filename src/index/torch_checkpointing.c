@@ -155,15 +155,6 @@ static bool layout_of(const pk_value *data, long long rank, int ndim, ckpt_layou
     return true;
 }
 
-static bool c_order(const ts_tensor_view *t) {
-    int64_t want = 1;
-    for (int d = t->ndim - 1; d >= 0; d--) {
-        if (t->shape[d] != 1 && t->stride[d] != want) return false;
-        want *= t->shape[d];
-    }
-    return true;
-}
-
 /* The chunks rank w->rank's local tensor `local` gives pending entry p. */
 static ckpt_status add_shard(tc *w, pending *p, const pk_value *local, ckpt_error *err) {
     ckpt_reader *r = w->r;
@@ -214,7 +205,7 @@ static ckpt_status add_shard(tc *w, pending *p, const pk_value *local, ckpt_erro
                 r->arena,
                 "%s: rank %lld's local tensor of '%s' is not the shape its placements give",
                 w->file_path, w->rank, e->key);
-    if (!e->problem && nboxes > 1 && !c_order(&t))
+    if (!e->problem && nboxes > 1 && !index_ts_c_order(&t))
         e->problem = index_problemf(r->arena, "%s: rank %lld's local tensor of '%s' is strided",
                                     w->file_path, w->rank, e->key);
     size_t nd = (size_t)(e->ndim ? e->ndim : 1);

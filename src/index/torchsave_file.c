@@ -93,7 +93,7 @@ static ckpt_status walk_value(walk *w, const pk_value *v, ckpt_error *err) {
     return CKPT_OK;
 }
 
-static bool c_order(const ts_tensor_view *t) {
+bool index_ts_c_order(const ts_tensor_view *t) {
     int64_t want = 1;
     for (int d = t->ndim - 1; d >= 0; d--) {
         if (t->shape[d] != 1 && t->stride[d] != want) return false;
@@ -177,7 +177,7 @@ ckpt_status index_ts_chunk(ckpt_reader *r, const ts_item *it, int32_t file_id,
         return CKPT_OK;
     }
     c->loc.length = span * isz; /* inside the record: ts_tensor_view_of checked it */
-    if (!c_order(t)) {
+    if (!index_ts_c_order(t)) {
         int64_t *stride = ck_arena_alloc(r->arena, (size_t)t->ndim * sizeof *stride);
         if (!stride) return index_nomem(err);
         memcpy(stride, t->stride, (size_t)t->ndim * sizeof *stride);

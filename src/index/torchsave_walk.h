@@ -32,4 +32,7 @@ ckpt_status index_ts_chunk(ckpt_reader *r, const ts_item *it, int32_t file_id,
                            const ts_tensor_view *t, uint64_t elem_offset, const int64_t *offsets,
                            const int64_t *sizes, uint64_t numel, ck_chunk *c, ckpt_error *err);
 
+/* Whether a tensor view is laid out in C order (size-1 dims may have any stride). */
+bool index_ts_c_order(const ts_tensor_view *t);
+
 #endif
