@@ -155,7 +155,7 @@ ckpt_status index_paths(ckpt_reader *r, ckpt_error *err) {
     if (!r->by_path.cap && !ck_htab_init(&r->by_path, r->nentries)) return index_nomem(err);
     for (size_t i = r->paths_done; i < r->nentries; i++) {
         ckpt_entry *e = &r->entries[i];
-        if (!e->path) CKPT_TRY(index_set_path(r, e, NULL, 0, err));
+        if (!e->path) CK_TRY(index_set_path(r, e, NULL, 0, err));
         const void *ctx[2] = {r, e->path};
         uint64_t dummy;
         uint64_t h = ck_hash_bytes(e->path, strlen(e->path), 0);
@@ -168,7 +168,7 @@ ckpt_status index_paths(ckpt_reader *r, ckpt_error *err) {
 }
 
 ckpt_status index_finish(ckpt_reader *r, index_file_rank_fn file_rank, ckpt_error *err) {
-    CKPT_TRY(index_paths(r, err));
+    CK_TRY(index_paths(r, err));
     ckpt_reader_info *in = &r->info;
     for (size_t i = 0; i < r->nentries; i++) {
         ckpt_entry *e = &r->entries[i];

@@ -2,8 +2,8 @@
  * index (entries by key, their tree paths, sizes, defects), and the format-free completion of
  * an index.  The formats themselves (formats.c) sit on top of it: a walker adds entries and
  * chunks with these calls and knows nothing of the other formats. */
-#ifndef CKPT_INDEX_BUILDER_H
-#define CKPT_INDEX_BUILDER_H
+#ifndef CK_INDEX_BUILDER_H
+#define CK_INDEX_BUILDER_H
 
 #include "index/reader_i.h"
 

@@ -68,7 +68,7 @@ static ckpt_status resolve_zip(ckpt_reader *r, const ckpt_entry *e, const ck_chu
                                  : 0};
     (void)r;
     ts_item *it = NULL;
-    CKPT_TRY(ts_item_open(src, &o, &it, err));
+    CK_TRY(ts_item_open(src, &o, &it, err));
     ts_tensor_view v;
     ckpt_status s = CKPT_OK;
     const pk_value *root = ts_item_root(it);
@@ -78,7 +78,7 @@ static ckpt_status resolve_zip(ckpt_reader *r, const ckpt_entry *e, const ck_chu
                     src->name, (unsigned long long)src->base, cls ? cls : "a plain value");
         goto fail;
     }
-    CKPT_TRY_GOTO(s, ts_tensor_view_of(it, root, &v, err), fail);
+    CK_TRY_GOTO(s, ts_tensor_view_of(it, root, &v, err), fail);
     if (v.dtype != e->dtype) {
         s = ck_fail(err, CKPT_E_FORMAT, "%s: item at offset %llu stores %s, metadata says %s",
                     src->name, (unsigned long long)src->base, ckpt_dtype_name(v.dtype),
@@ -137,7 +137,7 @@ static ckpt_status resolve_safetensors(const ckpt_entry *e, const ck_chunk *c,
     ck_source win = *item;
     win.len = (uint64_t)st.st_size - item->base;
     ts_safetensors *sf = NULL;
-    CKPT_TRY(ts_safetensors_open(&win, 0, 0, &sf, err));
+    CK_TRY(ts_safetensors_open(&win, 0, 0, &sf, err));
     ckpt_status s = CKPT_OK;
     const ts_st_tensor *t = ts_safetensors_find(sf, e->key);
     uint64_t isz = ckpt_dtype_itemsize(e->dtype);
@@ -182,7 +182,7 @@ static ckpt_status resolve_item(ckpt_reader *r, const ckpt_entry *e, const ck_ch
     }
     if (!c->loc.transforms && src->len >= 4) {
         uint8_t magic[4];
-        CKPT_TRY(ck_source_read(src, 0, magic, 4, err));
+        CK_TRY(ck_source_read(src, 0, magic, 4, err));
         if (memcmp(magic, "PK\x03\x04", 4) != 0) {
             /* a safetensors blob starts with its u64 header length, then '{' */
             uint8_t head[9];
@@ -253,7 +253,7 @@ static void lru_evict(ckpt_reader *r, const ck_chunk *keep) {
 
 ckpt_status ck_chunk_pin(ckpt_reader *r, const ckpt_entry *e, ck_chunk *c,
                          const ck_source **decoded, ckpt_error *err) {
-    CKPT_TRY(ck_chunk_resolve(r, e, c, err));
+    CK_TRY(ck_chunk_resolve(r, e, c, err));
     ck_chunk_res *x = c->res;
     if (x->kind != CHUNK_IN_MEMORY)
         return ck_fail(err, CKPT_E_INVAL, "'%s': chunk is not decoded in memory", e->key);
@@ -320,7 +320,7 @@ ckpt_status ck_chunk_resolve(ckpt_reader *r, const ckpt_entry *e, ck_chunk *c, c
         ck_chunk *f = c;
         while (e->flat[f - e->chunks].skip)
             f--;
-        CKPT_TRY(ck_chunk_resolve(r, e, f, err));
+        CK_TRY(ck_chunk_resolve(r, e, f, err));
         if (f->res->kind == CHUNK_IN_FILE) first = f;
     }
     if (first) {

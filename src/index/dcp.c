@@ -72,7 +72,7 @@ static ckpt_status add_file(ckpt_reader *r, const char *name, bool only_file, ck
     /* opened from an image (image.h): its bytes, as if read from the file */
     const index_image_file *f = index_image_find(r->image, name);
     if (!f) return ck_fail(err, CKPT_E_NOTFOUND, "%s: cannot open: %s", path, strerror(ENOENT));
-    CKPT_TRY(index_metadata_check_head(path, f->data, (size_t)f->len, err));
+    CK_TRY(index_metadata_check_head(path, f->data, (size_t)f->len, err));
     return add_metadata(r, path, f->data, (size_t)f->len, only_file, false, err);
 }
 
@@ -101,9 +101,9 @@ static ckpt_status add_rank_local(ckpt_reader *r, ckpt_error *err) {
     long long *ranks = NULL;
     size_t n = 0;
     if (r->image) /* the image's files, in rank order as listed when it was read */
-        CKPT_TRY(image_ranks(r->image, &ranks, &n, err));
+        CK_TRY(image_ranks(r->image, &ranks, &n, err));
     else
-        CKPT_TRY(ck_metadata_list_ranks(r->dir, &ranks, &n, err));
+        CK_TRY(ck_metadata_list_ranks(r->dir, &ranks, &n, err));
     ckpt_status s = CKPT_OK;
     if (!n) {
         free(ranks);

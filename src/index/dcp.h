@@ -1,6 +1,6 @@
 /* dcp.h — the DCP storage format's entry for a `.metadata` held in memory (fuzzing, tests). */
-#ifndef CKPT_INDEX_DCP_H
-#define CKPT_INDEX_DCP_H
+#ifndef CK_INDEX_DCP_H
+#define CK_INDEX_DCP_H
 
 #include "index/reader_i.h"
 

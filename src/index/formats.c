@@ -15,7 +15,7 @@ static const index_format *const formats[] = {
 };
 
 ckpt_status index_complete(ckpt_reader *r, const index_format *f, ckpt_error *err) {
-    if (f->finish) CKPT_TRY(f->finish(r, err));
+    if (f->finish) CK_TRY(f->finish(r, err));
     return index_finish(r, f->file_rank, err);
 }
 

@@ -3,8 +3,8 @@
  *
  * To add a format: write its walker (a file of src/index/ that fills the index with the
  * builder's calls), give it an index_format below, and put it in the order of formats.c. */
-#ifndef CKPT_INDEX_FORMATS_H
-#define CKPT_INDEX_FORMATS_H
+#ifndef CK_INDEX_FORMATS_H
+#define CK_INDEX_FORMATS_H
 
 #include "index/builder.h"
 #include "index/metadata_files.h"

@@ -172,7 +172,7 @@ static ckpt_status read_weight_map(const char *path, const char *suffix, uint64_
     char *text = NULL;
     size_t len = 0;
     *map = NULL;
-    CKPT_TRY(slurp(path, max, count, &text, &len, err));
+    CK_TRY(slurp(path, max, count, &text, &len, err));
     if (bytes) *bytes = len;
     ckpt_status s = parse_weight_map(path, text, len, suffix, a, map, err);
     free(text);
@@ -201,7 +201,7 @@ ckpt_status ck_hf_index_files(const char *path, const char *suffix, uint64_t max
                               const char ***files, size_t *n, ckpt_error *err) {
     *files = NULL;
     *n = 0;
-    CKPT_TRY(read_weight_map(path, suffix, max, count, a, map, NULL, err));
+    CK_TRY(read_weight_map(path, suffix, max, count, a, map, NULL, err));
     return map_files(*map, files, n, err);
 }
 
@@ -254,7 +254,7 @@ static ckpt_status hf_files_find(const char *dir, const char *index_path, uint64
 
 ck_dir_kind ck_hf_dir_probe(const char *dir, struct timespec *mtime) {
     char path[4096];
-    int n = snprintf(path, sizeof path, "%s/%s", dir, CKPT_HF_INDEX_JSON);
+    int n = snprintf(path, sizeof path, "%s/%s", dir, CK_HF_INDEX_JSON);
     if (n < 0 || (size_t)n >= sizeof path) return CKPT_DIR_NONE;
     struct stat st;
     if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
@@ -542,7 +542,7 @@ static ckpt_status hf_index_add(ckpt_reader *r, ckpt_error *err) {
     size_t next_member = 0;
     hf_file f = {0};
     char index_path[4096];
-    snprintf(index_path, sizeof index_path, "%s/%s", r->dir, CKPT_HF_INDEX_JSON);
+    snprintf(index_path, sizeof index_path, "%s/%s", r->dir, CK_HF_INDEX_JSON);
     ck_arena *scratch = ck_arena_new(b.budget); /* the index json's parse */
     if (!scratch) return nomem(err);
     ckpt_status s = hf_files_find(r->dir, index_path, b.budget, &r->io_meta, scratch, &h, err);
@@ -645,8 +645,8 @@ ckpt_status ck_hf_dump_json(const char *dir, const ckpt_limits *l, char **out, c
     *out = NULL;
     uint64_t budget = l->max_metadata_bytes;
     char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, CKPT_HF_INDEX_JSON);
-    ck_strbuf sb = CKPT_STRBUF_INIT;
+    snprintf(path, sizeof path, "%s/%s", dir, CK_HF_INDEX_JSON);
+    ck_strbuf sb = CK_STRBUF_INIT;
     ck_arena *scratch = ck_arena_new(budget);
     if (!scratch) return nomem(err);
     hf_files h; /* the files hf_index_add reads */
@@ -670,7 +670,7 @@ ckpt_status ck_hf_dump_json(const char *dir, const ckpt_limits *l, char **out, c
         free(hdr);
     }
     if (s == CKPT_OK && h.index) {
-        ck_strbuf_addf(&sb, ",\"%s\":", CKPT_HF_INDEX_JSON);
+        ck_strbuf_addf(&sb, ",\"%s\":", CK_HF_INDEX_JSON);
         add_trimmed(&sb, h.index, h.index_len);
     }
     ck_strbuf_addc(&sb, '}');

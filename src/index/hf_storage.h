@@ -3,8 +3,8 @@
  * it (full tensors with `model.safetensors.index.json`, or every rank's chunks in
  * `shard-<rank>-model-<i>-of-<n>.safetensors` with DCP_SHARDING_INFO) and as the
  * HuggingFace hub stores models. */
-#ifndef CKPT_INDEX_HF_STORAGE_H
-#define CKPT_INDEX_HF_STORAGE_H
+#ifndef CK_INDEX_HF_STORAGE_H
+#define CK_INDEX_HF_STORAGE_H
 
 #include "ckpt.h"
 #include "index/metadata_files.h"
@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <time.h>
 
-#define CKPT_HF_INDEX_JSON "model.safetensors.index.json"
+#define CK_HF_INDEX_JSON "model.safetensors.index.json"
 
 /* The `*.safetensors` regular files of dir (symlinks followed), sorted by name: a malloc'ed
  * array of malloc'ed names (free with ck_hf_names_free); *newest (may be NULL) gets the

@@ -49,7 +49,7 @@ static ckpt_status add_file(blob_buf *b, const char *dir, const char *name, uint
     if (pn < 0 || (size_t)pn >= sizeof path)
         return ck_fail(err, CKPT_E_INVAL, "%s: path too long", dir);
     ck_metadata_stream *ms = NULL;
-    CKPT_TRY(ck_metadata_stream_open(path, max, count, &ms, err));
+    CK_TRY(ck_metadata_stream_open(path, max, count, &ms, err));
     const pk_input *in = ck_metadata_stream_input(ms);
     size_t nl = strlen(name);
     ckpt_status s = blob_grow(b, 16 + nl + in->len, err);

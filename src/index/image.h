@@ -8,8 +8,8 @@
  * The blob: "CKPTIMG1", u64 nfiles, then per file u64 name length, u64 data length, the name,
  * the data (host byte order: the processes of one job share it).  A blob is checked before
  * use (bounds, names), as any input. */
-#ifndef CKPT_INDEX_IMAGE_H
-#define CKPT_INDEX_IMAGE_H
+#ifndef CK_INDEX_IMAGE_H
+#define CK_INDEX_IMAGE_H
 
 #include "ckpt.h"
 

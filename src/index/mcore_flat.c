@@ -327,7 +327,7 @@ ckpt_status mcore_reformulate(ckpt_reader *r, ckpt_error *err) {
                                         m->file);
             continue;
         }
-        CKPT_TRY(reformulate(r, e, m, &budget, err));
+        CK_TRY(reformulate(r, e, m, &budget, err));
     }
     return CKPT_OK;
 }

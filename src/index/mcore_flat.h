@@ -2,8 +2,8 @@
  * original shapes a metadata pickle's `mcore_data` gives (copied: the document may be freed);
  * mcore_reformulate (the DCP format's finish) gives those entries their original shape back,
  * with chunks tiling it. */
-#ifndef CKPT_INDEX_MCORE_FLAT_H
-#define CKPT_INDEX_MCORE_FLAT_H
+#ifndef CK_INDEX_MCORE_FLAT_H
+#define CK_INDEX_MCORE_FLAT_H
 
 #include "index/reader_i.h"
 #include "pickle/pickle.h"

@@ -21,7 +21,7 @@
 static ckpt_status dump_file(const char *path, const ckpt_limits *l, char **out, ckpt_error *err) {
     *out = NULL;
     pk_doc *doc = NULL;
-    CKPT_TRY(ck_metadata_decode_file(path, l, &doc, NULL, err));
+    CK_TRY(ck_metadata_decode_file(path, l, &doc, NULL, err));
     ckpt_status s = pk_to_json(pk_doc_root(doc), l->max_depth,
                                pk_json_budget(pk_doc_bytes_used(doc)), out, err);
     if (s != CKPT_OK) ck_error_prefix(err, "%s: ", path);
@@ -60,7 +60,7 @@ ckpt_status ckpt_metadata_dump_json(const char *dir, const ckpt_open_options *op
         free(path);
         return ck_hf_dump_json(dir, &l, out, err);
     }
-    ck_strbuf sb = CKPT_STRBUF_INIT;
+    ck_strbuf sb = CK_STRBUF_INIT;
     ck_strbuf_addc(&sb, '{');
     for (size_t i = 0; i < n && s == CKPT_OK; i++) {
         snprintf(path, dl + 64, "%s/__%lld.metadata", dir, ranks[i]);

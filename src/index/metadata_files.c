@@ -58,7 +58,7 @@ ckpt_status ck_metadata_decode_file_watched(const char *path, const ckpt_limits 
                                             size_t *len, ckpt_error *err) {
     *doc = NULL;
     ck_metadata_stream *ms = NULL;
-    CKPT_TRY(ck_metadata_stream_open(path, l->max_metadata_bytes, count, &ms, err));
+    CK_TRY(ck_metadata_stream_open(path, l->max_metadata_bytes, count, &ms, err));
     const pk_input *in = ck_metadata_stream_input(ms);
     if (len) *len = in->len;
     /* torch pickles its metadata with protocol 2 or later: PROTO (0x80) and the protocol.

@@ -1,8 +1,8 @@
 /* metadata_files.h — finding and reading a checkpoint's metadata files, shared by the index
  * (ckpt_reader_open) and the JSON dump (ckpt_metadata_dump_json): one set of limits, one way
  * to read and decode a metadata file, one way to list rank-local `__<r>.metadata` files. */
-#ifndef CKPT_INDEX_METADATA_FILES_H
-#define CKPT_INDEX_METADATA_FILES_H
+#ifndef CK_INDEX_METADATA_FILES_H
+#define CK_INDEX_METADATA_FILES_H
 
 #include "ckpt.h"
 #include "pickle/pickle.h"

@@ -3,8 +3,8 @@
  * their own as the decoder finishes each SETITEMS batch, so that on two or more CPUs the walk
  * costs (almost) no time after the last byte is decoded; that thread also decodes part of the
  * batches (pk_watch.split), sharing the decoding itself between two CPUs. */
-#ifndef CKPT_INDEX_METADATA_OVERLAP_H
-#define CKPT_INDEX_METADATA_OVERLAP_H
+#ifndef CK_INDEX_METADATA_OVERLAP_H
+#define CK_INDEX_METADATA_OVERLAP_H
 
 #include "index/reader_i.h"
 #include "pickle/pickle.h"

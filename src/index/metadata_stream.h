@@ -2,8 +2,8 @@
  * `read`): the decoder's window slides over the file, so no buffer of the file's size is
  * ever allocated or faulted in (a 1 M-chunk `.metadata` is ~200 MB).  Read errors are kept
  * and reported by ck_metadata_stream_finish, naming the file and offset. */
-#ifndef CKPT_INDEX_METADATA_STREAM_H
-#define CKPT_INDEX_METADATA_STREAM_H
+#ifndef CK_INDEX_METADATA_STREAM_H
+#define CK_INDEX_METADATA_STREAM_H
 
 #include "ckpt.h"
 #include "pickle/pickle.h"

@@ -298,7 +298,7 @@ ckpt_status ck_walk_sdm(walk *w, ck_pairs p, size_t base, unsigned threads, ckpt
         uint64_t h = index_key_hash(key);
         ckpt_entry *e = index_find_hashed(r, key, h);
         if (e) { /* made earlier: walked after the new ones, in order */
-            CKPT_TRY_GOTO(st, defer(w, key, v, err), done);
+            CK_TRY_GOTO(st, defer(w, key, v, err), done);
             continue;
         }
         if (!(e = index_new_entry_hashed(r, key, h))) {
@@ -361,7 +361,7 @@ static ckpt_status walk_state_dict_metadata(walk *w, const pk_value *sdm, ckpt_e
     if (!sdm || sdm->type != PK_DICT)
         return ck_fail(err, CKPT_E_FORMAT, "%s: state_dict_metadata is missing or not a dict",
                        w->file);
-    CKPT_TRY(ck_walk_sdm(w, dict_pairs(sdm), 0, w->r->limits.index_threads, err));
+    CK_TRY(ck_walk_sdm(w, dict_pairs(sdm), 0, w->r->limits.index_threads, err));
     return ck_walk_sdm_end(w, err);
 }
 
@@ -401,7 +401,7 @@ ckpt_status ck_walk_planner(walk *w, ck_pairs p, ckpt_error *err) {
         ckpt_entry *e = key ? index_find_near(r, key, w->pd_guess) : NULL;
         if (!e) continue;
         w->pd_guess = e->index + 1;
-        if (!e->path) CKPT_TRY(set_path(r, e, p.v[i * p.stride], err));
+        if (!e->path) CK_TRY(set_path(r, e, p.v[i * p.stride], err));
     }
     return CKPT_OK;
 }
@@ -514,7 +514,7 @@ ckpt_status ck_walk_storage(walk *w, ck_pairs p, ckpt_error *err) {
         if (!offv || offv->type == PK_NONE) {
             /* the first location wins (rank-local metadata: lowest rank) */
             if (e->kind == CKPT_ENTRY_OBJECT && e->loc.file_id < 0)
-                CKPT_TRY(fill_loc(w, &e->loc, info, err));
+                CK_TRY(fill_loc(w, &e->loc, info, err));
             else
                 r->unmatched_storage++;
             continue;
@@ -533,7 +533,7 @@ ckpt_status ck_walk_storage(walk *w, ck_pairs p, ckpt_error *err) {
             boxes_equal(e->chunks[hint].offsets, off, e->ndim))
             match = &e->chunks[hint];
         if (!match) {
-            if (!w->chunk_index_built) CKPT_TRY(build_chunk_index(w, err));
+            if (!w->chunk_index_built) CK_TRY(build_chunk_index(w, err));
             uint64_t eidx = e->index, v;
             const void *ctx[3] = {r, off, &eidx};
             if (ck_htab_find(&w->chunk_index, ck_hash_bytes(off, n * 8, e->index), chunk_eq, ctx,
@@ -544,7 +544,7 @@ ckpt_status ck_walk_storage(walk *w, ck_pairs p, ckpt_error *err) {
             r->unmatched_storage++; /* unknown box, duplicate, or a zero-size chunk */
             continue;
         }
-        CKPT_TRY(fill_loc(w, &match->loc, info, err));
+        CK_TRY(fill_loc(w, &match->loc, info, err));
     }
     return CKPT_OK;
 }
@@ -619,9 +619,9 @@ ckpt_status ck_walk_doc(ckpt_reader *r, const char *file, const pk_doc *doc, ckp
     walk *w = ck_walk_new(r, file);
     if (!w) return index_nomem(err);
     ck_walk_note_root(r, root, sdm);
-    CKPT_TRY_GOTO(st, walk_state_dict_metadata(w, sdm, err), done);
-    CKPT_TRY_GOTO(st, walk_planner_data(w, pk_get(root, "planner_data"), err), done);
-    CKPT_TRY_GOTO(st, walk_storage_data(w, pk_get(root, "storage_data"), err), done);
+    CK_TRY_GOTO(st, walk_state_dict_metadata(w, sdm, err), done);
+    CK_TRY_GOTO(st, walk_planner_data(w, pk_get(root, "planner_data"), err), done);
+    CK_TRY_GOTO(st, walk_storage_data(w, pk_get(root, "storage_data"), err), done);
 done:
     ck_walk_free(w);
     return st;

@@ -4,8 +4,8 @@
  * way; metadata_overlap.c feeds the same steps the pairs of each SETITEMS batch while the rest
  * of the pickle is still being decoded.  The same pairs in the same order give the same
  * index either way. */
-#ifndef CKPT_INDEX_METADATA_WALK_H
-#define CKPT_INDEX_METADATA_WALK_H
+#ifndef CK_INDEX_METADATA_WALK_H
+#define CK_INDEX_METADATA_WALK_H
 
 #include "index/builder.h"
 #include "pickle/pickle.h"

@@ -13,7 +13,7 @@ ckpt_status ckpt_object_load(ckpt_reader *r, const ckpt_entry *e, ckpt_object **
     if (e->problem) return ck_fail(err, CKPT_E_FORMAT, "'%s': %s", e->key, e->problem);
     if (e->value) return ck_object_from_pickle(e->value, out, err); /* in a torch.save file */
     ck_source src;
-    CKPT_TRY(ck_loc_source(r, &e->loc, e->key, &src, err));
+    CK_TRY(ck_loc_source(r, &e->loc, e->key, &src, err));
     if (src.len > r->limits.max_object_bytes)
         return ck_fail(err, CKPT_E_LIMIT, "'%s': object of %llu bytes exceeds the limit", e->key,
                        (unsigned long long)src.len);

@@ -76,7 +76,7 @@ ckpt_status ckpt_reader_open(const char *dir, const ckpt_open_options *opts, ckp
         s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
         goto fail;
     }
-    CKPT_TRY_GOTO(s, file ? index_build_file(r, err) : index_build(r, err), fail);
+    CK_TRY_GOTO(s, file ? index_build_file(r, err) : index_build(r, err), fail);
     *out = r;
     return CKPT_OK;
 fail:
@@ -99,7 +99,7 @@ ckpt_status index_reader_open_image(const char *dir, const ckpt_open_options *op
                        "a directory's)",
                        dir);
     index_image img;
-    CKPT_TRY(index_image_parse(blob, len, &img, err));
+    CK_TRY(index_image_parse(blob, len, &img, err));
     ckpt_reader *r = NULL;
     ckpt_status s = reader_new(dir, opts ? opts->limits : NULL, &r, err);
     /* the same checkpoint here: every file of the image, with its size (a stat, not a read) */

@@ -1,7 +1,7 @@
 /* reader_i.h — private layout of the reader: entries, chunks, data files and their locks.
  * Shared by the index (building), chunk resolution, the slicer and object loading. */
-#ifndef CKPT_INDEX_READER_I_H
-#define CKPT_INDEX_READER_I_H
+#ifndef CK_INDEX_READER_I_H
+#define CK_INDEX_READER_I_H
 
 #include "ckpt.h"
 #include "torchsave/item.h"

@@ -283,7 +283,7 @@ static ckpt_status tc_leaf(void *ctx, const index_elem *elems, size_t n, const p
 /* Walks `name` (rank `rank` of w->item) below the item key. */
 static ckpt_status walk_file(tc *w, const char *name, long long rank, ckpt_error *err) {
     w->rank = rank;
-    CKPT_TRY(index_ts_open(w->r, name, &w->it, &w->file_id, &w->file_path, err));
+    CK_TRY(index_ts_open(w->r, name, &w->it, &w->file_id, &w->file_path, err));
     index_elem top = {w->item, strlen(w->item), false};
     return index_ts_walk(w->r, w->it, w->file_id, &top, 1, w->pend ? tc_leaf : NULL, w, err);
 }
@@ -373,7 +373,7 @@ static ckpt_status named_entries(tc *w, const pk_value *paths, ck_arena *tmp, ck
         if (index_find(r, key)) continue; /* named twice ("a.b" and ["a", "b"]): the first */
         ckpt_entry *e = index_new_entry(r, key);
         if (!e) return index_nomem(err);
-        CKPT_TRY(index_set_path(r, e, elems, path->len + 1, err));
+        CK_TRY(index_set_path(r, e, elems, path->len + 1, err));
         pending *p = &w->pend[w->npend++];
         p->entry = e->index;
         p->groups = paths->u.dict.vals[i];

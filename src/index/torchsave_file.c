@@ -88,7 +88,7 @@ static ckpt_status walk_value(walk *w, const pk_value *v, ckpt_error *err) {
         w->depth++;
         ckpt_status s = walk_value(w, d ? d->u.dict.vals[i] : v->u.seq.items[i], err);
         w->depth--;
-        CKPT_TRY(s);
+        CK_TRY(s);
     }
     return CKPT_OK;
 }
@@ -118,7 +118,7 @@ ckpt_status index_ts_add_leaf(ckpt_reader *r, ts_item *it, int32_t file_id, cons
     if (index_find(r, key)) return CKPT_OK; /* "a.b" twice ({"a.b": x, "a": {"b": y}}): first */
     ckpt_entry *e = index_new_entry(r, key);
     if (!e) return index_nomem(err);
-    CKPT_TRY(index_set_path(r, e, elems, n, err));
+    CK_TRY(index_set_path(r, e, elems, n, err));
     if (!ts_is_tensor_node(v)) {
         e->kind = CKPT_ENTRY_OBJECT;
         e->value = v;             /* converted when loaded (object_load.c) */
@@ -150,7 +150,7 @@ ckpt_status index_ts_add_leaf(ckpt_reader *r, ts_item *it, int32_t file_id, cons
     if (bad) e->problem = bad;
     e->chunks = c;
     e->nchunks = 1;
-    CKPT_TRY(index_ts_chunk(r, it, file_id, &t, 0, offsets, shape, e->numel, c, err));
+    CK_TRY(index_ts_chunk(r, it, file_id, &t, 0, offsets, shape, e->numel, c, err));
     if (!e->problem && e->numel && c->loc.file_id >= 0) r->info.stored_bytes += e->nbytes;
     return CKPT_OK;
 }
@@ -216,7 +216,7 @@ ckpt_status index_ts_open(ckpt_reader *r, const char *name, ts_item **out, int32
                        "_use_new_zipfile_serialization=False): not read; save it again with "
                        "torch.save",
                        path);
-    CKPT_TRY(os);
+    CK_TRY(os);
     ts_item **m = realloc(r->owned_items, (r->nowned + 1) * sizeof *m);
     if (!m) {
         ts_item_free(it);
@@ -248,7 +248,7 @@ static ckpt_status add_one(ckpt_reader *r, const char *name, ckpt_error *err) {
     ts_item *it;
     int32_t id;
     const char *path;
-    CKPT_TRY(index_ts_open(r, name, &it, &id, &path, err));
+    CK_TRY(index_ts_open(r, name, &it, &id, &path, err));
     size_t before = r->nentries;
     ckpt_status s = index_ts_walk(r, it, id, NULL, 0, NULL, NULL, err);
     if (s == CKPT_OK && r->nentries == before)

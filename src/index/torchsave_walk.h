@@ -2,8 +2,8 @@
  * files are torch.save archives (torch_checkpointing.c): open one file of the checkpoint
  * directory, walk its pickle as torch's flatten_state_dict traverses a state dict, and make
  * entries and chunks of what it meets. */
-#ifndef CKPT_INDEX_TORCHSAVE_WALK_H
-#define CKPT_INDEX_TORCHSAVE_WALK_H
+#ifndef CK_INDEX_TORCHSAVE_WALK_H
+#define CK_INDEX_TORCHSAVE_WALK_H
 
 #include "index/builder.h"
 #include "torchsave/item.h"

@@ -80,7 +80,7 @@ static ckpt_status flush(dev_sink *s, ckpt_error *err) {
 /* Ends the current half (its copies are behind an event) and waits until the other half's
  * copies are done, then fills that one. */
 static ckpt_status flip(dev_sink *s, ckpt_error *err) {
-    CKPT_TRY(flush(s, err));
+    CK_TRY(flush(s, err));
     cudaError_t e = cudaSuccess;
     if (s->pending[s->cur]) e = cudaEventRecord(s->done[s->cur], s->stream);
     if (e != cudaSuccess) return ck_cuda_fail(err, e, "event record");
@@ -119,7 +119,7 @@ ckpt_status dev_sink_put(dev_sink *s, const uint8_t *buf, uint8_t *dst, const ui
         if (!room) return err && err->code ? err->code : CKPT_E_IO;
         uint64_t k = n < avail ? n : avail;
         memcpy(room, src, (size_t)k);
-        CKPT_TRY(dev_sink_fill(s, buf, dst, k, err));
+        CK_TRY(dev_sink_fill(s, buf, dst, k, err));
         dst += k;
         src += k;
         n -= k;

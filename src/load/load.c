@@ -139,7 +139,7 @@ ckpt_status ckpt_load_request(ckpt_load *l, const char *key, const int64_t *star
 ckpt_status ckpt_load_request_mem(ckpt_load *l, const char *key, const int64_t *start,
                                   const int64_t *count, void *dst, size_t dst_size,
                                   ckpt_load_memory mem, ckpt_error *err) {
-    CKPT_ERR_OR_LOCAL(err);
+    CK_ERR_OR_LOCAL(err);
     if (mem != CKPT_LOAD_MEM_AUTO && mem != CKPT_LOAD_MEM_HOST && mem != CKPT_LOAD_MEM_CUDA)
         return ck_fail(err, CKPT_E_INVAL, "'%s': unknown memory kind %d", key, (int)mem);
     if (mem == CKPT_LOAD_MEM_CUDA && !dev_supported())
@@ -183,7 +183,7 @@ ckpt_status ckpt_load_request_mem(ckpt_load *l, const char *key, const int64_t *
 
 ckpt_status ckpt_load_request_shard(ckpt_load *l, const char *key, int dim, uint32_t nranks,
                                     uint32_t rank, void *dst, size_t dst_size, ckpt_error *err) {
-    CKPT_ERR_OR_LOCAL(err);
+    CK_ERR_OR_LOCAL(err);
     const ckpt_entry *e = ckpt_reader_find(l->r, key);
     if (!e || ckpt_entry_kind_of(e) != CKPT_ENTRY_TENSOR)
         return ck_fail(err, CKPT_E_NOTFOUND, "no tensor '%s'", key);
@@ -321,7 +321,7 @@ static ckpt_status plan_box(void *ctx, const slice_box *b, ckpt_error *err) {
             g.dst += (uint64_t)(idx[d] * ds[d]);
         }
         gpiece_extent(&g);
-        CKPT_TRY(push_piece(x, &g, err));
+        CK_TRY(push_piece(x, &g, err));
         int d = split - 1;
         for (; d >= 0; d--) {
             if (++idx[d] < cnt[d]) break;
@@ -412,7 +412,7 @@ static ckpt_status read_whole(ckpt_load *l, const lreq *q, ckpt_error *err) {
 }
 
 ckpt_status ckpt_load_execute(ckpt_load *l, const ckpt_load_options *opts, ckpt_error *err) {
-    CKPT_ERR_OR_LOCAL(err);
+    CK_ERR_OR_LOCAL(err);
     ckpt_error local = {0};
     if (!err) err = &local;
     ckpt_load_options o = opts ? *opts : (ckpt_load_options){0};

@@ -1,7 +1,7 @@
 /* load_i.h — private state of the collective loader: the rank's requests, the job-wide piece
  * table every rank computes identically, and the helpers of each phase. */
-#ifndef CKPT_LOAD_LOAD_I_H
-#define CKPT_LOAD_LOAD_I_H
+#ifndef CK_LOAD_LOAD_I_H
+#define CK_LOAD_LOAD_I_H
 
 #include "ckpt_load.h"
 #include "ckpt_transport.h"

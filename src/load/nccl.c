@@ -168,7 +168,7 @@ static ckpt_status grow(uint8_t **p, uint64_t *have, uint64_t want, const char *
 
 ckpt_status nccl_link_stage(nccl_link *x, uint64_t bytes, uint8_t **host, ckpt_error *err) {
     *host = NULL;
-    CKPT_TRY(flush(x, err));
+    CK_TRY(flush(x, err));
     cudaError_t e = cudaStreamSynchronize(x->stream);
     if (e != cudaSuccess) return ck_cuda_fail(err, e, "NCCL transport stream");
     if (x->win_bytes < bytes) {
@@ -181,7 +181,7 @@ ckpt_status nccl_link_stage(nccl_link *x, uint64_t bytes, uint8_t **host, ckpt_e
         if (e != cudaSuccess) return ck_cuda_fail(err, e, "pinned window");
         x->host = x->hostmem.p;
         uint64_t have = 0;
-        CKPT_TRY(grow(&x->win, &have, bytes, "device window", err));
+        CK_TRY(grow(&x->win, &have, bytes, "device window", err));
         x->win_bytes = bytes;
     }
     *host = x->host;
@@ -189,12 +189,12 @@ ckpt_status nccl_link_stage(nccl_link *x, uint64_t bytes, uint8_t **host, ckpt_e
 }
 
 ckpt_status nccl_link_reserve(nccl_link *x, uint64_t send, uint64_t recv, ckpt_error *err) {
-    CKPT_TRY(flush(x, err));
+    CK_TRY(flush(x, err));
     if (x->send_bytes < send || x->recv_bytes < recv) {
         cudaError_t e = cudaStreamSynchronize(x->stream);
         if (e != cudaSuccess) return ck_cuda_fail(err, e, "NCCL transport stream");
     }
-    CKPT_TRY(grow(&x->send, &x->send_bytes, send, "device send buffer", err));
+    CK_TRY(grow(&x->send, &x->send_bytes, send, "device send buffer", err));
     return grow(&x->recv, &x->recv_bytes, recv, "device receive buffer", err);
 }
 
@@ -229,7 +229,7 @@ ckpt_status nccl_link_deliver(nccl_link *x, const uint8_t *buf, uint8_t *dst, ui
 
 ckpt_status nccl_link_exchange(nccl_link *x, const int *sc, const int *sd, const int *rc,
                                const int *rd, ckpt_error *err) {
-    CKPT_TRY(flush(x, err));
+    CK_TRY(flush(x, err));
     ncclResult_t r = ncclGroupStart();
     if (r != ncclSuccess) return nccl_fail(err, r, "group start");
     ncclResult_t first = ncclSuccess;

@@ -68,7 +68,7 @@ ckpt_status load_region_to_device(ckpt_load *l, const lreq *q, ckpt_error *err) 
         uint64_t avail;
         uint8_t *room = dev_sink_room(l->dev, q->size ? q->size : 1, &avail, err);
         if (!room) return err && err->code ? err->code : CKPT_E_IO;
-        if (q->size) CKPT_TRY(ckpt_read_region(l->r, q->e, NULL, NULL, room, (size_t)q->size, err));
+        if (q->size) CK_TRY(ckpt_read_region(l->r, q->e, NULL, NULL, room, (size_t)q->size, err));
         l->stats.bytes_device += q->size;
         return dev_sink_fill(l->dev, q->dst, q->dst, q->size, err);
     }
@@ -101,8 +101,8 @@ ckpt_status load_region_to_device(ckpt_load *l, const lreq *q, ckpt_error *err) 
         if (avail < bytes) /* cannot happen: a slab fits an empty half */
             return ck_fail(err, CKPT_E_LIMIT, "'%s': slab of %llu bytes over the staging half",
                            ckpt_entry_key(q->e), (unsigned long long)bytes);
-        CKPT_TRY(ckpt_read_region(l->r, q->e, start, count, room, (size_t)bytes, err));
-        CKPT_TRY(dev_sink_fill(l->dev, q->dst, q->dst + lin * inner[d], bytes, err));
+        CK_TRY(ckpt_read_region(l->r, q->e, start, count, room, (size_t)bytes, err));
+        CK_TRY(dev_sink_fill(l->dev, q->dst, q->dst + lin * inner[d], bytes, err));
         l->stats.bytes_device += bytes;
         /* next: advance idx[d] by k, carrying into outer dims */
         idx[d] += (int64_t)k;

@@ -80,7 +80,7 @@ static void mpi_destroy(void *ctx) {
 }
 
 ckpt_status ckpt_transport_mpi_new(MPI_Comm comm, ckpt_transport *out, ckpt_error *err) {
-    CKPT_ERR_OR_LOCAL(err);
+    CK_ERR_OR_LOCAL(err);
     *out = (ckpt_transport){0};
     mpi_ctx *m = calloc(1, sizeof *m);
     if (!m) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
@@ -117,7 +117,7 @@ ckpt_status ckpt_transport_mpi_new(MPI_Comm comm, ckpt_transport *out, ckpt_erro
 
 ckpt_status ckpt_load_open(MPI_Comm comm, const char *dir, const ckpt_open_options *opts,
                            ckpt_load **out, ckpt_error *err) {
-    CKPT_ERR_OR_LOCAL(err);
+    CK_ERR_OR_LOCAL(err);
     *out = NULL;
     ckpt_transport t;
     ckpt_status s = ckpt_transport_mpi_new(comm, &t, err); /* cannot agree: no transport */

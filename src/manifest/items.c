@@ -101,7 +101,7 @@ ckpt_status manifest_items(ckpt_reader *r, manifest_item_list *l, ckpt_error *er
             s = push(&v, n, &cap, (ckpt_manifest_record){r->files[f].name, 0, 8 + hl, 0}, err);
         }
         l->recs = v;
-        if (s == CKPT_OK) s = push_file(r, CKPT_HF_INDEX_JSON, l, &cap, err);
+        if (s == CKPT_OK) s = push_file(r, CK_HF_INDEX_JSON, l, &cap, err);
         v = l->recs;
     } else if (s == CKPT_OK && !r->info.rank_local_metadata) {
         l->recs = v;

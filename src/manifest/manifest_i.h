@@ -1,7 +1,7 @@
 /* manifest_i.h — private layout of a manifest, and the parallel range hasher shared by
  * building and verifying. */
-#ifndef CKPT_MANIFEST_MANIFEST_I_H
-#define CKPT_MANIFEST_MANIFEST_I_H
+#ifndef CK_MANIFEST_MANIFEST_I_H
+#define CK_MANIFEST_MANIFEST_I_H
 
 #include "ckpt_manifest.h"
 

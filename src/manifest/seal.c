@@ -16,7 +16,7 @@ ckpt_status ckpt_manifest_build(ckpt_reader *r, unsigned threads, ckpt_progress_
     if (s == CKPT_OK) s = manifest_from_records(items->recs, items->n, &m, err); /* copies */
     manifest_items_release(items);
     free(items);
-    CKPT_TRY(s);
+    CK_TRY(s);
     hash_job *jobs = calloc(m->n ? m->n : 1, sizeof *jobs);
     if (!jobs) {
         ckpt_manifest_free(m);

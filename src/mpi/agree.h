@@ -3,8 +3,8 @@
  * after each phase of a collective call every rank learns whether any rank failed and returns
  * the first failing rank's status and message, so no rank goes on to a collective operation
  * the others skip (no hangs) and all report the same error. */
-#ifndef CKPT_MPI_AGREE_H
-#define CKPT_MPI_AGREE_H
+#ifndef CK_MPI_AGREE_H
+#define CK_MPI_AGREE_H
 
 #include "ckpt.h"
 

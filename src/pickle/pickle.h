@@ -21,8 +21,8 @@
  * with the same keys: never compare nodes by address to tell values apart.  EXT1/2/4 and
  * NEXT_BUFFER/READONLY_BUFFER fail with CKPT_E_UNSUPPORTED.
  */
-#ifndef CKPT_PICKLE_H
-#define CKPT_PICKLE_H
+#ifndef CK_PICKLE_H
+#define CK_PICKLE_H
 
 #include "ckpt.h"
 

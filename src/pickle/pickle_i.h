@@ -1,8 +1,8 @@
 /* pickle_i.h — what the pickle decoder's files share and consumers must not use: the
  * document, value construction with count/depth/budget accounting (pickle_value.c) and the
  * protocol-0 text parsers (pickle_text.c). */
-#ifndef CKPT_PICKLE_I_H
-#define CKPT_PICKLE_I_H
+#ifndef CK_PICKLE_I_H
+#define CK_PICKLE_I_H
 
 #include "pickle/pickle.h"
 #include "util/arena.h"

@@ -1,7 +1,7 @@
 /* pickle_ops_i.h — pickle opcode values (protocols 0-5, as in CPython's pickletools) and their
  * names for error messages. */
-#ifndef CKPT_PICKLE_OPS_I_H
-#define CKPT_PICKLE_OPS_I_H
+#ifndef CK_PICKLE_OPS_I_H
+#define CK_PICKLE_OPS_I_H
 
 enum {
     PK_OP_MARK = '(',

@@ -330,7 +330,7 @@ ckpt_status pkvm_hand_pairs(pk_vm *vm, pk_value *dict, size_t at, pk_value *cons
             }
         }
     }
-    CKPT_TRY(pkvm_split_sync(vm)); /* then as a plain SETITEMS */
+    CK_TRY(pkvm_split_sync(vm)); /* then as a plain SETITEMS */
     return pkb_dict_extend(&vm->b, dict, kv, n / 2) ? CKPT_OK : pkvm_fail_build(vm);
 }
 

@@ -334,7 +334,7 @@ static ckpt_status memo_put(pk_vm *vm, uint64_t idx, pk_value *v) {
         return fail(vm, CKPT_E_UNSUPPORTED, "memo store %llu in a handed-over batch",
                     (unsigned long long)idx);
     /* handed batches may read the entry it replaces (new ones are above theirs) */
-    if (vm->split_dict && idx < vm->memo_end) CKPT_TRY(pkvm_split_sync(vm));
+    if (vm->split_dict && idx < vm->memo_end) CK_TRY(pkvm_split_sync(vm));
     if (idx >= vm->max_memo)
         return fail(vm, CKPT_E_LIMIT, "memo index %llu too large (limit %llu)",
                     (unsigned long long)idx, (unsigned long long)vm->max_memo);
@@ -349,11 +349,11 @@ static ckpt_status memo_put(pk_vm *vm, uint64_t idx, pk_value *v) {
         memset(vm->memo_dir + old, 0, (vm->memo_dir_cap - old) * sizeof *vm->memo_dir);
         if (!old) vm->memo_dir[0] = vm->memo_first;
         vm->memo_cap = vm->memo_dir_cap << MEMO_CHUNK_BITS;
-        if (vm->hcount) CKPT_TRY(hash_rebuild(vm, vm->hcap));
+        if (vm->hcount) CK_TRY(hash_rebuild(vm, vm->hcap));
     }
     if (idx < vm->memo_cap) {
         pk_value **slot;
-        CKPT_TRY(memo_slot(vm, idx, &slot));
+        CK_TRY(memo_slot(vm, idx, &slot));
         if (idx >= vm->memo_end) {
             vm->memo_end = idx + 1;
             vm->memo_count++;
@@ -363,7 +363,7 @@ static ckpt_status memo_put(pk_vm *vm, uint64_t idx, pk_value *v) {
         *slot = v;
         return CKPT_OK;
     }
-    if ((vm->hcount + 1) * 2 > vm->hcap) CKPT_TRY(hash_rebuild(vm, vm->hcap ? vm->hcap * 2 : 64));
+    if ((vm->hcount + 1) * 2 > vm->hcap) CK_TRY(hash_rebuild(vm, vm->hcap ? vm->hcap * 2 : 64));
     bool added;
     hash_insert(vm->hkeys, vm->hvals, vm->hcap, idx + 1, v, &added);
     if (added) {
@@ -377,7 +377,7 @@ static ckpt_status memo_put(pk_vm *vm, uint64_t idx, pk_value *v) {
  * PK_FLAG_ALIASED (see mutating()), written once, so that nodes the watch's thread reads too
  * (class references, keys) are not written again at every GET. */
 static ckpt_status push_again(pk_vm *vm, pk_value *v) {
-    if (v == vm->split_dict) CKPT_TRY(pkvm_split_sync(vm)); /* its batches are added first */
+    if (v == vm->split_dict) CK_TRY(pkvm_split_sync(vm)); /* its batches are added first */
     if (vm->watch && !(v->flags & PK_FLAG_ALIASED)) v->flags |= PK_FLAG_ALIASED;
     return push(vm, v);
 }
@@ -409,7 +409,7 @@ static bool split_may_share(const pk_vm *vm, const pk_value *v) {
 }
 
 static ckpt_status memo_push(pk_vm *vm, uint64_t idx) {
-    if (idx >= vm->memo_guard) CKPT_TRY(pkvm_memo_wait(vm, idx));
+    if (idx >= vm->memo_guard) CK_TRY(pkvm_memo_wait(vm, idx));
     pk_value *v = vm->sub && idx >= vm->memo_count ? NULL : memo_get(vm, idx);
     if (!v) return fail(vm, CKPT_E_FORMAT, "memo key %llu not found", (unsigned long long)idx);
     if (vm->sub && idx < vm->memo_lo) {
@@ -620,7 +620,7 @@ static void offer(pk_vm *vm, const pk_value *dict, size_t at, pk_value *const *k
 
 static ckpt_status append_items(pk_vm *vm, pk_value *target, pk_value *const *items, size_t n) {
     pk_builder *b = &vm->b;
-    CKPT_TRY(mutating(vm, target));
+    CK_TRY(mutating(vm, target));
     if (target->type == PK_LIST)
         return pkb_seq_extend(b, target, items, n) ? CKPT_OK : fail_build(vm);
     if (target->type != PK_OBJECT)
@@ -639,7 +639,7 @@ static ckpt_status set_items(pk_vm *vm, pk_value *target, size_t at, pk_value *c
                              size_t n) {
     pk_builder *b = &vm->b;
     if (n % 2) return fail(vm, CKPT_E_FORMAT, "odd number of items for a dict");
-    CKPT_TRY(mutating(vm, target));
+    CK_TRY(mutating(vm, target));
     if (target->type == PK_DICT) {
         if (target == vm->split_dict) return n ? pkvm_hand_pairs(vm, target, at, kv, n) : CKPT_OK;
         if (vm->watch && n) offer(vm, target, at, kv, n);
@@ -658,7 +658,7 @@ static ckpt_status set_items(pk_vm *vm, pk_value *target, size_t at, pk_value *c
 
 /* The target of APPENDS/SETITEMS/ADDITEMS: the item just below the popped mark. */
 static ckpt_status mark_target(pk_vm *vm, size_t *start, pk_value **target) {
-    CKPT_TRY(pop_mark(vm, start));
+    CK_TRY(pop_mark(vm, start));
     if (*start <= vm->fence) return underflow(vm);
     *target = vm->stack[*start - 1];
     return CKPT_OK;
@@ -686,7 +686,7 @@ static pk_value *mk_object(pk_vm *vm, pk_value *cls, pk_value *args, pk_value *k
 static ckpt_status global_part(pk_vm *vm, const char **out) {
     const uint8_t *s;
     size_t n;
-    CKPT_TRY(take_line(vm, &s, &n));
+    CK_TRY(take_line(vm, &s, &n));
     if (!utf8_valid(s, n) || memchr(s, '\0', n))
         return fail(vm, CKPT_E_FORMAT, "module or name is not a valid string");
     pk_value *str = pkb_string(&vm->b, PK_STR, s, n);
@@ -709,7 +709,7 @@ static pk_value *mk_global(pk_vm *vm, const char *module, const char *name) {
 static ckpt_status op_text_int(pk_vm *vm, bool is_long) {
     const uint8_t *s;
     size_t n;
-    CKPT_TRY(take_line(vm, &s, &n));
+    CK_TRY(take_line(vm, &s, &n));
     if (!is_long && n == 2 && s[0] == '0' && (s[1] == '0' || s[1] == '1'))
         return push_new(vm, s[1] == '1' ? mk_singleton(vm, &vm->yes, PK_BOOL, true)
                                         : mk_singleton(vm, &vm->no, PK_BOOL, false));
@@ -721,7 +721,7 @@ static ckpt_status op_float(pk_vm *vm) {
     const uint8_t *s;
     size_t n;
     double d;
-    CKPT_TRY(take_line(vm, &s, &n));
+    CK_TRY(take_line(vm, &s, &n));
     if (!pkt_parse_float(s, n, &d)) return fail(vm, CKPT_E_FORMAT, "invalid float literal");
     pk_value *v = pkb_scalar(&vm->b, PK_FLOAT);
     if (v) v->u.f = d;
@@ -744,7 +744,7 @@ static ckpt_status op_string(pk_vm *vm) {
     const uint8_t *s;
     size_t n, len;
     const char *why = NULL;
-    CKPT_TRY(take_line(vm, &s, &n));
+    CK_TRY(take_line(vm, &s, &n));
     if (n < 2 || s[0] != s[n - 1] || (s[0] != '\'' && s[0] != '"'))
         return fail(vm, CKPT_E_FORMAT, "STRING argument is not quoted");
     s++;
@@ -765,7 +765,7 @@ static ckpt_status op_unicode(pk_vm *vm) {
     const uint8_t *s;
     size_t n, len;
     const char *why = NULL;
-    CKPT_TRY(take_line(vm, &s, &n));
+    CK_TRY(take_line(vm, &s, &n));
     if (n > (SIZE_MAX - 1) / 2) return fail(vm, CKPT_E_LIMIT, "string too long");
     char *buf;
     pk_value *v = pkb_string_alloc(&vm->b, PK_STR, 2 * n, &buf);
@@ -779,7 +779,7 @@ static ckpt_status op_unicode(pk_vm *vm) {
 static ckpt_status op_persid(pk_vm *vm) {
     const uint8_t *s;
     size_t n;
-    CKPT_TRY(take_line(vm, &s, &n));
+    CK_TRY(take_line(vm, &s, &n));
     for (size_t i = 0; i < n; i++)
         if (s[i] & 0x80) return fail(vm, CKPT_E_FORMAT, "persistent id is not ASCII");
     pk_value *pid = pkb_string(&vm->b, PK_STR, s, n);
@@ -803,7 +803,7 @@ static ckpt_status op_memo_text(pk_vm *vm, bool put) {
     const uint8_t *s;
     size_t n;
     int64_t idx;
-    CKPT_TRY(take_line(vm, &s, &n));
+    CK_TRY(take_line(vm, &s, &n));
     pkt_num r = pkt_parse_i64(s, n, &idx);
     if (r == PKT_SYNTAX || (r == PKT_OK && idx < 0))
         return fail(vm, CKPT_E_FORMAT, "invalid memo index");
@@ -836,8 +836,8 @@ static ckpt_status op_long_bin(pk_vm *vm, int width) {
 
 static ckpt_status op_global(pk_vm *vm) {
     const char *module = NULL, *name = NULL; /* (set by global_part; for -O3) */
-    CKPT_TRY(global_part(vm, &module));
-    CKPT_TRY(global_part(vm, &name));
+    CK_TRY(global_part(vm, &module));
+    CK_TRY(global_part(vm, &name));
     return push_new(vm, mk_global(vm, module, name));
 }
 
@@ -914,7 +914,7 @@ static ckpt_status op_build(pk_vm *vm) {
     pk_value *inst = vm->stack[vm->sp - 2], *state = vm->stack[vm->sp - 1];
     if (inst->type != PK_OBJECT)
         return fail(vm, CKPT_E_FORMAT, "BUILD on %s", pk_type_name(inst->type));
-    CKPT_TRY(mutating(vm, inst));
+    CK_TRY(mutating(vm, inst));
     inst->u.obj.state = state; /* a second BUILD replaces the state */
     if (!pkb_nest(&vm->b, inst, pkb_depth(state))) return fail_build(vm);
     vm->sp--;
@@ -925,11 +925,11 @@ static ckpt_status op_build(pk_vm *vm) {
 static ckpt_status op_inst(pk_vm *vm, bool obj) {
     const char *module = NULL, *name = NULL;
     if (!obj) {
-        CKPT_TRY(global_part(vm, &module));
-        CKPT_TRY(global_part(vm, &name));
+        CK_TRY(global_part(vm, &module));
+        CK_TRY(global_part(vm, &name));
     }
     size_t start = 0; /* set by pop_mark; initialised for -O3 -Wmaybe-uninitialized */
-    CKPT_TRY(pop_mark(vm, &start));
+    CK_TRY(pop_mark(vm, &start));
     pk_value *cls;
     if (obj) {
         if (vm->sp == start) return fail(vm, CKPT_E_FORMAT, "OBJ without a class");
@@ -947,7 +947,7 @@ static ckpt_status op_inst(pk_vm *vm, bool obj) {
 /* TUPLE, LIST, DICT, FROZENSET: the marked items become a new container. */
 static ckpt_status op_collect(pk_vm *vm, pk_type t) {
     size_t start = 0; /* set by pop_mark; initialised for -O3 -Wmaybe-uninitialized */
-    CKPT_TRY(pop_mark(vm, &start));
+    CK_TRY(pop_mark(vm, &start));
     size_t n = vm->sp - start;
     pk_value *v;
     if (t == PK_TUPLE) {
@@ -968,7 +968,7 @@ static ckpt_status op_collect(pk_vm *vm, pk_type t) {
 static ckpt_status op_extend(pk_vm *vm, unsigned op) {
     size_t start = 0; /* set by pop_mark; initialised for -O3 -Wmaybe-uninitialized */
     pk_value *target = NULL;
-    CKPT_TRY(mark_target(vm, &start, &target));
+    CK_TRY(mark_target(vm, &start, &target));
     pk_value *const *items = vm->stack + start;
     size_t n = vm->sp - start;
     ckpt_status st;
@@ -1028,12 +1028,12 @@ static inline __attribute__((always_inline)) ckpt_status step(pk_vm *vm) {
     case PK_OP_PROTO: return op_proto(vm);
     case PK_OP_FRAME: return op_frame(vm);
     case PK_OP_MARK:
-        CKPT_TRY(push_mark(vm));
+        CK_TRY(push_mark(vm));
         return split_candidate(vm) ? pkvm_maybe_split(vm) : CKPT_OK;
     case PK_OP_POP: return op_pop(vm);
     case PK_OP_POP_MARK: {
         size_t start = 0; /* set by pop_mark; initialised for -O3 -Wmaybe-uninitialized */
-        CKPT_TRY(pop_mark(vm, &start));
+        CK_TRY(pop_mark(vm, &start));
         vm->sp = start;
         return CKPT_OK;
     }
@@ -1136,11 +1136,11 @@ static inline __attribute__((always_inline)) ckpt_status step(pk_vm *vm) {
  * switch.  (Inlined into both loops, the decoder's and a handed batch's: called, the switch
  * cost a third more per opcode.) */
 static inline __attribute__((always_inline)) ckpt_status step_memoize(pk_vm *vm) {
-    CKPT_TRY(step(vm));
+    CK_TRY(step(vm));
     if (vm->pos < vm->len && vm->buf[vm->pos] == PK_OP_MEMOIZE) {
         vm->op_off = vm->base + vm->pos++;
         vm->op = PK_OP_MEMOIZE;
-        CKPT_TRY(memo_store(vm, vm->memo_count));
+        CK_TRY(memo_store(vm, vm->memo_count));
     }
     return CKPT_OK;
 }
@@ -1157,8 +1157,8 @@ ckpt_status pkvm_decode_batch(pk_vm *vm, pk_batch *bt) {
     vm->sp = 0;
     if (vm->mcap < bt->nmarks) {
         void *arr = vm->marks;
-        CKPT_TRY(grow_aux(vm, "mark stack", &arr, &vm->mcap, bt->nmarks, sizeof *vm->marks, 16,
-                          vm->b.max_depth));
+        CK_TRY(grow_aux(vm, "mark stack", &arr, &vm->mcap, bt->nmarks, sizeof *vm->marks, 16,
+                        vm->b.max_depth));
         vm->marks = arr;
     }
     for (size_t i = 0; i < bt->nmarks; i++)
@@ -1173,7 +1173,7 @@ ckpt_status pkvm_decode_batch(pk_vm *vm, pk_batch *bt) {
         vm->op_off = vm->base + vm->pos;
         vm->op = vm->buf[vm->pos++];
         if (vm->op == PK_OP_STOP) return fail(vm, CKPT_E_FORMAT, "STOP in a batch");
-        CKPT_TRY(step_memoize(vm));
+        CK_TRY(step_memoize(vm));
     }
     if (vm->sp != 2 * bt->npairs || vm->memo_count != bt->memo_hi || vm->nmarks != bt->nmarks)
         return fail(vm, CKPT_E_FORMAT, "batch did not decode as scanned");
@@ -1187,7 +1187,7 @@ ckpt_status pkvm_decode_batch(pk_vm *vm, pk_batch *bt) {
 static ckpt_status run(pk_vm *vm) {
     /* The stack always exists, so `stack + sp` is never arithmetic on NULL. */
     void *arr = NULL;
-    CKPT_TRY(grow_aux(vm, "stack", &arr, &vm->scap, 1, sizeof *vm->stack, 16, vm->b.max_items));
+    CK_TRY(grow_aux(vm, "stack", &arr, &vm->scap, 1, sizeof *vm->stack, 16, vm->b.max_items));
     vm->stack = arr;
     for (;;) {
         if (vm->pos >= vm->len && !more(vm, 1)) {
@@ -1202,13 +1202,13 @@ static ckpt_status run(pk_vm *vm) {
          * next batch may come before its batches are all added */
         if (vm->split_dict &&
             ((vm->fence <= vm->split_at && vm->op != PK_OP_MARK) || vm->op == PK_OP_STOP))
-            CKPT_TRY(pkvm_split_sync(vm));
+            CK_TRY(pkvm_split_sync(vm));
         if (vm->op == PK_OP_STOP) {
             NEED_STACK(vm, 1);
             vm->result = vm->stack[--vm->sp];
             return CKPT_OK;
         }
-        CKPT_TRY(step_memoize(vm));
+        CK_TRY(step_memoize(vm));
     }
 }
 

@@ -1,8 +1,8 @@
 /* pickle_vm_i.h — what the decoder's opcode loop (pickle_vm.c) and split decoding
  * (pickle_split.c) share: the VM's state, a batch handed over to the consumer, and the few
  * calls each file makes into the other.  Private to those two files. */
-#ifndef CKPT_PICKLE_VM_I_H
-#define CKPT_PICKLE_VM_I_H
+#ifndef CK_PICKLE_VM_I_H
+#define CK_PICKLE_VM_I_H
 
 #include "pickle/pickle_i.h"
 

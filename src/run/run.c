@@ -149,7 +149,7 @@ ckpt_status run_list_steps(const char *run, bool no_symlink, bool with_unmarked,
 }
 
 ckpt_status ckpt_run_latest(const char *run, bool verify, char **name, ckpt_error *err) {
-    CKPT_ERR_OR_LOCAL(err);
+    CK_ERR_OR_LOCAL(err);
     if (!name) return ck_fail(err, CKPT_E_INVAL, "ckpt_run_latest: NULL argument");
     *name = NULL;
     if (!run) return ck_fail(err, CKPT_E_INVAL, "ckpt_run_latest: NULL argument");
@@ -157,7 +157,7 @@ ckpt_status ckpt_run_latest(const char *run, bool verify, char **name, ckpt_erro
     size_t nt = run_tracked(run, tracked);
     run_step *steps = NULL;
     size_t n = 0;
-    CKPT_TRY(run_list_steps(run, false, true, &steps, &n, err));
+    CK_TRY(run_list_steps(run, false, true, &steps, &n, err));
     /* candidates: the tracked names that are complete steps, then every step newest first */
     ckpt_status s = CKPT_E_NOTFOUND;
     for (size_t i = 0, tries = 0; i < nt + n && s == CKPT_E_NOTFOUND && tries < 8; i++) {

@@ -1,8 +1,8 @@
 /* run.h — a run directory: its steps (sub-directories holding a checkpoint), their order, and
  * the step its trackers name.  The one rule the mount (src/tree/ns.c), the saver's retention
  * (src/save/steps.c) and the CLI (RUN@latest, ckpt prune: ckpt_run_latest) share. */
-#ifndef CKPT_RUN_RUN_H
-#define CKPT_RUN_RUN_H
+#ifndef CK_RUN_RUN_H
+#define CK_RUN_RUN_H
 
 #include "ckpt.h"
 

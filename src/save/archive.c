@@ -30,13 +30,13 @@ static const char *storage_class(ckpt_dtype dt) {
 }
 
 static ckpt_status common_records(zip_writer *z, ckpt_error *err) {
-    CKPT_TRY(zw_add(z, ".format_version", "1", 1, err));
-    CKPT_TRY(zw_add(z, ".storage_alignment", "64", 2, err));
+    CK_TRY(zw_add(z, ".format_version", "1", 1, err));
+    CK_TRY(zw_add(z, ".storage_alignment", "64", 2, err));
     return zw_add(z, "byteorder", "little", 6, err);
 }
 
 static ckpt_status tail_records(zip_writer *z, uint64_t serial, ckpt_error *err) {
-    CKPT_TRY(zw_add(z, "version", "3\n", 2, err));
+    CK_TRY(zw_add(z, "version", "3\n", 2, err));
     /* torch writes 40 decimal digits (a per-archive id); any digits do. */
     char id[48];
     snprintf(id, sizeof id, "%020llu%020llu",
@@ -62,8 +62,8 @@ static ckpt_status emit_record_data(void *ctx, const void *block, size_t n, ckpt
 static ckpt_status tensor_record(zip_writer *z, const void *data, uint64_t nbytes, save_dev *dev,
                                  ckpt_error *err) {
     if (!dev) return zw_add(z, "data/0", data, nbytes, err);
-    CKPT_TRY(zw_record_begin(z, "data/0", nbytes, err));
-    CKPT_TRY(save_dev_stream(dev, data, nbytes, emit_record_data, z, err));
+    CK_TRY(zw_record_begin(z, "data/0", nbytes, err));
+    CK_TRY(save_dev_stream(dev, data, nbytes, emit_record_data, z, err));
     return zw_record_end(z, err);
 }
 
@@ -124,7 +124,7 @@ ckpt_status save_archive_tensor(save_sink *s, ckpt_dtype dt, int ndim, const int
     save_pickle_tensor(&w, dt, ndim, sizes, "0");
     char *pkl;
     size_t pkl_len;
-    CKPT_TRY(pkw_finish(&w, &pkl, &pkl_len, err));
+    CK_TRY(pkw_finish(&w, &pkl, &pkl_len, err));
 
     zip_writer z;
     zw_begin(&z, s, "archive");
@@ -144,7 +144,7 @@ ckpt_status save_archive_value(save_sink *s, const ckpt_save_value *v, uint64_t 
     save_value_pickle(&w, v);
     char *pkl;
     size_t pkl_len;
-    CKPT_TRY(pkw_finish(&w, &pkl, &pkl_len, err));
+    CK_TRY(pkw_finish(&w, &pkl, &pkl_len, err));
     zip_writer z;
     zw_begin(&z, s, "archive");
     ckpt_status st = zw_add(&z, "data.pkl", pkl, pkl_len, err);

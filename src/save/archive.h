@@ -2,8 +2,8 @@
  * torch._utils._rebuild_tensor_v2 / _v3 on storage "0") or a pickled value, with the records
  * torch 2.15 writes (.format_version, .storage_alignment, byteorder, version,
  * .data/serialization_id). */
-#ifndef CKPT_SAVE_ARCHIVE_H
-#define CKPT_SAVE_ARCHIVE_H
+#ifndef CK_SAVE_ARCHIVE_H
+#define CK_SAVE_ARCHIVE_H
 
 #include "save/device.h"
 #include "save/save_i.h"

@@ -31,7 +31,7 @@ ckpt_status ckpt_save_begin(const char *dir, const ckpt_save_options *opts, ckpt
                             ckpt_error *err) {
     *out = NULL;
     if (!dir || !*dir) return ck_fail(err, CKPT_E_INVAL, "no directory");
-    CKPT_TRY(save_options_check(opts, err));
+    CK_TRY(save_options_check(opts, err));
     size_t n = strlen(dir);
     while (n > 1 && dir[n - 1] == '/')
         n--;
@@ -98,7 +98,7 @@ const char *ckpt_save_txn_staging_dir(const ckpt_save_txn *t) { return t ? t->st
 /* Hashes the complete staging checkpoint through the reader and writes its manifest. */
 static ckpt_status seal(const char *dir, ckpt_error *err) {
     ckpt_reader *r;
-    CKPT_TRY(ckpt_reader_open(dir, NULL, &r, err));
+    CK_TRY(ckpt_reader_open(dir, NULL, &r, err));
     ckpt_manifest *m = NULL;
     ckpt_status s = ckpt_manifest_build(r, 0, NULL, NULL, &m, err);
     if (s == CKPT_OK) s = ckpt_manifest_save(m, dir, err);
@@ -113,8 +113,8 @@ ckpt_status ckpt_save_commit(ckpt_save_txn *t, const ckpt_save_desc *const *desc
     if (!t || !t->staging) return ck_fail(err, CKPT_E_INVAL, "no transaction");
     if (t->committed) return ck_fail(err, CKPT_E_INVAL, "%s: already committed", t->final_dir);
     bool sync = !t->opts.no_fsync;
-    CKPT_TRY(save_write_metadata_id(t->staging, descs, ndescs, &t->opts, t->final_dir, err));
-    if (t->opts.seal) CKPT_TRY(seal(t->staging, err));
+    CK_TRY(save_write_metadata_id(t->staging, descs, ndescs, &t->opts, t->final_dir, err));
+    if (t->opts.seal) CK_TRY(seal(t->staging, err));
     /* RENAME_NOREPLACE refuses a target created meanwhile; file systems without it fall back
      * to rename, which still fails on a non-empty directory. */
     int rc = renameat2(AT_FDCWD, t->staging, AT_FDCWD, t->final_dir, RENAME_NOREPLACE);
@@ -123,7 +123,7 @@ ckpt_status ckpt_save_commit(ckpt_save_txn *t, const ckpt_save_desc *const *desc
         return ck_fail(err, CKPT_E_IO, "rename %s -> %s: %s", t->staging, t->final_dir,
                        strerror(errno));
     t->committed = true;
-    if (sync) CKPT_TRY(save_fsync_dir(t->parent, err));
+    if (sync) CK_TRY(save_fsync_dir(t->parent, err));
     return CKPT_OK;
 }
 

@@ -1,6 +1,6 @@
 /* crc32.h — CRC-32 (ISO 3309 / zip polynomial 0xEDB88320) for the zip writer. */
-#ifndef CKPT_SAVE_CRC32_H
-#define CKPT_SAVE_CRC32_H
+#ifndef CK_SAVE_CRC32_H
+#define CK_SAVE_CRC32_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -83,7 +83,7 @@ ckpt_status ckpt_save_file_open(const char *dir, uint32_t rank, const ckpt_save_
                                 ckpt_save_file **out, ckpt_error *err) {
     *out = NULL;
     if (!dir) return ck_fail(err, CKPT_E_INVAL, "no directory");
-    CKPT_TRY(save_options_check(opts, err));
+    CK_TRY(save_options_check(opts, err));
     ckpt_save_file *f = calloc(1, sizeof *f);
     if (!f) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     f->fd = -1;
@@ -156,9 +156,9 @@ static ckpt_status written(ckpt_save_file *f, const save_item *it, ckpt_status s
 
 ckpt_status ckpt_save_file_add_tensor(ckpt_save_file *f, const ckpt_save_key *key,
                                       const ckpt_save_tensor *t, ckpt_error *err) {
-    CKPT_TRY(usable(f, err));
+    CK_TRY(usable(f, err));
     if (!t) return ck_fail(err, CKPT_E_INVAL, "no tensor");
-    CKPT_TRY(save_memory_check(t->memory, err));
+    CK_TRY(save_memory_check(t->memory, err));
     size_t isz = ckpt_dtype_itemsize(t->dtype);
     if (!isz) return ck_fail(err, CKPT_E_INVAL, "invalid dtype %d", (int)t->dtype);
     if (t->ndim < 0 || t->ndim > CKPT_MAX_NDIM || (t->ndim && !t->global_shape))
@@ -216,7 +216,7 @@ ckpt_status ckpt_save_file_add_tensor(ckpt_save_file *f, const ckpt_save_key *ke
 ckpt_status ckpt_save_file_add_value(ckpt_save_file *f, const ckpt_save_key *key,
                                      const ckpt_save_value *v, uint32_t replica_id,
                                      ckpt_error *err) {
-    CKPT_TRY(usable(f, err));
+    CK_TRY(usable(f, err));
     if (!v) return ck_fail(err, CKPT_E_INVAL, "no value");
     save_item *it = save_desc_push(f->desc);
     if (!it) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
@@ -233,7 +233,7 @@ ckpt_status ckpt_save_file_add_value(ckpt_save_file *f, const ckpt_save_key *key
 ckpt_status ckpt_save_file_add_value_archive(ckpt_save_file *f, const ckpt_save_key *key,
                                              const void *archive, size_t len, uint32_t replica_id,
                                              ckpt_error *err) {
-    CKPT_TRY(usable(f, err));
+    CK_TRY(usable(f, err));
     const unsigned char *a = archive;
     save_item *it = save_desc_push(f->desc);
     if (!it) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
@@ -254,7 +254,7 @@ ckpt_status ckpt_save_file_add_value_archive(ckpt_save_file *f, const ckpt_save_
 
 ckpt_status ckpt_save_file_finish(ckpt_save_file *f, ckpt_save_desc **out, ckpt_error *err) {
     *out = NULL;
-    CKPT_TRY(usable(f, err));
+    CK_TRY(usable(f, err));
     ckpt_status s = save_sink_flush(&f->sink, err);
     if (s == CKPT_OK && !f->no_fsync && fsync(f->fd) != 0)
         s = ck_fail(err, CKPT_E_IO, "%s: fsync: %s", f->path, strerror(errno));

@@ -29,7 +29,7 @@ static void str(ck_strbuf *b, const char *s) {
 
 ckpt_status ckpt_save_desc_encode(const ckpt_save_desc *d, void **buf, size_t *len,
                                   ckpt_error *err) {
-    ck_strbuf b = CKPT_STRBUF_INIT;
+    ck_strbuf b = CK_STRBUF_INIT;
     ck_strbuf_add(&b, DESC_MAGIC, 4);
     ck_strbuf_add_le(&b, DESC_VERSION, 4);
     ck_strbuf_add_le(&b, d->rank, 4);

@@ -2,8 +2,8 @@
  * the staging pipeline that brings device bytes to the host block by block through two
  * pinned halves (device.c with the cuda feature; nodevice.c without: no pointer is a device
  * pointer and a pipeline cannot be made). */
-#ifndef CKPT_SAVE_DEVICE_H
-#define CKPT_SAVE_DEVICE_H
+#ifndef CK_SAVE_DEVICE_H
+#define CK_SAVE_DEVICE_H
 
 #include "ckpt.h"
 

@@ -64,7 +64,7 @@ ckpt_status save_key_resolve(const ckpt_save_key *k, save_item *it, ckpt_error *
         if (!k->elems) return ck_fail(err, CKPT_E_INVAL, "key: nelems without elems");
         for (size_t i = 0; i < k->nelems; i++) {
             const ckpt_save_elem *e = &k->elems[i];
-            CKPT_TRY(add_elem(it, e->name, e->name ? strlen(e->name) : 0, !e->name, e->index, err));
+            CK_TRY(add_elem(it, e->name, e->name ? strlen(e->name) : 0, !e->name, e->index, err));
         }
     } else if (k->path && *k->path) {
         const char *p = k->path;
@@ -72,14 +72,14 @@ ckpt_status save_key_resolve(const ckpt_save_key *k, save_item *it, ckpt_error *
             const char *slash = strchr(p, '/');
             size_t n = slash ? (size_t)(slash - p) : strlen(p);
             if (all_digits(p, n))
-                CKPT_TRY(add_elem(it, NULL, 0, true, strtoll(p, NULL, 10), err));
+                CK_TRY(add_elem(it, NULL, 0, true, strtoll(p, NULL, 10), err));
             else
-                CKPT_TRY(add_elem(it, p, n, false, 0, err));
+                CK_TRY(add_elem(it, p, n, false, 0, err));
             if (!slash) break;
             p = slash + 1;
         }
     } else if (k->flat && *k->flat) {
-        CKPT_TRY(add_elem(it, k->flat, strlen(k->flat), false, 0, err));
+        CK_TRY(add_elem(it, k->flat, strlen(k->flat), false, 0, err));
     } else {
         return ck_fail(err, CKPT_E_INVAL, "empty key");
     }
@@ -91,7 +91,7 @@ ckpt_status save_key_resolve(const ckpt_save_key *k, save_item *it, ckpt_error *
         if (!it->key) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
         return CKPT_OK;
     }
-    ck_strbuf sb = CKPT_STRBUF_INIT;
+    ck_strbuf sb = CK_STRBUF_INIT;
     for (size_t i = 0; i < it->npath; i++) {
         if (i) ck_strbuf_addc(&sb, '.');
         if (it->path[i].name)

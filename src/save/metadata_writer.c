@@ -501,16 +501,16 @@ ckpt_status save_write_metadata_id(const char *dir, const ckpt_save_desc *const 
         opts->metadata_protocol != 5)
         return ck_fail(err, CKPT_E_INVAL, "metadata pickle protocol %d (4 or 5)",
                        opts->metadata_protocol);
-    CKPT_TRY(save_options_check(opts, err));
+    CK_TRY(save_options_check(opts, err));
     for (size_t i = 0; opts && opts->torch_target && i < ndescs; i++)
         for (size_t j = 0; j < descs[i]->n; j++)
             if (descs[i]->items[j].kind == SAVE_ITEM_TENSOR)
-                CKPT_TRY(save_dtype_check(opts->torch_target, descs[i]->items[j].dtype,
-                                          descs[i]->items[j].key, err));
+                CK_TRY(save_dtype_check(opts->torch_target, descs[i]->items[j].dtype,
+                                        descs[i]->items[j].key, err));
     const char *id = opts && opts->checkpoint_id ? opts->checkpoint_id : default_id;
     char *pk = NULL;
     size_t pk_len = 0;
-    CKPT_TRY(build_pickle(descs, ndescs, opts, id ? id : dir, &pk, &pk_len, err));
+    CK_TRY(build_pickle(descs, ndescs, opts, id ? id : dir, &pk, &pk_len, err));
     char *tmp = NULL, *fin = NULL;
     ckpt_status s = CKPT_OK;
     tmp = save_path_join(dir, ".metadata.tmp");

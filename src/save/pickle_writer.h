@@ -7,8 +7,8 @@
  * which for the immutable strings and classes written here reads back the same.  Protocol 4
  * output is cut into FRAMEs of about 64 KiB at opcode boundaries, as CPython's framer does.
  * Containers are written by the caller with the batch helpers (Python's 1000-item batches). */
-#ifndef CKPT_SAVE_PICKLE_WRITER_H
-#define CKPT_SAVE_PICKLE_WRITER_H
+#ifndef CK_SAVE_PICKLE_WRITER_H
+#define CK_SAVE_PICKLE_WRITER_H
 
 #include "ckpt.h"
 #include "util/htab.h"

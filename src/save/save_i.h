@@ -1,7 +1,7 @@
 /* save_i.h — internals shared by the saver's parts: the in-memory description of what one
  * rank wrote (ckpt_save_desc), key normalisation and the value tree. */
-#ifndef CKPT_SAVE_SAVE_I_H
-#define CKPT_SAVE_SAVE_I_H
+#ifndef CK_SAVE_SAVE_I_H
+#define CK_SAVE_SAVE_I_H
 
 #include "ckpt_save.h"
 #include "save/pickle_writer.h"

@@ -52,14 +52,14 @@ ckpt_status save_sink_write(save_sink *s, const void *data, size_t len, ckpt_err
         s->pos += len;
         return CKPT_OK;
     }
-    CKPT_TRY(save_sink_flush(s, err));
+    CK_TRY(save_sink_flush(s, err));
     if (len < s->cap / 2) {
         memcpy(s->buf, data, len);
         s->len = len;
         s->pos += len;
         return CKPT_OK;
     }
-    CKPT_TRY(write_all(s, data, len, s->pos, err));
+    CK_TRY(write_all(s, data, len, s->pos, err));
     s->pos += len;
     return CKPT_OK;
 }

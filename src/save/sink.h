@@ -1,8 +1,8 @@
 /* sink.h — sequential, buffered writing into one file descriptor with the position tracked
  * (the per-rank data file).  Small pieces are gathered in a buffer; large ones go straight
  * from the caller's memory to the file.  Errors name the file and the offset. */
-#ifndef CKPT_SAVE_SINK_H
-#define CKPT_SAVE_SINK_H
+#ifndef CK_SAVE_SINK_H
+#define CK_SAVE_SINK_H
 
 #include "ckpt.h"
 

@@ -224,7 +224,7 @@ ckpt_status ckpt_save_retain(const char *parent, size_t keep, const char *protec
     size_t nt = run_tracked(parent, tracked);
     run_step *steps = NULL;
     size_t n = 0;
-    CKPT_TRY(run_list_steps(parent, true, false, &steps, &n, err));
+    CK_TRY(run_list_steps(parent, true, false, &steps, &n, err));
     ckpt_status s = CKPT_OK;
     /* newest first: the first `keep` stay; of the older ones, a protected one stays too (a
      * newer step is never deleted for it) */

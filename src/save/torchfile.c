@@ -162,7 +162,7 @@ static ckpt_status push_kid(builder *b, uint32_t at, uint32_t kid, ckpt_error *e
 /* List `at` padded with None up to position i (inclusive). */
 static ckpt_status list_extend(builder *b, uint32_t at, int64_t i, ckpt_error *err) {
     while ((int64_t)b->nodes[at].nkids <= i)
-        CKPT_TRY(push_kid(b, at, NONE_KID, err));
+        CK_TRY(push_kid(b, at, NONE_KID, err));
     return CKPT_OK;
 }
 
@@ -199,7 +199,7 @@ static ckpt_status place(builder *b, const elem *el, size_t m, uint32_t leaf, co
     if (b->root == UINT32_MAX) {
         /* the root's kind is what DCP's set_element makes for the first key under it (a
          * whole state_dict is always a dict: ckpt_torchsave_create makes it one first) */
-        CKPT_TRY(new_node(b, el[0].is_int ? N_LIST : N_DICT, &b->root, err));
+        CK_TRY(new_node(b, el[0].is_int ? N_LIST : N_DICT, &b->root, err));
     }
     uint32_t cur = b->root;
     for (size_t i = 0; i < m; i++) {
@@ -220,7 +220,7 @@ static ckpt_status place(builder *b, const elem *el, size_t m, uint32_t leaf, co
                 *why = "a list position out of range";
                 return CKPT_OK;
             }
-            CKPT_TRY(list_extend(b, cur, k->i, err));
+            CK_TRY(list_extend(b, cur, k->i, err));
             next = b->nodes[cur].kids[k->i];
             if (last) {
                 if (next != NONE_KID) {
@@ -231,7 +231,7 @@ static ckpt_status place(builder *b, const elem *el, size_t m, uint32_t leaf, co
                 return CKPT_OK;
             }
             if (next == NONE_KID) {
-                CKPT_TRY(new_node(b, el[i + 1].is_int ? N_LIST : N_DICT, &next, err));
+                CK_TRY(new_node(b, el[i + 1].is_int ? N_LIST : N_DICT, &next, err));
                 b->nodes[cur].kids[k->i] = next;
             }
         } else {
@@ -244,8 +244,8 @@ static ckpt_status place(builder *b, const elem *el, size_t m, uint32_t leaf, co
                 return dict_add(b, cur, k, leaf, err);
             }
             if (next == UINT32_MAX) {
-                CKPT_TRY(new_node(b, el[i + 1].is_int ? N_LIST : N_DICT, &next, err));
-                CKPT_TRY(dict_add(b, cur, k, next, err));
+                CK_TRY(new_node(b, el[i + 1].is_int ? N_LIST : N_DICT, &next, err));
+                CK_TRY(dict_add(b, cur, k, next, err));
             }
         }
         cur = next;
@@ -462,8 +462,8 @@ static ckpt_status number_params(builder *b, const char *under, ckpt_error *err)
         return not_optim(under, "its state is not a dict", err);
     if (st == UINT32_MAX) { /* no parameter has state yet: torch.optim still wants "state" */
         static const elem state_key = {.s = "state", .len = 5};
-        CKPT_TRY(new_node(b, N_DICT, &st, err));
-        CKPT_TRY(dict_add(b, root, &state_key, st, err));
+        CK_TRY(new_node(b, N_DICT, &st, err));
+        CK_TRY(dict_add(b, root, &state_key, st, err));
         tnode *r = &b->nodes[root]; /* first, as torch.optim's state_dict has it */
         memmove(r->kids + 1, r->kids, (r->nkids - 1) * sizeof *r->kids);
         r->kids[0] = st;
@@ -812,7 +812,7 @@ static ckpt_status lay_out(ckpt_torchsave *t, ts_rec *tensors, size_t ntensors, 
 
 ckpt_status ckpt_torchsave_create(ckpt_reader *r, const ckpt_torchsave_options *opts,
                                   ckpt_torchsave **out, ckpt_error *err) {
-    CKPT_ERR_OR_LOCAL(err);
+    CK_ERR_OR_LOCAL(err);
     if (!out || !r) return ck_fail(err, CKPT_E_INVAL, "ckpt_torchsave_create: NULL argument");
     *out = NULL;
     const char *under = opts && opts->under ? opts->under : "";
@@ -838,7 +838,7 @@ ckpt_status ckpt_torchsave_create(ckpt_reader *r, const ckpt_torchsave_options *
         st = ck_fail(err, CKPT_E_NOMEM, "out of memory");
         goto done;
     }
-    if (!ulen) CKPT_TRY_GOTO(st, new_node(&b, N_DICT, &b.root, err), done); /* a state_dict */
+    if (!ulen) CK_TRY_GOTO(st, new_node(&b, N_DICT, &b.root, err), done); /* a state_dict */
     for (size_t i = 0; i < n; i++) {
         const ckpt_entry *e = ckpt_reader_entry(r, i);
         if (!entry_under(e, under, ulen)) continue;
@@ -846,14 +846,14 @@ ckpt_status ckpt_torchsave_create(ckpt_reader *r, const ckpt_torchsave_options *
         uint32_t leaf = 0;
         if (ckpt_entry_kind_of(e) == CKPT_ENTRY_TENSOR) {
             if (ckpt_entry_problem(e)) {
-                CKPT_TRY_GOTO(st, skip(t, e, "%s", ckpt_entry_problem(e), err), done);
+                CK_TRY_GOTO(st, skip(t, e, "%s", ckpt_entry_problem(e), err), done);
                 continue;
             }
             if (!ckpt_dtype_itemsize(ckpt_entry_dtype(e))) {
-                CKPT_TRY_GOTO(st, skip(t, e, "%s", "its dtype is unknown", err), done);
+                CK_TRY_GOTO(st, skip(t, e, "%s", "its dtype is unknown", err), done);
                 continue;
             }
-            CKPT_TRY_GOTO(st, new_node(&b, N_TENSOR, &leaf, err), done);
+            CK_TRY_GOTO(st, new_node(&b, N_TENSOR, &leaf, err), done);
             b.nodes[leaf].e = e;
         } else {
             ckpt_save_value *v;
@@ -872,11 +872,11 @@ ckpt_status ckpt_torchsave_create(ckpt_reader *r, const ckpt_torchsave_options *
             b.nodes[leaf].e = e;
         }
         size_t m;
-        CKPT_TRY_GOTO(st, entry_elems(e, k, &el, &elcap, &m, err), done);
+        CK_TRY_GOTO(st, entry_elems(e, k, &el, &elcap, &m, err), done);
         const char *why;
-        CKPT_TRY_GOTO(st, place(&b, el, m, leaf, &why, err), done);
+        CK_TRY_GOTO(st, place(&b, el, m, leaf, &why, err), done);
         if (why) {
-            CKPT_TRY_GOTO(st, skip(t, e, "%s", why, err), done);
+            CK_TRY_GOTO(st, skip(t, e, "%s", why, err), done);
             b.nodes[leaf].kind = 0; /* unreachable; its value is freed with the builder */
             continue;
         }
@@ -889,9 +889,9 @@ ckpt_status ckpt_torchsave_create(ckpt_reader *r, const ckpt_torchsave_options *
         st = ck_fail(err, CKPT_E_NOTFOUND, "no entry under '%.*s'", (int)ulen, under);
         goto done;
     }
-    if (b.root == UINT32_MAX) CKPT_TRY_GOTO(st, new_node(&b, N_DICT, &b.root, err), done);
+    if (b.root == UINT32_MAX) CK_TRY_GOTO(st, new_node(&b, N_DICT, &b.root, err), done);
 
-    if (opts && opts->by_id) CKPT_TRY_GOTO(st, number_params(&b, under, err), done);
+    if (opts && opts->by_id) CK_TRY_GOTO(st, number_params(&b, under, err), done);
     p.err = err;
     pkw_init(&p.w, 2);
     pickle_node(&p, b.root, 0);
@@ -900,11 +900,11 @@ ckpt_status ckpt_torchsave_create(ckpt_reader *r, const ckpt_torchsave_options *
         st = p.st;
         goto done;
     }
-    CKPT_TRY_GOTO(st, pkw_finish(&p.w, &t->pkl, &t->pkl_len, err), done);
+    CK_TRY_GOTO(st, pkw_finish(&p.w, &t->pkl, &t->pkl_len, err), done);
     t->tensor_bytes = 0;
     for (size_t i = 0; i < p.ntensors; i++)
         t->tensor_bytes += p.tensors[i].size;
-    CKPT_TRY_GOTO(st, lay_out(t, p.tensors, p.ntensors, err), done);
+    CK_TRY_GOTO(st, lay_out(t, p.tensors, p.ntensors, err), done);
 done:
     free(p.tensors);
     free(el);
@@ -984,7 +984,7 @@ static size_t find_rec(const ckpt_torchsave *t, uint64_t off, bool central) {
 
 ckpt_status ckpt_torchsave_map(const ckpt_torchsave *t, uint64_t off, uint64_t len,
                                ckpt_torchsave_span_fn fn, void *ctx, ckpt_error *err) {
-    CKPT_ERR_OR_LOCAL(err);
+    CK_ERR_OR_LOCAL(err);
     if (off >= t->size || !len) return CKPT_OK;
     emitter x = {off, len > t->size - off ? t->size : off + len, fn, ctx};
     unsigned char buf[ZW_CENTRAL_MAX > ZW_LOCAL_MAX ? ZW_CENTRAL_MAX : ZW_LOCAL_MAX];
@@ -995,14 +995,14 @@ ckpt_status ckpt_torchsave_map(const ckpt_torchsave *t, uint64_t off, uint64_t l
             size_t nl = rec_name(r, rec_is_tensor(r), name);
             if (x.off < r->data) {
                 size_t hl = zw_local_header(buf, name, nl, r->lho, r->size);
-                CKPT_TRY(emit_piece(&x, r->lho, hl, buf, NULL, err));
+                CK_TRY(emit_piece(&x, r->lho, hl, buf, NULL, err));
             }
             if (x.off < r->data + r->size && x.off < x.end)
-                CKPT_TRY(emit_piece(&x, r->data, r->size, r->mem, r->e, err));
+                CK_TRY(emit_piece(&x, r->data, r->size, r->mem, r->e, err));
             uint64_t dend = i + 1 < t->nrecs ? t->recs[i + 1].lho : t->cd_off;
             if (x.off < dend && x.off < x.end) {
                 size_t dl = zw_descriptor(buf, r->lho, r->size, r->crc);
-                CKPT_TRY(emit_piece(&x, r->data + r->size, dl, buf, NULL, err));
+                CK_TRY(emit_piece(&x, r->data + r->size, dl, buf, NULL, err));
             }
         }
     }
@@ -1011,13 +1011,13 @@ ckpt_status ckpt_torchsave_map(const ckpt_torchsave *t, uint64_t off, uint64_t l
             const ts_rec *r = &t->recs[i];
             size_t nl = rec_name(r, rec_is_tensor(r), name);
             size_t cl = zw_central(buf, name, nl, r->lho, r->size, r->crc);
-            CKPT_TRY(emit_piece(&x, r->cdo, cl, buf, NULL, err));
+            CK_TRY(emit_piece(&x, r->cdo, cl, buf, NULL, err));
         }
     }
     if (x.off < x.end) {
         unsigned char tr[ZW_TRAILER_LEN];
         size_t tl = zw_trailer(tr, t->nrecs, t->cd_off, t->cd_size);
-        CKPT_TRY(emit_piece(&x, t->cd_off + t->cd_size, tl, tr, NULL, err));
+        CK_TRY(emit_piece(&x, t->cd_off + t->cd_size, tl, tr, NULL, err));
     }
     return CKPT_OK;
 }
@@ -1055,7 +1055,7 @@ static ckpt_status lin_range(lin *l, int d, uint64_t a, uint64_t b, uint8_t *dst
     if (a % inner) { /* the end of row ra */
         l->start[d] = (int64_t)ra;
         l->count[d] = 1;
-        CKPT_TRY(lin_range(l, d + 1, a % inner, inner, dst, err));
+        CK_TRY(lin_range(l, d + 1, a % inner, inner, dst, err));
         dst += (inner - a % inner) * l->itemsize;
         ra++;
     }
@@ -1066,13 +1066,13 @@ static ckpt_status lin_range(lin *l, int d, uint64_t a, uint64_t b, uint8_t *dst
             l->start[k] = 0;
             l->count[k] = l->shape[k];
         }
-        CKPT_TRY(lin_box(l, dst, (rb - ra) * inner * l->itemsize, err));
+        CK_TRY(lin_box(l, dst, (rb - ra) * inner * l->itemsize, err));
         dst += (rb - ra) * inner * l->itemsize;
     }
     if (b % inner) { /* the start of row rb */
         l->start[d] = (int64_t)rb;
         l->count[d] = 1;
-        CKPT_TRY(lin_range(l, d + 1, 0, b % inner, dst, err));
+        CK_TRY(lin_range(l, d + 1, 0, b % inner, dst, err));
     }
     return CKPT_OK;
 }
@@ -1101,7 +1101,7 @@ static ckpt_status tensor_bytes(ckpt_reader *r, const ckpt_entry *e, uint64_t of
     uint8_t tmp[16];
     uint64_t head = off % is;
     if (head) { /* a partial first element */
-        CKPT_TRY(one_elem(&l, off / is, tmp, err));
+        CK_TRY(one_elem(&l, off / is, tmp, err));
         uint64_t n = is - head < len ? is - head : len;
         memcpy(dst, tmp + head, (size_t)n);
         off += n;
@@ -1110,7 +1110,7 @@ static ckpt_status tensor_bytes(ckpt_reader *r, const ckpt_entry *e, uint64_t of
     }
     uint64_t tail = len % is;
     if (tail) { /* a partial last element */
-        CKPT_TRY(one_elem(&l, (off + len) / is, tmp, err));
+        CK_TRY(one_elem(&l, (off + len) / is, tmp, err));
         memcpy(dst + len - tail, tmp, (size_t)tail);
         len -= tail;
     }
@@ -1136,12 +1136,12 @@ static ckpt_status read_span(void *ctx, const ckpt_torchsave_span *s, ckpt_error
 
 ckpt_status ckpt_torchsave_read(const ckpt_torchsave *t, uint64_t off, void *dst, size_t len,
                                 size_t *got, ckpt_error *err) {
-    CKPT_ERR_OR_LOCAL(err);
+    CK_ERR_OR_LOCAL(err);
     if (got) *got = 0;
     if (off >= t->size) return CKPT_OK;
     if (len > t->size - off) len = (size_t)(t->size - off);
     read_ctx c = {t, dst, off};
-    CKPT_TRY(ckpt_torchsave_map(t, off, len, read_span, &c, err));
+    CK_TRY(ckpt_torchsave_map(t, off, len, read_span, &c, err));
     if (got) *got = len;
     return CKPT_OK;
 }
@@ -1161,7 +1161,7 @@ static ckpt_status put(write_ctx *w, const void *p, size_t n, ckpt_error *err) {
 
 ckpt_status ckpt_torchsave_write(const ckpt_torchsave *t, uint64_t block,
                                  ckpt_torchsave_write_fn fn, void *ctx, ckpt_error *err) {
-    CKPT_ERR_OR_LOCAL(err);
+    CK_ERR_OR_LOCAL(err);
     if (!block) block = TS_BLOCK;
     if (block > ((uint64_t)1 << 30)) block = (uint64_t)1 << 30;
     write_ctx w = {fn, ctx};
@@ -1188,11 +1188,11 @@ ckpt_status ckpt_torchsave_write(const ckpt_torchsave *t, uint64_t block,
             st = ck_fail(err, CKPT_E_INVAL, "torch.save layout: record %zu out of place", i);
             break;
         }
-        CKPT_TRY_GOTO(st, put(&w, hb, hl, err), done);
+        CK_TRY_GOTO(st, put(&w, hb, hl, err), done);
         uint32_t crc = r->crc;
         if (r->mem) {
             if (r->storage) crc = save_crc32(0, r->mem, (size_t)r->size);
-            CKPT_TRY_GOTO(st, put(&w, r->mem, (size_t)r->size, err), done);
+            CK_TRY_GOTO(st, put(&w, r->mem, (size_t)r->size, err), done);
         } else {
             crc = 0;
             for (uint64_t done = 0; done < r->size;) {
@@ -1203,20 +1203,20 @@ ckpt_status ckpt_torchsave_write(const ckpt_torchsave *t, uint64_t block,
                     goto done;
                 }
                 crc = save_crc32(crc, buf, n);
-                CKPT_TRY_GOTO(st, put(&w, buf, n, err), done);
+                CK_TRY_GOTO(st, put(&w, buf, n, err), done);
                 done += n;
             }
         }
         crcs[i] = crc;
         size_t dl = zw_descriptor(hb, r->lho, r->size, crc);
-        CKPT_TRY_GOTO(st, put(&w, hb, dl, err), done);
+        CK_TRY_GOTO(st, put(&w, hb, dl, err), done);
         at = r->data + r->size + dl;
     }
     for (size_t i = 0; i < t->nrecs && st == CKPT_OK; i++) {
         const ts_rec *r = &t->recs[i];
         size_t nl = rec_name(r, rec_is_tensor(r), name);
         size_t cl = zw_central(hb, name, nl, r->lho, r->size, crcs[i]);
-        CKPT_TRY_GOTO(st, put(&w, hb, cl, err), done);
+        CK_TRY_GOTO(st, put(&w, hb, cl, err), done);
     }
     if (st == CKPT_OK) {
         unsigned char tr[ZW_TRAILER_LEN];

@@ -213,7 +213,7 @@ ckpt_status zw_record_data(zip_writer *z, const void *data, size_t n, ckpt_error
     for (size_t done = 0; done < n;) {
         size_t k = n - done < ZW_BLOCK ? n - done : ZW_BLOCK;
         z->open.crc = save_crc32(z->open.crc, p + done, k);
-        CKPT_TRY(save_sink_write(z->sink, p + done, k, err));
+        CK_TRY(save_sink_write(z->sink, p + done, k, err));
         done += k;
     }
     z->open_done += n;
@@ -226,7 +226,7 @@ ckpt_status zw_record_end(zip_writer *z, ckpt_error *err) {
                        (unsigned long long)z->open_done, (unsigned long long)z->open.size);
     unsigned char d[ZW_DESC_MAX];
     size_t dl = zw_descriptor(d, z->open.lho, z->open.size, z->open.crc);
-    if (dl) CKPT_TRY(save_sink_write(z->sink, d, dl, err));
+    if (dl) CK_TRY(save_sink_write(z->sink, d, dl, err));
     z->ents[z->n++] = z->open;
     z->open.name = NULL;
     return CKPT_OK;
@@ -234,11 +234,11 @@ ckpt_status zw_record_end(zip_writer *z, ckpt_error *err) {
 
 ckpt_status zw_add(zip_writer *z, const char *name, const void *data, uint64_t len,
                    ckpt_error *err) {
-    CKPT_TRY(zw_record_begin(z, name, len, err));
+    CK_TRY(zw_record_begin(z, name, len, err));
     const unsigned char *p = data;
     for (uint64_t done = 0; done < len;) { /* size_t pieces of a uint64_t length */
         size_t n = len - done < ((size_t)1 << 30) ? (size_t)(len - done) : (size_t)1 << 30;
-        CKPT_TRY(zw_record_data(z, p + done, n, err));
+        CK_TRY(zw_record_data(z, p + done, n, err));
         done += n;
     }
     return zw_record_end(z, err);
@@ -250,12 +250,12 @@ ckpt_status zw_finish(zip_writer *z, uint64_t *archive_len, ckpt_error *err) {
         const zw_entry *e = &z->ents[i];
         unsigned char h[ZW_CENTRAL_MAX];
         size_t hl = zw_central(h, e->name, strlen(e->name), e->lho, e->size, e->crc);
-        CKPT_TRY(save_sink_write(z->sink, h, hl, err));
+        CK_TRY(save_sink_write(z->sink, h, hl, err));
     }
     uint64_t cd_size = z->sink->pos - z->base - cd_off;
     unsigned char t[ZW_TRAILER_LEN];
     size_t tl = zw_trailer(t, z->n, cd_off, cd_size);
-    CKPT_TRY(save_sink_write(z->sink, t, tl, err));
+    CK_TRY(save_sink_write(z->sink, t, tl, err));
     *archive_len = z->sink->pos - z->base;
     zw_release(z);
     return CKPT_OK;

@@ -12,8 +12,8 @@
  * The pieces are also rendered one at a time (zw_local_header ...), for writers that lay an
  * archive out before having its data (a virtual file served by ranges): every piece's length
  * depends only on the record's name, offset and size. */
-#ifndef CKPT_SAVE_ZIP_WRITER_H
-#define CKPT_SAVE_ZIP_WRITER_H
+#ifndef CK_SAVE_ZIP_WRITER_H
+#define CK_SAVE_ZIP_WRITER_H
 
 #include "save/sink.h"
 

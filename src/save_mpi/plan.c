@@ -40,7 +40,7 @@ static bool same(const void *ctx, uint64_t v) {
 
 ckpt_status smpi_plan_writers(ckpt_save_mpi *s, bool *writer, ckpt_error *err) {
     /* this rank's records: u32 length + identity bytes each */
-    ck_strbuf b = CKPT_STRBUF_INIT, one = CKPT_STRBUF_INIT;
+    ck_strbuf b = CK_STRBUF_INIT, one = CK_STRBUF_INIT;
     for (size_t i = 0; i < s->npending; i++) {
         ck_strbuf_reset(&one);
         identity(&one, &s->pending[i].id);

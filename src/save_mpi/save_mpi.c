@@ -251,7 +251,7 @@ static ckpt_status write_pending(ckpt_save_mpi *s, const bool *writer, ckpt_erro
 }
 
 ckpt_status ckpt_save_mpi_flush(ckpt_save_mpi *s, ckpt_error *err) {
-    CKPT_TRY(enter(s, err));
+    CK_TRY(enter(s, err));
     double t = smpi_now();
     ckpt_error e = {0};
     bool *writer = calloc(s->npending ? s->npending : 1, sizeof *writer);
@@ -326,7 +326,7 @@ static ckpt_status commit_root(ckpt_save_mpi *s, const unsigned char *all, const
 }
 
 ckpt_status ckpt_save_mpi_commit(ckpt_save_mpi *s, ckpt_error *err) {
-    CKPT_TRY(ckpt_save_mpi_flush(s, err));
+    CK_TRY(ckpt_save_mpi_flush(s, err));
     double t = smpi_now();
     ckpt_error e = {0};
     ckpt_save_desc *d = NULL;

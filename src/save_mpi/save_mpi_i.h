@@ -1,7 +1,7 @@
 /* save_mpi_i.h — internals of the collective saver (ckpt_save_mpi.h): the handle, the pieces
  * waiting for the next flush, error agreement and the replica plan. */
-#ifndef CKPT_SAVE_MPI_SAVE_MPI_I_H
-#define CKPT_SAVE_MPI_SAVE_MPI_I_H
+#ifndef CK_SAVE_MPI_SAVE_MPI_I_H
+#define CK_SAVE_MPI_SAVE_MPI_I_H
 
 #include "ckpt_save_mpi.h"
 #include "save/save_i.h"

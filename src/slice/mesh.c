@@ -101,7 +101,7 @@ static ckpt_status runs_select(const runs *in, int64_t a, int64_t b, runs *out, 
     for (uint32_t i = runs_find(in, (uint64_t)a); i < in->n && (int64_t)in->pos[i] < b; i++) {
         int64_t lo = (int64_t)in->pos[i], hi = lo + in->v[i].count;
         int64_t s = a > lo ? a : lo, e = b < hi ? b : hi;
-        CKPT_TRY(runs_push(out, in->v[i].start + (s - lo), e - s, err));
+        CK_TRY(runs_push(out, in->v[i].start + (s - lo), e - s, err));
     }
     return CKPT_OK;
 }
@@ -172,7 +172,7 @@ ckpt_status ckpt_layout_shard_new(const ckpt_layout *l, int ndim, const int64_t 
     *out = NULL;
     if (!l || ndim < 0 || ndim > CKPT_MAX_NDIM || (ndim > 0 && !shape))
         return ck_fail(err, CKPT_E_INVAL, "layout: invalid tensor shape (%d dims)", ndim);
-    CKPT_TRY(check_layout(l, coord, err));
+    CK_TRY(check_layout(l, coord, err));
     uint64_t numel = 1;
     for (int d = 0; d < ndim; d++) {
         if (shape[d] < 0) return ck_fail(err, CKPT_E_INVAL, "layout: negative size of dim %d", d);
@@ -275,7 +275,7 @@ ckpt_status ckpt_layout_boxes(const ckpt_layout *l, int ndim, const int64_t *sha
         return ck_fail(err, CKPT_E_INVAL, "layout: rank %u outside the mesh (%u ranks)", rank,
                        l ? ckpt_layout_nranks(l) : 0);
     ckpt_layout_shard *s;
-    CKPT_TRY(ckpt_layout_shard_new(l, ndim, shape, coord, &s, err));
+    CK_TRY(ckpt_layout_shard_new(l, ndim, shape, coord, &s, err));
     ckpt_status st = CKPT_OK;
     uint64_t n = s->nboxes;
     if (nboxes) *nboxes = (size_t)n;

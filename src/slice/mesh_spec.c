@@ -50,10 +50,10 @@ static ckpt_status number(const char *spec, const char **p, uint64_t lo, uint64_
 static ckpt_status parse_alias(const char *spec, ckpt_layout *l, ckpt_error *err) {
     const char *p = spec + 3;
     uint64_t d, n;
-    CKPT_TRY(number(spec, &p, 0, CKPT_MAX_NDIM - 1, "a tensor dim", &d, err));
+    CK_TRY(number(spec, &p, 0, CKPT_MAX_NDIM - 1, "a tensor dim", &d, err));
     if (strncmp(p, "-of-", 4) != 0) return bad(err, spec, p, "expected '-of-'");
     p += 4;
-    CKPT_TRY(number(spec, &p, 1, CKPT_LAYOUT_MAX_RANKS, "a rank count", &n, err));
+    CK_TRY(number(spec, &p, 1, CKPT_LAYOUT_MAX_RANKS, "a rank count", &n, err));
     if (*p) return bad(err, spec, p, "unexpected text after the rank count");
     l->mesh_ndim = 1;
     l->mesh[0] = (uint32_t)n;
@@ -71,7 +71,7 @@ ckpt_status ckpt_layout_parse(const char *spec, ckpt_layout *out, ckpt_error *er
     ckpt_layout l;
     memset(&l, 0, sizeof l);
     if (strncmp(spec, "dim", 3) == 0) {
-        CKPT_TRY(parse_alias(spec, &l, err));
+        CK_TRY(parse_alias(spec, &l, err));
         *out = l;
         return CKPT_OK;
     }
@@ -82,7 +82,7 @@ ckpt_status ckpt_layout_parse(const char *spec, ckpt_layout *out, ckpt_error *er
             return ck_fail(err, CKPT_E_LIMIT, "layout spec '%s': more than %d mesh dims", spec,
                            CKPT_LAYOUT_MAX_MESH_NDIM);
         uint64_t n;
-        CKPT_TRY(number(spec, &p, 1, CKPT_LAYOUT_MAX_RANKS, "a mesh size", &n, err));
+        CK_TRY(number(spec, &p, 1, CKPT_LAYOUT_MAX_RANKS, "a mesh size", &n, err));
         ranks *= n;
         if (ranks > CKPT_LAYOUT_MAX_RANKS)
             return ck_fail(err, CKPT_E_LIMIT, "layout spec '%s': the mesh has more than %u ranks",
@@ -105,11 +105,11 @@ ckpt_status ckpt_layout_parse(const char *spec, ckpt_layout *out, ckpt_error *er
         } else if (*p == 'S') {
             p++;
             uint64_t d, k = 1;
-            CKPT_TRY(number(spec, &p, 0, CKPT_MAX_NDIM - 1, "a tensor dim", &d, err));
+            CK_TRY(number(spec, &p, 0, CKPT_MAX_NDIM - 1, "a tensor dim", &d, err));
             *pl = (ckpt_placement){CKPT_PLACEMENT_SHARD, (int)d, 1};
             if (*p == 's') {
                 p++;
-                CKPT_TRY(
+                CK_TRY(
                     number(spec, &p, 1, CKPT_LAYOUT_MAX_SPLIT_FACTOR, "a split factor", &k, err));
                 *pl = (ckpt_placement){CKPT_PLACEMENT_STRIDED_SHARD, (int)d, (uint32_t)k};
             }

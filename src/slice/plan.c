@@ -65,7 +65,7 @@ static ckpt_status plan_box(void *ctx, const slice_box *b, ckpt_error *err) {
             pc.file_offset += (uint64_t)(idx[d] * ss[d]);
             pc.dst_offset += (uint64_t)(idx[d] * ds[d]);
         }
-        CKPT_TRY(push(x->p, &pc, err));
+        CK_TRY(push(x->p, &pc, err));
         int d = n - 1;
         for (; d >= 0; d--) {
             if (++idx[d] < cnt[d]) break;
@@ -82,7 +82,7 @@ static int by_dst(const void *a, const void *b) {
 
 ckpt_status ckpt_plan_region(ckpt_reader *r, const ckpt_entry *e, const int64_t *start,
                              const int64_t *count, ckpt_plan **out, ckpt_error *err) {
-    CKPT_ERR_OR_LOCAL(err);
+    CK_ERR_OR_LOCAL(err);
     *out = NULL;
     ckpt_plan *p = calloc(1, sizeof *p);
     if (!p) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
@@ -109,7 +109,7 @@ void ckpt_plan_free(ckpt_plan *p) {
 
 ckpt_status ckpt_plan_execute(ckpt_reader *r, const ckpt_entry *e, const ckpt_plan *p, void *dst,
                               size_t dst_size, ckpt_error *err) {
-    CKPT_ERR_OR_LOCAL(err);
+    CK_ERR_OR_LOCAL(err);
     if (dst_size < p->bytes)
         return ck_fail(err, CKPT_E_INVAL, "buffer of %zu bytes, plan needs %llu", dst_size,
                        (unsigned long long)p->bytes);
@@ -123,12 +123,12 @@ ckpt_status ckpt_plan_execute(ckpt_reader *r, const ckpt_entry *e, const ckpt_pl
         if (pc->chunk >= e->nchunks || pc->dst_offset + pc->length > p->bytes)
             return ck_fail(err, CKPT_E_INVAL, "plan does not belong to '%s'", e->key);
         ck_chunk *c = &e->chunks[pc->chunk];
-        CKPT_TRY(ck_chunk_resolve(r, e, c, err));
+        CK_TRY(ck_chunk_resolve(r, e, c, err));
         if (pc->file_id == CKPT_PIECE_DECODED) {
             if (c->res->kind != CHUNK_IN_MEMORY)
                 return ck_fail(err, CKPT_E_INVAL, "plan piece %zu is out of range", i);
             const ck_source *src;
-            CKPT_TRY(ck_chunk_pin(r, e, c, &src, err));
+            CK_TRY(ck_chunk_pin(r, e, c, &src, err));
             bool inside = pc->file_offset + pc->length <= src->len;
             if (inside) memcpy(out + pc->dst_offset, src->mem + pc->file_offset, pc->length);
             ck_chunk_unpin(r, c);
@@ -143,7 +143,7 @@ ckpt_status ckpt_plan_execute(ckpt_reader *r, const ckpt_entry *e, const ckpt_pl
                                        .name = r->files[pc->file_id].name,
                                        .count = &r->io_data};
             }
-            CKPT_TRY(
+            CK_TRY(
                 ck_source_read(&file.src, pc->file_offset, out + pc->dst_offset, pc->length, err));
         }
         if (pc->swap_unit)

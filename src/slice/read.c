@@ -43,7 +43,7 @@ static ckpt_status read_runs(slice_reader *x, const slice_box *b, const ck_sourc
             soff += (uint64_t)(idx[d] * ss[d]);
             doff += (uint64_t)(idx[d] * ds[d]);
         }
-        CKPT_TRY(ck_source_read(src, soff, x->dst + doff, (uint64_t)run, err));
+        CK_TRY(ck_source_read(src, soff, x->dst + doff, (uint64_t)run, err));
         int d = n - 1;
         for (; d >= 0; d--) {
             if (++idx[d] < cnt[d]) break;
@@ -79,7 +79,7 @@ static ckpt_status read_slabs(slice_reader *x, const slice_box *b, const ck_sour
         }
         uint64_t soff = b->src0 + (big >= 0 ? (uint64_t)(at * b->src_stride[big]) : 0);
         uint64_t doff = b->dst0 + (big >= 0 ? (uint64_t)(at * b->dst_stride[big]) : 0);
-        CKPT_TRY(ck_source_read(src, soff, x->slab, span, err));
+        CK_TRY(ck_source_read(src, soff, x->slab, span, err));
         ck_strided_copy(x->dst + doff, b->dst_stride, x->slab, b->src_stride, cnt, nd, b->itemsize);
     }
     return CKPT_OK;
@@ -90,13 +90,13 @@ ckpt_status slice_read_box(void *ctx, const slice_box *b, ckpt_error *err) {
     const ck_chunk *c = b->c;
     if (c->res->kind == CHUNK_IN_MEMORY) { /* decoded bytes: pinned while copied */
         const ck_source *dec;
-        CKPT_TRY(ck_chunk_pin(x->r, x->e, (ck_chunk *)c, &dec, err));
+        CK_TRY(ck_chunk_pin(x->r, x->e, (ck_chunk *)c, &dec, err));
         ck_strided_copy(x->dst + b->dst0, b->dst_stride, dec->mem + b->src0, b->src_stride,
                         b->count, b->ndim, b->itemsize);
         ck_chunk_unpin(x->r, (ck_chunk *)c);
     } else {
         ck_source src;
-        CKPT_TRY(file_source(x->r, c, &src, err));
+        CK_TRY(file_source(x->r, c, &src, err));
         int64_t ds[CKPT_MAX_NDIM], ss[CKPT_MAX_NDIM], cnt[CKPT_MAX_NDIM], run;
         memcpy(ds, b->dst_stride, sizeof(int64_t) * (size_t)b->ndim);
         memcpy(ss, b->src_stride, sizeof(int64_t) * (size_t)b->ndim);
@@ -112,9 +112,9 @@ ckpt_status slice_read_box(void *ctx, const slice_box *b, ckpt_error *err) {
         if (n == 0 || run >= (int64_t)DIRECT_RUN_MIN ||
             (ascending && gap >= (int64_t)DIRECT_RUN_MIN) ||
             (ascending && run >= (int64_t)SPARSE_RUN_MIN && gap >= run))
-            CKPT_TRY(read_runs(x, b, &src, n, ds, ss, cnt, run, err));
+            CK_TRY(read_runs(x, b, &src, n, ds, ss, cnt, run, err));
         else
-            CKPT_TRY(read_slabs(x, b, &src, err));
+            CK_TRY(read_slabs(x, b, &src, err));
     }
     size_t unit = swap_unit_of(b, x->e->dtype);
     if (unit)
@@ -131,7 +131,7 @@ static uint64_t region_size(const ckpt_entry *e, const int64_t *count) {
 
 ckpt_status ckpt_read_region(ckpt_reader *r, const ckpt_entry *e, const int64_t *start,
                              const int64_t *count, void *dst, size_t dst_size, ckpt_error *err) {
-    CKPT_ERR_OR_LOCAL(err);
+    CK_ERR_OR_LOCAL(err);
     if (!r || !e || (!dst && dst_size))
         return ck_fail(err, CKPT_E_INVAL, "ckpt_read_region: NULL argument");
     if (e->kind == CKPT_ENTRY_TENSOR && !e->problem) {
@@ -149,6 +149,6 @@ ckpt_status ckpt_read_region(ckpt_reader *r, const ckpt_entry *e, const int64_t 
 
 ckpt_status ckpt_read_tensor(ckpt_reader *r, const ckpt_entry *e, void *dst, size_t dst_size,
                              ckpt_error *err) {
-    CKPT_ERR_OR_LOCAL(err);
+    CK_ERR_OR_LOCAL(err);
     return ckpt_read_region(r, e, NULL, NULL, dst, dst_size, err);
 }

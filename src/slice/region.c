@@ -54,7 +54,7 @@ ckpt_status slice_for_each_box(ckpt_reader *r, const ckpt_entry *e, const int64_
             }
         }
         if (!n) continue;
-        CKPT_TRY(ck_chunk_resolve(r, e, c, err));
+        CK_TRY(ck_chunk_resolve(r, e, c, err));
         uint64_t src0 = c->res->elem0, dst0 = 0;
         for (int d = 0; d < nd; d++) {
             src0 += (uint64_t)(b.src_stride[d] * c->res->stride[d]) * isz;
@@ -67,7 +67,7 @@ ckpt_status slice_for_each_box(ckpt_reader *r, const ckpt_entry *e, const int64_
         b.src0 = src0;
         b.dst0 = dst0;
         covered += n;
-        CKPT_TRY(fn(ctx, &b, err));
+        CK_TRY(fn(ctx, &b, err));
     }
     if (covered != numel)
         return ck_fail(err, CKPT_E_FORMAT,

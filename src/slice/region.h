@@ -1,8 +1,8 @@
 /* region.h — the slicer's core: intersect a region of a tensor with its chunks and describe
  * each intersection as a strided box (source bytes in the chunk's storage, destination bytes
  * in the region's C-order buffer). */
-#ifndef CKPT_SLICE_REGION_H
-#define CKPT_SLICE_REGION_H
+#ifndef CK_SLICE_REGION_H
+#define CK_SLICE_REGION_H
 
 #include "index/reader_i.h"
 

@@ -1,7 +1,7 @@
 /* dtype.h — private dtype helpers (the public ones are in ckpt.h) shared by the index and
  * torch.save decoding. */
-#ifndef CKPT_TENSOR_DTYPE_H
-#define CKPT_TENSOR_DTYPE_H
+#ifndef CK_TENSOR_DTYPE_H
+#define CK_TENSOR_DTYPE_H
 
 #include "ckpt.h"
 

@@ -1,8 +1,8 @@
 /* strided.h — N-d strided memory copies and byte swapping: the inner loops of region reads.
  * Strides are in bytes and non-negative; dimensions whose strides are contiguous in both
  * source and destination are merged so the innermost copy is one memcpy per run. */
-#ifndef CKPT_TENSOR_STRIDED_H
-#define CKPT_TENSOR_STRIDED_H
+#ifndef CK_TENSOR_STRIDED_H
+#define CK_TENSOR_STRIDED_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -34,7 +34,7 @@ static ckpt_status read_byteorder(ts_item *it, ckpt_error *err) {
     if (!rec) return CKPT_OK; /* older archives: little-endian */
     uint8_t *buf = NULL;
     size_t len = 0;
-    CKPT_TRY(zip_read_record(it->zip, rec, 16, &buf, &len, err));
+    CK_TRY(zip_read_record(it->zip, rec, 16, &buf, &len, err));
     if (len == 3 && memcmp(buf, "big", 3) == 0) {
         it->big_endian = true;
     } else if (!(len == 6 && memcmp(buf, "little", 6) == 0)) {
@@ -62,14 +62,14 @@ ckpt_status ts_item_open(const ck_source *src, const ts_open_options *opts, ts_i
     if (opts && opts->transforms && opts->transforms[0]) {
         size_t len = 0;
         uint64_t max = opts->max_decoded_bytes ? opts->max_decoded_bytes : TS_DEFAULT_MAX_DECODED;
-        CKPT_TRY_GOTO(st, ts_transform_decode(src, opts->transforms, max, &it->decoded, &len, err),
-                      fail);
+        CK_TRY_GOTO(st, ts_transform_decode(src, opts->transforms, max, &it->decoded, &len, err),
+                    fail);
         it->src.fd = -1;
         it->src.base = 0;
         it->src.len = len;
         it->src.mem = it->decoded;
     }
-    CKPT_TRY_GOTO(st, zip_open(&it->src, &it->zip, err), fail_ctx);
+    CK_TRY_GOTO(st, zip_open(&it->src, &it->zip, err), fail_ctx);
     const zip_record *pkl = zip_find(it->zip, "data.pkl");
     if (!pkl) {
         st = ck_fail(err, CKPT_E_FORMAT, "archive has no %s/data.pkl record", zip_root(it->zip));
@@ -78,14 +78,14 @@ ckpt_status ts_item_open(const ck_source *src, const ts_open_options *opts, ts_i
     uint8_t *pbuf = NULL;
     size_t plen = 0;
     uint64_t pmax = opts && opts->max_pickle_bytes ? opts->max_pickle_bytes : TS_DEFAULT_MAX_PICKLE;
-    CKPT_TRY_GOTO(st, zip_read_record(it->zip, pkl, pmax, &pbuf, &plen, err), fail_ctx);
+    CK_TRY_GOTO(st, zip_read_record(it->zip, pkl, pmax, &pbuf, &plen, err), fail_ctx);
     st = pk_decode(pbuf, plen, opts ? opts->pickle_limits : NULL, &it->doc, err);
     free(pbuf);
     if (st != CKPT_OK) {
         ck_error_prefix(err, "data.pkl: ");
         goto fail_ctx;
     }
-    CKPT_TRY_GOTO(st, read_byteorder(it, err), fail_ctx);
+    CK_TRY_GOTO(st, read_byteorder(it, err), fail_ctx);
     *out = it;
     return CKPT_OK;
 fail_ctx:

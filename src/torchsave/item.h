@@ -6,8 +6,8 @@
  * data-only pickle decoder and reads the `byteorder` record.  ts_tensor_view interprets a
  * `torch._utils._rebuild_tensor_v2/_v3` (or `_rebuild_parameter`) node as a strided view of
  * one storage record. */
-#ifndef CKPT_TORCHSAVE_ITEM_H
-#define CKPT_TORCHSAVE_ITEM_H
+#ifndef CK_TORCHSAVE_ITEM_H
+#define CK_TORCHSAVE_ITEM_H
 
 #include "ckpt.h"
 #include "pickle/pickle.h"

@@ -228,7 +228,7 @@ static ckpt_status parse_header(ts_safetensors *st, const ck_json *root, uint64_
         const ck_json_member *m = &root->u.members[i];
         if (&m->value == meta) continue;
         ts_st_tensor *t = &st->tensors[k];
-        CKPT_TRY(parse_entry(st, m, t, X, err));
+        CK_TRY(parse_entry(st, m, t, X, err));
         size_t slot = (size_t)hash_bytes(t->name, t->name_len) & st->slot_mask;
         while (st->slots[slot]) {
             const ts_st_tensor *o = &st->tensors[st->slots[slot] - 1];

@@ -12,8 +12,8 @@
  * tensors tile the data section from 0 without gaps or overlaps, and everything lies inside
  * the source.  Unknown dtype strings are kept (dtype CKPT_DTYPE_INVALID, size unchecked) so the
  * other tensors stay readable. */
-#ifndef CKPT_TORCHSAVE_SAFETENSORS_H
-#define CKPT_TORCHSAVE_SAFETENSORS_H
+#ifndef CK_TORCHSAVE_SAFETENSORS_H
+#define CK_TORCHSAVE_SAFETENSORS_H
 
 #include "ckpt.h"
 #include "util/source.h"

@@ -190,7 +190,7 @@ ckpt_status ts_tensor_copy(const ts_item *it, const ts_tensor_view *view, void *
     for (int d = 0; d < view->ndim && contiguous; d++)
         if (view->shape[d] > 1 && sstr[d] != dstr[d]) contiguous = false;
     if (contiguous) {
-        CKPT_TRY(ck_source_read(src, at, dst, span, err));
+        CK_TRY(ck_source_read(src, at, dst, span, err));
     } else {
         uint8_t *tmp = malloc(span);
         if (!tmp)
@@ -199,7 +199,7 @@ ckpt_status ts_tensor_copy(const ts_item *it, const ts_tensor_view *view, void *
         ckpt_status st = ck_source_read(src, at, tmp, span, err);
         if (st == CKPT_OK) ck_strided_copy(dst, dstr, tmp, sstr, view->shape, view->ndim, isz);
         free(tmp);
-        CKPT_TRY(st);
+        CK_TRY(st);
     }
     if (ts_item_big_endian(it) && isz > 1) {
         bool cplx = view->dtype == CKPT_DTYPE_COMPLEX64 || view->dtype == CKPT_DTYPE_COMPLEX128;

@@ -75,7 +75,7 @@ static ckpt_status parse_list(const char *list, ts_transform *out, size_t *n, ck
         if (*n == TS_MAX_TRANSFORMS)
             return ck_fail(err, CKPT_E_LIMIT, "more than %d transform descriptors in '%s'",
                            TS_MAX_TRANSFORMS, list);
-        CKPT_TRY(parse_one(a, (size_t)(b - a), &out[*n], err));
+        CK_TRY(parse_one(a, (size_t)(b - a), &out[*n], err));
         (*n)++;
         if (!*end) return CKPT_OK;
         p = end + 1;
@@ -112,7 +112,7 @@ static ckpt_status zstd_decode(const ck_source *in, uint64_t max_out, const char
     size_t head_len = in->len < sizeof head ? (size_t)in->len : sizeof head;
     const uint8_t *hp = in->mem;
     if (!hp) {
-        CKPT_TRY_GOTO(st, ck_source_read(in, 0, head, head_len, err), done);
+        CK_TRY_GOTO(st, ck_source_read(in, 0, head, head_len, err), done);
         hp = head;
     }
     unsigned long long csize = ZSTD_getFrameContentSize(hp, head_len);
@@ -152,7 +152,7 @@ static ckpt_status zstd_decode(const ck_source *in, uint64_t max_out, const char
     for (;;) {
         if (ib.pos == ib.size && in_off < in->len) {
             size_t want = in->len - in_off < chunk ? (size_t)(in->len - in_off) : chunk;
-            CKPT_TRY_GOTO(st, ck_source_read(in, in_off, inbuf, want, err), done);
+            CK_TRY_GOTO(st, ck_source_read(in, in_off, inbuf, want, err), done);
             ib.src = inbuf;
             ib.size = want;
             ib.pos = 0;
@@ -237,7 +237,7 @@ ckpt_status ts_transform_decode(const ck_source *src, const char *descriptors, u
     *out_len = 0;
     ts_transform t[TS_MAX_TRANSFORMS];
     size_t n;
-    CKPT_TRY(parse_list(descriptors, t, &n, err));
+    CK_TRY(parse_list(descriptors, t, &n, err));
     if (n == 0) return read_all(src, max_out, out, out_len, err);
 
     uint8_t *cur = NULL;

@@ -1,7 +1,7 @@
 /* transform.h — undoing DCP stream transforms (`_StorageInfo.transform_descriptors`), e.g.
  * "stream.zstd/1".  Descriptors are applied in list order; unknown ones are rejected. */
-#ifndef CKPT_TORCHSAVE_TRANSFORM_H
-#define CKPT_TORCHSAVE_TRANSFORM_H
+#ifndef CK_TORCHSAVE_TRANSFORM_H
+#define CK_TORCHSAVE_TRANSFORM_H
 
 #include "ckpt.h"
 #include "util/source.h"

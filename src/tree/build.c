@@ -107,7 +107,7 @@ static ckpt_status insert_entry(builder *b, const ckpt_entry *e, const ckpt_tree
             return add_node(b, at, p, len, e, &n, err);
         }
         if (n == UINT32_MAX) {
-            CKPT_TRY(add_node(b, at, p, len, NULL, &n, err));
+            CK_TRY(add_node(b, at, p, len, NULL, &n, err));
         } else if (c->nodes[n].e) {
             tree_log(o, "%s: entry '%s' is not shown: '%.*s' on its path is a file", c->dir,
                      ckpt_entry_key(e), (int)(slash - ckpt_entry_path(e)), ckpt_entry_path(e));
@@ -247,7 +247,7 @@ static ckpt_status list_raw_others(tree_ckpt *c, const ckpt_tree_options *o, ckp
         int fd = ck_open_regular(path, &st);
         if (fd < 0) {
             /* a link to a directory is left out silently, as directories are */
-            if (!(errno == CKPT_ENOTREG && S_ISDIR(st.st_mode)))
+            if (!(errno == CK_ENOTREG && S_ISDIR(st.st_mode)))
                 tree_log(o, "%s: not shown under .raw: %s", path, ck_open_strerror(errno));
             continue;
         }
@@ -272,19 +272,19 @@ static ckpt_status list_raw(tree_ckpt *c, const ckpt_tree_options *o, ckpt_error
     if (!info.num_metadata_files && !info.hf_storage) goto data;
     if (!info.rank_local_metadata) {
         /* HuggingFace storage has no metadata pickle; its index, when it has one */
-        const char *md = info.hf_storage ? CKPT_HF_INDEX_JSON : ".metadata";
+        const char *md = info.hf_storage ? CK_HF_INDEX_JSON : ".metadata";
         snprintf(path, sizeof path, "%s/%s", c->dir, md);
         int fd = ck_open_regular(path, NULL);
         if (fd < 0 && info.hf_storage && errno == ENOENT) goto data;
         ckpt_status s = add_raw(c, md, fd, -1, o, err);
         if (s != CKPT_OK || (c->nraw && c->raw[c->nraw - 1].fd != fd)) {
             if (fd >= 0) close(fd);
-            CKPT_TRY(s);
+            CK_TRY(s);
         }
     } else {
         long long *ranks = NULL;
         size_t nranks = 0;
-        CKPT_TRY(ck_metadata_list_ranks(c->dir, &ranks, &nranks, err));
+        CK_TRY(ck_metadata_list_ranks(c->dir, &ranks, &nranks, err));
         for (size_t i = 0; i < nranks; i++) {
             char name[64];
             snprintf(name, sizeof name, "__%lld.metadata", ranks[i]);
@@ -305,7 +305,7 @@ data:
         ckpt_error ferr = {0};
         int fd = ckpt_reader_file_fd(c->r, i, &ferr);
         if (fd < 0) tree_log(o, "%s", ferr.message);
-        CKPT_TRY(add_raw(c, ckpt_reader_file_name(c->r, i), fd, (int32_t)i, o, err));
+        CK_TRY(add_raw(c, ckpt_reader_file_name(c->r, i), fd, (int32_t)i, o, err));
     }
     /* a torch.save file's directory is not the checkpoint's own */
     if (!info.num_metadata_files && !info.hf_storage) return CKPT_OK;
@@ -376,8 +376,8 @@ static ckpt_status list_pt(tree_ckpt *c, ckpt_error *err) {
     for (uint32_t i = 0; i < root->nkids; i++) {
         uint32_t k = c->kid_ids[root->kids + i];
         if (c->nodes[k].e) continue;
-        if (optim_shaped(c, k)) CKPT_TRY(add_pt(c, k, true, err));
-        CKPT_TRY(add_pt(c, k, false, err));
+        if (optim_shaped(c, k)) CK_TRY(add_pt(c, k, true, err));
+        CK_TRY(add_pt(c, k, false, err));
     }
     return add_pt(c, 0, false, err);
 }
@@ -385,7 +385,7 @@ static ckpt_status list_pt(tree_ckpt *c, ckpt_error *err) {
 /* ------------------------------------------------------------------ the checkpoint */
 
 ckpt_status tree_ckpt_build(tree_ckpt *c, const ckpt_tree_options *o, ckpt_error *err) {
-    CKPT_TRY(ckpt_reader_open(c->dir, o ? o->open : NULL, &c->r, err));
+    CK_TRY(ckpt_reader_open(c->dir, o ? o->open : NULL, &c->r, err));
     struct stat st;
     /* a step of a directory of checkpoints got its time from the scan that found it */
     if (!c->mtime.tv_sec && !c->mtime.tv_nsec &&
@@ -407,20 +407,20 @@ ckpt_status tree_ckpt_build(tree_ckpt *c, const ckpt_tree_options *o, ckpt_error
         s = insert_entry(&b, e, o, err);
     }
     ck_htab_release(&b.by_name);
-    CKPT_TRY(s);
-    CKPT_TRY(link_kids(c, err));
+    CK_TRY(s);
+    CK_TRY(link_kids(c, err));
     c->objects = calloc(n ? n : 1, sizeof *c->objects);
     if (!c->objects) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
-    CKPT_TRY(list_raw(c, o, err));
-    CKPT_TRY(list_st(c, err));
-    CKPT_TRY(list_pt(c, err));
-    CKPT_TRY(tree_access_build(c, err));
+    CK_TRY(list_raw(c, o, err));
+    CK_TRY(list_st(c, err));
+    CK_TRY(list_pt(c, err));
+    CK_TRY(tree_access_build(c, err));
     if (o && o->verify) {
         ckpt_status ms = ckpt_manifest_load(c->dir, &c->manifest, err);
         if (ms == CKPT_E_NOTFOUND)
             return ck_fail(err, ms, "%s: verify: no %s (ckpt seal writes it)", c->dir,
                            CKPT_MANIFEST_FILE);
-        CKPT_TRY(ms);
+        CK_TRY(ms);
         size_t nrec = ckpt_manifest_num_records(c->manifest);
         c->verified = calloc(nrec ? nrec : 1, 1);
         if (!c->verified) return ck_fail(err, CKPT_E_NOMEM, "out of memory");

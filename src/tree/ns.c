@@ -440,7 +440,7 @@ ckpt_status ckpt_tree_open(const char *dir, const ckpt_tree_options *opts, ckpt_
             char idx[4096];
             struct stat ist;
             ckpt_reader *r = NULL;
-            if ((size_t)snprintf(idx, sizeof idx, "%s/%s", dir, CKPT_HF_INDEX_JSON) < sizeof idx &&
+            if ((size_t)snprintf(idx, sizeof idx, "%s/%s", dir, CK_HF_INDEX_JSON) < sizeof idx &&
                 stat(idx, &ist) == 0 &&
                 (s = ckpt_reader_open(dir, t->opts.open, &r, err)) != CKPT_OK)
                 goto fail;
@@ -612,7 +612,7 @@ static ckpt_status layout_shard(const layout_inst *li, const ckpt_entry *e, ckpt
 static ckpt_status read_layout(tree_read *x, const layout_inst *li, const ckpt_entry *e,
                                uint64_t off, uint64_t len, ckpt_error *err) {
     ckpt_layout_shard *sh;
-    CKPT_TRY(layout_shard(li, e, &sh, err));
+    CK_TRY(layout_shard(li, e, &sh, err));
     uint64_t item = ckpt_dtype_itemsize(ckpt_entry_dtype(e)), dst = 0;
     ckpt_status s = CKPT_OK;
     for (uint64_t i = ckpt_layout_shard_find_box(sh, off / item); s == CKPT_OK && len; i++) {
@@ -650,7 +650,7 @@ static ckpt_status entry_size(const obj *o, uint64_t *size, ckpt_error *err) {
     }
     case V_LAYOUT: {
         ckpt_layout_shard *sh;
-        CKPT_TRY(layout_shard(&o->li, e, &sh, err));
+        CK_TRY(layout_shard(&o->li, e, &sh, err));
         *size = ckpt_layout_shard_numel(sh) * ckpt_dtype_itemsize(ckpt_entry_dtype(e));
         ckpt_layout_shard_free(sh);
         break;
@@ -769,7 +769,7 @@ static ckpt_status stat_obj_raw(ckpt_tree *t, const obj *o, ckpt_ino ino, ckpt_t
     case O_STFILE: {
         st_file *f = &o->c->st[o->node - 1];
         st->type = CKPT_NODE_FILE;
-        CKPT_TRY(tree_st_build(o->c, f, err));
+        CK_TRY(tree_st_build(o->c, f, err));
         st->size = f->size;
         return CKPT_OK;
     }
@@ -781,7 +781,7 @@ static ckpt_status stat_obj_raw(ckpt_tree *t, const obj *o, ckpt_ino ino, ckpt_t
     case O_PTFILE: {
         pt_file *f = &o->c->pt[o->node - 1];
         st->type = CKPT_NODE_FILE;
-        CKPT_TRY(tree_pt_build(o->c, f, &t->opts, err));
+        CK_TRY(tree_pt_build(o->c, f, &t->opts, err));
         st->size = ckpt_torchsave_size(f->ts);
         return CKPT_OK;
     }
@@ -803,7 +803,7 @@ static ckpt_status stat_obj_raw(ckpt_tree *t, const obj *o, ckpt_ino ino, ckpt_t
 }
 
 ckpt_status ckpt_tree_getattr(ckpt_tree *t, ckpt_ino ino, ckpt_tree_stat *out, ckpt_error *err) {
-    CKPT_ERR_OR_LOCAL(err);
+    CK_ERR_OR_LOCAL(err);
     uint32_t slot, inst, node;
     tree_ino_split(ino, &slot, &inst, &node);
     if (t->multi && slot > 0 && inst == 0 && node == 0) { /* a checkpoint's root: no build */
@@ -824,7 +824,7 @@ ckpt_status ckpt_tree_getattr(ckpt_tree *t, ckpt_ino ino, ckpt_tree_stat *out, c
         if (!built) return CKPT_OK;
     }
     obj o;
-    CKPT_TRY(resolve(t, ino, &o, err));
+    CK_TRY(resolve(t, ino, &o, err));
     ckpt_status s = stat_obj(t, &o, ino, out, err);
     obj_put(t, &o);
     return s;
@@ -926,7 +926,7 @@ static ckpt_status lookup_ino(ckpt_tree *t, const obj *p, const char *name, ckpt
         return not_found(err);
     case O_LAYOUTDIR: {
         uint32_t spec;
-        CKPT_TRY(tree_layout_spec(p->c, name, &spec, err));
+        CK_TRY(tree_layout_spec(p->c, name, &spec, err));
         *out = tree_ino(p->slot, INST_LAYOUT, spec + 1);
         return CKPT_OK;
     }
@@ -942,9 +942,9 @@ static ckpt_status lookup_ino(ckpt_tree *t, const obj *p, const char *name, ckpt
 
 ckpt_status ckpt_tree_lookup(ckpt_tree *t, ckpt_ino parent, const char *name, ckpt_tree_stat *out,
                              ckpt_error *err) {
-    CKPT_ERR_OR_LOCAL(err);
+    CK_ERR_OR_LOCAL(err);
     obj p;
-    CKPT_TRY(resolve(t, parent, &p, err));
+    CK_TRY(resolve(t, parent, &p, err));
     ckpt_ino ino = 0;
     ckpt_status s = lookup_ino(t, &p, name, &ino, err);
     if (s == CKPT_OK) s = ckpt_tree_getattr(t, ino, out, err);
@@ -1063,18 +1063,18 @@ static ckpt_status readdir_obj(ckpt_tree *t, const obj *po, uint64_t cookie, ckp
 
 ckpt_status ckpt_tree_readdir(ckpt_tree *t, ckpt_ino dir, uint64_t cookie, ckpt_tree_dirent_fn fn,
                               void *ctx, ckpt_error *err) {
-    CKPT_ERR_OR_LOCAL(err);
+    CK_ERR_OR_LOCAL(err);
     obj p;
-    CKPT_TRY(resolve(t, dir, &p, err));
+    CK_TRY(resolve(t, dir, &p, err));
     ckpt_status s = readdir_obj(t, &p, cookie, fn, ctx, err);
     obj_put(t, &p);
     return s;
 }
 
 ckpt_status ckpt_tree_open_file(ckpt_tree *t, ckpt_ino ino, ckpt_error *err) {
-    CKPT_ERR_OR_LOCAL(err);
+    CK_ERR_OR_LOCAL(err);
     obj o;
-    CKPT_TRY(resolve(t, ino, &o, err));
+    CK_TRY(resolve(t, ino, &o, err));
     ckpt_status s = CKPT_OK;
     if (o.kind == O_ENTRY && ckpt_entry_kind_of(o.e) != CKPT_ENTRY_TENSOR) {
         size_t len;
@@ -1161,7 +1161,7 @@ static ckpt_status sources_obj(ckpt_tree *t, const obj *po, ckpt_tree_source_fn 
 ckpt_status ckpt_tree_sources(ckpt_tree *t, ckpt_ino ino, ckpt_tree_source_fn fn, void *ctx,
                               ckpt_error *err) {
     obj o;
-    CKPT_TRY(resolve(t, ino, &o, err));
+    CK_TRY(resolve(t, ino, &o, err));
     ckpt_status s = sources_obj(t, &o, fn, ctx, err);
     obj_put(t, &o);
     return s;
@@ -1180,14 +1180,14 @@ ckpt_status ckpt_tree_may_read(ckpt_tree *t, ckpt_ino ino, const ckpt_tree_cred 
                                ckpt_error *err) {
     ckpt_error local = {0};
     void *a[3] = {(void *)cred, err ? err : &local, NULL};
-    CKPT_TRY(ckpt_tree_sources(t, ino, check_one, a, err));
+    CK_TRY(ckpt_tree_sources(t, ino, check_one, a, err));
     return a[2] ? CKPT_E_ACCESS : CKPT_OK;
 }
 
 ckpt_status ckpt_tree_readlink(ckpt_tree *t, ckpt_ino ino, char **target, ckpt_error *err) {
-    CKPT_ERR_OR_LOCAL(err);
+    CK_ERR_OR_LOCAL(err);
     obj o;
-    CKPT_TRY(resolve(t, ino, &o, err));
+    CK_TRY(resolve(t, ino, &o, err));
     if (o.kind != O_LATEST) {
         obj_put(t, &o);
         return ck_fail(err, CKPT_E_INVAL, "not a symlink");
@@ -1254,10 +1254,10 @@ static const char *const xattr_names[] = {"user.ckpt.key",    "user.ckpt.dtype",
 
 ckpt_status ckpt_tree_listxattr(ckpt_tree *t, ckpt_ino ino, char **names, size_t *len,
                                 ckpt_error *err) {
-    CKPT_ERR_OR_LOCAL(err);
+    CK_ERR_OR_LOCAL(err);
     obj o;
-    CKPT_TRY(resolve(t, ino, &o, err));
-    ck_strbuf sb = CKPT_STRBUF_INIT, v = CKPT_STRBUF_INIT;
+    CK_TRY(resolve(t, ino, &o, err));
+    ck_strbuf sb = CK_STRBUF_INIT, v = CK_STRBUF_INIT;
     ck_strbuf_add(&sb, "", 0);
     if (o.kind == O_ENTRY)
         for (size_t i = 0; i < sizeof xattr_names / sizeof *xattr_names; i++) {
@@ -1267,17 +1267,17 @@ ckpt_status ckpt_tree_listxattr(ckpt_tree *t, ckpt_ino ino, char **names, size_t
         }
     ck_strbuf_release(&v);
     obj_put(t, &o);
-    CKPT_TRY(ck_strbuf_status(&sb, "listxattr", err));
+    CK_TRY(ck_strbuf_status(&sb, "listxattr", err));
     *names = ck_strbuf_detach(&sb, len);
     return *names ? CKPT_OK : ck_fail(err, CKPT_E_NOMEM, "out of memory");
 }
 
 ckpt_status ckpt_tree_getxattr(ckpt_tree *t, ckpt_ino ino, const char *name, char **value,
                                size_t *len, ckpt_error *err) {
-    CKPT_ERR_OR_LOCAL(err);
+    CK_ERR_OR_LOCAL(err);
     obj o;
-    CKPT_TRY(resolve(t, ino, &o, err));
-    ck_strbuf sb = CKPT_STRBUF_INIT;
+    CK_TRY(resolve(t, ino, &o, err));
+    ck_strbuf sb = CK_STRBUF_INIT;
     ck_strbuf_add(&sb, "", 0);
     bool found = o.kind == O_ENTRY && entry_xattr(&o, name, &sb);
     obj_put(t, &o);
@@ -1285,7 +1285,7 @@ ckpt_status ckpt_tree_getxattr(ckpt_tree *t, ckpt_ino ino, const char *name, cha
         ck_strbuf_release(&sb);
         return ck_fail(err, CKPT_E_NOTFOUND, "no attribute %s", name);
     }
-    CKPT_TRY(ck_strbuf_status(&sb, "getxattr", err));
+    CK_TRY(ck_strbuf_status(&sb, "getxattr", err));
     *value = ck_strbuf_detach(&sb, len);
     return *value ? CKPT_OK : ck_fail(err, CKPT_E_NOMEM, "out of memory");
 }
@@ -1294,11 +1294,11 @@ ckpt_status ckpt_tree_getxattr(ckpt_tree *t, ckpt_ino ino, const char *name, cha
 
 static ckpt_status read_st(tree_read *x, tree_ckpt *c, st_file *f, uint64_t off, uint64_t len,
                            ckpt_error *err) {
-    CKPT_TRY(tree_st_build(c, f, err));
+    CK_TRY(tree_st_build(c, f, err));
     uint64_t dst = 0;
     if (off < f->header_len) {
         uint64_t n = f->header_len - off < len ? f->header_len - off : len;
-        CKPT_TRY(tree_read_mem(x, 0, f->header + off, n, err));
+        CK_TRY(tree_read_mem(x, 0, f->header + off, n, err));
         dst += n;
         off += n;
         len -= n;
@@ -1339,7 +1339,7 @@ static ckpt_status pt_span(void *ctx, const ckpt_torchsave_span *s, ckpt_error *
 
 static ckpt_status read_pt(tree_read *x, ckpt_tree *t, tree_ckpt *c, pt_file *f, uint64_t off,
                            uint64_t len, ckpt_error *err) {
-    CKPT_TRY(tree_pt_build(c, f, &t->opts, err));
+    CK_TRY(tree_pt_build(c, f, &t->opts, err));
     pt_read pr = {x, off};
     return ckpt_torchsave_map(f->ts, off, len, pt_span, &pr, err);
 }
@@ -1357,12 +1357,12 @@ void ckpt_tree_read_end(ckpt_tree *t, ckpt_tree_scratch *s) {
 ckpt_status ckpt_tree_read(ckpt_tree *t, ckpt_ino ino, uint64_t off, size_t len, size_t max_segs,
                            size_t min_fd_run, ckpt_tree_scratch *s, const ckpt_tree_seg **segs,
                            size_t *nsegs, ckpt_error *err) {
-    CKPT_ERR_OR_LOCAL(err);
+    CK_ERR_OR_LOCAL(err);
     *segs = NULL;
     *nsegs = 0;
     ckpt_tree_read_end(t, s);
     obj o;
-    CKPT_TRY(resolve(t, ino, &o, err));
+    CK_TRY(resolve(t, ino, &o, err));
     ckpt_status rs = read_obj(t, &o, ino, off, len, max_segs, min_fd_run, s, segs, nsegs, err);
     if (rs == CKPT_OK && *nsegs && o.c && t->multi)
         s->held = o.c; /* its fds serve the reply: given back by ckpt_tree_read_end */
@@ -1376,7 +1376,7 @@ static ckpt_status read_obj(ckpt_tree *t, const obj *po, ckpt_ino ino, uint64_t 
                             const ckpt_tree_seg **segs, size_t *nsegs, ckpt_error *err) {
     const obj o = *po;
     ckpt_tree_stat st;
-    CKPT_TRY(stat_obj(t, &o, ino, &st, err));
+    CK_TRY(stat_obj(t, &o, ino, &st, err));
     if (st.type != CKPT_NODE_FILE) return ck_fail(err, CKPT_E_INVAL, "not a file");
     if (o.kind == O_ENTRY && ckpt_entry_kind_of(o.e) != CKPT_ENTRY_TENSOR) {
         /* a value that cannot be rendered has size 0 in getattr; reading it is an error */
@@ -1438,8 +1438,8 @@ static ckpt_status read_obj(ckpt_tree *t, const obj *po, ckpt_ino ino, uint64_t 
     case O_PTFILE: rs = read_pt(&x, t, o.c, &o.c->pt[o.node - 1], off, len, err); break;
     default: return ck_fail(err, CKPT_E_INVAL, "not a file");
     }
-    CKPT_TRY(rs);
-    CKPT_TRY(tree_read_finish(&x, nsegs, err));
+    CK_TRY(rs);
+    CK_TRY(tree_read_finish(&x, nsegs, err));
     *segs = s->segs;
     return CKPT_OK;
 }

@@ -22,15 +22,15 @@ static ckpt_status verify_values(tree_ckpt *c, const pt_file *f, ckpt_error *err
         if (ckpt_entry_kind_of(e) == CKPT_ENTRY_TENSOR) continue;
         const char *p = ckpt_entry_path(e);
         if (tl && (strncmp(p, top, tl) != 0 || (p[tl] != '/' && p[tl] != '\0'))) continue;
-        CKPT_TRY(tree_verify_item(c, &e->loc, err));
+        CK_TRY(tree_verify_item(c, &e->loc, err));
     }
     return CKPT_OK;
 }
 
 static ckpt_status build(tree_ckpt *c, pt_file *f, const ckpt_tree_options *o, ckpt_error *err) {
-    CKPT_TRY(verify_values(c, f, err));
+    CK_TRY(verify_values(c, f, err));
     ckpt_torchsave_options to = {.under = f->top ? c->nodes[f->top].name : "", .by_id = f->by_id};
-    CKPT_TRY(ckpt_torchsave_create(c->r, &to, &f->ts, err));
+    CK_TRY(ckpt_torchsave_create(c->r, &to, &f->ts, err));
     for (size_t i = 0; i < ckpt_torchsave_num_skipped(f->ts); i++) {
         const char *why;
         const ckpt_entry *e = ckpt_torchsave_skipped(f->ts, i, &why);

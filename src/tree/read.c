@@ -125,7 +125,7 @@ static ckpt_status one_box(void *ctx, const slice_box *b, ckpt_error *err) {
     box_ctx *bx = ctx;
     tree_read *x = bx->x;
     const ck_chunk *c = b->c;
-    CKPT_TRY(tree_verify_item(x->c, &c->loc, err));
+    CK_TRY(tree_verify_item(x->c, &c->loc, err));
     if (!x->mem_only && c->res->kind == CHUNK_IN_FILE &&
         (!c->res->big_endian || b->itemsize == 1)) {
         int64_t ds[CKPT_MAX_NDIM], ss[CKPT_MAX_NDIM], cnt[CKPT_MAX_NDIM], run;
@@ -135,13 +135,13 @@ static ckpt_status one_box(void *ctx, const slice_box *b, ckpt_error *err) {
         int n = ck_merge_dims(ds, ss, cnt, b->ndim, b->itemsize, &run);
         size_t runs = runs_of(cnt, n);
         if ((uint64_t)run >= x->min_run && x->npieces + runs > x->max_segs)
-            CKPT_TRY(go_mem_only(x, err));
+            CK_TRY(go_mem_only(x, err));
         else if ((uint64_t)run >= x->min_run) {
             /* opens the file and checks the item against its current size, as the copying
              * path does: a shard truncated since it was mounted fails here, not in a short
              * splice */
             ck_source src;
-            CKPT_TRY(ck_loc_source(x->r, &c->loc, ckpt_entry_key(bx->e), &src, err));
+            CK_TRY(ck_loc_source(x->r, &c->loc, ckpt_entry_key(bx->e), &src, err));
             int fd = src.fd;
             int64_t idx[CKPT_MAX_NDIM] = {0};
             for (;;) {
@@ -150,9 +150,8 @@ static ckpt_status one_box(void *ctx, const slice_box *b, ckpt_error *err) {
                     soff += (uint64_t)(idx[d] * ss[d]);
                     doff += (uint64_t)(idx[d] * ds[d]);
                 }
-                CKPT_TRY(add_piece(x, doff, fd,
-                                   ckpt_reader_file_name(x->r, (uint32_t)c->loc.file_id), true,
-                                   soff, (uint64_t)run, err));
+                CK_TRY(add_piece(x, doff, fd, ckpt_reader_file_name(x->r, (uint32_t)c->loc.file_id),
+                                 true, soff, (uint64_t)run, err));
                 int d = n - 1;
                 for (; d >= 0; d--) {
                     if (++idx[d] < cnt[d]) break;
@@ -207,7 +206,7 @@ static ckpt_status lin_range(lin *l, int d, uint64_t a, uint64_t b, uint64_t dst
     if (a % inner) { /* the end of row ra */
         l->start[d] = l->origin[d] + (int64_t)ra;
         l->count[d] = 1;
-        CKPT_TRY(lin_range(l, d + 1, a % inner, inner, dst, err));
+        CK_TRY(lin_range(l, d + 1, a % inner, inner, dst, err));
         dst += (inner - a % inner) * l->itemsize;
         ra++;
     }
@@ -218,13 +217,13 @@ static ckpt_status lin_range(lin *l, int d, uint64_t a, uint64_t b, uint64_t dst
             l->start[k] = l->origin[k];
             l->count[k] = l->extent[k];
         }
-        CKPT_TRY(emit_box(l, dst, err));
+        CK_TRY(emit_box(l, dst, err));
         dst += (rb - ra) * inner * l->itemsize;
     }
     if (b % inner) { /* the start of row rb */
         l->start[d] = l->origin[d] + (int64_t)rb;
         l->count[d] = 1;
-        CKPT_TRY(lin_range(l, d + 1, 0, b % inner, dst, err));
+        CK_TRY(lin_range(l, d + 1, 0, b % inner, dst, err));
     }
     return CKPT_OK;
 }
@@ -236,7 +235,7 @@ typedef struct elem_ctx {
 
 static ckpt_status elem_box(void *ctx, const slice_box *b, ckpt_error *err) {
     elem_ctx *ec = ctx;
-    CKPT_TRY(tree_verify_item(ec->x->c, &b->c->loc, err));
+    CK_TRY(tree_verify_item(ec->x->c, &b->c->loc, err));
     return slice_read_box(&ec->rd, b, err);
 }
 
@@ -274,7 +273,7 @@ ckpt_status tree_read_tensor(tree_read *x, const ckpt_entry *e, const int64_t *o
     uint8_t tmp[16];
     uint64_t head = off % is;
     if (head) { /* a partial first element */
-        CKPT_TRY(one_elem(&l, off / is, tmp, err));
+        CK_TRY(one_elem(&l, off / is, tmp, err));
         uint64_t n = is - head < len ? is - head : len;
         memcpy(x->s->buf + dst, tmp + head, n);
         off += n;
@@ -283,7 +282,7 @@ ckpt_status tree_read_tensor(tree_read *x, const ckpt_entry *e, const int64_t *o
     }
     uint64_t tail = len % is;
     if (tail) { /* a partial last element */
-        CKPT_TRY(one_elem(&l, (off + len) / is, tmp, err));
+        CK_TRY(one_elem(&l, (off + len) / is, tmp, err));
         memcpy(x->s->buf + dst + len - tail, tmp, tail);
         len -= tail;
     }
@@ -353,18 +352,18 @@ static size_t count_segs(const tree_read *x) {
 ckpt_status tree_read_finish(tree_read *x, size_t *nsegs, ckpt_error *err) {
     *nsegs = 0;
     ckpt_tree_scratch *s = x->s;
-    CKPT_TRY(check_sizes(x, err));
+    CK_TRY(check_sizes(x, err));
     if (x->npieces > 1) qsort(s->pieces, x->npieces, sizeof *s->pieces, by_dst);
-    if (x->npieces && count_segs(x) > x->max_segs) CKPT_TRY(go_mem_only(x, err));
+    if (x->npieces && count_segs(x) > x->max_segs) CK_TRY(go_mem_only(x, err));
     uint64_t at = 0;
     for (size_t i = 0; i < x->npieces; i++) {
         const struct ckpt_tree_piece *p = &s->pieces[i];
         if (p->dst > at)
-            CKPT_TRY(push_seg(s, nsegs, (ckpt_tree_seg){-1, 0, p->dst - at, s->buf + at}, err));
-        CKPT_TRY(push_seg(s, nsegs, (ckpt_tree_seg){p->fd, p->pos, p->len, NULL}, err));
+            CK_TRY(push_seg(s, nsegs, (ckpt_tree_seg){-1, 0, p->dst - at, s->buf + at}, err));
+        CK_TRY(push_seg(s, nsegs, (ckpt_tree_seg){p->fd, p->pos, p->len, NULL}, err));
         at = p->dst + p->len;
     }
     if (at < x->len)
-        CKPT_TRY(push_seg(s, nsegs, (ckpt_tree_seg){-1, 0, x->len - at, s->buf + at}, err));
+        CK_TRY(push_seg(s, nsegs, (ckpt_tree_seg){-1, 0, x->len - at, s->buf + at}, err));
     return CKPT_OK;
 }

@@ -73,7 +73,7 @@ static ckpt_status build(tree_ckpt *c, st_file *f, ckpt_error *err) {
     }
 
     size_t prefix = f->top ? strlen(c->nodes[f->top].name) + 1 : 0;
-    ck_strbuf sb = CKPT_STRBUF_INIT;
+    ck_strbuf sb = CK_STRBUF_INIT;
     ck_strbuf_add(&sb, "\0\0\0\0\0\0\0\0", 8);
     ck_strbuf_adds(&sb, "{\"__metadata__\":{\"format\":\"pt\",\"ckptfs.source\":");
     ck_json_escape(&sb, c->dir, strlen(c->dir));
@@ -103,7 +103,7 @@ static ckpt_status build(tree_ckpt *c, st_file *f, ckpt_error *err) {
     ck_strbuf_addc(&sb, '}');
     while (sb.len % 8)
         ck_strbuf_addc(&sb, ' ');
-    CKPT_TRY(ck_strbuf_status(&sb, "safetensors header", err));
+    CK_TRY(ck_strbuf_status(&sb, "safetensors header", err));
     size_t len = 0;
     f->header = ck_strbuf_detach(&sb, &len);
     if (!f->header) return ck_fail(err, CKPT_E_NOMEM, "out of memory");

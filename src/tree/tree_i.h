@@ -1,8 +1,8 @@
 /* tree_i.h — private layout of the namespace (include/ckpt_tree.h): one `tree_ckpt` per
  * checkpoint (its plain tree of entries, views and caches) and the inode encoding shared by
  * every file of src/tree. */
-#ifndef CKPT_TREE_TREE_I_H
-#define CKPT_TREE_TREE_I_H
+#ifndef CK_TREE_TREE_I_H
+#define CK_TREE_TREE_I_H
 
 #include "ckpt_manifest.h"
 #include "ckpt_save.h"

@@ -16,7 +16,7 @@ ckpt_status tree_verify_item(tree_ckpt *c, const ck_loc *loc, ckpt_error *err) {
         int fd = ckpt_reader_file_fd(c->r, (uint32_t)loc->file_id, err);
         if (fd < 0) return err ? err->code : CKPT_E_IO;
         uint64_t h;
-        CKPT_TRY(ckpt_hash_range(fd, file, rec->offset, rec->length, &h, err));
+        CK_TRY(ckpt_hash_range(fd, file, rec->offset, rec->length, &h, err));
         state = h == rec->hash ? 1 : 2;
         atomic_store_explicit(&c->verified[i], state, memory_order_release);
     }

@@ -1,8 +1,8 @@
 /* arena.h — a bump allocator with a hard byte budget.  Decoders of untrusted input allocate
  * everything from one arena, so a hostile file can never use more than the budget and freeing
  * a decoded document is one call, with no recursion over its (possibly cyclic) values. */
-#ifndef CKPT_UTIL_ARENA_H
-#define CKPT_UTIL_ARENA_H
+#ifndef CK_UTIL_ARENA_H
+#define CK_UTIL_ARENA_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -2,8 +2,8 @@
  * device sink and its NCCL transport): a failed call as a ckpt error, telling device
  * pointers from host ones, and pinned host memory.  Compiled only with the cuda feature
  * (their no-CUDA twins need none of it). */
-#ifndef CKPT_UTIL_CUDA_UTIL_H
-#define CKPT_UTIL_CUDA_UTIL_H
+#ifndef CK_UTIL_CUDA_UTIL_H
+#define CK_UTIL_CUDA_UTIL_H
 
 #include "ckpt.h"
 

@@ -1,7 +1,7 @@
 /* error.h — filling a caller's ckpt_error: formatted messages, context prefixes, and the
  * propagate-on-failure check macro used across the library. */
-#ifndef CKPT_UTIL_ERROR_H
-#define CKPT_UTIL_ERROR_H
+#ifndef CK_UTIL_ERROR_H
+#define CK_UTIL_ERROR_H
 
 #include "ckpt.h"
 
@@ -23,21 +23,21 @@ void ck_error_clear(ckpt_error *err);
 /* At a public entry point: callers may pass err = NULL, while internal helpers report a
  * status through err (one that returns NULL or -1, say); this points err at a local one, so
  * the caller still gets the right status. */
-#define CKPT_ERR_OR_LOCAL(err)                                                                     \
+#define CK_ERR_OR_LOCAL(err)                                                                       \
     ckpt_error err##_local;                                                                        \
     err##_local.code = CKPT_OK;                                                                    \
     err##_local.message[0] = '\0';                                                                 \
     if (!(err)) (err) = &err##_local
 
 /* Evaluates a ckpt_status expression and returns it from the caller on failure. */
-#define CKPT_TRY(expr)                                                                             \
+#define CK_TRY(expr)                                                                               \
     do {                                                                                           \
         ckpt_status ckpt_try_status_ = (expr);                                                     \
         if (ckpt_try_status_ != CKPT_OK) return ckpt_try_status_;                                  \
     } while (0)
 
 /* Same, but jumps to `label` after storing the status in `var`. */
-#define CKPT_TRY_GOTO(var, expr, label)                                                            \
+#define CK_TRY_GOTO(var, expr, label)                                                              \
     do {                                                                                           \
         (var) = (expr);                                                                            \
         if ((var) != CKPT_OK) goto label;                                                          \

@@ -1,7 +1,7 @@
 /* htab.h — an open-addressing hash index: maps 64-bit hashes to small integer values, with
  * the caller confirming candidates (so keys stay wherever the caller keeps them). */
-#ifndef CKPT_UTIL_HTAB_H
-#define CKPT_UTIL_HTAB_H
+#ifndef CK_UTIL_HTAB_H
+#define CK_UTIL_HTAB_H
 
 #include <stdbool.h>
 #include <stddef.h>

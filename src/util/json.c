@@ -263,8 +263,8 @@ static ckpt_status parse_array(json_parser *p, uint32_t depth, ck_json *v) {
     } else {
         for (;;) {
             ck_json item = {0};
-            CKPT_TRY(parse_value(p, depth + 1, &item));
-            CKPT_TRY(push(p, &item));
+            CK_TRY(parse_value(p, depth + 1, &item));
+            CK_TRY(push(p, &item));
             skip_ws(p);
             if (p->pos >= p->n) return jfail(p, open, "unterminated array");
             uint8_t c = p->s[p->pos++];
@@ -299,15 +299,15 @@ static ckpt_status parse_object(json_parser *p, uint32_t depth, ck_json *v) {
                              p->pos >= p->n ? "unterminated object"
                                             : "expected a string key in object");
             ck_json key = {.type = CKPT_JSON_STRING};
-            CKPT_TRY(parse_string(p, &key.u.str, &key.len));
+            CK_TRY(parse_string(p, &key.u.str, &key.len));
             skip_ws(p);
             if (p->pos >= p->n || p->s[p->pos] != ':')
                 return jfail(p, p->pos, "expected ':' after object key");
             p->pos++;
             ck_json val = {0};
-            CKPT_TRY(parse_value(p, depth + 1, &val));
-            CKPT_TRY(push(p, &key));
-            CKPT_TRY(push(p, &val));
+            CK_TRY(parse_value(p, depth + 1, &val));
+            CK_TRY(push(p, &key));
+            CK_TRY(push(p, &val));
             skip_ws(p);
             if (p->pos >= p->n) return jfail(p, open, "unterminated object");
             uint8_t c = p->s[p->pos++];
@@ -373,9 +373,9 @@ ckpt_status ck_json_parse(ck_arena *arena, const char *text, size_t len, uint32_
     json_parser p = {.s = (const uint8_t *)text,
                      .n = len,
                      .arena = arena,
-                     .max_depth = !max_depth                        ? CKPT_JSON_DEFAULT_DEPTH
-                                  : max_depth > CKPT_JSON_MAX_DEPTH ? CKPT_JSON_MAX_DEPTH
-                                                                    : max_depth,
+                     .max_depth = !max_depth                      ? CK_JSON_DEFAULT_DEPTH
+                                  : max_depth > CK_JSON_MAX_DEPTH ? CK_JSON_MAX_DEPTH
+                                                                  : max_depth,
                      .err = err};
     ck_json *root = ck_arena_alloc(arena, sizeof *root);
     ckpt_status st;

@@ -6,8 +6,8 @@
  * escapes, text after the value) and limits nesting depth; all memory comes from the
  * caller's arena, so its budget bounds what a hostile document can use.  Object members keep
  * document order, duplicates included. */
-#ifndef CKPT_UTIL_JSON_H
-#define CKPT_UTIL_JSON_H
+#ifndef CK_UTIL_JSON_H
+#define CK_UTIL_JSON_H
 
 #include "ckpt.h"
 #include "util/arena.h"
@@ -51,11 +51,11 @@ struct ck_json_member {
     ck_json value;
 };
 
-#define CKPT_JSON_DEFAULT_DEPTH 128
-#define CKPT_JSON_MAX_DEPTH 4096 /* larger max_depth values are clamped (recursion) */
+#define CK_JSON_DEFAULT_DEPTH 128
+#define CK_JSON_MAX_DEPTH 4096 /* larger max_depth values are clamped (recursion) */
 
 /* Parses `len` bytes of `text` (need not be NUL-terminated).  max_depth: most nested
- * arrays/objects (0 = CKPT_JSON_DEFAULT_DEPTH).  Errors: CKPT_E_FORMAT ("json offset N: ..."),
+ * arrays/objects (0 = CK_JSON_DEFAULT_DEPTH).  Errors: CKPT_E_FORMAT ("json offset N: ..."),
  * CKPT_E_LIMIT (depth, arena budget), CKPT_E_NOMEM.  The tree lives in `arena`. */
 ckpt_status ck_json_parse(ck_arena *arena, const char *text, size_t len, uint32_t max_depth,
                           const ck_json **out, ckpt_error *err);

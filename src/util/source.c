@@ -51,7 +51,7 @@ static int open_regular(const char *path, int flags, struct stat *st) {
     if (fstat(fd, st) != 0)
         e = errno;
     else if (!S_ISREG(st->st_mode))
-        e = CKPT_ENOTREG;
+        e = CK_ENOTREG;
     if (e) {
         close(fd);
         errno = e;
@@ -77,6 +77,6 @@ FILE *ck_fopen_regular(const char *path, bool nofollow) {
 }
 
 const char *ck_open_strerror(int e) {
-    return e == CKPT_ENOTREG ? "not a regular file (a FIFO, device, socket or directory)"
-                             : strerror(e);
+    return e == CK_ENOTREG ? "not a regular file (a FIFO, device, socket or directory)"
+                           : strerror(e);
 }

@@ -1,7 +1,7 @@
 /* source.h — a bounded byte range to read from: a window [base, base+len) of an open file
  * descriptor, or a memory buffer.  Decoders read through it and never see absolute offsets. */
-#ifndef CKPT_UTIL_SOURCE_H
-#define CKPT_UTIL_SOURCE_H
+#ifndef CK_UTIL_SOURCE_H
+#define CK_UTIL_SOURCE_H
 
 #include "ckpt.h"
 
@@ -44,11 +44,11 @@ ckpt_status ck_source_read(const ck_source *src, uint64_t off, void *buf, uint64
 
 /* errno of ck_open_regular for a path that names no regular file (a FIFO, a device, a
  * socket, a directory); ck_open_strerror words it. */
-#define CKPT_ENOTREG EMEDIUMTYPE
+#define CK_ENOTREG EMEDIUMTYPE
 
 /* Opens a source file (a shard, metadata, an index, a manifest) read-only without ever
  * blocking: O_NONBLOCK|O_NOCTTY|O_CLOEXEC, then fstat; anything but a regular file is closed
- * and refused (-1, errno CKPT_ENOTREG), so a FIFO or a device in place of a checkpoint file
+ * and refused (-1, errno CK_ENOTREG), so a FIFO or a device in place of a checkpoint file
  * cannot hang the reader.  O_NONBLOCK is cleared again on the regular file.  Returns the
  * descriptor, or -1 with errno set; *st (if not NULL) receives the file's attributes. */
 int ck_open_regular(const char *path, struct stat *st);
@@ -56,7 +56,7 @@ int ck_open_regular(const char *path, struct stat *st);
  * (ELOOP): for small files whose content steers a privileged reader (the `latest` trackers of
  * a directory of checkpoints), which must not be borrowed from a file elsewhere. */
 FILE *ck_fopen_regular(const char *path, bool nofollow);
-/* strerror(e), or "not a regular file" for CKPT_ENOTREG. */
+/* strerror(e), or "not a regular file" for CK_ENOTREG. */
 const char *ck_open_strerror(int e);
 
 #endif

@@ -6,10 +6,10 @@
  *
  * Ownership: the buffer owns `buf` until `ck_strbuf_detach` hands it to the caller (who
  * frees it with free()) or `ck_strbuf_release` frees it.  A zero-initialised struct
- * (CKPT_STRBUF_INIT) is a valid empty buffer; `buf` is NULL until the first append, so read
+ * (CK_STRBUF_INIT) is a valid empty buffer; `buf` is NULL until the first append, so read
  * the text through `ck_strbuf_cstr`. */
-#ifndef CKPT_UTIL_STRBUF_H
-#define CKPT_UTIL_STRBUF_H
+#ifndef CK_UTIL_STRBUF_H
+#define CK_UTIL_STRBUF_H
 
 #include "ckpt.h"
 
@@ -25,7 +25,7 @@ typedef struct ck_strbuf {
     ckpt_status status; /* CKPT_OK, or the first failure (CKPT_E_NOMEM / CKPT_E_LIMIT) */
 } ck_strbuf;
 
-#define CKPT_STRBUF_INIT                                                                           \
+#define CK_STRBUF_INIT                                                                             \
     { 0 }
 
 /* max: cap on the text length (0 = unlimited); exceeding it fails with CKPT_E_LIMIT. */

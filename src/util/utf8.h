@@ -1,8 +1,8 @@
 /* utf8.h — strict UTF-8 (RFC 3629: no overlong forms, no surrogates, nothing above
  * U+10FFFF), as Python decodes it: the one check the pickle decoder, the JSON parser and
  * the saver share. */
-#ifndef CKPT_UTIL_UTF8_H
-#define CKPT_UTIL_UTF8_H
+#ifndef CK_UTIL_UTF8_H
+#define CK_UTIL_UTF8_H
 
 #include <stdbool.h>
 #include <stddef.h>

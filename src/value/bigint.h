@@ -1,7 +1,7 @@
 /* bigint.h — Python ints wider than int64 (pickle LONG1/LONG4: little-endian two's complement
  * bytes) as decimal text. */
-#ifndef CKPT_VALUE_BIGINT_H
-#define CKPT_VALUE_BIGINT_H
+#ifndef CK_VALUE_BIGINT_H
+#define CK_VALUE_BIGINT_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -17,7 +17,7 @@
  * Module names are reported as Python 3 spells them (`__builtin__` -> `builtins`,
  * `copy_reg` -> `copyreg`, `__builtin__.xrange` -> `builtins.range`: pickle's fix_imports).  Shared
  * pickle nodes are converted once (a pointer map), so the result is a DAG the size of the pickle;
- * cycles and paths longer than CKPT_VALUE_MAX_DEPTH (memoized subtrees counted with their height)
+ * cycles and paths longer than CK_VALUE_MAX_DEPTH (memoized subtrees counted with their height)
  * fail with CKPT_E_LIMIT. */
 #include "value/value.h"
 
@@ -80,7 +80,7 @@ static ckpt_status memo_grow(conv_ctx *c) {
 
 /* Inserts key (not present yet) as "in progress". */
 static ckpt_status memo_start(conv_ctx *c, const pk_value *key) {
-    if ((c->len + 1) * 2 > c->cap) CKPT_TRY(memo_grow(c));
+    if ((c->len + 1) * 2 > c->cap) CK_TRY(memo_grow(c));
     size_t i = memo_index(key, c->cap);
     while (c->slots[i].key)
         i = (i + 1) & (c->cap - 1);
@@ -207,15 +207,14 @@ static ckpt_status conv(conv_ctx *c, const pk_value *v, unsigned depth, ckpt_val
                         unsigned *height);
 
 static ckpt_status too_deep(conv_ctx *c) {
-    return ck_fail(c->err, CKPT_E_LIMIT, "value nested deeper than %d levels",
-                   CKPT_VALUE_MAX_DEPTH);
+    return ck_fail(c->err, CKPT_E_LIMIT, "value nested deeper than %d levels", CK_VALUE_MAX_DEPTH);
 }
 
 /* Converts a child `levels` below a node at `depth`, folding its height into *h. */
 static ckpt_status child(conv_ctx *c, const pk_value *v, unsigned depth, unsigned levels,
                          ckpt_value **out, unsigned *h) {
     unsigned ch = 0;
-    CKPT_TRY(conv(c, v, depth + levels, out, &ch));
+    CK_TRY(conv(c, v, depth + levels, out, &ch));
     if (ch + levels > *h) *h = ch + levels;
     return CKPT_OK;
 }
@@ -225,7 +224,7 @@ static ckpt_status conv_items(conv_ctx *c, pk_value *const *items, size_t n, uns
     ckpt_value **arr = new_array(c, n);
     if (!arr) return oom(c);
     for (size_t i = 0; i < n; i++)
-        CKPT_TRY(child(c, items[i], depth, levels, &arr[i], h));
+        CK_TRY(child(c, items[i], depth, levels, &arr[i], h));
     *out = arr;
     return CKPT_OK;
 }
@@ -234,7 +233,7 @@ static ckpt_status conv_seq(conv_ctx *c, ckpt_value_type type, pk_value *const *
                             unsigned depth, ckpt_value **out, unsigned *h) {
     ckpt_value *r = new_value(c, type);
     if (!r) return oom(c);
-    CKPT_TRY(conv_items(c, items, n, depth, 1, &r->u.seq.items, h));
+    CK_TRY(conv_items(c, items, n, depth, 1, &r->u.seq.items, h));
     r->u.seq.len = n;
     *out = r;
     return CKPT_OK;
@@ -292,12 +291,12 @@ static ckpt_status conv_dict_like(conv_ctx *c, const pk_value *v, bool args_are_
     if (!r || !keys || !vals) return oom(c);
     for (size_t i = 0; i < np; i++) {
         pk_value *const *kv = pairs->u.seq.items[i]->u.seq.items;
-        CKPT_TRY(child(c, kv[0], depth, 1, &keys[i], h));
-        CKPT_TRY(child(c, kv[1], depth, 1, &vals[i], h));
+        CK_TRY(child(c, kv[0], depth, 1, &keys[i], h));
+        CK_TRY(child(c, kv[1], depth, 1, &vals[i], h));
     }
     for (size_t i = 0; i < ni; i++) {
-        CKPT_TRY(child(c, items->u.dict.keys[i], depth, 1, &keys[np + i], h));
-        CKPT_TRY(child(c, items->u.dict.vals[i], depth, 1, &vals[np + i], h));
+        CK_TRY(child(c, items->u.dict.keys[i], depth, 1, &keys[np + i], h));
+        CK_TRY(child(c, items->u.dict.vals[i], depth, 1, &vals[np + i], h));
     }
     r->u.dict.keys = keys;
     r->u.dict.vals = vals;
@@ -405,7 +404,7 @@ static ckpt_status conv_tensor(conv_ctx *c, const pk_value *v, ckpt_value **out)
     ckpt_value *r = new_value(c, CKPT_VALUE_TENSOR);
     ts_tensor_view *view = ck_arena_alloc(c->arena, sizeof *view);
     if (!r || !view) return oom(c);
-    CKPT_TRY(ts_tensor_view_of(c->item, v, view, c->err));
+    CK_TRY(ts_tensor_view_of(c->item, v, view, c->err));
     r->u.tensor.item = c->item;
     r->u.tensor.view = view;
     *out = r;
@@ -439,8 +438,8 @@ static ckpt_status conv_idiom(conv_ctx *c, const pk_value *v, unsigned depth, ck
         return new_str(c, CKPT_VALUE_BYTES, "", 0, false, out);
     bool frozen = global_is(cls, "builtins", "frozenset");
     if ((frozen || global_is(cls, "builtins", "set")) && (n == 0 || (n == 1 && is_seq(a[0])))) {
-        CKPT_TRY(conv_seq(c, CKPT_VALUE_SET, n ? a[0]->u.seq.items : NULL, n ? a[0]->u.seq.len : 0,
-                          depth, out, h));
+        CK_TRY(conv_seq(c, CKPT_VALUE_SET, n ? a[0]->u.seq.items : NULL, n ? a[0]->u.seq.len : 0,
+                        depth, out, h));
         (*out)->u.seq.frozen = frozen;
         return CKPT_OK;
     }
@@ -459,22 +458,22 @@ static ckpt_status conv_idiom(conv_ctx *c, const pk_value *v, unsigned depth, ck
 static ckpt_status conv_object(conv_ctx *c, const pk_value *v, unsigned depth, ckpt_value **out,
                                unsigned *h) {
     if (c->item && ts_is_tensor_node(v)) return conv_tensor(c, v, out);
-    CKPT_TRY(conv_idiom(c, v, depth, out, h));
+    CK_TRY(conv_idiom(c, v, depth, out, h));
     if (*out) return CKPT_OK;
 
     ckpt_value *r = new_value(c, CKPT_VALUE_OBJECT);
     if (!r) return oom(c);
     ckpt_value *callee = NULL;
     unsigned hc = 0;
-    CKPT_TRY(child(c, v->u.obj.cls, depth, 1, &callee, &hc));
-    CKPT_TRY(child(c, v->u.obj.args, depth, 1, &r->u.obj.args, h));
+    CK_TRY(child(c, v->u.obj.cls, depth, 1, &callee, &hc));
+    CK_TRY(child(c, v->u.obj.args, depth, 1, &r->u.obj.args, h));
     if (callee->type == CKPT_VALUE_OBJECT && !callee->u.obj.args) {
         r->u.obj.name = callee->u.obj.name;
         r->u.obj.name_len = callee->u.obj.name_len;
     } else {
         /* Something other than a named callable was called: keep it as the first argument
          * of a "__call__" object, one level deeper than it was converted. */
-        if (depth + hc > CKPT_VALUE_MAX_DEPTH) return too_deep(c);
+        if (depth + hc > CK_VALUE_MAX_DEPTH) return too_deep(c);
         r->u.obj.name = "__call__";
         r->u.obj.name_len = strlen("__call__");
         if (hc + 1 > *h) *h = hc + 1;
@@ -488,12 +487,12 @@ static ckpt_status conv_object(conv_ctx *c, const pk_value *v, unsigned depth, c
         args->u.seq.len = n + 1;
         r->u.obj.args = args;
     }
-    if (pk_obj_kwargs(v)) CKPT_TRY(child(c, pk_obj_kwargs(v), depth, 1, &r->u.obj.kwargs, h));
-    if (v->u.obj.state) CKPT_TRY(child(c, v->u.obj.state, depth, 1, &r->u.obj.state, h));
+    if (pk_obj_kwargs(v)) CK_TRY(child(c, pk_obj_kwargs(v), depth, 1, &r->u.obj.kwargs, h));
+    if (v->u.obj.state) CK_TRY(child(c, v->u.obj.state, depth, 1, &r->u.obj.state, h));
     if (pk_obj_listitems(v))
-        CKPT_TRY(child(c, pk_obj_listitems(v), depth, 1, &r->u.obj.listitems, h));
+        CK_TRY(child(c, pk_obj_listitems(v), depth, 1, &r->u.obj.listitems, h));
     if (pk_obj_dictitems(v))
-        CKPT_TRY(child(c, pk_obj_dictitems(v), depth, 1, &r->u.obj.dictitems, h));
+        CK_TRY(child(c, pk_obj_dictitems(v), depth, 1, &r->u.obj.dictitems, h));
     *out = r;
     return CKPT_OK;
 }
@@ -529,13 +528,13 @@ static ckpt_status conv_node(conv_ctx *c, const pk_value *v, unsigned depth, ckp
     case PK_LIST: return conv_seq(c, CKPT_VALUE_LIST, v->u.seq.items, v->u.seq.len, depth, out, h);
     case PK_SET:
     case PK_FROZENSET:
-        CKPT_TRY(conv_seq(c, CKPT_VALUE_SET, v->u.seq.items, v->u.seq.len, depth, out, h));
+        CK_TRY(conv_seq(c, CKPT_VALUE_SET, v->u.seq.items, v->u.seq.len, depth, out, h));
         (*out)->u.seq.frozen = v->type == PK_FROZENSET;
         return CKPT_OK;
     case PK_DICT:
         if (!(r = new_value(c, CKPT_VALUE_DICT))) return oom(c);
-        CKPT_TRY(conv_items(c, v->u.dict.keys, v->u.dict.len, depth, 1, &r->u.dict.keys, h));
-        CKPT_TRY(conv_items(c, v->u.dict.vals, v->u.dict.len, depth, 1, &r->u.dict.vals, h));
+        CK_TRY(conv_items(c, v->u.dict.keys, v->u.dict.len, depth, 1, &r->u.dict.keys, h));
+        CK_TRY(conv_items(c, v->u.dict.vals, v->u.dict.len, depth, 1, &r->u.dict.vals, h));
         r->u.dict.len = v->u.dict.len;
         *out = r;
         return CKPT_OK;
@@ -550,7 +549,7 @@ static ckpt_status conv_node(conv_ctx *c, const pk_value *v, unsigned depth, ckp
         ckpt_value *args = new_value(c, CKPT_VALUE_TUPLE);
         r = new_value(c, CKPT_VALUE_OBJECT);
         if (!r || !args) return oom(c);
-        CKPT_TRY(conv_items(c, &v->u.persid.pid, 1, depth, 2, &args->u.seq.items, h));
+        CK_TRY(conv_items(c, &v->u.persid.pid, 1, depth, 2, &args->u.seq.items, h));
         args->u.seq.len = 1;
         r->u.obj.name = "persistent_load";
         r->u.obj.name_len = strlen("persistent_load");
@@ -564,7 +563,7 @@ static ckpt_status conv_node(conv_ctx *c, const pk_value *v, unsigned depth, ckp
 
 static ckpt_status conv(conv_ctx *c, const pk_value *v, unsigned depth, ckpt_value **out,
                         unsigned *height) {
-    if (depth > CKPT_VALUE_MAX_DEPTH) return too_deep(c);
+    if (depth > CK_VALUE_MAX_DEPTH) return too_deep(c);
     if (!v) return ck_fail(c->err, CKPT_E_FORMAT, "missing value in pickle");
     ckpt_value *r;
     *height = 1;
@@ -589,14 +588,14 @@ static ckpt_status conv(conv_ctx *c, const pk_value *v, unsigned depth, ckpt_val
         if (s) {
             if (!s->val)
                 return ck_fail(c->err, CKPT_E_LIMIT, "pickled value contains itself (a cycle)");
-            if (depth - 1 + s->height > CKPT_VALUE_MAX_DEPTH) return too_deep(c);
+            if (depth - 1 + s->height > CK_VALUE_MAX_DEPTH) return too_deep(c);
             *out = s->val;
             *height = s->height;
             return CKPT_OK;
         }
-        CKPT_TRY(memo_start(c, v));
+        CK_TRY(memo_start(c, v));
         r = NULL;
-        CKPT_TRY(conv_node(c, v, depth, &r, height));
+        CK_TRY(conv_node(c, v, depth, &r, height));
         s = memo_find(c, v); /* the table may have grown meanwhile */
         s->val = r;
         s->height = *height;

@@ -1,8 +1,8 @@
 /* float_repr.h — formatting doubles exactly as CPython's repr(float) does: the shortest digit
  * string that reads back to the same double, fixed notation for decimal exponents in
  * [-4, 16), else `1e-05` / `1.5e+16` style, and ".0" on integral fixed values. */
-#ifndef CKPT_VALUE_FLOAT_REPR_H
-#define CKPT_VALUE_FLOAT_REPR_H
+#ifndef CK_VALUE_FLOAT_REPR_H
+#define CK_VALUE_FLOAT_REPR_H
 
 #include <stddef.h>
 

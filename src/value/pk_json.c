@@ -192,10 +192,10 @@ static void put(pkj_ctx *c, const pk_value *v, unsigned depth) {
 }
 
 size_t pk_json_budget(uint64_t doc_bytes) {
-    uint64_t b = doc_bytes > SIZE_MAX / CKPT_PK_JSON_RENDER_FACTOR
+    uint64_t b = doc_bytes > SIZE_MAX / CK_PK_JSON_RENDER_FACTOR
                      ? SIZE_MAX
-                     : doc_bytes * CKPT_PK_JSON_RENDER_FACTOR;
-    return b > CKPT_PK_JSON_RENDER_MIN ? (size_t)b : CKPT_PK_JSON_RENDER_MIN;
+                     : doc_bytes * CK_PK_JSON_RENDER_FACTOR;
+    return b > CK_PK_JSON_RENDER_MIN ? (size_t)b : CK_PK_JSON_RENDER_MIN;
 }
 
 ckpt_status pk_to_json(const pk_value *v, unsigned max_depth, size_t budget, char **out,
@@ -203,7 +203,7 @@ ckpt_status pk_to_json(const pk_value *v, unsigned max_depth, size_t budget, cha
     if (!out) return ck_fail(err, CKPT_E_INVAL, "pk_to_json: NULL argument");
     *out = NULL;
     if (!v) return ck_fail(err, CKPT_E_INVAL, "pk_to_json: NULL argument");
-    if (!budget) budget = CKPT_PK_JSON_RENDER_MIN;
+    if (!budget) budget = CK_PK_JSON_RENDER_MIN;
     pkj_ctx c = {.max_depth = max_depth ? max_depth : PK_JSON_DEFAULT_DEPTH,
                  .max_steps = budget,
                  .err = err};

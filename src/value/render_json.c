@@ -8,7 +8,7 @@
  *   other object                -> {"__object__": "module.Class", "args": [...], "kwargs": {...},
  *                                   "state": ..., "listitems": [...], "dictitems": {...}}
  *                                  (absent parts omitted; a bare reference has only the name)
- * Bounded like the text: CKPT_VALUE_RENDER_MAX bytes, CKPT_VALUE_RENDER_STEPS nodes.
+ * Bounded like the text: CK_VALUE_RENDER_MAX bytes, CK_VALUE_RENDER_STEPS nodes.
  * Also the JSON pieces shared with pk_json.c (floats, bytes, dict-key checks). */
 #include "ckpt.h"
 
@@ -54,7 +54,7 @@ bool value_json_bytes(ck_strbuf *sb, const char *p, size_t len) {
 typedef struct json_ctx {
     ck_strbuf sb;
     bool too_deep;
-    uint64_t steps; /* nodes visited, against CKPT_VALUE_RENDER_STEPS */
+    uint64_t steps; /* nodes visited, against CK_VALUE_RENDER_STEPS */
 } json_ctx;
 
 static void put(json_ctx *c, const ckpt_value *v, unsigned depth);
@@ -104,11 +104,11 @@ static void put_part(json_ctx *c, const char *prefix, const ckpt_value *v, unsig
 
 static void put(json_ctx *c, const ckpt_value *v, unsigned depth) {
     if (c->sb.status != CKPT_OK || c->too_deep) return; /* stop walking once it failed */
-    if (depth > CKPT_VALUE_MAX_DEPTH) {
+    if (depth > CK_VALUE_MAX_DEPTH) {
         c->too_deep = true;
         return;
     }
-    if (++c->steps > CKPT_VALUE_RENDER_STEPS) {
+    if (++c->steps > CK_VALUE_RENDER_STEPS) {
         c->sb.status = CKPT_E_LIMIT; /* sticky, like the buffer's own cap */
         return;
     }
@@ -152,19 +152,18 @@ ckpt_status ckpt_value_to_json(const ckpt_value *v, char **out, ckpt_error *err)
     *out = NULL;
     if (!v) return ck_fail(err, CKPT_E_INVAL, "ckpt_value_to_json: NULL argument");
     json_ctx c = {.too_deep = false};
-    ck_strbuf_init(&c.sb, CKPT_VALUE_RENDER_MAX);
+    ck_strbuf_init(&c.sb, CK_VALUE_RENDER_MAX);
     put(&c, v, 1);
     if (c.too_deep) {
         ck_strbuf_release(&c.sb);
-        return ck_fail(err, CKPT_E_LIMIT, "value nested deeper than %d levels",
-                       CKPT_VALUE_MAX_DEPTH);
+        return ck_fail(err, CKPT_E_LIMIT, "value nested deeper than %d levels", CK_VALUE_MAX_DEPTH);
     }
     if (c.sb.status == CKPT_E_LIMIT) {
         ck_strbuf_release(&c.sb);
         return ck_fail(err, CKPT_E_LIMIT,
                        "value too large to render as JSON (over %zu MiB or %llu nodes; shared "
                        "references expand as a tree)",
-                       CKPT_VALUE_RENDER_MAX >> 20, (unsigned long long)CKPT_VALUE_RENDER_STEPS);
+                       CK_VALUE_RENDER_MAX >> 20, (unsigned long long)CK_VALUE_RENDER_STEPS);
     }
     ckpt_status st = ck_strbuf_status(&c.sb, "rendering a value as JSON", err);
     if (st != CKPT_OK) {

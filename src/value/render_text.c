@@ -10,7 +10,7 @@
  * \\ \n \r \t, \xNN for other control characters, and \xNN / \uNNNN / \UNNNNNNNN for the
  * non-printable non-ASCII characters of Unicode categories Cc Cf Cs Co Zs Zl Zp and the
  * noncharacters.  Unassigned code points (also non-printable to Python) are kept raw.
- * The output is bounded by CKPT_VALUE_RENDER_MAX bytes and CKPT_VALUE_RENDER_STEPS nodes
+ * The output is bounded by CK_VALUE_RENDER_MAX bytes and CK_VALUE_RENDER_STEPS nodes
  * (CKPT_E_LIMIT past either): a DAG of shared references never expands unboundedly. */
 #include "ckpt.h"
 
@@ -149,7 +149,7 @@ static void put_bytes(ck_strbuf *sb, const char *p, size_t len, bool bytearray) 
 typedef struct text_ctx {
     ck_strbuf sb;
     bool too_deep;
-    uint64_t steps; /* nodes visited, against CKPT_VALUE_RENDER_STEPS */
+    uint64_t steps; /* nodes visited, against CK_VALUE_RENDER_STEPS */
 } text_ctx;
 
 static void put(text_ctx *c, const ckpt_value *v, unsigned depth);
@@ -330,11 +330,11 @@ static void put_object(text_ctx *c, const ckpt_value *v, unsigned depth) {
 
 static void put(text_ctx *c, const ckpt_value *v, unsigned depth) {
     if (c->sb.status != CKPT_OK || c->too_deep) return; /* stop walking once it failed */
-    if (depth > CKPT_VALUE_MAX_DEPTH) {
+    if (depth > CK_VALUE_MAX_DEPTH) {
         c->too_deep = true;
         return;
     }
-    if (++c->steps > CKPT_VALUE_RENDER_STEPS) {
+    if (++c->steps > CK_VALUE_RENDER_STEPS) {
         c->sb.status = CKPT_E_LIMIT; /* sticky, like the buffer's own cap */
         return;
     }
@@ -398,19 +398,18 @@ ckpt_status ckpt_value_to_text(const ckpt_value *v, char **out, ckpt_error *err)
     *out = NULL;
     if (!v) return ck_fail(err, CKPT_E_INVAL, "ckpt_value_to_text: NULL argument");
     text_ctx c = {.too_deep = false};
-    ck_strbuf_init(&c.sb, CKPT_VALUE_RENDER_MAX);
+    ck_strbuf_init(&c.sb, CK_VALUE_RENDER_MAX);
     put(&c, v, 1);
     if (c.too_deep) {
         ck_strbuf_release(&c.sb);
-        return ck_fail(err, CKPT_E_LIMIT, "value nested deeper than %d levels",
-                       CKPT_VALUE_MAX_DEPTH);
+        return ck_fail(err, CKPT_E_LIMIT, "value nested deeper than %d levels", CK_VALUE_MAX_DEPTH);
     }
     if (c.sb.status == CKPT_E_LIMIT) {
         ck_strbuf_release(&c.sb);
         return ck_fail(err, CKPT_E_LIMIT,
                        "value too large to render as text (over %zu MiB or %llu nodes; shared "
                        "references expand as a tree)",
-                       CKPT_VALUE_RENDER_MAX >> 20, (unsigned long long)CKPT_VALUE_RENDER_STEPS);
+                       CK_VALUE_RENDER_MAX >> 20, (unsigned long long)CK_VALUE_RENDER_STEPS);
     }
     ckpt_status st = ck_strbuf_status(&c.sb, "rendering a value as text", err);
     if (st != CKPT_OK) {

@@ -1,7 +1,7 @@
 /* value.h — turning a decoded pickle (pk_value tree) into the public ckpt_value tree of a
  * non-tensor entry, and rendering pickle trees as JSON (the safe `.metadata` dump). */
-#ifndef CKPT_VALUE_H
-#define CKPT_VALUE_H
+#ifndef CK_VALUE_H
+#define CK_VALUE_H
 
 #include "ckpt.h"
 #include "pickle/pickle.h"
@@ -19,12 +19,12 @@ ckpt_status ck_object_from_pickle(const pk_value *root, ckpt_object **out, ckpt_
 
 /* JSON rendering of a raw pickle tree (for `ckpt dump-metadata`), malloc'ed.  Depth is bounded
  * by max_depth (cycles and hostile nesting end in CKPT_E_LIMIT), output bytes and nodes visited
- * by `budget` (0: CKPT_PK_JSON_RENDER_MIN; shared memo references can expand a small pickle
+ * by `budget` (0: CK_PK_JSON_RENDER_MIN; shared memo references can expand a small pickle
  * exponentially, which then ends in CKPT_E_LIMIT). */
 ckpt_status pk_to_json(const pk_value *v, unsigned max_depth, size_t budget, char **out,
                        ckpt_error *err);
 /* The budget pk_to_json gets for a document of doc_bytes decoded bytes (pk_doc_bytes_used):
- * CKPT_PK_JSON_RENDER_FACTOR times that, at least CKPT_PK_JSON_RENDER_MIN. */
+ * CK_PK_JSON_RENDER_FACTOR times that, at least CK_PK_JSON_RENDER_MIN. */
 size_t pk_json_budget(uint64_t doc_bytes);
 
 #endif

@@ -1,7 +1,7 @@
 /* value_i.h — private layout of ckpt_value / ckpt_object and the limits shared by the
  * conversion (convert.c), the accessors (value.c) and the renderers (render_*.c, pk_json.c). */
-#ifndef CKPT_VALUE_VALUE_I_H
-#define CKPT_VALUE_VALUE_I_H
+#ifndef CK_VALUE_VALUE_I_H
+#define CK_VALUE_VALUE_I_H
 
 #include "ckpt.h"
 #include "torchsave/item.h"
@@ -14,20 +14,20 @@
 
 /* Longest path from the root of a converted value tree (the shared, memoized DAG included):
  * deeper or cyclic pickles fail with CKPT_E_LIMIT, and renderers may recurse that deep. */
-#define CKPT_VALUE_MAX_DEPTH 256
+#define CK_VALUE_MAX_DEPTH 256
 
 /* The render budget of one value (ckpt_value_to_text, ckpt_value_to_json): at most this many
  * bytes of output and this many nodes visited, else CKPT_E_LIMIT.  A value is a DAG (pickle
  * memo references share nodes) whose expansion as a tree can be exponential in its size (a
  * 1.5 KB pickle of `a = [a, a]` 40 times expands to 2^40 lists), so the budget is what bounds
  * the time and memory a rendering takes, whatever the value: 16 MiB renders in about 0.1 s. */
-#define CKPT_VALUE_RENDER_MAX ((size_t)16 << 20)
-#define CKPT_VALUE_RENDER_STEPS ((uint64_t)16 << 20)
+#define CK_VALUE_RENDER_MAX ((size_t)16 << 20)
+#define CK_VALUE_RENDER_STEPS ((uint64_t)16 << 20)
 /* pk_to_json renders whole `.metadata` files, which can be large: its budget is the larger of
- * this floor and CKPT_PK_JSON_RENDER_FACTOR times the decoded document's size (the caller
+ * this floor and CK_PK_JSON_RENDER_FACTOR times the decoded document's size (the caller
  * passes that size), for output bytes and nodes visited alike. */
-#define CKPT_PK_JSON_RENDER_MIN ((size_t)16 << 20)
-#define CKPT_PK_JSON_RENDER_FACTOR 64
+#define CK_PK_JSON_RENDER_MIN ((size_t)16 << 20)
+#define CK_PK_JSON_RENDER_FACTOR 64
 
 struct ckpt_value {
     ckpt_value_type type;

@@ -133,7 +133,7 @@ static ckpt_status get_small(const ck_source *src, unsigned *reads, const zip_vi
         return CKPT_OK;
     }
     (*reads)++;
-    CKPT_TRY(ck_source_read(src, off, tmp, len, err));
+    CK_TRY(ck_source_read(src, off, tmp, len, err));
     *out = tmp;
     return CKPT_OK;
 }
@@ -179,14 +179,14 @@ static ckpt_status read_trailer(const ck_source *src, unsigned *reads, zip_view 
         return ck_fail(err, CKPT_E_FORMAT,
                        "zip offset 0: %llu bytes is too short for a zip archive", (ull)total);
     uint64_t want = total < ZIP_TAIL_GUESS ? total : ZIP_TAIL_GUESS;
-    CKPT_TRY(fetch(src, reads, total - want, want, tail, err));
+    CK_TRY(fetch(src, reads, total - want, want, tail, err));
     uint64_t pos;
     if (!find_eocd(tail, total, &pos)) {
         uint64_t most = ZIP_EOCD_LEN + ZIP_MAX_COMMENT + ZIP64_LOC_LEN + ZIP64_EOCD_LEN;
         if (most > total) most = total;
         if (most > want) {
             view_release(tail);
-            CKPT_TRY(fetch(src, reads, total - most, most, tail, err));
+            CK_TRY(fetch(src, reads, total - most, most, tail, err));
         }
         if (!find_eocd(tail, total, &pos))
             return ck_fail(err, CKPT_E_FORMAT,
@@ -196,7 +196,7 @@ static ckpt_status read_trailer(const ck_source *src, unsigned *reads, zip_view 
     }
     uint8_t tmp[ZIP64_EOCD_LEN];
     const uint8_t *e;
-    CKPT_TRY(get_small(src, reads, tail, pos, ZIP_EOCD_LEN, tmp, &e, err));
+    CK_TRY(get_small(src, reads, tail, pos, ZIP_EOCD_LEN, tmp, &e, err));
     uint16_t disk = rd16(e + 4), cd_disk = rd16(e + 6), n_disk = rd16(e + 8),
              n_total = rd16(e + 10);
     uint32_t cd_size = rd32(e + 12), cd_off = rd32(e + 16);
@@ -206,7 +206,7 @@ static ckpt_status read_trailer(const ck_source *src, unsigned *reads, zip_view 
     d->trailer = pos;
     if (pos >= ZIP64_LOC_LEN) {
         const uint8_t *l;
-        CKPT_TRY(get_small(src, reads, tail, pos - ZIP64_LOC_LEN, ZIP64_LOC_LEN, tmp, &l, err));
+        CK_TRY(get_small(src, reads, tail, pos - ZIP64_LOC_LEN, ZIP64_LOC_LEN, tmp, &l, err));
         if (rd32(l) == SIG_Z64_LOC) {
             uint64_t loc = pos - ZIP64_LOC_LEN;
             uint32_t z64_disk = rd32(l + 4), disks = rd32(l + 16);
@@ -221,7 +221,7 @@ static ckpt_status read_trailer(const ck_source *src, unsigned *reads, zip_view 
                                "does not leave room for the record before the locator",
                                (ull)loc, (ull)z64);
             const uint8_t *r;
-            CKPT_TRY(get_small(src, reads, tail, z64, ZIP64_EOCD_LEN, tmp, &r, err));
+            CK_TRY(get_small(src, reads, tail, z64, ZIP64_EOCD_LEN, tmp, &r, err));
             if (rd32(r) != SIG_Z64_EOCD)
                 return ck_fail(err, CKPT_E_FORMAT,
                                "zip offset %llu: bad zip64 end of central directory signature",
@@ -395,10 +395,10 @@ static ckpt_status resolve_data(zip_archive *z, const zip_view *tail, const zip_
             last++;
         }
         view_release(&cluster);
-        CKPT_TRY_GOTO(st, fetch(src, &z->reads, start, end - start, &cluster, err), out);
+        CK_TRY_GOTO(st, fetch(src, &z->reads, start, end - start, &cluster, err), out);
         for (size_t k = next; k < last; k++) {
             zip_entry *e = &z->recs[todo[k]];
-            CKPT_TRY_GOTO(st, local_header(e, view_at(&cluster, e->lho), err), out);
+            CK_TRY_GOTO(st, local_header(e, view_at(&cluster, e->lho), err), out);
         }
         next = last;
     }
@@ -411,7 +411,7 @@ static ckpt_status resolve_data(zip_archive *z, const zip_view *tail, const zip_
             h = view_at(tail, e->lho);
         else if (view_has(cd, e->lho, ZIP_LFH_LEN))
             h = view_at(cd, e->lho);
-        if (h) CKPT_TRY_GOTO(st, local_header(e, h, err), out);
+        if (h) CK_TRY_GOTO(st, local_header(e, h, err), out);
         /* Every record, however its header was read.  lho + 30 <= cd_off and the name/extra
          * lengths are 16-bit, so data_offset cannot overflow. */
         if (e->pub.data_offset > cd_off || e->comp_size > cd_off - e->pub.data_offset) {
@@ -439,7 +439,7 @@ ckpt_status zip_open(const ck_source *src, zip_archive **out, ckpt_error *err) {
     zip_archive *z = NULL;
     zip_dir d = {0};
     ckpt_status st;
-    CKPT_TRY_GOTO(st, read_trailer(src, &reads, &tail, &d, err), fail);
+    CK_TRY_GOTO(st, read_trailer(src, &reads, &tail, &d, err), fail);
 
     if (d.cd_off > d.trailer || d.cd_size > d.trailer - d.cd_off) {
         st = ck_fail(err, CKPT_E_RANGE,
@@ -470,7 +470,7 @@ ckpt_status zip_open(const ck_source *src, zip_archive **out, ckpt_error *err) {
         cd.start = d.cd_off;
         cd.len = d.cd_size;
     } else {
-        CKPT_TRY_GOTO(st, fetch(src, &reads, d.cd_off, d.cd_size, &cd, err), fail);
+        CK_TRY_GOTO(st, fetch(src, &reads, d.cd_off, d.cd_size, &cd, err), fail);
     }
 
     /* One allocation: archive, records, hash slots, names (sum of name lengths < cd_size). */
@@ -499,7 +499,7 @@ ckpt_status zip_open(const ck_source *src, zip_archive **out, ckpt_error *err) {
         zip_entry *e = &z->recs[i];
         const uint8_t *name = NULL;
         uint64_t used = 0;
-        CKPT_TRY_GOTO(
+        CK_TRY_GOTO(
             st, parse_cdh(cd.p + pos, d.cd_size - pos, d.cd_off + pos, e, &name, &used, err), fail);
         memcpy(names, name, e->name_len);
         names[e->name_len] = '\0';
@@ -534,7 +534,7 @@ ckpt_status zip_open(const ck_source *src, zip_archive **out, ckpt_error *err) {
     names[z->root_len] = '\0';
     z->root = names;
 
-    CKPT_TRY_GOTO(st, resolve_data(z, &tail, &cd, d.cd_off, err), fail);
+    CK_TRY_GOTO(st, resolve_data(z, &tail, &cd, d.cd_off, err), fail);
     z->reads += reads;
     view_release(&cd);
     view_release(&tail);

@@ -1,8 +1,8 @@
 /* zip.h — reads the stored-entry zip archives that torch.save writes, from a byte range of
  * a file or from memory.  Records are found through the central directory (zip64 aware);
  * the archive's root folder name is taken from the first entry, never assumed. */
-#ifndef CKPT_ZIP_H
-#define CKPT_ZIP_H
+#ifndef CK_ZIP_H
+#define CK_ZIP_H
 
 #include "ckpt.h"
 #include "util/source.h"

@@ -1,7 +1,7 @@
 /* mock_cudart.h — what the stand-in CUDA runtime (mock_cudart.c) offers other stand-ins
  * (mock_nccl.c) beyond the CUDA API: test builds only. */
-#ifndef CKPT_MOCK_CUDART_H
-#define CKPT_MOCK_CUDART_H
+#ifndef CK_MOCK_CUDART_H
+#define CK_MOCK_CUDART_H
 
 #include <cuda_runtime_api.h>
 #include <stddef.h>

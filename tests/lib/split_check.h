@@ -2,8 +2,8 @@
  * by the unit tests and the fuzz_pickle target: a consumer that takes every batch (or every
  * other one) it is offered and runs it on a thread of its own, and a value-by-value
  * comparison of two decoded documents. */
-#ifndef CKPT_TESTS_SPLIT_CHECK_H
-#define CKPT_TESTS_SPLIT_CHECK_H
+#ifndef CK_TESTS_SPLIT_CHECK_H
+#define CK_TESTS_SPLIT_CHECK_H
 
 #include "pickle/pickle.h"
 

@@ -3,8 +3,8 @@
  * a whole-file defect fails the open naming the file; a defect of one tensor fails that
  * tensor alone, every other tensor still reading bit-exactly what torch read (the fixture's
  * reference). */
-#ifndef CKPT_TEST_FIXTURE_COPY_H
-#define CKPT_TEST_FIXTURE_COPY_H
+#ifndef CK_TEST_FIXTURE_COPY_H
+#define CK_TEST_FIXTURE_COPY_H
 
 #include "ckpt.h"
 #include "fixture_ref.h"

@@ -1,7 +1,7 @@
 /* fixture_ref.h — test helper: enumerates the torch-generated fixtures and parses their
  * reference.tsv / reference.bin (see tests/fixtures/README.md). */
-#ifndef CKPT_TEST_FIXTURE_REF_H
-#define CKPT_TEST_FIXTURE_REF_H
+#ifndef CK_TEST_FIXTURE_REF_H
+#define CK_TEST_FIXTURE_REF_H
 
 #include <stddef.h>
 #include <stdint.h>

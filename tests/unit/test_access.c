@@ -39,13 +39,13 @@ Test(access, open_regular_refuses_fifo_without_blocking) {
     clock_gettime(CLOCK_MONOTONIC, &a);
     errno = 0;
     cr_assert_eq(ck_open_regular(path, NULL), -1);
-    cr_assert_eq(errno, CKPT_ENOTREG);
+    cr_assert_eq(errno, CK_ENOTREG);
     clock_gettime(CLOCK_MONOTONIC, &b);
     cr_assert_lt(b.tv_sec - a.tv_sec, 2, "blocked on a FIFO");
-    cr_assert(strstr(ck_open_strerror(CKPT_ENOTREG), "not a regular file"));
+    cr_assert(strstr(ck_open_strerror(CK_ENOTREG), "not a regular file"));
     cr_assert_null(ck_fopen_regular(path, false));
     cr_assert_eq(ck_open_regular(dir, NULL), -1, "a directory is no source");
-    cr_assert_eq(errno, CKPT_ENOTREG);
+    cr_assert_eq(errno, CK_ENOTREG);
     unlink(path);
     cr_assert_eq(ck_open_regular(path, NULL), -1);
     cr_assert_eq(errno, ENOENT);

@@ -225,7 +225,7 @@ Test(json, depth_limit) {
     cr_assert(strstr(err.message, "deeper than 3"), "%s", err.message);
     cr_assert_eq(ck_json_parse(a, "{\"a\":{\"b\":[{}]}}", 16, 4, &v, &err), CKPT_OK);
     cr_assert_eq(ck_json_parse(a, "{\"a\":{\"b\":[{}]}}", 16, 3, &v, &err), CKPT_E_LIMIT);
-    /* huge limits are clamped to CKPT_JSON_MAX_DEPTH (the parser recurses) */
+    /* huge limits are clamped to CK_JSON_MAX_DEPTH (the parser recurses) */
     char deep[10000];
     memset(deep, '[', sizeof deep);
     cr_assert_eq(ck_json_parse(a, deep, sizeof deep, UINT32_MAX, &v, &err), CKPT_E_LIMIT);
@@ -283,7 +283,7 @@ Test(json, escape_round_trips) {
     };
     ck_arena *a = ck_arena_new(0);
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-        ck_strbuf sb = CKPT_STRBUF_INIT;
+        ck_strbuf sb = CK_STRBUF_INIT;
         cr_assert(ck_json_escape(&sb, cases[k].in, cases[k].len));
         cr_assert_str_eq(ck_strbuf_cstr(&sb), cases[k].out, "case %zu", k);
         const ck_json *v;
@@ -298,7 +298,7 @@ Test(json, escape_round_trips) {
     /* every byte value, alone, escapes to valid JSON */
     for (int c = 0; c < 256; c++) {
         char s[1] = {(char)c};
-        ck_strbuf sb = CKPT_STRBUF_INIT;
+        ck_strbuf sb = CK_STRBUF_INIT;
         ck_json_escape(&sb, s, 1);
         const ck_json *v;
         cr_assert_eq(ck_json_parse(a, sb.buf, sb.len, 0, &v, NULL), CKPT_OK, "byte %d", c);
@@ -308,7 +308,7 @@ Test(json, escape_round_trips) {
 }
 
 Test(strbuf, append_format_detach) {
-    ck_strbuf sb = CKPT_STRBUF_INIT;
+    ck_strbuf sb = CK_STRBUF_INIT;
     cr_assert_str_eq(ck_strbuf_cstr(&sb), "");
     cr_assert(ck_strbuf_adds(&sb, "ab"));
     cr_assert(ck_strbuf_addc(&sb, 'c'));

@@ -1,6 +1,6 @@
 /* test_util.h — helpers shared by the unit tests. */
-#ifndef CKPT_TEST_UTIL_H
-#define CKPT_TEST_UTIL_H
+#ifndef CK_TEST_UTIL_H
+#define CK_TEST_UTIL_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -521,7 +521,7 @@ static void add64(ck_strbuf *b, uint64_t v) {
 /* Stored records with torch-style 64-byte alignment ("FB" padding), optional zip64 trailer. */
 static uint8_t *zb_build(const zb_rec *r, size_t n, bool zip64, const char *comment,
                          size_t comment_len, size_t *out_len) {
-    ck_strbuf b = CKPT_STRBUF_INIT;
+    ck_strbuf b = CK_STRBUF_INIT;
     uint64_t *lho = calloc(n, sizeof *lho);
     for (size_t i = 0; i < n; i++) {
         lho[i] = b.len;

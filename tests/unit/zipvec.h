@@ -1,7 +1,7 @@
 /* zipvec.h — test helper for the zip / transform / safetensors vectors written by
  * zip_vectors/gen.py: file loading from $CKPT_ZIP_VECTORS, CRC-32, and manifest.txt parsing. */
-#ifndef CKPT_TEST_ZIPVEC_H
-#define CKPT_TEST_ZIPVEC_H
+#ifndef CK_TEST_ZIPVEC_H
+#define CK_TEST_ZIPVEC_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,8 +1,8 @@
 /* cli.h — shared pieces of the `ckpt` command-line tool: exit codes, the command table,
  * option parsing, opening a checkpoint with a clean error message, `--slice` parsing, and
  * number/size/JSON formatting helpers used by several commands. */
-#ifndef CKPT_TOOLS_CLI_H
-#define CKPT_TOOLS_CLI_H
+#ifndef CK_TOOLS_CLI_H
+#define CK_TOOLS_CLI_H
 
 #include "ckpt.h"
 

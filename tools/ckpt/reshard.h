@@ -1,8 +1,8 @@
 /* reshard.h — shared pieces of `ckpt reshard` (cmd_reshard.c: options and the single-process
  * writer; cmd_reshard_mpi.c: the MPI path): the parsed arguments, re-saving an entry's key,
  * and converting a stored non-tensor value into a saver value. */
-#ifndef CKPT_TOOLS_RESHARD_H
-#define CKPT_TOOLS_RESHARD_H
+#ifndef CK_TOOLS_RESHARD_H
+#define CK_TOOLS_RESHARD_H
 
 #include "ckpt_save.h"
 
