@@ -2,8 +2,6 @@
  * a checkpoint directory by its files' names (see metadata_files.h). */
 #include "index/metadata_files.h"
 
-#include "index/formats.h"
-#include "index/hf_storage.h"
 #include "index/metadata_stream.h"
 #include "util/error.h"
 
@@ -131,21 +129,4 @@ ckpt_status ck_metadata_list_ranks(const char *dir, long long **ranks, size_t *c
     *ranks = rs;
     *count = n;
     return CKPT_OK;
-}
-
-ck_dir_kind ck_checkpoint_dir_probe(const char *dir, struct timespec *mtime) {
-    char path[4096];
-    struct stat st;
-    static const char *const names[] = {".metadata", "__0.metadata"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        int n = snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        if (n < 0 || (size_t)n >= sizeof path) return CKPT_DIR_NONE; /* too long to be one */
-        if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
-            if (mtime) *mtime = st.st_mtim;
-            return CKPT_DIR_MARKED;
-        }
-    }
-    ck_dir_kind k = ck_hf_dir_probe(dir, mtime);
-    if (k == CKPT_DIR_NONE) k = torch_bin_dir_probe(dir, mtime);
-    return k != CKPT_DIR_NONE ? k : tc_dir_probe(dir, mtime);
 }

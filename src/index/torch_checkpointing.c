@@ -344,7 +344,7 @@ static ckpt_status named_entries(tc *w, const pk_value *paths, ck_arena *tmp, ck
         ckpt_error jerr = {0};
         if (!js ||
             ck_json_parse(tmp, js, paths->u.dict.keys[i]->u.str.len, 8, &path, &jerr) != CKPT_OK ||
-            path->type != CKPT_JSON_ARRAY || path->len + 1 > TC_MAX_PATH)
+            path->type != CK_JSON_ARRAY || path->len + 1 > TC_MAX_PATH)
             return ck_fail(err, CKPT_E_FORMAT,
                            "%s: item '%.200s': nested path %zu is not a JSON list of keys%s%s",
                            w->md_path, w->item, i, jerr.message[0] ? ": " : "", jerr.message);
@@ -355,9 +355,9 @@ static ckpt_status named_entries(tc *w, const pk_value *paths, ck_arena *tmp, ck
         ck_strbuf_add(&w->key, w->item, strlen(w->item));
         for (size_t j = 0; j < path->len; j++) {
             const ck_json *x = &path->u.items[j];
-            if (x->type == CKPT_JSON_STRING) {
+            if (x->type == CK_JSON_STRING) {
                 elems[j + 1] = (index_elem){x->u.str, x->len, false};
-            } else if (x->type == CKPT_JSON_NUMBER && x->is_int) {
+            } else if (x->type == CK_JSON_NUMBER && x->is_int) {
                 int len = snprintf(nums[j], sizeof nums[j], "%lld", (long long)x->u.num.i);
                 elems[j + 1] = (index_elem){nums[j], (size_t)len, true};
             } else {
@@ -532,25 +532,25 @@ ck_dir_kind tc_dir_probe(const char *dir, struct timespec *mtime) {
     char path[4096];
     struct stat st;
     int n = snprintf(path, sizeof path, "%s/%s", dir, TC_METADATA);
-    if (n < 0 || (size_t)n >= sizeof path) return CKPT_DIR_NONE;
+    if (n < 0 || (size_t)n >= sizeof path) return CK_DIR_NONE;
     if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
         if (mtime) *mtime = st.st_mtim;
-        return CKPT_DIR_MARKED;
+        return CK_DIR_MARKED;
     }
     /* without metadata.pkl (no resharder declared) nothing marks a save as complete: its
      * `<item>_0.pt` files make it an unmarked one, dated by the newest of them */
     char **names;
     size_t count;
-    ck_dir_kind k = CKPT_DIR_NONE;
+    ck_dir_kind k = CK_DIR_NONE;
     if (unnamed_files(dir, NULL, &names, &count, NULL) != CKPT_OK) count = 0;
     for (size_t i = 0; i < count; i++) {
         n = snprintf(path, sizeof path, "%s/%s", dir, names[i]);
         if (n > 0 && (size_t)n < sizeof path && stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
             if (mtime &&
-                (k == CKPT_DIR_NONE || st.st_mtim.tv_sec > mtime->tv_sec ||
+                (k == CK_DIR_NONE || st.st_mtim.tv_sec > mtime->tv_sec ||
                  (st.st_mtim.tv_sec == mtime->tv_sec && st.st_mtim.tv_nsec > mtime->tv_nsec)))
                 *mtime = st.st_mtim;
-            k = CKPT_DIR_UNMARKED;
+            k = CK_DIR_UNMARKED;
         }
     }
     for (size_t i = 0; i < count; i++)
@@ -630,4 +630,4 @@ static ckpt_status tc_add(ckpt_reader *r, ckpt_error *err) {
 }
 
 const index_format index_format_torch_checkpointing = {
-    .name = "torch-checkpointing", .add = tc_add, .file_rank = tc_file_rank};
+    .name = "torch-checkpointing", .add = tc_add, .file_rank = tc_file_rank, .probe = tc_dir_probe};

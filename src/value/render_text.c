@@ -16,7 +16,7 @@
 
 #include "util/error.h"
 #include "util/strbuf.h"
-#include "value/float_repr.h"
+#include "tensor/float_repr.h"
 #include "value/value_i.h"
 
 #include <inttypes.h>
