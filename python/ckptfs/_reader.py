@@ -12,7 +12,7 @@ import torch
 from . import _lib
 from ._lib import lib
 from ._status import DTYPES as _DTYPES, check as _check, torch_dtype
-from .errors import FormatError, InvalidArgumentError, NotFoundError
+from .errors import FormatError, InvalidArgumentError, NotFoundError, from_status
 
 __all__ = ["Checkpoint", "Entry", "open", "torch_dtype"]
 
