@@ -65,8 +65,11 @@ static void rule_of(const char *path, unsigned need, tree_rule *r) {
     r->other_ok = (mode & need) == need;
     /* the kernel consults an ACL only when the group (mask) bits are not 0 */
     unsigned char buf[4 + 8 * (2 * TREE_ACL_MAX + 4)];
-    ssize_t n = (mode & 070) ? lgetxattr(path, "system.posix_acl_access", buf, sizeof buf) : -1;
-    if (n < 0 && errno == ERANGE) return rule_nobody(r); /* more entries than followed */
+    ssize_t n = -1;
+    if (mode & 070) {
+        n = lgetxattr(path, "system.posix_acl_access", buf, sizeof buf);
+        if (n < 0 && errno == ERANGE) return rule_nobody(r); /* more entries than followed */
+    }
     if (n <= 4 || (n - 4) % 8 || get32(buf) != XATTR_ACL_VERSION) {
         r->ng = 1; /* mode bits: the owning group */
         r->g[0] = (tree_ace){(uint32_t)st.st_gid, ((mode >> 3) & need) == need};
@@ -237,36 +240,44 @@ void tree_acl_of(const tree_rule *const *rules, size_t n, uint32_t uid, uint32_t
         a->group_ok = true;
     } else {
         a->group_ok = ace_has(grant, ngrant, gid, NULL);
-        if (overflow) { /* too many groups to name: nobody but the named users and owner */
+        unsigned nd = 0;
+        for (unsigned k = 0; k < ndeny; k++)
+            nd += deny[k].id != gid;
+        if (overflow || nd > TREE_ACL_MAX) { /* too many groups to name: refuse all of them */
             a->other_ok = false;
             ngrant = ndeny = 0;
             a->group_ok = false;
         }
-        for (unsigned k = 0; k < ngrant; k++)
-            if (grant[k].id != gid) a->g[a->ng++] = grant[k];
+        /* refusals first: dropping a grant is safe, dropping a refusal is not */
         for (unsigned k = 0; k < ndeny; k++)
-            if (deny[k].id != gid && a->ng < TREE_ACL_MAX) a->g[a->ng++] = deny[k];
+            if (deny[k].id != gid) a->g[a->ng++] = deny[k];
+        for (unsigned k = 0; k < ngrant; k++)
+            if (grant[k].id != gid && a->ng < TREE_ACL_MAX) a->g[a->ng++] = grant[k];
     }
     a->owner_ok = decide_user(rules, n, uid) == 1;
-    bool user_overflow = false;
+    /* named users: refusals must all be kept (else refuse everyone but the owner), grants
+     * as room allows */
+    tree_ace ugrant[TREE_ACL_MAX];
+    uint8_t nug = 0;
+    bool deny_overflow = false;
     for (size_t i = 0; i < n; i++) {
         const tree_rule *r = rules[i];
         for (unsigned k = 0; k <= r->nu; k++) {
             uint32_t u = k < r->nu ? r->u[k].id : r->owner;
-            if (u == 0 || u == uid || ace_has(a->u, a->nu, u, NULL)) continue;
+            if (u == 0 || u == uid || ace_has(a->u, a->nu, u, NULL) ||
+                ace_has(ugrant, nug, u, NULL))
+                continue;
             int d = decide_user(rules, n, u);
-            if (d && !ace_add(a->u, &a->nu, u, d > 0)) user_overflow = true;
+            if (d < 0 && !ace_add(a->u, &a->nu, u, false)) deny_overflow = true;
+            if (d > 0) ace_add(ugrant, &nug, u, true);
         }
     }
-    if (user_overflow) { /* keep the refusals (granting less is safe), or refuse all */
-        uint8_t keep = 0;
-        for (unsigned k = 0; k < a->nu; k++)
-            if (!a->u[k].ok) a->u[keep++] = a->u[k];
-        a->nu = keep;
-        if (keep == TREE_ACL_MAX) {
-            a->nu = a->ng = 0;
-            a->other_ok = a->group_ok = false;
-        }
+    if (deny_overflow) {
+        a->nu = a->ng = 0;
+        a->other_ok = a->group_ok = false;
+    } else {
+        for (unsigned k = 0; k < nug && a->nu < TREE_ACL_MAX; k++)
+            a->u[a->nu++] = ugrant[k];
     }
     /* named entries that change nothing: everyone but the owner is refused anyway */
     bool any = a->group_ok || a->other_ok;
@@ -475,7 +486,7 @@ static void access_refresh(tree_ckpt *c) {
 void tree_access_get(tree_ckpt *c, tree_access_fn fn, void *ctx) {
     access_refresh(c);
     pthread_mutex_lock(&c->acc_lock);
-    fn(ctx, c->acc);
+    if (c->acc) fn(ctx, c->acc);
     pthread_mutex_unlock(&c->acc_lock);
 }
 
