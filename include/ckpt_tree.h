@@ -141,6 +141,15 @@ typedef struct ckpt_tree_cred {
 ckpt_status ckpt_tree_may_read(ckpt_tree *t, ckpt_ino ino, const ckpt_tree_cred *cred,
                                ckpt_error *err);
 
+/* POSIX ACLs.  Objects whose readers take named users or groups to say show an ACL
+ * (`system.posix_acl_access`) once ckpt_tree_set_posix_acl(t, true) says the kernel
+ * evaluates them (a FUSE daemon that got FUSE_CAP_POSIX_ACL); until then, and without it,
+ * they show plain mode bits that grant no class holding a user the sources refuse (fewer
+ * users, never more).  ckpt_tree_wants_posix_acl: whether any object needs one now (always
+ * for a directory of checkpoints, whose steps come later). */
+bool ckpt_tree_wants_posix_acl(ckpt_tree *t);
+void ckpt_tree_set_posix_acl(ckpt_tree *t, bool on);
+
 /* Whether `cred` may read the file at `path` by the rules of ckpt_tree_may_read. */
 bool ckpt_path_may_read(const char *path, const ckpt_tree_cred *cred);
 

@@ -290,6 +290,17 @@ void tree_acl_of(const tree_rule *const *rules, size_t n, uint32_t uid, uint32_t
     qsort(a->g, a->ng, sizeof *a->g, ace_cmp);
 }
 
+void tree_acl_plain(tree_acl *a) {
+    bool user_refused = false;
+    for (unsigned k = 0; k < a->nu; k++)
+        user_refused |= !a->u[k].ok;
+    /* a refused user may be in the group or among the others; a member of a refusing group
+     * among the others */
+    if (user_refused) a->group_ok = a->other_ok = false;
+    if (a->ng) a->other_ok = false;
+    a->nu = a->ng = 0;
+}
+
 uint32_t tree_acl_mode(const tree_acl *a, bool dir) {
     uint32_t bits = dir ? 5 : 4, m = 0;
     bool ext = a->nu || a->ng;
@@ -481,6 +492,38 @@ static void access_refresh(tree_ckpt *c) {
     }
     c->acc_busy = false;
     pthread_mutex_unlock(&c->acc_lock);
+}
+
+typedef struct any_acl {
+    const tree_ckpt *c;
+    bool any;
+} any_acl;
+
+static bool mask_has_acl(const tree_access *a, uint64_t m) {
+    tree_acl x;
+    tree_access_acl(a, m, &x);
+    return x.nu || x.ng;
+}
+
+static void any_acl_in(void *ctx, const tree_access *a) {
+    any_acl *q = ctx;
+    size_t nfiles = ckpt_reader_num_files(q->c->r);
+    uint64_t all = a->base, last = 0;
+    bool any = mask_has_acl(a, a->base);
+    for (size_t i = 0; !any && i < nfiles; i++) {
+        all |= a->file[i];
+        if (a->file[i] != last) any = mask_has_acl(a, a->base | a->file[i]);
+        last = a->file[i];
+    }
+    for (uint32_t i = 0; !any && i < q->c->nraw; i++)
+        any = mask_has_acl(a, a->base | a->raw[i]);
+    q->any = any || mask_has_acl(a, all);
+}
+
+bool tree_access_any_acl(tree_ckpt *c) {
+    any_acl q = {c, false};
+    tree_access_get(c, any_acl_in, &q);
+    return q.any;
 }
 
 void tree_access_get(tree_ckpt *c, tree_access_fn fn, void *ctx) {

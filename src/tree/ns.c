@@ -478,6 +478,13 @@ void ckpt_tree_free(ckpt_tree *t) {
     free(t);
 }
 
+bool ckpt_tree_wants_posix_acl(ckpt_tree *t) {
+    if (t->multi) return true; /* steps yet to come may need them */
+    return t->nslots && t->slots[0] && tree_access_any_acl(t->slots[0]);
+}
+
+void ckpt_tree_set_posix_acl(ckpt_tree *t, bool on) { atomic_store(&t->posix_acl, on); }
+
 ckpt_reader *ckpt_tree_reader(ckpt_tree *t) {
     return t->multi || !t->nslots ? NULL : t->slots[0]->r;
 }
@@ -719,6 +726,7 @@ static void obj_access(ckpt_tree *t, const obj *o, ckpt_tree_stat *st) {
     tree_acl a;
     memset(&a, 0, sizeof a);
     obj_acl(t, o, &a);
+    if (!atomic_load(&t->posix_acl)) tree_acl_plain(&a);
     st->uid = a.uid;
     st->gid = a.gid;
     st->mode = o->kind == O_LATEST ? 0777 : tree_acl_mode(&a, st->type == CKPT_NODE_DIR);
@@ -841,6 +849,7 @@ ckpt_status ckpt_tree_getattr(ckpt_tree *t, ckpt_ino ino, ckpt_tree_stat *out, c
                                     .flags = CKPT_TREE_CHANGES};
             tree_acl a;
             tree_dir_acl(c->dir, &a);
+            if (!atomic_load(&t->posix_acl)) tree_acl_plain(&a);
             out->uid = a.uid;
             out->gid = a.gid;
             out->mode = tree_acl_mode(&a, true);
@@ -1296,6 +1305,7 @@ static size_t obj_acl_xattr(ckpt_tree *t, const obj *o, unsigned char *out) {
     tree_acl a;
     memset(&a, 0, sizeof a);
     obj_acl(t, o, &a);
+    if (!atomic_load(&t->posix_acl)) return 0;
     return tree_acl_xattr(&a, obj_is_dir(o), out);
 }
 

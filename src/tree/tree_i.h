@@ -210,6 +210,8 @@ struct ckpt_tree {
     /* multi: the top level's owner and ACL (access.c), at open and at each rescan (under
      * the lock) */
     struct tree_acl *top_acl;
+    /* the kernel evaluates the ACLs objects show (ckpt_tree_set_posix_acl) */
+    atomic_bool posix_acl;
 };
 
 /* access.c: who may read what.  An entry of a rule or an ACL: a user or group id and
@@ -242,6 +244,9 @@ typedef struct tree_acl {
  * it); owner uid, group gid. */
 void tree_acl_of(const tree_rule *const *rules, size_t n, uint32_t uid, uint32_t gid,
                  tree_acl *out);
+/* a without named entries, for a kernel that evaluates no ACL: a class that holds a refused
+ * user loses its grant (fewer users, never more). */
+void tree_acl_plain(tree_acl *a);
 /* Permission bits shown for a: r-- (files) or r-x (directories) per class, the mask as the
  * group bits when a has named entries. */
 uint32_t tree_acl_mode(const tree_acl *a, bool dir);
@@ -270,6 +275,8 @@ void tree_access_free(tree_access *a);
 /* Calls fn with c's rules, read again first when a second old; fn runs under c's lock. */
 typedef void (*tree_access_fn)(void *ctx, const tree_access *a);
 void tree_access_get(tree_ckpt *c, tree_access_fn fn, void *ctx);
+/* Whether some object of c shows named entries (an entry file, a view, .raw, the listing). */
+bool tree_access_any_acl(tree_ckpt *c);
 /* A directory's owner and the ACL for listing it (multi top level, unbuilt steps). */
 void tree_dir_acl(const char *dir, tree_acl *out);
 

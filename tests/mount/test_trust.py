@@ -534,11 +534,12 @@ def test_acl_mask_refuses(users, base):
 def test_modes_follow_sources(users, base):
     """Issue #22, modes taken at indexing: a chmod of a shard after mounting shows through
     `stat` within the attribute timeout (here 1 s; the daemon reads the sources again at
-    most once a second), and the chmod back restores the bits; likewise an ACL set later."""
+    most once a second), and the chmod back restores the bits; likewise an ACL set later
+    (`-o acl`: a checkpoint that needs no ACL at mount is mounted without them)."""
     ck = base / "ck"
     shutil.copytree(FIXTURES / "fsdp2_ws1" / "ckpt", ck)
     ref = Ref(FIXTURES / "fsdp2_ws1")
-    m = Mount(ck, "allow_other", "attr_timeout=1")
+    m = Mount(ck, "allow_other", "attr_timeout=1", "acl")
     try:
         f = m.dir / sorted(ref.tensors)[0]
 
@@ -566,6 +567,31 @@ def test_modes_follow_sources(users, base):
             time.sleep(0.1)
             os.stat(f)  # (the kernel drops a cached ACL with the attributes)
         assert reads(USERS[1], f) == ["OK"]
+    finally:
+        m.close()
+
+
+def test_acl_set_later_without_acl_support(users, base):
+    """A checkpoint needing no ACL at mount is mounted without the kernel's ACL evaluation;
+    an ACL refusing one user set afterwards then takes the read bit from every class that
+    user may be in (plain modes can name nobody): never a grant shown that is refused."""
+    ck = base / "ck"
+    shutil.copytree(FIXTURES / "fsdp2_ws1" / "ckpt", ck)
+    ref = Ref(FIXTURES / "fsdp2_ws1")
+    m = Mount(ck, "allow_other", "attr_timeout=1")
+    try:
+        f = m.dir / sorted(ref.tensors)[0]
+        assert os.stat(f).st_mode & 0o777 == 0o444 and shown_acl(f) is None
+        setfacl("-m", f"u:{USERS[1]}:-", str(ck / "__0_0.distcp"))
+        t = time.monotonic()
+        while os.stat(f).st_mode & 0o777 != 0o400:
+            assert time.monotonic() - t < 5, oct(os.stat(f).st_mode)
+            time.sleep(0.1)
+        assert reads(USERS[1], f) == ["EACCES"]
+        # the price of plain modes: a user the ACL does not name is refused too
+        assert reads(USERS[0], f) == ["EACCES"]
+        assert f.read_bytes() == ref.tensors[sorted(ref.tensors)[0]][2]  # the owner (root)
+        assert shown_acl(f) is None
     finally:
         m.close()
 

@@ -43,6 +43,8 @@ typedef struct ckptfs_config {
                             * shown owners and modes follow the sources within it */
     int verify;            /* -o verify: check items against the manifest on first read */
     int no_listxattr;      /* -o no_listxattr: LISTXATTR answers ENOSYS (getxattr still works) */
+    int acl;               /* -o acl: ask for FUSE_CAP_POSIX_ACL even where no object needs an
+                            * ACL at mount (a setfacl of a source later then shows) */
     int show_help, show_version;
 } ckptfs_config;
 

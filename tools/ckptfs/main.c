@@ -55,6 +55,9 @@ static void usage(const char *prog) {
            "                           user.ckpt.* names still is): `ls -l` of coreutils\n"
            "                           whose ACL check lists every file's xattrs then makes\n"
            "                           no round trip to the daemon per file\n"
+           "    -o acl                 let the kernel evaluate POSIX ACLs even where no object\n"
+           "                           needs one at mount (always for a directory of\n"
+           "                           checkpoints)\n"
            "    -V, --version          print the version\n\n",
            prog);
     fuse_cmdline_help();
@@ -72,6 +75,7 @@ static const struct fuse_opt option_spec[] = {CKPTFS_OPT("direct_io", direct_io,
                                               CKPTFS_OPT("verify", verify, 1),
                                               CKPTFS_OPT("no_pipe_probe", no_pipe_probe, 1),
                                               CKPTFS_OPT("no_listxattr", no_listxattr, 1),
+                                              CKPTFS_OPT("acl", acl, 1),
                                               CKPTFS_OPT("-h", show_help, 1),
                                               CKPTFS_OPT("--help", show_help, 1),
                                               CKPTFS_OPT("-V", show_version, 1),

@@ -75,10 +75,15 @@ static void op_init(void *userdata, struct fuse_conn_info *conn) {
     if (conn->capable & FUSE_CAP_CACHE_SYMLINKS) conn->want |= FUSE_CAP_CACHE_SYMLINKS;
     fs->no_opendir = (conn->capable & FUSE_CAP_NO_OPENDIR_SUPPORT) != 0;
     /* the kernel evaluates the ACL each object shows (system.posix_acl_access): users an ACL
-     * of the sources grants get in, as they do on the sources (docs/mount.md) */
-    if (conn->capable & FUSE_CAP_POSIX_ACL) {
+     * of the sources grants get in, as they do on the sources (docs/mount.md).  Only where
+     * some object needs one (or -o acl): each object's ACL costs a GETXATTR the first time
+     * `ls -l` or a permission check asks for it (then the kernel keeps it with the
+     * attributes); without, `ls -l` asks once per mount. */
+    if ((conn->capable & FUSE_CAP_POSIX_ACL) &&
+        (fs->cfg.acl || ckpt_tree_wants_posix_acl(fs->tree))) {
         conn->want |= FUSE_CAP_POSIX_ACL;
         fs->posix_acl = true;
+        ckpt_tree_set_posix_acl(fs->tree, true);
     }
     conn->max_read = fs->cfg.max_read;
     conn->time_gran = 1;
