@@ -59,8 +59,11 @@ typedef struct ckpt_tree_stat {
      * and group of its source files when they agree, else of the checkpoint directory, and
      * permission bits (0-0777) that grant read (and, for directories, search) to a class of
      * users only if every source file (and every directory on the way to it, symlink targets
-     * included) grants it to that class by its mode bits; a file with a POSIX ACL grants
-     * nothing beyond its owner here.  Conservative: never a bit the source would refuse. */
+     * included) grants it to every user of that class, as the kernel decides (mode bits and
+     * POSIX ACLs).  Users an ACL of the sources names get entries of the object's own ACL
+     * (the xattr `system.posix_acl_access`, ckpt_tree_getxattr); then the group bits are its
+     * mask.  Never a grant the sources would refuse.  Read from the files again at most once
+     * a second when asked for. */
     uint32_t uid, gid, mode;
 } ckpt_tree_stat;
 
@@ -130,13 +133,22 @@ typedef struct ckpt_tree_cred {
     size_t ngroups;
 } ckpt_tree_cred;
 
-/* Whether `cred` may read every source of `ino` (ckpt_tree_sources), decided from mode bits
- * without switching credentials: search permission on every directory of each source's real
- * path (symlinks resolved), read permission on the file; a file or directory with a POSIX
- * ACL is granted to its owner only (conservative: ACLs are not evaluated).  uid 0 may read
- * everything.  CKPT_OK or CKPT_E_ACCESS naming the first file refused. */
+/* Whether `cred` may read every source of `ino` (ckpt_tree_sources), decided as the kernel
+ * decides from mode bits and POSIX ACLs, without switching credentials: search permission on
+ * every directory of each source's real path (symlinks resolved), read permission on the
+ * file (capabilities aside: uid 0 may read everything).  CKPT_OK or CKPT_E_ACCESS naming the
+ * first file refused. */
 ckpt_status ckpt_tree_may_read(ckpt_tree *t, ckpt_ino ino, const ckpt_tree_cred *cred,
                                ckpt_error *err);
+
+/* POSIX ACLs.  Objects whose readers take named users or groups to say show an ACL
+ * (`system.posix_acl_access`) once ckpt_tree_set_posix_acl(t, true) says the kernel
+ * evaluates them (a FUSE daemon that got FUSE_CAP_POSIX_ACL); until then, and without it,
+ * they show plain mode bits that grant no class holding a user the sources refuse (fewer
+ * users, never more).  ckpt_tree_wants_posix_acl: whether any object needs one now (always
+ * for a directory of checkpoints, whose steps come later). */
+bool ckpt_tree_wants_posix_acl(ckpt_tree *t);
+void ckpt_tree_set_posix_acl(ckpt_tree *t, bool on);
 
 /* Whether `cred` may read the file at `path` by the rules of ckpt_tree_may_read. */
 bool ckpt_path_may_read(const char *path, const ckpt_tree_cred *cred);
@@ -145,7 +157,9 @@ bool ckpt_path_may_read(const char *path, const ckpt_tree_cred *cred);
 ckpt_status ckpt_tree_readlink(ckpt_tree *t, ckpt_ino ino, char **target, ckpt_error *err);
 
 /* Extended attributes: `names` receives the NUL-separated list (malloc'ed, *len bytes, may be
- * empty); getxattr returns the value (malloc'ed, not NUL-counted in *len) or CKPT_E_NOTFOUND. */
+ * empty); getxattr returns the value (malloc'ed, not NUL-counted in *len) or CKPT_E_NOTFOUND.
+ * `system.posix_acl_access` (the kernel's binary form) is there for an object whose readers
+ * take named users or groups to say (ckpt_tree_stat.mode). */
 ckpt_status ckpt_tree_listxattr(ckpt_tree *t, ckpt_ino ino, char **names, size_t *len,
                                 ckpt_error *err);
 ckpt_status ckpt_tree_getxattr(ckpt_tree *t, ckpt_ino ino, const char *name, char **value,

@@ -455,7 +455,7 @@ void tree_ckpt_clear(tree_ckpt *c) {
         ckpt_torchsave_free(c->pt[i].ts);
     }
     free(c->pt);
-    free(c->file_cls);
+    tree_access_free(c->acc);
     free(c->nodes);
     free(c->kid_ids);
     free(atomic_load(&c->specs));
@@ -469,7 +469,7 @@ void tree_ckpt_clear(tree_ckpt *c) {
     c->nst = 0;
     c->pt = NULL;
     c->npt = 0;
-    c->file_cls = NULL;
+    c->acc = NULL;
     c->nodes = NULL;
     c->nnodes = 0;
     c->kid_ids = NULL;
@@ -487,6 +487,7 @@ void tree_ckpt_release(tree_ckpt *c) {
     tree_ckpt_clear(c);
     pthread_mutex_destroy(&c->open_lock);
     pthread_mutex_destroy(&c->spec_lock);
+    pthread_mutex_destroy(&c->acc_lock);
     free(c->dir);
     free(c->name);
     free(c);

@@ -31,6 +31,7 @@ static tree_ckpt *slot_new(const char *dir, const char *name, uint32_t slot) {
     c->slot = slot;
     pthread_mutex_init(&c->open_lock, NULL);
     pthread_mutex_init(&c->spec_lock, NULL);
+    pthread_mutex_init(&c->acc_lock, NULL);
     if (!c->dir || !c->name) {
         tree_ckpt_release(c);
         return NULL;
@@ -386,6 +387,7 @@ static void maybe_rescan(ckpt_tree *t) {
     if (now.tv_sec - t->last_scan.tv_sec >= 1) {
         ckpt_error e = {0};
         if (scan(t, &e) != CKPT_OK) tree_log(&t->opts, "%s", e.message);
+        if (t->top_acl) tree_dir_acl(t->dir, t->top_acl); /* a chmod of the top level */
     }
 }
 
@@ -433,7 +435,12 @@ ckpt_status ckpt_tree_open(const char *dir, const ckpt_tree_options *opts, ckpt_
     } else {
         t->multi = true;
         t->nslots = 1; /* slot 0: the top level */
-        tree_dir_access(dir, &t->top_uid, &t->top_gid, &t->top_cls);
+        t->top_acl = malloc(sizeof *t->top_acl);
+        if (!t->top_acl) {
+            s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
+            goto fail;
+        }
+        tree_dir_acl(dir, t->top_acl);
         s = scan(t, err);
         if (s != CKPT_OK) goto fail;
         if (t->norder == 0) {
@@ -467,9 +474,17 @@ void ckpt_tree_free(ckpt_tree *t) {
     free(t->slots);
     free(t->order);
     free(t->dir);
+    free(t->top_acl);
     pthread_mutex_destroy(&t->lock);
     free(t);
 }
+
+bool ckpt_tree_wants_posix_acl(ckpt_tree *t) {
+    if (t->multi) return true; /* steps yet to come may need them */
+    return t->nslots && t->slots[0] && tree_access_any_acl(t->slots[0]);
+}
+
+void ckpt_tree_set_posix_acl(ckpt_tree *t, bool on) { atomic_store(&t->posix_acl, on); }
 
 ckpt_reader *ckpt_tree_reader(ckpt_tree *t) {
     return t->multi || !t->nslots ? NULL : t->slots[0]->r;
@@ -660,46 +675,62 @@ static ckpt_status entry_size(const obj *o, uint64_t *size, ckpt_error *err) {
     return CKPT_OK;
 }
 
-/* The classes (TREE_CLS_*) that may read every source of entry e: its chunks' files. */
-static unsigned entry_cls(const tree_ckpt *c, const ckpt_entry *e) {
-    unsigned cls = c->base_cls;
+/* The rules (bits of tree_access) of every source of entry e: the listing's and its chunks'
+ * files. */
+static uint64_t entry_mask(const tree_ckpt *c, const tree_access *a, const ckpt_entry *e) {
+    uint64_t m = a->base;
     size_t nfiles = ckpt_reader_num_files(c->r);
-    if (e->loc.file_id >= 0 && (size_t)e->loc.file_id < nfiles) cls &= c->file_cls[e->loc.file_id];
-    for (size_t i = 0; cls && i < e->nchunks; i++) {
+    if (e->loc.file_id >= 0 && (size_t)e->loc.file_id < nfiles) m |= a->file[e->loc.file_id];
+    for (size_t i = 0; i < e->nchunks; i++) {
         int32_t id = e->chunks[i].loc.file_id;
-        if (id >= 0 && (size_t)id < nfiles) cls &= c->file_cls[id];
+        if (id >= 0 && (size_t)id < nfiles) m |= a->file[id];
     }
-    return cls;
+    return m;
 }
 
-/* Owner, group and permission bits of o (docs/mount.md "Who can read what"). */
-static void obj_access(const ckpt_tree *t, const obj *o, ckpt_tree_stat *st) {
-    if (!o->c) { /* the top level of a directory of checkpoints, `latest` */
-        st->uid = t->top_uid;
-        st->gid = t->top_gid;
-        st->mode = o->kind == O_LATEST ? 0777 : tree_cls_mode(t->top_cls, true);
-        return;
-    }
+typedef struct acl_ask {
+    const obj *o;
+    tree_acl *out;
+} acl_ask;
+
+static void obj_acl_in(void *ctx, const tree_access *a) {
+    acl_ask *q = ctx;
+    const obj *o = q->o;
     const tree_ckpt *c = o->c;
-    st->uid = c->own_uid;
-    st->gid = c->own_gid;
-    unsigned cls = c->base_cls;
+    uint64_t m = a->base;
     switch (o->kind) {
-    case O_ENTRY: cls = entry_cls(c, o->e); break;
-    case O_RAWFILE: {
-        const raw_file *f = &c->raw[o->node - 1];
-        if (f->file_id >= 0) cls &= c->file_cls[f->file_id];
-        if (f->other) cls &= f->cls;
-        break;
-    }
-    case O_STFILE: /* a view over shards: every shard (conservative) */
+    case O_ENTRY: m = entry_mask(c, a, o->e); break;
+    case O_RAWFILE: m |= a->raw[o->node - 1]; break;
+    case O_STFILE: /* a view over shards: every shard */
     case O_PTFILE:
         for (size_t i = 0; i < ckpt_reader_num_files(c->r); i++)
-            cls &= c->file_cls[i];
+            m |= a->file[i];
         break;
     default: break;
     }
-    st->mode = tree_cls_mode(cls, st->type == CKPT_NODE_DIR);
+    tree_access_acl(a, m, q->out);
+}
+
+/* The owner, group and ACL o shows (docs/mount.md "Who can read what"). */
+static void obj_acl(ckpt_tree *t, const obj *o, tree_acl *out) {
+    if (!o->c) { /* the top level of a directory of checkpoints, `latest` */
+        pthread_mutex_lock(&t->lock);
+        if (t->top_acl) *out = *t->top_acl;
+        pthread_mutex_unlock(&t->lock);
+        return;
+    }
+    acl_ask q = {o, out};
+    tree_access_get(o->c, obj_acl_in, &q);
+}
+
+static void obj_access(ckpt_tree *t, const obj *o, ckpt_tree_stat *st) {
+    tree_acl a;
+    memset(&a, 0, sizeof a);
+    obj_acl(t, o, &a);
+    if (!atomic_load(&t->posix_acl)) tree_acl_plain(&a);
+    st->uid = a.uid;
+    st->gid = a.gid;
+    st->mode = o->kind == O_LATEST ? 0777 : tree_acl_mode(&a, st->type == CKPT_NODE_DIR);
 }
 
 static ckpt_status stat_obj_raw(ckpt_tree *t, const obj *o, ckpt_ino ino, ckpt_tree_stat *st,
@@ -817,9 +848,12 @@ ckpt_status ckpt_tree_getattr(ckpt_tree *t, ckpt_ino ino, ckpt_tree_stat *out, c
                                     .nlink = 2,
                                     .mtime = c->mtime,
                                     .flags = CKPT_TREE_CHANGES};
-            uint8_t cls;
-            tree_dir_access(c->dir, &out->uid, &out->gid, &cls);
-            out->mode = tree_cls_mode(cls, true);
+            tree_acl a;
+            tree_dir_acl(c->dir, &a);
+            if (!atomic_load(&t->posix_acl)) tree_acl_plain(&a);
+            out->uid = a.uid;
+            out->gid = a.gid;
+            out->mode = tree_acl_mode(&a, true);
         }
         put_ckpt(t, c);
         if (!built) return CKPT_OK;
@@ -1253,6 +1287,29 @@ static const char *const xattr_names[] = {"user.ckpt.key",    "user.ckpt.dtype",
                                           "user.ckpt.shape",  "user.ckpt.chunks",
                                           "user.ckpt.offset", "user.ckpt.global_shape"};
 
+#define ACL_XATTR "system.posix_acl_access"
+
+static bool obj_is_dir(const obj *o) {
+    switch (o->kind) {
+    case O_ENTRY:
+    case O_RAWFILE:
+    case O_STFILE:
+    case O_PTFILE:
+    case O_LATEST: return false;
+    default: return true;
+    }
+}
+
+/* The ACL o shows as the kernel's xattr value (out: TREE_ACL_XATTR_MAX bytes); 0: none. */
+static size_t obj_acl_xattr(ckpt_tree *t, const obj *o, unsigned char *out) {
+    if (o->kind == O_LATEST) return 0;
+    tree_acl a;
+    memset(&a, 0, sizeof a);
+    obj_acl(t, o, &a);
+    if (!atomic_load(&t->posix_acl)) return 0;
+    return tree_acl_xattr(&a, obj_is_dir(o), out);
+}
+
 ckpt_status ckpt_tree_listxattr(ckpt_tree *t, ckpt_ino ino, char **names, size_t *len,
                                 ckpt_error *err) {
     CK_ERR_OR_LOCAL(err);
@@ -1266,6 +1323,8 @@ ckpt_status ckpt_tree_listxattr(ckpt_tree *t, ckpt_ino ino, char **names, size_t
             if (entry_xattr(&o, xattr_names[i], &v))
                 ck_strbuf_add(&sb, xattr_names[i], strlen(xattr_names[i]) + 1);
         }
+    unsigned char acl[TREE_ACL_XATTR_MAX];
+    if (obj_acl_xattr(t, &o, acl)) ck_strbuf_add(&sb, ACL_XATTR, sizeof ACL_XATTR);
     ck_strbuf_release(&v);
     obj_put(t, &o);
     CK_TRY(ck_strbuf_status(&sb, "listxattr", err));
@@ -1281,6 +1340,12 @@ ckpt_status ckpt_tree_getxattr(ckpt_tree *t, ckpt_ino ino, const char *name, cha
     ck_strbuf sb = CK_STRBUF_INIT;
     ck_strbuf_add(&sb, "", 0);
     bool found = o.kind == O_ENTRY && entry_xattr(&o, name, &sb);
+    if (strcmp(name, ACL_XATTR) == 0) {
+        unsigned char acl[TREE_ACL_XATTR_MAX];
+        size_t n = obj_acl_xattr(t, &o, acl);
+        if (n) ck_strbuf_add(&sb, (const char *)acl, n);
+        found = n > 0;
+    }
     obj_put(t, &o);
     if (!found) {
         ck_strbuf_release(&sb);

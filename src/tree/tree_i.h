@@ -128,7 +128,6 @@ typedef struct raw_file {
     /* another regular file of the checkpoint directory (config.json, common.pt, a
      * manifest...): a source of itself only, readable by the classes its own mode allows */
     bool other;
-    uint8_t cls; /* others: tree_path_cls of the file (tree_access_build) */
 } raw_file;
 
 typedef struct object_text {
@@ -166,12 +165,11 @@ typedef struct tree_ckpt {
     pt_file *pt;
     uint32_t npt;
     uint64_t tensor_bytes;
-    /* who may read (access.c), computed at build: the owner shown, the classes (TREE_CLS_*)
-     * that may list the checkpoint (search and read its directory, read its metadata) and,
-     * per data file, read that file */
-    uint32_t own_uid, own_gid;
-    uint8_t base_cls;
-    uint8_t *file_cls;
+    /* who may read (access.c): the rules of every source, read at build and again at most
+     * once a second when attributes are asked for (tree_access_get); under acc_lock */
+    pthread_mutex_t acc_lock;
+    struct tree_access *acc;
+    bool acc_busy; /* a thread is reading them again */
     /* -o verify: the manifest and, per record, 0 unchecked / 1 good / 2 bad */
     ckpt_manifest *manifest;
     _Atomic unsigned char *verified;
@@ -209,25 +207,78 @@ struct ckpt_tree {
     uint32_t *order;   /* multi: slots of complete checkpoints in name order */
     uint32_t norder;
     uint32_t latest; /* slot of the newest complete checkpoint, 0 when none */
-    /* multi: the top level's owner and the classes that may list it (access.c), at open */
-    uint32_t top_uid, top_gid;
-    uint8_t top_cls;
+    /* multi: the top level's owner and ACL (access.c), at open and at each rescan (under
+     * the lock) */
+    struct tree_acl *top_acl;
+    /* the kernel evaluates the ACLs objects show (ckpt_tree_set_posix_acl) */
+    atomic_bool posix_acl;
 };
 
-/* access.c: classes of users relative to a shown owner and group */
-#define TREE_CLS_OWNER 1u
-#define TREE_CLS_GROUP 2u
-#define TREE_CLS_OTHER 4u
-#define TREE_CLS_ALL 7u
-/* The classes (relative to owner uid, group gid) whose every user may open `path` for `need`
- * (4 read, 5 read and search) and search every directory on its real path, by mode bits. */
-unsigned tree_path_cls(const char *path, unsigned need, uint32_t uid, uint32_t gid);
-/* Permission bits that grant exactly the classes `cls`: r-- for files, r-x for directories. */
-uint32_t tree_cls_mode(unsigned cls, bool dir);
-/* Fills c->own_uid/own_gid, base_cls and file_cls (after the reader and .raw are built). */
+/* access.c: who may read what.  An entry of a rule or an ACL: a user or group id and
+ * whether it grants. */
+#define TREE_ACL_MAX 32
+typedef struct tree_ace {
+    uint32_t id;
+    uint8_t ok;
+} tree_ace;
+/* Who may open one path (no symlinks in it) for what it is needed for (read, search, both),
+ * as the kernel decides: owner; named users (entry and mask); groups (the owning group and
+ * named ones: any that grants lets a member in, a member of only refusing ones is refused);
+ * others.  A path without an ACL (or whose group bits are 0, when the kernel ignores it)
+ * has its owning group as its one group.  Zero-filled, so rules compare with memcmp. */
+typedef struct tree_rule {
+    uint32_t owner;
+    uint8_t owner_ok, other_ok, nu, ng;
+    tree_ace u[TREE_ACL_MAX], g[TREE_ACL_MAX];
+} tree_rule;
+/* What an object shows: owner uid and group gid with whether they are granted, named users
+ * and groups (sorted by id), others.  No named entries: plain mode bits; else a POSIX ACL
+ * whose mask grants (so that its refusing entries count: the kernel ignores an ACL whose
+ * mask is 0). */
+typedef struct tree_acl {
+    uint32_t uid, gid;
+    uint8_t owner_ok, group_ok, other_ok, nu, ng;
+    tree_ace u[TREE_ACL_MAX], g[TREE_ACL_MAX];
+} tree_acl;
+/* The ACL that lets in only users every rule lets in (exactly them where one ACL can say
+ * it); owner uid, group gid. */
+void tree_acl_of(const tree_rule *const *rules, size_t n, uint32_t uid, uint32_t gid,
+                 tree_acl *out);
+/* a without named entries, for a kernel that evaluates no ACL: a class that holds a refused
+ * user loses its grant (fewer users, never more). */
+void tree_acl_plain(tree_acl *a);
+/* Permission bits shown for a: r-- (files) or r-x (directories) per class, the mask as the
+ * group bits when a has named entries. */
+uint32_t tree_acl_mode(const tree_acl *a, bool dir);
+/* a as the kernel's system.posix_acl_access value; 0 when a has no named entries (no ACL).
+ * out holds TREE_ACL_XATTR_MAX bytes. */
+#define TREE_ACL_XATTR_MAX (4 + 8 * (2 * TREE_ACL_MAX + 4))
+size_t tree_acl_xattr(const tree_acl *a, bool dir, unsigned char *out);
+/* The rules of a checkpoint's sources: bit i of a mask is rules[i].  A rule table that
+ * would hold more gives its last slot, which refuses everyone but root, to the rest. */
+#define TREE_RULES_MAX 64
+#define TREE_ACCESS_TTL_NS 1000000000ll
+typedef struct tree_access {
+    uint32_t uid, gid; /* the owner shown: the sources' when they agree, else the directory's */
+    uint32_t nrules;
+    tree_rule *rules;
+    uint64_t base;      /* the listing: the directory (read and search), its metadata files */
+    uint64_t *file;     /* per data file */
+    uint64_t *raw;      /* per `.raw` file: its own rules */
+    struct timespec at; /* CLOCK_MONOTONIC when read */
+} tree_access;
+/* The ACL of an object drawing on the sources of `mask`. */
+void tree_access_acl(const tree_access *a, uint64_t mask, tree_acl *out);
+/* Reads c's rules (after the reader and .raw are built). */
 ckpt_status tree_access_build(tree_ckpt *c, ckpt_error *err);
-/* A directory's owner and the classes that may list it (multi top level, unbuilt steps). */
-void tree_dir_access(const char *dir, uint32_t *uid, uint32_t *gid, uint8_t *cls);
+void tree_access_free(tree_access *a);
+/* Calls fn with c's rules, read again first when a second old; fn runs under c's lock. */
+typedef void (*tree_access_fn)(void *ctx, const tree_access *a);
+void tree_access_get(tree_ckpt *c, tree_access_fn fn, void *ctx);
+/* Whether some object of c shows named entries (an entry file, a view, .raw, the listing). */
+bool tree_access_any_acl(tree_ckpt *c);
+/* A directory's owner and the ACL for listing it (multi top level, unbuilt steps). */
+void tree_dir_acl(const char *dir, tree_acl *out);
 
 /* build.c */
 ckpt_status tree_ckpt_build(tree_ckpt *c, const ckpt_tree_options *opts, ckpt_error *err);

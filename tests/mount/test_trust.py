@@ -382,6 +382,220 @@ def test_acl_denies_user(users, base):
             m.close()
 
 
+HASHER = r"""
+import errno, hashlib, sys
+for p in sys.argv[1:]:
+    try:
+        with open(p, "rb") as f:
+            print(hashlib.sha256(f.read()).hexdigest())
+    except OSError as e:
+        print(errno.errorcode.get(e.errno, str(e.errno)))
+"""
+
+
+def hashes(user: str, *paths) -> list[str]:
+    """For each path: the sha256 of all `user` reads from it, else the errno name."""
+    r = as_user(user, sys.executable, "-c", HASHER, *map(str, paths))
+    assert r.returncode == 0, r.stderr
+    return r.stdout.split()
+
+
+def sha(b: bytes) -> str:
+    import hashlib
+    return hashlib.sha256(b).hexdigest()
+
+
+def shown_acl(path) -> list[tuple[int, int, int]] | None:
+    """The ACL the mount shows (tag, perm, id), or None."""
+    try:
+        v = os.getxattr(path, "system.posix_acl_access")
+    except OSError:
+        return None
+    assert struct.unpack_from("<I", v)[0] == 2 and (len(v) - 4) % 8 == 0
+    return [struct.unpack_from("<HHI", v, 4 + 8 * i) for i in range((len(v) - 4) // 8)]
+
+
+def kernel_grants(st: os.stat_result, acl, uid: int, groups: set[int], need: int) -> bool:
+    """What the kernel decides from the shown mode and ACL (acl_permission_check)."""
+    mode = st.st_mode
+    if uid == st.st_uid:
+        return (mode >> 6) & need == need
+    if acl and mode & 0o070:
+        mask = next((p for t, p, _ in acl if t == 0x10), 7)
+        for t, p, i in acl:
+            if t == 0x02 and i == uid:
+                return p & mask & need == need
+        found = False
+        for t, p, i in acl:
+            if (t == 0x04 and st.st_gid in groups) or (t == 0x08 and i in groups):
+                found = True
+                if p & mask & need == need:
+                    return True
+        return not found and (mode & need) == need
+    if st.st_gid in groups:
+        return (mode >> 3) & need == need
+    return mode & need == need
+
+
+def user_groups(user: str) -> set[int]:
+    return set(os.getgrouplist(user, pwd.getpwnam(user).pw_gid))
+
+
+def setfacl(*args: str) -> None:
+    if not shutil.which("setfacl"):
+        pytest.skip("setfacl not installed (package acl)")
+    r = subprocess.run(["setfacl", *args], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"this file system takes no ACLs: {r.stderr.strip()}")
+
+
+def test_acl_only_grant(users, base):
+    """Issue #22, ACL-only grants: a user whom only ACL entries let in (u:B:r on the files,
+    u:B:rx on the directory; not the owner, not in its group, no other bits) reads through
+    the mount bit for bit what they may read from the sources; a user named without r on the
+    shard is refused its tensors and values (yet reads the metadata its entry grants); a
+    stranger nothing; and what `stat` and the ACL shown through the mount grant is, for each
+    of them and each file, exactly what the open does (no grant shown that is refused)."""
+    uid, gid = users[USERS[0]]
+    ck = base / "ck"
+    shutil.copytree(FIXTURES / "fsdp2_ws1" / "ckpt", ck)
+    chown_tree(ck, uid, gid, dmode=0o750, fmode=0o640)
+    files = sorted(str(p) for p in ck.iterdir())
+    setfacl("-m", f"u:{USERS[1]}:r", *files)
+    setfacl("-m", f"u:{USERS[1]}:rx,u:nobody:rx", str(ck))
+    setfacl("-m", "u:nobody:r", str(ck / ".metadata"))
+    setfacl("-m", "u:nobody:-", str(ck / "__0_0.distcp"))
+    ref = Ref(FIXTURES / "fsdp2_ws1")
+    m = Mount(ck, "allow_other")
+    try:
+        tensors = sorted(ref.tensors)
+        paths = [m.dir / p for p in tensors] + [m.dir / p for p in sorted(ref.objects)]
+        got = hashes(USERS[1], *paths)
+        want = [sha(ref.tensors[p][2]) for p in tensors]
+        assert got[:len(tensors)] == want  # bit-exact
+        assert "EACCES" not in got
+        assert hashes(USERS[1], m.dir / ".raw" / "__0_0.distcp") == [
+            sha((ck / "__0_0.distcp").read_bytes())]
+        assert set(hashes("nobody", *paths)) == {"EACCES"}
+        assert hashes("nobody", m.dir / ".raw" / ".metadata") == [
+            sha((ck / ".metadata").read_bytes())]
+        # what is shown is what the open does, for every user and file
+        sample = [m.dir, m.dir / "model", m.dir / ".raw", m.dir / ".raw" / ".metadata",
+                  m.dir / ".raw" / "__0_0.distcp", m.dir / ".npy" / (tensors[0] + ".npy"),
+                  m.dir / ".safetensors" / "@all.safetensors", *paths[:3], paths[-1]]
+        for user in (USERS[0], USERS[1], "nobody", USERS[0]):
+            u = pwd.getpwnam(user).pw_uid
+            opened = reads(user, *[p for p in sample if not p.is_dir()])
+            files_ = iter(opened)
+            for p in sample:
+                st, acl = os.stat(p), shown_acl(p)
+                shown = kernel_grants(st, acl, u, user_groups(user), 5 if p.is_dir() else 4)
+                if p.is_dir():
+                    r = as_user(user, "ls", str(p))
+                    assert (r.returncode == 0) == shown, (user, p, r.stderr, acl)
+                else:
+                    assert (next(files_) == "OK") == shown, (user, p, oct(st.st_mode), acl)
+        acl = shown_acl(m.dir / tensors[0])
+        b, n = pwd.getpwnam(USERS[1]).pw_uid, pwd.getpwnam("nobody").pw_uid
+        assert (0x02, 4, b) in acl and (0x02, 0, n) in acl, acl
+        assert os.stat(m.dir / tensors[0]).st_mode & 0o777 == 0o440  # r--, mask r--, ---
+        g = subprocess.run(["getfacl", "-n", str(m.dir / tensors[0])], capture_output=True,
+                           text=True).stdout
+        assert f"user:{b}:r--" in g and f"user:{n}:---" in g, g
+    finally:
+        m.close()
+
+
+def test_acl_mask_refuses(users, base):
+    """A mask without r takes an ACL entry's grant away (the kernel then ignores the ACL:
+    group bits 0), so the named user is refused, shown no grant, and the owner still reads."""
+    uid, gid = users[USERS[0]]
+    ck = base / "ck"
+    shutil.copytree(FIXTURES / "fsdp2_ws1" / "ckpt", ck)
+    chown_tree(ck, uid, gid, dmode=0o750, fmode=0o640)
+    files = sorted(str(p) for p in ck.iterdir())
+    setfacl("-m", f"u:{USERS[1]}:r", *files)
+    setfacl("-m", f"u:{USERS[1]}:rx", str(ck))
+    setfacl("-m", "m::-", str(ck / "__0_0.distcp"))
+    ref = Ref(FIXTURES / "fsdp2_ws1")
+    m = Mount(ck, "allow_other")
+    try:
+        f = m.dir / sorted(ref.tensors)[0]
+        assert reads(USERS[1], f, m.dir / ".raw" / ".metadata") == ["EACCES", "OK"]
+        assert reads(USERS[0], f) == ["OK"]
+        acl = shown_acl(f)
+        b = pwd.getpwnam(USERS[1]).pw_uid
+        assert not acl or (0x02, 4, b) not in acl, acl
+        assert not kernel_grants(os.stat(f), acl, b, user_groups(USERS[1]), 4)
+    finally:
+        m.close()
+
+
+def test_modes_follow_sources(users, base):
+    """Issue #22, modes taken at indexing: a chmod of a shard after mounting shows through
+    `stat` within the attribute timeout (here 1 s; the daemon reads the sources again at
+    most once a second), and the chmod back restores the bits; likewise an ACL set later
+    (`-o acl`: a checkpoint that needs no ACL at mount is mounted without them)."""
+    ck = base / "ck"
+    shutil.copytree(FIXTURES / "fsdp2_ws1" / "ckpt", ck)
+    ref = Ref(FIXTURES / "fsdp2_ws1")
+    m = Mount(ck, "allow_other", "attr_timeout=1", "acl")
+    try:
+        f = m.dir / sorted(ref.tensors)[0]
+
+        def settles(want, what) -> float:
+            t = time.monotonic()
+            while os.stat(f).st_mode & 0o777 != want:
+                assert time.monotonic() - t < 5, (what, oct(os.stat(f).st_mode))
+                time.sleep(0.1)
+            return time.monotonic() - t
+
+        assert os.stat(f).st_mode & 0o777 == 0o444
+        os.chmod(ck / "__0_0.distcp", 0o600)
+        assert settles(0o400, "chmod go-r") < 3
+        assert reads(USERS[1], f) == ["EACCES"]
+        os.chmod(ck / "__0_0.distcp", 0o644)
+        assert settles(0o444, "chmod back") < 3
+        assert reads(USERS[1], f) == ["OK"]
+        os.chmod(ck / "__0_0.distcp", 0o640)
+        settles(0o440, "chmod o-r")
+        setfacl("-m", f"u:{USERS[1]}:r", str(ck / "__0_0.distcp"))
+        b = pwd.getpwnam(USERS[1]).pw_uid
+        t = time.monotonic()
+        while (0x02, 4, b) not in (shown_acl(f) or []):
+            assert time.monotonic() - t < 5, shown_acl(f)
+            time.sleep(0.1)
+            os.stat(f)  # (the kernel drops a cached ACL with the attributes)
+        assert reads(USERS[1], f) == ["OK"]
+    finally:
+        m.close()
+
+
+def test_acl_set_later_without_acl_support(users, base):
+    """A checkpoint needing no ACL at mount is mounted without the kernel's ACL evaluation;
+    an ACL refusing one user set afterwards then takes the read bit from every class that
+    user may be in (plain modes can name nobody): never a grant shown that is refused."""
+    ck = base / "ck"
+    shutil.copytree(FIXTURES / "fsdp2_ws1" / "ckpt", ck)
+    ref = Ref(FIXTURES / "fsdp2_ws1")
+    m = Mount(ck, "allow_other", "attr_timeout=1")
+    try:
+        f = m.dir / sorted(ref.tensors)[0]
+        assert os.stat(f).st_mode & 0o777 == 0o444 and shown_acl(f) is None
+        setfacl("-m", f"u:{USERS[1]}:-", str(ck / "__0_0.distcp"))
+        t = time.monotonic()
+        while os.stat(f).st_mode & 0o777 != 0o400:
+            assert time.monotonic() - t < 5, oct(os.stat(f).st_mode)
+            time.sleep(0.1)
+        assert reads(USERS[1], f) == ["EACCES"]
+        # the price of plain modes: a user the ACL does not name is refused too
+        assert reads(USERS[0], f) == ["EACCES"]
+        assert f.read_bytes() == ref.tensors[sorted(ref.tensors)[0]][2]  # the owner (root)
+        assert shown_acl(f) is None
+    finally:
+        m.close()
+
+
 # ------------------------------------------------------------------ FIFOs
 
 
@@ -563,3 +777,48 @@ def test_no_bytes_of_a_non_pickle_metadata_in_messages(base):
     assert not any(m in text for m in SANITIZER_MARKERS), text
     assert ".metadata" in text and "not a pickle" in text, text
     assert "opcode" not in text and "0x50" not in text and "Pa55" not in text, text
+
+
+# ------------------------------------------------------------------ value sizes
+
+
+def test_value_sizes_visible_by_stat(tmp_path):
+    """Issue #22, value sizes: a non-tensor value's file shows its text's real byte count in
+    `stat` (st_size), so readers that trust it (`cp`, Python's `open().read()`, reading
+    st_size bytes) get the whole text — also for a value whose text is larger than one read
+    request — and it equals `ckpt cat --text`; a value over the render budget (a pickle of
+    shared references that would render to 2^26 elements) shows size 0 and reads as EIO."""
+    torch = pytest.importorskip("torch")
+    import torch.distributed.checkpoint as dcp
+    ck = tmp_path / "ck"
+    x = (1,)
+    for _ in range(26):  # (a tuple: dcp.save walks into lists)
+        x = (x, x)
+    sd = {"w": torch.arange(6, dtype=torch.float32),
+          "v": {"lr": 0.01, "betas": (0.9, 0.999), "name": "é" * 10,
+                "big": "x" * 1_500_000 + "é", "ints": list(range(300_000)),
+                "huge": x}}
+    dcp.save(sd, checkpoint_id=str(ck))
+    m = Mount(ck)
+    try:
+        for key in ("lr", "betas", "name", "big", "ints"):
+            p = m.dir / "v" / key
+            size = os.stat(p).st_size
+            data = p.read_bytes()
+            assert size == len(data) > 0, key
+            assert data.decode() == repr(sd["v"][key]) + "\n", key
+            with open(p, "rb") as f:  # exactly st_size bytes, then EOF
+                assert f.read(size) == data and f.read(1) == b"", key
+            subprocess.run(["cp", str(p), str(tmp_path / "copy")], check=True)
+            assert (tmp_path / "copy").read_bytes() == data, key
+            if CLI:
+                out = subprocess.run([CLI, "cat", "--text", str(ck), f"v/{key}"],
+                                     capture_output=True, check=True).stdout
+                assert out == data, key
+        p = m.dir / "v" / "huge"
+        assert os.stat(p).st_size == 0
+        with pytest.raises(OSError) as e:
+            p.read_bytes()
+        assert e.value.errno == 5
+    finally:
+        m.close(expect_clean=False)

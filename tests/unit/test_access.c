@@ -7,6 +7,7 @@
 
 #include "ckpt_tree.h"
 #include "fixture_copy.h"
+#include "tree/tree_i.h"
 #include "util/source.h"
 
 #include <errno.h>
@@ -15,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -197,4 +199,124 @@ Test(access, tree_sources_modes_and_may_read) {
     cr_assert_eq(st.mode, 0400, "%o", st.mode);
     ckpt_tree_free(t);
     fx_copy_remove(&c);
+}
+
+/* Sets a file's POSIX ACL (the xattr form: version 2, then tag, perm, id per entry, in the
+ * kernel's order); false where the file system takes none. */
+static bool set_acl(const char *path, const uint32_t (*ents)[3], size_t n) {
+    unsigned char buf[4 + 8 * 16];
+    uint32_t v = 2;
+    memcpy(buf, &v, 4);
+    for (size_t i = 0; i < n; i++) {
+        uint16_t tag = (uint16_t)ents[i][0], perm = (uint16_t)ents[i][1];
+        memcpy(buf + 4 + 8 * i, &tag, 2);
+        memcpy(buf + 6 + 8 * i, &perm, 2);
+        memcpy(buf + 8 + 8 * i, &ents[i][2], 4);
+    }
+    return setxattr(path, "system.posix_acl_access", buf, 4 + 8 * n, 0) == 0;
+}
+
+/* The daemon run as a user decides other users as the kernel would, ACLs included: a user
+ * an ACL entry alone grants reads (before: refused, ACLs were "owner only"), a named entry
+ * without r refuses although others may read, a mask without r refuses the named user, a
+ * group entry lets a member in, and an ACL whose mask is 0 is ignored as the kernel does. */
+Test(access, path_may_read_by_acl) {
+    need_root();
+    char dir[] = "/tmp/ckpt-acc-XXXXXX", f[256];
+    cr_assert(mkdtemp(dir));
+    cr_assert_eq(chmod(dir, 0755), 0);
+    snprintf(f, sizeof f, "%s/f", dir);
+    write_file(f, 0640);
+    cr_assert_eq(chown(f, 1234, 5678), 0);
+    const uint32_t X = 0xFFFFFFFFu;
+    const uint32_t grant[][3] = {{1, 6, X},    {2, 4, 2001}, {2, 0, 2002}, {4, 4, X},
+                                 {8, 4, 7001}, {0x10, 4, X}, {0x20, 4, X}};
+    if (!set_acl(f, grant, 7)) cr_skip_test("this file system takes no ACLs");
+    ckpt_tree_cred bob = {.uid = 2001, .gid = 9}, carol = {.uid = 2002, .gid = 9},
+                   dave = {.uid = 2003, .gid = 9}, member = {.uid = 2004, .gid = 7001},
+                   owner = {.uid = 1234, .gid = 1};
+    cr_assert(ckpt_path_may_read(f, &bob), "granted by its ACL entry alone");
+    cr_assert_not(ckpt_path_may_read(f, &carol), "a named entry without r refuses");
+    cr_assert(ckpt_path_may_read(f, &dave), "others may read");
+    cr_assert(ckpt_path_may_read(f, &member), "a named group grants");
+    cr_assert(ckpt_path_may_read(f, &owner));
+    /* mask without r: the named user and the groups are refused, others still read */
+    const uint32_t masked[][3] = {{1, 6, X}, {2, 4, 2001}, {4, 4, X}, {0x10, 2, X}, {0x20, 0, X}};
+    cr_assert(set_acl(f, masked, 5));
+    cr_assert_not(ckpt_path_may_read(f, &bob), "the mask takes r away");
+    cr_assert_not(ckpt_path_may_read(f, &dave));
+    /* an ACL on the directory: only its named user may search it */
+    cr_assert(set_acl(f, grant, 7));
+    cr_assert_eq(chmod(dir, 0750), 0);
+    const uint32_t dacl[][3] = {{1, 7, X}, {2, 1, 2001}, {4, 5, X}, {0x10, 5, X}, {0x20, 0, X}};
+    cr_assert(set_acl(dir, dacl, 5));
+    cr_assert(ckpt_path_may_read(f, &bob), "searches the directory by its ACL entry");
+    cr_assert_not(ckpt_path_may_read(f, &dave), "may not search the directory");
+    unlink(f);
+    rmdir(dir);
+}
+
+/* A rule: owner (ok), named users and groups as {id, ok} pairs, other. */
+static tree_rule mk_rule(uint32_t owner, bool owner_ok, const uint32_t (*u)[2], size_t nu,
+                         const uint32_t (*g)[2], size_t ng, bool other) {
+    tree_rule r;
+    memset(&r, 0, sizeof r);
+    r.owner = owner;
+    r.owner_ok = owner_ok;
+    r.other_ok = other;
+    for (size_t i = 0; i < nu; i++)
+        r.u[r.nu++] = (tree_ace){u[i][0], (uint8_t)u[i][1]};
+    for (size_t i = 0; i < ng; i++)
+        r.g[r.ng++] = (tree_ace){g[i][0], (uint8_t)g[i][1]};
+    return r;
+}
+
+static int acl_user(const tree_acl *a, uint32_t uid) {
+    for (unsigned i = 0; i < a->nu; i++)
+        if (a->u[i].id == uid) return a->u[i].ok ? 1 : -1;
+    return 0;
+}
+
+/* The ACL an object shows from its sources' rules: exact where the sources agree, fewer
+ * users where one ACL cannot say who may read them all, never more. */
+Test(access, acl_of_sources) {
+    const uint32_t bob_r[][2] = {{2001, 1}}, carol_no[][2] = {{2002, 0}};
+    const uint32_t grp_r[][2] = {{500, 1}}, grp_no[][2] = {{500, 0}}, grp_b[][2] = {{600, 1}};
+    /* a file u:bob:r, u:carol:---, group 500 r, other ---, in a directory everyone searches */
+    tree_rule f = mk_rule(1000, true, (const uint32_t(*)[2])bob_r, 1, grp_r, 1, false);
+    f.u[f.nu++] = (tree_ace){2002, 0};
+    tree_rule d = mk_rule(0, true, NULL, 0, (const uint32_t(*)[2])grp_no, 0, true);
+    const tree_rule *v[] = {&f, &d};
+    tree_acl a;
+    tree_acl_of(v, 2, 1000, 500, &a);
+    cr_assert(a.owner_ok && a.group_ok && !a.other_ok);
+    cr_assert_eq(acl_user(&a, 2001), 1, "bob: granted by uid on every source");
+    cr_assert_eq(acl_user(&a, 2002), -1, "carol: refused by her entry");
+    cr_assert_eq(a.ng, 0);
+    cr_assert_eq(tree_acl_mode(&a, false), 0440);
+    unsigned char x[TREE_ACL_XATTR_MAX];
+    cr_assert_eq(tree_acl_xattr(&a, false, x), 4 + 8 * 6u, "user::, 2 users, group::, mask, other");
+    /* two shards, one for group 500, one for group 600: no group can be granted (a reader
+     * must be in both), and others are refused; bob, granted by uid on both, stays */
+    tree_rule s1 = mk_rule(1000, true, bob_r, 1, grp_r, 1, false);
+    tree_rule s2 = mk_rule(1000, true, bob_r, 1, grp_b, 1, false);
+    const tree_rule *w[] = {&s1, &s2, &d};
+    tree_acl_of(w, 3, 1000, 500, &a);
+    cr_assert(!a.group_ok && !a.other_ok);
+    cr_assert_eq(acl_user(&a, 2001), 1);
+    for (unsigned i = 0; i < a.ng; i++)
+        cr_assert_not(a.g[i].ok, "group %u granted", a.g[i].id);
+    /* bob granted by uid on one shard but judged by groups on the other: no named grant */
+    tree_rule s3 = mk_rule(1000, true, NULL, 0, grp_r, 1, false);
+    const tree_rule *y[] = {&s1, &s3, &d};
+    tree_acl_of(y, 3, 1000, 500, &a);
+    cr_assert_neq(acl_user(&a, 2001), 1);
+    cr_assert(a.group_ok, "group 500 reads both");
+    /* a named refusal under other r: kept, with a mask that makes the kernel consult it */
+    tree_rule o = mk_rule(1000, true, carol_no, 1, grp_r, 1, true);
+    const tree_rule *z[] = {&o, &d};
+    tree_acl_of(z, 2, 1000, 500, &a);
+    cr_assert(a.other_ok);
+    cr_assert_eq(acl_user(&a, 2002), -1);
+    cr_assert_eq(tree_acl_mode(&a, false) & 0070, 0040, "the mask is not 0");
 }

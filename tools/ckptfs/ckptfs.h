@@ -38,9 +38,13 @@ typedef struct ckptfs_config {
     unsigned max_read;     /* -o max_read= (also passed to the kernel); 0: chosen at start */
     int no_pipe_probe;     /* -o no_pipe_probe: count on 1 MiB splice pipes at most */
     unsigned readahead_kb; /* -o readahead_kb= for the mount's bdi (page-cache reads, mmap) */
-    double timeout;        /* -o timeout= entry/attr cache seconds */
+    double timeout;        /* -o timeout= entry cache seconds */
+    double attr_timeout;   /* -o attr_timeout= attribute cache seconds (at most timeout): the
+                            * shown owners and modes follow the sources within it */
     int verify;            /* -o verify: check items against the manifest on first read */
     int no_listxattr;      /* -o no_listxattr: LISTXATTR answers ENOSYS (getxattr still works) */
+    int acl;               /* -o acl: ask for FUSE_CAP_POSIX_ACL even where no object needs an
+                            * ACL at mount (a setfacl of a source later then shows) */
     int show_help, show_version;
 } ckptfs_config;
 
@@ -54,6 +58,7 @@ typedef struct ckptfs {
     bool use_syslog;
     bool debug;                   /* -d */
     bool no_opendir;              /* the kernel opens directories itself (set by INIT) */
+    bool posix_acl;               /* the kernel evaluates the ACLs objects show (INIT) */
     atomic_bool readahead_tuned;  /* set by the first open (see readahead.c) */
     _Atomic uint64_t init_unique; /* the kernel's INIT request, while its reply is due */
     atomic_bool direct_io_mmap;   /* INIT asked for shared mmap of direct-I/O files */

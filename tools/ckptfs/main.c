@@ -45,7 +45,9 @@ static void usage(const char *prog) {
            "                           then defaults to 786432)\n"
            "    -o readahead_kb=N      read-ahead of the mount for page-cache reads and mmap\n"
            "                           faults (default 1024; 0 leaves the kernel default)\n"
-           "    -o timeout=SECONDS     attribute and entry cache time (default 86400)\n"
+           "    -o timeout=SECONDS     entry cache time (default 86400)\n"
+           "    -o attr_timeout=SECONDS  attribute cache time (default 10, at most timeout):\n"
+           "                           owners and modes follow the sources within it\n"
            "    -o verify              check each stored item against the checkpoint's\n"
            "                           manifest (ckpt seal) the first time it is read;\n"
            "                           mismatches read as EIO\n"
@@ -53,6 +55,9 @@ static void usage(const char *prog) {
            "                           user.ckpt.* names still is): `ls -l` of coreutils\n"
            "                           whose ACL check lists every file's xattrs then makes\n"
            "                           no round trip to the daemon per file\n"
+           "    -o acl                 let the kernel evaluate POSIX ACLs even where no object\n"
+           "                           needs one at mount (always for a directory of\n"
+           "                           checkpoints)\n"
            "    -V, --version          print the version\n\n",
            prog);
     fuse_cmdline_help();
@@ -66,9 +71,11 @@ static const struct fuse_opt option_spec[] = {CKPTFS_OPT("direct_io", direct_io,
                                               CKPTFS_OPT("cache_size=%s", cache_size, 0),
                                               CKPTFS_OPT("readahead_kb=%u", readahead_kb, 0),
                                               CKPTFS_OPT("timeout=%lf", timeout, 0),
+                                              CKPTFS_OPT("attr_timeout=%lf", attr_timeout, 0),
                                               CKPTFS_OPT("verify", verify, 1),
                                               CKPTFS_OPT("no_pipe_probe", no_pipe_probe, 1),
                                               CKPTFS_OPT("no_listxattr", no_listxattr, 1),
+                                              CKPTFS_OPT("acl", acl, 1),
                                               CKPTFS_OPT("-h", show_help, 1),
                                               CKPTFS_OPT("--help", show_help, 1),
                                               CKPTFS_OPT("-V", show_version, 1),
@@ -191,6 +198,7 @@ int main(int argc, char **argv) {
     fs.cfg.direct_io = -1;
     fs.cfg.readahead_kb = 1024;
     fs.cfg.timeout = 86400.0;
+    fs.cfg.attr_timeout = 10.0;
     int ret = 1;
     struct fuse_session *se = NULL;
     struct fuse_cmdline_opts opts;

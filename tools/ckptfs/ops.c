@@ -17,11 +17,18 @@
 
 static ckptfs *fs_of(fuse_req_t req) { return fuse_req_userdata(req); }
 
-/* Attribute and entry cache lifetime: long for checkpoint contents (they never change under a
- * mount), 1 s for what can change (CKPT_TREE_CHANGES: the top level of a directory of
- * checkpoints, `latest`, `.layout`), so the kernel sees their new mtime and drops listings. */
+/* Entry cache lifetime: long for checkpoint contents (they never change under a mount), 1 s
+ * for what can change (CKPT_TREE_CHANGES: the top level of a directory of checkpoints,
+ * `latest`, `.layout`), so the kernel sees their new mtime and drops listings. */
 static double timeout_of(const ckptfs *fs, const ckpt_tree_stat *st) {
     return (st->flags & CKPT_TREE_CHANGES) ? 1.0 : fs->cfg.timeout;
+}
+
+/* Attribute cache lifetime: at most -o attr_timeout, so that owners, modes and ACLs follow
+ * the sources' (which the tree reads again at most once a second when asked). */
+static double attr_timeout_of(const ckptfs *fs, const ckpt_tree_stat *st) {
+    double t = timeout_of(fs, st);
+    return fs->cfg.attr_timeout < t ? fs->cfg.attr_timeout : t;
 }
 
 /* For a negative entry: names in the top level of a directory of checkpoints may appear. */
@@ -67,6 +74,17 @@ static void op_init(void *userdata, struct fuse_conn_info *conn) {
      * through it.  Safe because its inode number changes with its target (ckpt_tree). */
     if (conn->capable & FUSE_CAP_CACHE_SYMLINKS) conn->want |= FUSE_CAP_CACHE_SYMLINKS;
     fs->no_opendir = (conn->capable & FUSE_CAP_NO_OPENDIR_SUPPORT) != 0;
+    /* the kernel evaluates the ACL each object shows (system.posix_acl_access): users an ACL
+     * of the sources grants get in, as they do on the sources (docs/mount.md).  Only where
+     * some object needs one (or -o acl): each object's ACL costs a GETXATTR the first time
+     * `ls -l` or a permission check asks for it (then the kernel keeps it with the
+     * attributes); without, `ls -l` asks once per mount. */
+    if ((conn->capable & FUSE_CAP_POSIX_ACL) &&
+        (fs->cfg.acl || ckpt_tree_wants_posix_acl(fs->tree))) {
+        conn->want |= FUSE_CAP_POSIX_ACL;
+        fs->posix_acl = true;
+        ckpt_tree_set_posix_acl(fs->tree, true);
+    }
     conn->max_read = fs->cfg.max_read;
     conn->time_gran = 1;
 }
@@ -89,7 +107,8 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
     e.ino = st.ino;
     e.generation = 1;
     to_stat(&st, &e.attr);
-    e.attr_timeout = e.entry_timeout = timeout_of(fs, &st);
+    e.entry_timeout = timeout_of(fs, &st);
+    e.attr_timeout = attr_timeout_of(fs, &st);
     fuse_reply_entry(req, &e);
 }
 
@@ -104,7 +123,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
     }
     struct stat s;
     to_stat(&st, &s);
-    fuse_reply_attr(req, &s, timeout_of(fs, &st));
+    fuse_reply_attr(req, &s, attr_timeout_of(fs, &st));
 }
 
 static void op_readlink(fuse_req_t req, fuse_ino_t ino) {
@@ -137,7 +156,8 @@ static bool add_dirent(void *ctx, const char *name, const ckpt_tree_stat *st, ui
         e.ino = st->ino;
         e.generation = 1;
         to_stat(st, &e.attr);
-        e.attr_timeout = e.entry_timeout = timeout_of(d->fs, st);
+        e.entry_timeout = timeout_of(d->fs, st);
+        e.attr_timeout = attr_timeout_of(d->fs, st);
         n = fuse_add_direntry_plus(d->req, d->buf + d->used, d->size - d->used, name, &e,
                                    (off_t)next + 2);
     } else {
@@ -366,8 +386,11 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
      * ACLs lets `ls -l` (coreutils, gnulib) mark the whole mount as unsupported after one
      * call instead of asking twice per file: the kernel caches no xattrs for FUSE, so every
      * question is a round trip to the daemon. */
-    if (strncmp(name, "user.", 5) != 0) {
-        fuse_reply_err(req, EOPNOTSUPP);
+    bool acl = strcmp(name, "system.posix_acl_access") == 0 && fs_of(req)->posix_acl;
+    if (strncmp(name, "user.", 5) != 0 && !acl) {
+        /* where the kernel evaluates ACLs: no default ACL (nothing is created here) */
+        bool dflt = strcmp(name, "system.posix_acl_default") == 0 && fs_of(req)->posix_acl;
+        fuse_reply_err(req, dflt ? ENODATA : EOPNOTSUPP);
         return;
     }
     char *v = NULL;
@@ -396,6 +419,15 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
     if (ckpt_tree_listxattr(fs_of(req)->tree, ino, &v, &len, &err) != CKPT_OK) {
         fail(req, &err, "listxattr", ino);
         return;
+    }
+    if (!fs_of(req)->posix_acl) { /* the ACL's name, only where the kernel asks for it */
+        size_t w = 0;
+        for (size_t r = 0; r < len;) {
+            size_t n = strlen(v + r) + 1;
+            if (strcmp(v + r, "system.posix_acl_access") != 0) memmove(v + w, v + r, n), w += n;
+            r += n;
+        }
+        len = w;
     }
     reply_xattr_value(req, v, len, size);
     free(v);
