@@ -145,7 +145,13 @@ ck_dir_kind ck_checkpoint_dir_probe(const char *dir, struct timespec *mtime) {
             return CKPT_DIR_MARKED;
         }
     }
-    ck_dir_kind k = ck_hf_dir_probe(dir, mtime);
-    if (k == CKPT_DIR_NONE) k = torch_bin_dir_probe(dir, mtime);
-    return k != CKPT_DIR_NONE ? k : tc_dir_probe(dir, mtime);
+    /* torch-checkpointing's metadata.pkl before HuggingFace storage: its items may be
+     * safetensors files; its `<item>_0.pt` files without one (unmarked) after the others */
+    struct timespec tc_mtime;
+    ck_dir_kind tk = tc_dir_probe(dir, &tc_mtime), k = CKPT_DIR_NONE;
+    if (tk != CKPT_DIR_MARKED) k = ck_hf_dir_probe(dir, mtime);
+    if (tk != CKPT_DIR_MARKED && k == CKPT_DIR_NONE) k = torch_bin_dir_probe(dir, mtime);
+    if (k != CKPT_DIR_NONE) return k;
+    if (tk != CKPT_DIR_NONE && mtime) *mtime = tc_mtime;
+    return tk;
 }
