@@ -220,7 +220,7 @@ ckpt_status tc_add_json(tc *w, const char *name, ckpt_error *err) {
     if (s == CKPT_OK) {
         r->info.metadata_bytes += size;
         ckpt_error jerr = {0};
-        if (ck_json_parse(a, text, size, TC_JSON_DEPTH, &doc, &jerr) != CKPT_OK) {
+        if (ck_json_parse_python(a, text, size, TC_JSON_DEPTH, &doc, &jerr) != CKPT_OK) {
             if (jerr.code == CKPT_E_NOMEM) {
                 s = index_nomem(err);
             } else { /* the item alone is unreadable: an entry saying why */
