@@ -92,7 +92,7 @@ static bool layout_of(const pk_value *data, long long rank, int ndim, ckpt_layou
     return true;
 }
 
-/* The chunks rank w->rank's local tensor `local` gives pending entry p. */
+/* The chunks rank w->rank's local tensor t gives pending entry p (tc.h). */
 ckpt_status tc_add_shard(tc *w, tc_pending *p, const tc_local *t, ckpt_error *err) {
     ckpt_reader *r = w->r;
     ckpt_entry *e = &r->entries[p->entry];
