@@ -442,6 +442,18 @@ ckpt_status ckpt_reader_check_ranges(ckpt_reader *r, ckpt_check_fn report, void 
  * bfloat16 decoded exactly).  NaN for CKPT_DTYPE_INVALID. */
 double ckpt_elem_to_double(ckpt_dtype dt, const void *elem);
 
+/* ckpt_elem_format flags.  CKPT_ELEM_JSON: JSON (true/false, NaN/Infinity, floats with
+ * ".0", complex as [re, im]). */
+enum { CKPT_ELEM_JSON = 1 };
+/* One stored element of dtype dt (its bytes at elem, in host order as ckpt_read_region
+ * returns them) as text, the way Python and numpy print it: integers in decimal, bool
+ * True/False, floats of every width with the shortest digits that read back as the same value
+ * in that dtype (`0.1` for float32 0.1f, numpy's repr of a float32 or float16 scalar; fixed
+ * notation for decimal exponents -4..15, else `1e-05`, `1.5e+16`; `nan`, `inf`), complex
+ * `(1+2j)`.  "?" for CKPT_DTYPE_INVALID.  Writes at most size bytes, NUL-terminated, and
+ * returns the length of the whole text (snprintf's contract; 64 bytes always suffice). */
+size_t ckpt_elem_format(ckpt_dtype dt, const void *elem, unsigned flags, char *buf, size_t size);
+
 /* ---------------------------------------------------------------- values */
 
 /* Non-tensor entries decode to a tree of values.  Python objects of unknown classes are

@@ -11,35 +11,12 @@ import torch
 
 from . import _lib
 from ._lib import lib
+from ._status import DTYPES as _DTYPES, check as _check, torch_dtype
 from .errors import FormatError, InvalidArgumentError, NotFoundError, from_status
 
 __all__ = ["Checkpoint", "Entry", "open", "torch_dtype"]
 
 _KIND_TENSOR, _KIND_OBJECT = 1, 2
-
-
-def _raise(st, err):
-    raise from_status(st, err.message.decode("utf-8", "replace") or
-                      lib.ckpt_strerror(st).decode())
-
-
-def _check(st, err):
-    if st != 0:
-        _raise(st, err)
-
-
-_DTYPES = {}  # ckpt_dtype value -> torch.dtype (None when this torch lacks it)
-for _code in range(1, _lib.CKPT_DTYPE_COUNT):
-    _DTYPES[_code] = getattr(torch, lib.ckpt_dtype_name(_code).decode(), None)
-
-
-def torch_dtype(code):
-    """The torch.dtype of a ckpt_dtype code; TypeError when this torch has no such dtype."""
-    dt = _DTYPES.get(code)
-    if dt is None:
-        name = lib.ckpt_dtype_name(code).decode()
-        raise TypeError(f"torch {torch.__version__} has no dtype torch.{name}")
-    return dt
 
 
 def _shape(ptr, ndim):

@@ -18,6 +18,7 @@ import torch
 
 from . import _lib
 from ._lib import lib
+from ._status import check as _check, torch_dtype
 
 __all__ = ["Object", "Reference", "load_value"]
 
@@ -118,7 +119,6 @@ class _Builder:
         raise TypeError(f"ckptfs: unknown value type {t}")
 
     def _tensor(self, v):
-        from ._reader import _check, torch_dtype
         nd = lib.ckpt_value_tensor_ndim(v)
         sp = lib.ckpt_value_tensor_shape(v)
         shape = tuple(sp[:nd]) if nd else ()
@@ -154,7 +154,6 @@ class _Builder:
 
 def load_value(ckpt, entry):
     """The value of non-tensor entry `entry` of Checkpoint `ckpt`."""
-    from ._reader import _check
     err = _lib.Error()
     obj = c_void_p()
     st = lib.ckpt_object_load(ckpt._handle(), entry._ptr, byref(obj), byref(err))

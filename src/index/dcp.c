@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* Whether the index of the next metadata file may be walked while it is decoded: with a
  * second thread allowed, into an index still empty (what the walk finds then does not
@@ -137,11 +138,32 @@ static long long dcp_file_rank(const char *name) {
     return *end == '_' ? rank : -1;
 }
 
+/* A regular file `name` in dir marks it (written last, renamed into place). */
+static ck_dir_kind probe_named(const char *dir, const char *name, struct timespec *mtime) {
+    char path[4096];
+    struct stat st;
+    int n = snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (n < 0 || (size_t)n >= sizeof path) return CK_DIR_NONE; /* too long to be one */
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return CK_DIR_NONE;
+    if (mtime) *mtime = st.st_mtim;
+    return CK_DIR_MARKED;
+}
+
+static ck_dir_kind probe_dot_metadata(const char *dir, struct timespec *mtime) {
+    return probe_named(dir, ".metadata", mtime);
+}
+
+static ck_dir_kind probe_rank_local(const char *dir, struct timespec *mtime) {
+    return probe_named(dir, "__0.metadata", mtime);
+}
+
 const index_format index_format_dcp = {.name = "dcp",
                                        .add = add_dot_metadata,
                                        .finish = mcore_reformulate,
-                                       .file_rank = dcp_file_rank};
+                                       .file_rank = dcp_file_rank,
+                                       .probe = probe_dot_metadata};
 const index_format index_format_dcp_rank_local = {.name = "dcp-rank-local",
                                                   .add = add_rank_local,
                                                   .finish = mcore_reformulate,
-                                                  .file_rank = dcp_file_rank};
+                                                  .file_rank = dcp_file_rank,
+                                                  .probe = probe_rank_local};

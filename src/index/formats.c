@@ -15,6 +15,14 @@ static const index_format *const formats[] = {
     &index_format_torch_checkpointing_unmarked, /* <item>_0.pt, no metadata.pkl */
 };
 
+ck_dir_kind ck_checkpoint_dir_probe(const char *dir, struct timespec *mtime) {
+    for (size_t i = 0; i < sizeof formats / sizeof *formats; i++) {
+        ck_dir_kind k = formats[i]->probe ? formats[i]->probe(dir, mtime) : CK_DIR_NONE;
+        if (k != CK_DIR_NONE) return k;
+    }
+    return CK_DIR_NONE;
+}
+
 ckpt_status index_complete(ckpt_reader *r, const index_format *f, ckpt_error *err) {
     if (f->finish) CK_TRY(f->finish(r, err));
     return index_finish(r, f->file_rank, err);

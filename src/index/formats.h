@@ -20,6 +20,11 @@ typedef struct index_format {
     ckpt_status (*finish)(ckpt_reader *r, ckpt_error *err);
     /* Its data files' naming rule for the rank that wrote one (NULL: ranks unknown). */
     index_file_rank_fn file_rank;
+    /* Whether dir holds a checkpoint in this format, judged by its files' names (and at most
+     * a small index json), nothing decoded: CK_DIR_MARKED / CK_DIR_UNMARKED with *mtime (may
+     * be NULL) the modification time of the file that marks it, or CK_DIR_NONE (NULL: the
+     * format has no directory form). */
+    ck_dir_kind (*probe)(const char *dir, struct timespec *mtime);
 } index_format;
 
 /* dcp.c: a `.metadata` pickle (torch 1.13 – today, Megatron torch_dist), or rank-local
@@ -46,6 +51,9 @@ extern const index_format index_format_torch_checkpointing_unmarked;
  * or only `<item>_0.pt` files (UNMARKED, *mtime the newest one's). */
 ck_dir_kind tc_dir_probe(const char *dir, struct timespec *mtime);
 
+/* What marks dir as a checkpoint: the first format of the order above whose probe says so
+ * (CK_DIR_NONE when none does). */
+ck_dir_kind ck_checkpoint_dir_probe(const char *dir, struct timespec *mtime);
 /* Indexes r->dir in the first format that recognises it (in the order above); the last
  * format's CKPT_E_NOTFOUND when none does. */
 ckpt_status index_build(ckpt_reader *r, ckpt_error *err);

@@ -148,17 +148,17 @@ static ckpt_status parse_weight_map(const char *path, const char *text, size_t l
         ck_error_prefix(err, "%s: ", path);
         return s;
     }
-    if (!(m = ck_json_get(doc, "weight_map")) || m->type != CKPT_JSON_OBJECT)
+    if (!(m = ck_json_get(doc, "weight_map")) || m->type != CK_JSON_OBJECT)
         return ck_fail(err, CKPT_E_FORMAT, "%s: no \"weight_map\" object", path);
     for (size_t i = 0; i < m->len; i++) {
         const ck_json *v = &m->u.members[i].value;
-        if (v->type != CKPT_JSON_STRING || strlen(v->u.str) != v->len ||
+        if (v->type != CK_JSON_STRING || strlen(v->u.str) != v->len ||
             !ck_safe_file_name(v->u.str) || !ends_with(v->u.str, suffix))
             return ck_fail(err, CKPT_E_FORMAT,
                            "%s: weight_map[\"%.200s\"] = \"%.200s\" is not the name of a "
                            "%s file beside it (path traversal refused)",
                            path, m->u.members[i].key, suffix,
-                           v->type == CKPT_JSON_STRING ? v->u.str : "(not a string)");
+                           v->type == CK_JSON_STRING ? v->u.str : "(not a string)");
     }
     *map = m;
     return CKPT_OK;
@@ -255,7 +255,7 @@ static ckpt_status hf_files_find(const char *dir, const char *index_path, uint64
 ck_dir_kind ck_hf_dir_probe(const char *dir, struct timespec *mtime) {
     char path[4096];
     int n = snprintf(path, sizeof path, "%s/%s", dir, CK_HF_INDEX_JSON);
-    if (n < 0 || (size_t)n >= sizeof path) return CKPT_DIR_NONE;
+    if (n < 0 || (size_t)n >= sizeof path) return CK_DIR_NONE;
     struct stat st;
     if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
         /* complete once the index parses (torch writes it last, in place) and every file it
@@ -276,15 +276,15 @@ ck_dir_kind ck_hf_dir_probe(const char *dir, struct timespec *mtime) {
         free(files);
         ck_arena_free(a);
         if (complete && mtime) *mtime = st.st_mtim;
-        return complete ? CKPT_DIR_MARKED : CKPT_DIR_NONE;
+        return complete ? CK_DIR_MARKED : CK_DIR_NONE;
     }
     char **names = NULL;
     size_t count = 0;
     struct timespec newest;
-    if (ck_hf_list(dir, &names, &count, &newest, NULL) != CKPT_OK) return CKPT_DIR_NONE;
+    if (ck_hf_list(dir, &names, &count, &newest, NULL) != CKPT_OK) return CK_DIR_NONE;
     ck_hf_names_free(names, count);
     if (count && mtime) *mtime = newest;
-    return count ? CKPT_DIR_UNMARKED : CKPT_DIR_NONE;
+    return count ? CK_DIR_UNMARKED : CK_DIR_NONE;
 }
 
 /* ------------------------------------------------------------------ the index */
@@ -365,7 +365,7 @@ static ckpt_status open_file(hf_build *b, hf_file *f, ckpt_error *err) {
     /* bounded like the header it comes from: a parsed node per 2 bytes at most */
     if (!(f->scratch = ck_arena_new(64 * (uint64_t)strlen(info) + (1u << 20)))) return nomem(err);
     s = ck_json_parse(f->scratch, info, strlen(info), 0, &f->sharding, err);
-    if (s == CKPT_OK && f->sharding->type != CKPT_JSON_OBJECT)
+    if (s == CKPT_OK && f->sharding->type != CK_JSON_OBJECT)
         s = ck_fail(err, CKPT_E_FORMAT, "not a JSON object");
     if (s != CKPT_OK) {
         ck_error_prefix(err, "%s/%s: __metadata__.DCP_SHARDING_INFO: ", r->dir, f->name);
@@ -391,10 +391,10 @@ static bool chunk_offsets(const hf_file *f, const ts_st_tensor *t, int64_t *off)
     if (!f->sharding) return true;
     const ts_st_tensor *t0 = ts_safetensors_tensor(f->st, 0);
     const ck_json *so = ck_json_get(f->info[t - t0], "saved_offsets");
-    if (!so || so->type != CKPT_JSON_ARRAY || so->len != (size_t)t->ndim) return false;
+    if (!so || so->type != CK_JSON_ARRAY || so->len != (size_t)t->ndim) return false;
     for (int d = 0; d < t->ndim; d++) {
         const ck_json *x = &so->u.items[d];
-        if (x->type != CKPT_JSON_NUMBER || !x->is_int || x->u.num.i < 0 ||
+        if (x->type != CK_JSON_NUMBER || !x->is_int || x->u.num.i < 0 ||
             x->u.num.i > INT64_MAX - t->shape[d])
             return false;
         off[d] = x->u.num.i;
@@ -690,5 +690,7 @@ static long long hf_file_rank(const char *name) {
     return *end == '-' ? rank : -1;
 }
 
-const index_format index_format_hf = {
-    .name = "hf-safetensors", .add = hf_index_add, .file_rank = hf_file_rank};
+const index_format index_format_hf = {.name = "hf-safetensors",
+                                      .add = hf_index_add,
+                                      .file_rank = hf_file_rank,
+                                      .probe = ck_hf_dir_probe};

@@ -2,8 +2,6 @@
  * a checkpoint directory by its files' names (see metadata_files.h). */
 #include "index/metadata_files.h"
 
-#include "index/formats.h"
-#include "index/hf_storage.h"
 #include "index/metadata_stream.h"
 #include "util/error.h"
 
@@ -131,27 +129,4 @@ ckpt_status ck_metadata_list_ranks(const char *dir, long long **ranks, size_t *c
     *ranks = rs;
     *count = n;
     return CKPT_OK;
-}
-
-ck_dir_kind ck_checkpoint_dir_probe(const char *dir, struct timespec *mtime) {
-    char path[4096];
-    struct stat st;
-    static const char *const names[] = {".metadata", "__0.metadata"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        int n = snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        if (n < 0 || (size_t)n >= sizeof path) return CKPT_DIR_NONE; /* too long to be one */
-        if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
-            if (mtime) *mtime = st.st_mtim;
-            return CKPT_DIR_MARKED;
-        }
-    }
-    /* torch-checkpointing's metadata.pkl before HuggingFace storage: its items may be
-     * safetensors files; its `<item>_0.pt` files without one (unmarked) after the others */
-    struct timespec tc_mtime;
-    ck_dir_kind tk = tc_dir_probe(dir, &tc_mtime), k = CKPT_DIR_NONE;
-    if (tk != CKPT_DIR_MARKED) k = ck_hf_dir_probe(dir, mtime);
-    if (tk != CKPT_DIR_MARKED && k == CKPT_DIR_NONE) k = torch_bin_dir_probe(dir, mtime);
-    if (k != CKPT_DIR_NONE) return k;
-    if (tk != CKPT_DIR_NONE && mtime) *mtime = tc_mtime;
-    return tk;
 }

@@ -40,19 +40,15 @@ ckpt_status index_metadata_check_head(const char *path, const uint8_t *buf, size
 ckpt_status ck_metadata_list_ranks(const char *dir, long long **ranks, size_t *count,
                                    ckpt_error *err);
 
-/* What marks a directory as a checkpoint (ck_checkpoint_dir_probe). */
+/* What marks a directory as a checkpoint (each format's probe; ck_checkpoint_dir_probe in
+ * formats.h asks them in order). */
 typedef enum ck_dir_kind {
-    CKPT_DIR_NONE = 0, /* not a checkpoint, or one still being written */
-    CKPT_DIR_MARKED,   /* complete by the writer's own mark: `.metadata` or `__0.metadata`
+    CK_DIR_NONE = 0, /* not a checkpoint, or one still being written */
+    CK_DIR_MARKED,   /* complete by the writer's own mark: `.metadata` or `__0.metadata`
                           (written last, renamed into place), or a HuggingFace index json that
                           parses and names only files that exist */
-    CKPT_DIR_UNMARKED, /* `*.safetensors` files and nothing that says they are all there
+    CK_DIR_UNMARKED, /* `*.safetensors` files and nothing that says they are all there
                           (HuggingFace storage without an index json) */
 } ck_dir_kind;
-
-/* What dir holds, judged by its files' names (and a HuggingFace index json); *mtime (may be
- * NULL) gets the modification time of the file that marks it (UNMARKED: of the newest
- * `*.safetensors` file). */
-ck_dir_kind ck_checkpoint_dir_probe(const char *dir, struct timespec *mtime);
 
 #endif

@@ -152,12 +152,12 @@ static pk_value *from_json(ck_arena *a, const ck_json *j) {
     if (!v) return NULL;
     memset(v, 0, sizeof *v);
     switch (j->type) {
-    case CKPT_JSON_NULL: v->type = PK_NONE; break;
-    case CKPT_JSON_BOOL:
+    case CK_JSON_NULL: v->type = PK_NONE; break;
+    case CK_JSON_BOOL:
         v->type = PK_BOOL;
         v->u.b = j->boolean;
         break;
-    case CKPT_JSON_NUMBER:
+    case CK_JSON_NUMBER:
         if (j->is_int) {
             v->type = PK_INT;
             v->u.i = j->u.num.i;
@@ -166,12 +166,12 @@ static pk_value *from_json(ck_arena *a, const ck_json *j) {
             v->u.f = j->u.num.d;
         }
         break;
-    case CKPT_JSON_STRING:
+    case CK_JSON_STRING:
         v->type = PK_STR;
         if (!(v->u.str.ptr = ck_arena_strndup(a, j->u.str, j->len))) return NULL;
         v->u.str.len = j->len;
         break;
-    case CKPT_JSON_ARRAY:
+    case CK_JSON_ARRAY:
         v->type = PK_LIST;
         v->u.seq.items = ck_arena_alloc(a, (j->len ? j->len : 1) * sizeof *v->u.seq.items);
         if (!v->u.seq.items) return NULL;
@@ -181,14 +181,14 @@ static pk_value *from_json(ck_arena *a, const ck_json *j) {
         }
         v->u.seq.len = v->u.seq.cap = j->len;
         break;
-    case CKPT_JSON_OBJECT:
+    case CK_JSON_OBJECT:
         v->type = PK_DICT;
         v->u.dict.keys = ck_arena_alloc(a, (j->len ? j->len : 1) * sizeof *v->u.dict.keys);
         v->u.dict.vals = ck_arena_alloc(a, (j->len ? j->len : 1) * sizeof *v->u.dict.vals);
         if (!v->u.dict.keys || !v->u.dict.vals) return NULL;
         for (size_t i = 0; i < j->len; i++) {
             const ck_json_member *m = &j->u.members[i];
-            ck_json k = {.type = CKPT_JSON_STRING, .len = m->key_len, .u.str = m->key};
+            ck_json k = {.type = CK_JSON_STRING, .len = m->key_len, .u.str = m->key};
             if (!(v->u.dict.keys[i] = from_json(a, &k))) return NULL;
             if (!(v->u.dict.vals[i] = from_json(a, &m->value))) return NULL;
             if (v->u.dict.vals[i]->depth + 1 > v->depth) v->depth = v->u.dict.vals[i]->depth + 1;

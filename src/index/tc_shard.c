@@ -209,7 +209,7 @@ ckpt_status tc_named_entries(tc *w, const pk_value *paths, ck_arena *tmp, ckpt_e
         ckpt_error jerr = {0};
         if (!js ||
             ck_json_parse(tmp, js, paths->u.dict.keys[i]->u.str.len, 8, &path, &jerr) != CKPT_OK ||
-            path->type != CKPT_JSON_ARRAY || path->len + 1 > TC_MAX_PATH)
+            path->type != CK_JSON_ARRAY || path->len + 1 > TC_MAX_PATH)
             return ck_fail(err, CKPT_E_FORMAT,
                            "%s: item '%.200s': nested path %zu is not a JSON list of keys%s%s",
                            w->md_path, w->item, i, jerr.message[0] ? ": " : "", jerr.message);
@@ -220,9 +220,9 @@ ckpt_status tc_named_entries(tc *w, const pk_value *paths, ck_arena *tmp, ckpt_e
         ck_strbuf_add(&w->key, w->item, strlen(w->item));
         for (size_t j = 0; j < path->len; j++) {
             const ck_json *x = &path->u.items[j];
-            if (x->type == CKPT_JSON_STRING) {
+            if (x->type == CK_JSON_STRING) {
                 elems[j + 1] = (index_elem){x->u.str, x->len, false};
-            } else if (x->type == CKPT_JSON_NUMBER && x->is_int) {
+            } else if (x->type == CK_JSON_NUMBER && x->is_int) {
                 int len = snprintf(nums[j], sizeof nums[j], "%lld", (long long)x->u.num.i);
                 elems[j + 1] = (index_elem){nums[j], (size_t)len, true};
             } else {

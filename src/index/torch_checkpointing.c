@@ -315,25 +315,25 @@ ck_dir_kind tc_dir_probe(const char *dir, struct timespec *mtime) {
     char path[4096];
     struct stat st;
     int n = snprintf(path, sizeof path, "%s/%s", dir, TC_METADATA);
-    if (n < 0 || (size_t)n >= sizeof path) return CKPT_DIR_NONE;
+    if (n < 0 || (size_t)n >= sizeof path) return CK_DIR_NONE;
     if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
         if (mtime) *mtime = st.st_mtim;
-        return CKPT_DIR_MARKED;
+        return CK_DIR_MARKED;
     }
     /* without metadata.pkl (no resharder declared) nothing marks a save as complete: its
      * `<item>_0.pt` files make it an unmarked one, dated by the newest of them */
     unnamed *v;
     size_t count;
-    ck_dir_kind k = CKPT_DIR_NONE;
+    ck_dir_kind k = CK_DIR_NONE;
     if (unnamed_files(dir, NULL, NULL, true, &v, &count, NULL) != CKPT_OK) count = 0;
     for (size_t i = 0; i < count; i++) {
         n = snprintf(path, sizeof path, "%s/%s", dir, v[i].name);
         if (n > 0 && (size_t)n < sizeof path && stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
             if (mtime &&
-                (k == CKPT_DIR_NONE || st.st_mtim.tv_sec > mtime->tv_sec ||
+                (k == CK_DIR_NONE || st.st_mtim.tv_sec > mtime->tv_sec ||
                  (st.st_mtim.tv_sec == mtime->tv_sec && st.st_mtim.tv_nsec > mtime->tv_nsec)))
                 *mtime = st.st_mtim;
-            k = CKPT_DIR_UNMARKED;
+            k = CK_DIR_UNMARKED;
         }
     }
     unnamed_free(v, count);
@@ -427,7 +427,30 @@ static ckpt_status tc_add(ckpt_reader *r, ckpt_error *err) {
     return s;
 }
 
-const index_format index_format_torch_checkpointing = {
-    .name = "torch-checkpointing", .add = tc_add, .file_rank = tc_file_rank};
-const index_format index_format_torch_checkpointing_unmarked = {
-    .name = "torch-checkpointing", .add = tc_add_unmarked, .file_rank = tc_file_rank};
+/* The probes of the two formats: metadata.pkl (before HuggingFace storage's), `<item>_0.pt`
+ * files without it (after the others). */
+static ck_dir_kind tc_probe_marked(const char *dir, struct timespec *mtime) {
+    char path[4096];
+    struct stat st;
+    int n = snprintf(path, sizeof path, "%s/%s", dir, TC_METADATA);
+    return n < 0 || (size_t)n >= sizeof path || stat(path, &st) != 0 || !S_ISREG(st.st_mode)
+               ? CK_DIR_NONE
+               : tc_dir_probe(dir, mtime);
+}
+
+static ck_dir_kind tc_probe_unmarked(const char *dir, struct timespec *mtime) {
+    struct timespec t;
+    ck_dir_kind k = tc_dir_probe(dir, &t);
+    if (k != CK_DIR_UNMARKED) return CK_DIR_NONE;
+    if (mtime) *mtime = t;
+    return k;
+}
+
+const index_format index_format_torch_checkpointing = {.name = "torch-checkpointing",
+                                                       .add = tc_add,
+                                                       .file_rank = tc_file_rank,
+                                                       .probe = tc_probe_marked};
+const index_format index_format_torch_checkpointing_unmarked = {.name = "torch-checkpointing",
+                                                                .add = tc_add_unmarked,
+                                                                .file_rank = tc_file_rank,
+                                                                .probe = tc_probe_unmarked};

@@ -325,7 +325,7 @@ ck_dir_kind torch_bin_dir_probe(const char *dir, struct timespec *mtime) {
     free(files);
     ck_arena_free(a);
     if (complete && mtime) *mtime = newest;
-    return complete ? CKPT_DIR_MARKED : CKPT_DIR_NONE;
+    return complete ? CK_DIR_MARKED : CK_DIR_NONE;
 }
 
 static ckpt_status add_bin_dir(ckpt_reader *r, ckpt_error *err) {
@@ -352,4 +352,5 @@ static ckpt_status add_bin_dir(ckpt_reader *r, ckpt_error *err) {
     return s;
 }
 
-const index_format index_format_torch_bin = {.name = "hf-torch-bin", .add = add_bin_dir};
+const index_format index_format_torch_bin = {
+    .name = "hf-torch-bin", .add = add_bin_dir, .probe = torch_bin_dir_probe};

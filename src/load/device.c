@@ -1,6 +1,6 @@
 /* device.c — CUDA device destinations of the collective loader (compiled with the cuda
  * feature): telling device pointers from host ones, and the device sink, which moves bytes
- * to device memory through two halves of a pinned staging buffer (ck_cuda_pinned_alloc) with
+ * to device memory through two halves of a pinned staging buffer (ck_cuda_stage) with
  * cudaMemcpyAsync on one stream.  While the GPU copies one half, the rank fills the other
  * (double buffering); a half is reused only after the event recorded behind its copies has
  * completed.  Fills that continue the previous one in both the half and the destination
@@ -16,15 +16,12 @@
 #include <string.h>
 
 struct dev_sink {
-    ck_pinned stage; /* both halves */
-    uint8_t *half[2];
+    ck_cuda_stage st; /* the halves, the stream, an event per half */
     uint64_t half_bytes;
     int cur;         /* the half being filled */
     uint64_t used;   /* bytes of it handed out */
     bool pending[2]; /* copies were issued from that half since its event was recorded */
-    cudaStream_t stream;
-    cudaEvent_t done[2];
-    copy_run run; /* fills not yet issued (from the current half) */
+    copy_run run;    /* fills not yet issued (from the current half) */
 };
 
 bool dev_supported(void) { return true; }
@@ -36,31 +33,19 @@ ckpt_status dev_sink_create(uint64_t bytes, dev_sink **out, ckpt_error *err) {
     dev_sink *s = calloc(1, sizeof *s);
     if (!s) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     s->half_bytes = bytes / 2 < 256 ? 256 : bytes / 2;
-    cudaError_t e = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking);
+    const char *what;
+    cudaError_t e = ck_cuda_stage_init(&s->st, (size_t)s->half_bytes, cudaStreamNonBlocking, &what);
     if (e != cudaSuccess) {
         free(s);
-        return ck_cuda_fail(err, e, "stream");
+        return ck_cuda_fail(err, e, what);
     }
-    for (int i = 0; i < 2 && e == cudaSuccess; i++)
-        e = cudaEventCreateWithFlags(&s->done[i], cudaEventDisableTiming);
-    if (e == cudaSuccess) e = ck_cuda_pinned_alloc(&s->stage, (size_t)(2 * s->half_bytes));
-    if (e != cudaSuccess) {
-        dev_sink_free(s);
-        return ck_cuda_fail(err, e, "pinned staging buffer");
-    }
-    s->half[0] = s->stage.p;
-    s->half[1] = s->half[0] + s->half_bytes;
     *out = s;
     return CKPT_OK;
 }
 
 void dev_sink_free(dev_sink *s) {
     if (!s) return;
-    if (s->stream) cudaStreamSynchronize(s->stream);
-    ck_cuda_pinned_free(&s->stage);
-    for (int i = 0; i < 2; i++)
-        if (s->done[i]) cudaEventDestroy(s->done[i]);
-    if (s->stream) cudaStreamDestroy(s->stream);
+    ck_cuda_stage_free(&s->st);
     free(s);
 }
 
@@ -70,7 +55,7 @@ uint64_t dev_sink_bytes(const dev_sink *s) { return 2 * s->half_bytes; }
 static ckpt_status flush(dev_sink *s, ckpt_error *err) {
     if (!s->run.len) return CKPT_OK;
     cudaError_t e = cudaMemcpyAsync(s->run.dst, s->run.src, (size_t)s->run.len,
-                                    cudaMemcpyHostToDevice, s->stream);
+                                    cudaMemcpyHostToDevice, s->st.stream);
     s->run.len = 0;
     if (e != cudaSuccess) return ck_cuda_fail(err, e, "host-to-device copy");
     s->pending[s->cur] = true;
@@ -82,12 +67,12 @@ static ckpt_status flush(dev_sink *s, ckpt_error *err) {
 static ckpt_status flip(dev_sink *s, ckpt_error *err) {
     CK_TRY(flush(s, err));
     cudaError_t e = cudaSuccess;
-    if (s->pending[s->cur]) e = cudaEventRecord(s->done[s->cur], s->stream);
+    if (s->pending[s->cur]) e = cudaEventRecord(s->st.done[s->cur], s->st.stream);
     if (e != cudaSuccess) return ck_cuda_fail(err, e, "event record");
     s->cur ^= 1;
     s->used = 0;
     if (s->pending[s->cur]) {
-        e = cudaEventSynchronize(s->done[s->cur]);
+        e = cudaEventSynchronize(s->st.done[s->cur]);
         if (e != cudaSuccess) return ck_cuda_fail(err, e, "host-to-device copy");
         s->pending[s->cur] = false;
     }
@@ -97,13 +82,13 @@ static ckpt_status flip(dev_sink *s, ckpt_error *err) {
 uint8_t *dev_sink_room(dev_sink *s, uint64_t want, uint64_t *avail, ckpt_error *err) {
     if (s->used && s->half_bytes - s->used < want && flip(s, err) != CKPT_OK) return NULL;
     *avail = s->half_bytes - s->used;
-    return s->half[s->cur] + s->used;
+    return s->st.half[s->cur] + s->used;
 }
 
 ckpt_status dev_sink_fill(dev_sink *s, const uint8_t *buf, uint8_t *dst, uint64_t n,
                           ckpt_error *err) {
     if (!n) return CKPT_OK;
-    const uint8_t *src = s->half[s->cur] + s->used;
+    const uint8_t *src = s->st.half[s->cur] + s->used;
     s->used += n;
     if (copy_run_extend(&s->run, buf, dst, src, n)) return CKPT_OK;
     ckpt_status st = flush(s, err);
@@ -129,7 +114,7 @@ ckpt_status dev_sink_put(dev_sink *s, const uint8_t *buf, uint8_t *dst, const ui
 
 ckpt_status dev_sink_finish(dev_sink *s, ckpt_error *err) {
     ckpt_status st = flush(s, err);
-    cudaError_t e = cudaStreamSynchronize(s->stream);
+    cudaError_t e = cudaStreamSynchronize(s->st.stream);
     s->pending[0] = s->pending[1] = false;
     s->used = 0;
     if (st != CKPT_OK) return st;

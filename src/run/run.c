@@ -1,6 +1,7 @@
 /* run.c — run directories: steps, their order, trackers (run.h), and ckpt_run_latest. */
 #include "run/run.h"
 
+#include "index/formats.h"
 #include "index/metadata_files.h"
 #include "util/error.h"
 #include "util/source.h"
@@ -85,8 +86,8 @@ run_step_kind run_step_probe(const char *run, const char *name, bool no_symlink,
     if ((no_symlink ? lstat(path, &st) : stat(path, &st)) != 0 || !S_ISDIR(st.st_mode))
         return RUN_STEP_NONE;
     switch (ck_checkpoint_dir_probe(path, mtime)) {
-    case CKPT_DIR_MARKED: return RUN_STEP_MARKED;
-    case CKPT_DIR_UNMARKED: return RUN_STEP_UNMARKED;
+    case CK_DIR_MARKED: return RUN_STEP_MARKED;
+    case CK_DIR_UNMARKED: return RUN_STEP_UNMARKED;
     default: return RUN_STEP_NONE;
     }
 }

@@ -6,7 +6,7 @@
 #include "save/crc32.h"
 #include "save/save_config.h"
 
-#if CKPT_SAVE_HAVE_ZLIB
+#if CK_SAVE_HAVE_ZLIB
 #include <zlib.h>
 #endif
 
@@ -49,7 +49,7 @@ uint32_t save_crc32_builtin(uint32_t crc, const void *data, size_t len) {
 
 uint32_t save_crc32(uint32_t crc, const void *data, size_t len) {
     if (len >= 4096 && save_crc32_clmul_available()) return save_crc32_clmul(crc, data, len);
-#if CKPT_SAVE_HAVE_ZLIB
+#if CK_SAVE_HAVE_ZLIB
     return (uint32_t)crc32_z(crc, data, len);
 #else
     return save_crc32_builtin(crc, data, len);

@@ -11,6 +11,7 @@
 #include "save/crc32.h"
 #include "save/save_i.h"
 #include "save/zip_writer.h"
+#include "slice/linear.h"
 #include "util/error.h"
 #include "util/htab.h"
 
@@ -1024,98 +1025,42 @@ ckpt_status ckpt_torchsave_map(const ckpt_torchsave *t, uint64_t off, uint64_t l
 
 /* ------------------------------------------------------------------ tensor byte ranges */
 
-typedef struct lin {
+typedef struct lin_ctx {
     ckpt_reader *r;
     const ckpt_entry *e;
-    int ndim;
-    const int64_t *shape;
-    size_t itemsize;
-    int64_t start[CKPT_MAX_NDIM];
-    int64_t count[CKPT_MAX_NDIM];
-} lin;
+    uint8_t *dst; /* the window's first byte */
+} lin_ctx;
 
-static ckpt_status lin_box(lin *l, uint8_t *dst, uint64_t nbytes, ckpt_error *err) {
-    return ckpt_read_region(l->r, l->e, l->ndim ? l->start : NULL, l->ndim ? l->count : NULL, dst,
-                            (size_t)nbytes, err);
+static ckpt_status lin_box(void *ctx, const int64_t *start, const int64_t *count, uint64_t dst,
+                           ckpt_error *err) {
+    lin_ctx *l = ctx;
+    size_t n = ckpt_dtype_itemsize(ckpt_entry_dtype(l->e));
+    for (int d = 0; d < ckpt_entry_ndim(l->e); d++)
+        n *= (size_t)count[d];
+    return ckpt_read_region(l->r, l->e, start, count, l->dst + dst, n, err);
 }
 
-/* Elements [a, b) (a < b) of the sub-box whose dims < d are fixed in l->start/count, into
- * dst: at most 2 * ndim - 1 boxes. */
-static ckpt_status lin_range(lin *l, int d, uint64_t a, uint64_t b, uint8_t *dst, ckpt_error *err) {
-    if (d == l->ndim) return lin_box(l, dst, l->itemsize, err);
-    uint64_t inner = 1;
-    for (int k = d + 1; k < l->ndim; k++)
-        inner *= (uint64_t)l->shape[k];
-    uint64_t ra = a / inner, rb = b / inner;
-    if (ra == (b - 1) / inner) { /* inside one row of dim d */
-        l->start[d] = (int64_t)ra;
-        l->count[d] = 1;
-        return lin_range(l, d + 1, a - ra * inner, b - ra * inner, dst, err);
-    }
-    if (a % inner) { /* the end of row ra */
-        l->start[d] = (int64_t)ra;
-        l->count[d] = 1;
-        CK_TRY(lin_range(l, d + 1, a % inner, inner, dst, err));
-        dst += (inner - a % inner) * l->itemsize;
-        ra++;
-    }
-    if (rb > ra) { /* whole rows */
-        l->start[d] = (int64_t)ra;
-        l->count[d] = (int64_t)(rb - ra);
-        for (int k = d + 1; k < l->ndim; k++) {
-            l->start[k] = 0;
-            l->count[k] = l->shape[k];
-        }
-        CK_TRY(lin_box(l, dst, (rb - ra) * inner * l->itemsize, err));
-        dst += (rb - ra) * inner * l->itemsize;
-    }
-    if (b % inner) { /* the start of row rb */
-        l->start[d] = (int64_t)rb;
-        l->count[d] = 1;
-        CK_TRY(lin_range(l, d + 1, 0, b % inner, dst, err));
-    }
+/* Part of one element: read whole into tmp, then copied. */
+static ckpt_status lin_part(void *ctx, const int64_t *start, size_t skip, size_t n, uint64_t dst,
+                            ckpt_error *err) {
+    lin_ctx *l = ctx;
+    uint8_t tmp[16];
+    int64_t one[CKPT_MAX_NDIM];
+    for (int d = 0; d < ckpt_entry_ndim(l->e); d++)
+        one[d] = 1;
+    CK_TRY(ckpt_read_region(l->r, l->e, start, start ? one : NULL, tmp,
+                            ckpt_dtype_itemsize(ckpt_entry_dtype(l->e)), err));
+    memcpy(l->dst + dst, tmp + skip, n);
     return CKPT_OK;
-}
-
-/* One element (linear index i) into tmp. */
-static ckpt_status one_elem(lin *l, uint64_t i, uint8_t *tmp, ckpt_error *err) {
-    for (int d = l->ndim - 1; d >= 0; d--) {
-        uint64_t ext = (uint64_t)l->shape[d];
-        l->start[d] = (int64_t)(i % ext);
-        l->count[d] = 1;
-        i /= ext;
-    }
-    return lin_box(l, tmp, l->itemsize, err);
 }
 
 /* Bytes [off, off+len) of tensor e's C-order bytes into dst. */
 static ckpt_status tensor_bytes(ckpt_reader *r, const ckpt_entry *e, uint64_t off, uint64_t len,
                                 uint8_t *dst, ckpt_error *err) {
-    if (!len) return CKPT_OK;
-    lin l = {.r = r,
-             .e = e,
-             .ndim = ckpt_entry_ndim(e),
-             .shape = ckpt_entry_shape(e),
-             .itemsize = ckpt_dtype_itemsize(ckpt_entry_dtype(e))};
-    uint64_t is = l.itemsize;
-    uint8_t tmp[16];
-    uint64_t head = off % is;
-    if (head) { /* a partial first element */
-        CK_TRY(one_elem(&l, off / is, tmp, err));
-        uint64_t n = is - head < len ? is - head : len;
-        memcpy(dst, tmp + head, (size_t)n);
-        off += n;
-        len -= n;
-        dst += n;
-    }
-    uint64_t tail = len % is;
-    if (tail) { /* a partial last element */
-        CK_TRY(one_elem(&l, (off + len) / is, tmp, err));
-        memcpy(dst + len - tail, tmp, (size_t)tail);
-        len -= tail;
-    }
-    if (!len) return CKPT_OK;
-    return lin_range(&l, 0, off / is, (off + len) / is, dst, err);
+    static const slice_linear_ops ops = {.box = lin_box, .part = lin_part};
+    lin_ctx l = {r, e, dst};
+    return slice_linear(ckpt_entry_ndim(e), NULL, ckpt_entry_shape(e),
+                        ckpt_dtype_itemsize(ckpt_entry_dtype(e)), off, len, &ops, &l, err);
 }
 
 typedef struct read_ctx {

@@ -56,7 +56,7 @@ ckpt_status ckpt_layout_map_parse(const char *json, size_t len, uint32_t nranks,
     const ck_json *root = NULL;
     ckpt_status st = ck_json_parse(a, json, len, 0, &root, err);
     ckpt_layout_map *m = NULL;
-    if (st == CKPT_OK && root->type != CKPT_JSON_OBJECT)
+    if (st == CKPT_OK && root->type != CK_JSON_OBJECT)
         st = ck_fail(err, CKPT_E_FORMAT, "layout map: not a JSON object of specs (a JSON %s)",
                      ck_json_type_name(root->type));
     if (st == CKPT_OK &&
@@ -67,7 +67,7 @@ ckpt_status ckpt_layout_map_parse(const char *json, size_t len, uint32_t nranks,
         ckpt_layout l;
         if (strlen(mb->key) != mb->key_len)
             st = ck_fail(err, CKPT_E_INVAL, "layout map: a key with a NUL character");
-        else if (mb->value.type != CKPT_JSON_STRING || strlen(mb->value.u.str) != mb->value.len)
+        else if (mb->value.type != CK_JSON_STRING || strlen(mb->value.u.str) != mb->value.len)
             st = ck_fail(err, CKPT_E_INVAL, "layout map member '%.256s': the spec is not a string",
                          mb->key);
         else

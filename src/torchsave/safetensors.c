@@ -92,7 +92,7 @@ static int cmp_begin(const void *a, const void *b) {
 }
 
 static ckpt_status get_u64(const ck_json *v, uint64_t *out) {
-    if (!v || v->type != CKPT_JSON_NUMBER || !v->is_int || v->u.num.i < 0) return CKPT_E_FORMAT;
+    if (!v || v->type != CK_JSON_NUMBER || !v->is_int || v->u.num.i < 0) return CKPT_E_FORMAT;
     *out = (uint64_t)v->u.num.i;
     return CKPT_OK;
 }
@@ -103,20 +103,20 @@ static ckpt_status parse_entry(ts_safetensors *st, const ck_json_member *m, ts_s
     const ck_json *v = &m->value;
     t->name = m->key;
     t->name_len = m->key_len;
-    if (v->type != CKPT_JSON_OBJECT)
+    if (v->type != CK_JSON_OBJECT)
         return ck_fail(err, CKPT_E_FORMAT,
                        "safetensors at offset %llu: entry '%s' is not an object", (ull)X, m->key);
     const ck_json *dt = ck_json_get(v, "dtype"), *shape = ck_json_get(v, "shape"),
                   *offs = ck_json_get(v, "data_offsets");
-    if (!dt || dt->type != CKPT_JSON_STRING)
+    if (!dt || dt->type != CK_JSON_STRING)
         return ck_fail(err, CKPT_E_FORMAT,
                        "safetensors at offset %llu: tensor '%s' has no dtype string", (ull)X,
                        m->key);
-    if (!shape || shape->type != CKPT_JSON_ARRAY)
+    if (!shape || shape->type != CK_JSON_ARRAY)
         return ck_fail(err, CKPT_E_FORMAT,
                        "safetensors at offset %llu: tensor '%s' has no shape array", (ull)X,
                        m->key);
-    if (!offs || offs->type != CKPT_JSON_ARRAY || offs->len != 2 ||
+    if (!offs || offs->type != CK_JSON_ARRAY || offs->len != 2 ||
         get_u64(&offs->u.items[0], &t->begin) || get_u64(&offs->u.items[1], &t->end))
         return ck_fail(err, CKPT_E_FORMAT,
                        "safetensors at offset %llu: tensor '%s' needs data_offsets [begin, end] "
@@ -177,7 +177,7 @@ static ckpt_status parse_entry(ts_safetensors *st, const ck_json_member *m, ts_s
 
 static ckpt_status parse_header(ts_safetensors *st, const ck_json *root, uint64_t X,
                                 ckpt_error *err) {
-    if (root->type != CKPT_JSON_OBJECT)
+    if (root->type != CK_JSON_OBJECT)
         return ck_fail(err, CKPT_E_FORMAT, "safetensors at offset %llu: header is not an object",
                        (ull)X);
     size_t ntensors = 0;
@@ -193,14 +193,14 @@ static ckpt_status parse_header(ts_safetensors *st, const ck_json *root, uint64_
             ntensors++;
         }
     }
-    if (meta && meta->type == CKPT_JSON_OBJECT) {
+    if (meta && meta->type == CK_JSON_OBJECT) {
         st->nmeta = meta->len;
         st->meta_keys = ck_arena_alloc(st->arena, (meta->len + 1) * sizeof(char *));
         st->meta_values = ck_arena_alloc(st->arena, (meta->len + 1) * sizeof(char *));
         if (!st->meta_keys || !st->meta_values) return CKPT_E_NOMEM;
         for (size_t i = 0; i < meta->len; i++) {
             const ck_json_member *m = &meta->u.members[i];
-            if (m->value.type != CKPT_JSON_STRING)
+            if (m->value.type != CK_JSON_STRING)
                 return ck_fail(err, CKPT_E_FORMAT,
                                "safetensors at offset %llu: __metadata__ value '%s' is a %s, "
                                "not a string",
@@ -208,7 +208,7 @@ static ckpt_status parse_header(ts_safetensors *st, const ck_json *root, uint64_
             st->meta_keys[i] = m->key;
             st->meta_values[i] = m->value.u.str;
         }
-    } else if (meta && meta->type != CKPT_JSON_NULL) {
+    } else if (meta && meta->type != CK_JSON_NULL) {
         return ck_fail(err, CKPT_E_FORMAT,
                        "safetensors at offset %llu: __metadata__ is a %s, not an object", (ull)X,
                        ck_json_type_name(meta->type));

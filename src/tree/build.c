@@ -2,6 +2,7 @@
  * (one node per escaped path element, children sorted by name), lists its raw files and
  * virtual safetensors files, and renders non-tensor entries on first use. */
 #include "index/hf_storage.h"
+#include "index/formats.h"
 #include "index/metadata_files.h"
 #include "tree/tree_i.h"
 #include "util/error.h"
@@ -391,7 +392,7 @@ ckpt_status tree_ckpt_build(tree_ckpt *c, const ckpt_tree_options *o, ckpt_error
     struct stat st;
     /* a step of a directory of checkpoints got its time from the scan that found it */
     if (!c->mtime.tv_sec && !c->mtime.tv_nsec &&
-        ck_checkpoint_dir_probe(c->dir, &c->mtime) == CKPT_DIR_NONE) {
+        ck_checkpoint_dir_probe(c->dir, &c->mtime) == CK_DIR_NONE) {
         if (stat(c->dir, &st) != 0)
             return ck_fail(err, CKPT_E_IO, "%s: %s", c->dir, strerror(errno));
         c->mtime = st.st_mtim;

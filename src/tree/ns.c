@@ -2,6 +2,7 @@
  * checkpoints (with `latest`), resolving inode numbers to what they name in which view, and
  * lookup, getattr, readdir, readlink, xattrs and read over every view. */
 #include "index/hf_storage.h"
+#include "index/formats.h"
 #include "index/metadata_files.h"
 #include "run/run.h"
 #include "tree/tree_i.h"
@@ -168,11 +169,11 @@ static bool is_checkpoint_dir(const char *dir, struct timespec *mtime, bool *set
     struct timespec now;
     ck_dir_kind k = ck_checkpoint_dir_probe(dir, mtime);
     *settled = true;
-    if (k == CKPT_DIR_UNMARKED) {
+    if (k == CK_DIR_UNMARKED) {
         clock_gettime(CLOCK_REALTIME, &now);
         *settled = now.tv_sec - mtime->tv_sec >= RUN_UNMARKED_SETTLE_S;
     }
-    return k != CKPT_DIR_NONE;
+    return k != CK_DIR_NONE;
 }
 
 /* Whether some subdirectory of dir is a checkpoint (of any kind). */
@@ -186,7 +187,7 @@ static bool has_checkpoint_subdir(const char *dir) {
         if (de->d_name[0] == '.' ||
             (size_t)snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >= sizeof path)
             continue;
-        found = ck_checkpoint_dir_probe(path, NULL) != CKPT_DIR_NONE;
+        found = ck_checkpoint_dir_probe(path, NULL) != CK_DIR_NONE;
     }
     closedir(d);
     return found;
@@ -417,8 +418,8 @@ ckpt_status ckpt_tree_open(const char *dir, const ckpt_tree_options *opts, ckpt_
     t->root_mtime = st.st_mtim;
     /* a directory with bare *.safetensors files (an export, say) beside steps is a
      * directory of checkpoints */
-    ck_dir_kind kind = file ? CKPT_DIR_MARKED : ck_checkpoint_dir_probe(dir, NULL);
-    if (kind == CKPT_DIR_MARKED || (kind == CKPT_DIR_UNMARKED && !has_checkpoint_subdir(dir))) {
+    ck_dir_kind kind = file ? CK_DIR_MARKED : ck_checkpoint_dir_probe(dir, NULL);
+    if (kind == CK_DIR_MARKED || (kind == CK_DIR_UNMARKED && !has_checkpoint_subdir(dir))) {
         tree_ckpt *c = slot_new(dir, "", 0);
         if (!c) {
             s = ck_fail(err, CKPT_E_NOMEM, "out of memory");

@@ -1,8 +1,10 @@
 /* read.c — the read engine behind every file of the namespace: turns a byte window of a
  * tensor (or of a box of it) into a reply made of fd segments (contiguous runs of a shard
  * file, for splicing) and memory segments (everything else, assembled in the caller's
- * scratch buffer).  A linear byte window of a C-order box is at most 2·ndim−1 sub-boxes; each
- * goes through the slicer, which yields one strided intersection per stored chunk. */
+ * scratch buffer).  A linear byte window of a C-order box is at most 2·ndim−1 sub-boxes
+ * (slice/linear.h); each goes through the slicer, which yields one strided intersection per
+ * stored chunk. */
+#include "slice/linear.h"
 #include "slice/region.h"
 #include "tensor/strided.h"
 #include "tree/tree_i.h"
@@ -174,58 +176,17 @@ static ckpt_status one_box(void *ctx, const slice_box *b, ckpt_error *err) {
 
 /* ------------------------------------------------------------------ linear windows */
 
-typedef struct lin {
+typedef struct lin_ctx {
     tree_read *x;
     const ckpt_entry *e;
-    int ndim;
-    const int64_t *origin;
-    const int64_t *extent;
-    size_t itemsize;
-    int64_t start[CKPT_MAX_NDIM];
-    int64_t count[CKPT_MAX_NDIM];
-} lin;
+    uint64_t dst; /* the window's first byte in the reply */
+} lin_ctx;
 
-static ckpt_status emit_box(lin *l, uint64_t dst, ckpt_error *err) {
-    box_ctx bx = {l->x, l->e, dst};
-    return slice_for_each_box(l->x->r, l->e, l->ndim ? l->start : NULL, l->ndim ? l->count : NULL,
-                              one_box, &bx, NULL, err);
-}
-
-/* Elements [a, b) (a < b) of the sub-box whose dims < d are fixed in l->start/count. */
-static ckpt_status lin_range(lin *l, int d, uint64_t a, uint64_t b, uint64_t dst, ckpt_error *err) {
-    if (d == l->ndim) return emit_box(l, dst, err);
-    uint64_t inner = 1;
-    for (int k = d + 1; k < l->ndim; k++)
-        inner *= (uint64_t)l->extent[k];
-    uint64_t ra = a / inner, rb = b / inner;
-    if (ra == (b - 1) / inner) { /* inside one row of dim d */
-        l->start[d] = l->origin[d] + (int64_t)ra;
-        l->count[d] = 1;
-        return lin_range(l, d + 1, a - ra * inner, b - ra * inner, dst, err);
-    }
-    if (a % inner) { /* the end of row ra */
-        l->start[d] = l->origin[d] + (int64_t)ra;
-        l->count[d] = 1;
-        CK_TRY(lin_range(l, d + 1, a % inner, inner, dst, err));
-        dst += (inner - a % inner) * l->itemsize;
-        ra++;
-    }
-    if (rb > ra) { /* whole rows */
-        l->start[d] = l->origin[d] + (int64_t)ra;
-        l->count[d] = (int64_t)(rb - ra);
-        for (int k = d + 1; k < l->ndim; k++) {
-            l->start[k] = l->origin[k];
-            l->count[k] = l->extent[k];
-        }
-        CK_TRY(emit_box(l, dst, err));
-        dst += (rb - ra) * inner * l->itemsize;
-    }
-    if (b % inner) { /* the start of row rb */
-        l->start[d] = l->origin[d] + (int64_t)rb;
-        l->count[d] = 1;
-        CK_TRY(lin_range(l, d + 1, 0, b % inner, dst, err));
-    }
-    return CKPT_OK;
+static ckpt_status lin_box(void *ctx, const int64_t *start, const int64_t *count, uint64_t dst,
+                           ckpt_error *err) {
+    lin_ctx *l = ctx;
+    box_ctx bx = {l->x, l->e, l->dst + dst};
+    return slice_for_each_box(l->x->r, l->e, start, count, one_box, &bx, NULL, err);
 }
 
 typedef struct elem_ctx {
@@ -239,19 +200,19 @@ static ckpt_status elem_box(void *ctx, const slice_box *b, ckpt_error *err) {
     return slice_read_box(&ec->rd, b, err);
 }
 
-/* One element (linear index i of the box), into tmp. */
-static ckpt_status one_elem(lin *l, uint64_t i, uint8_t *tmp, ckpt_error *err) {
+/* Part of one element: read whole into tmp, then copied into the reply. */
+static ckpt_status lin_part(void *ctx, const int64_t *start, size_t skip, size_t n, uint64_t dst,
+                            ckpt_error *err) {
+    lin_ctx *l = ctx;
+    uint8_t tmp[16];
     int64_t one[CKPT_MAX_NDIM];
-    for (int d = l->ndim - 1; d >= 0; d--) {
-        uint64_t ext = (uint64_t)l->extent[d];
-        l->start[d] = l->origin[d] + (int64_t)(i % ext);
-        i /= ext;
+    for (int d = 0; d < ckpt_entry_ndim(l->e); d++)
         one[d] = 1;
-    }
     elem_ctx ec = {.x = l->x, .rd = {.r = l->x->r, .e = l->e, .dst = tmp}};
-    ckpt_status s = slice_for_each_box(l->x->r, l->e, l->ndim ? l->start : NULL,
-                                       l->ndim ? one : NULL, elem_box, &ec, NULL, err);
+    ckpt_status s =
+        slice_for_each_box(l->x->r, l->e, start, start ? one : NULL, elem_box, &ec, NULL, err);
     free(ec.rd.slab);
+    if (s == CKPT_OK) memcpy(l->x->s->buf + l->dst + dst, tmp + skip, n);
     return s;
 }
 
@@ -262,32 +223,10 @@ ckpt_status tree_read_tensor(tree_read *x, const ckpt_entry *e, const int64_t *o
     if (ckpt_entry_problem(e))
         return ck_fail(err, CKPT_E_FORMAT, "'%s': %s", ckpt_entry_key(e), ckpt_entry_problem(e));
     if (dst + len > x->len) return ck_fail(err, CKPT_E_INVAL, "read outside the reply");
-    int64_t zeros[CKPT_MAX_NDIM] = {0};
-    lin l = {.x = x,
-             .e = e,
-             .ndim = ckpt_entry_ndim(e),
-             .origin = origin ? origin : zeros,
-             .extent = extent ? extent : ckpt_entry_shape(e),
-             .itemsize = ckpt_dtype_itemsize(ckpt_entry_dtype(e))};
-    uint64_t is = l.itemsize;
-    uint8_t tmp[16];
-    uint64_t head = off % is;
-    if (head) { /* a partial first element */
-        CK_TRY(one_elem(&l, off / is, tmp, err));
-        uint64_t n = is - head < len ? is - head : len;
-        memcpy(x->s->buf + dst, tmp + head, n);
-        off += n;
-        len -= n;
-        dst += n;
-    }
-    uint64_t tail = len % is;
-    if (tail) { /* a partial last element */
-        CK_TRY(one_elem(&l, (off + len) / is, tmp, err));
-        memcpy(x->s->buf + dst + len - tail, tmp, tail);
-        len -= tail;
-    }
-    if (!len) return CKPT_OK;
-    return lin_range(&l, 0, off / is, (off + len) / is, dst, err);
+    static const slice_linear_ops ops = {.box = lin_box, .part = lin_part};
+    lin_ctx l = {x, e, dst};
+    return slice_linear(ckpt_entry_ndim(e), origin, extent ? extent : ckpt_entry_shape(e),
+                        ckpt_dtype_itemsize(ckpt_entry_dtype(e)), off, len, &ops, &l, err);
 }
 
 /* ------------------------------------------------------------------ the reply */

@@ -51,3 +51,35 @@ void ck_cuda_pinned_free(ck_pinned *m) {
     }
     memset(m, 0, sizeof *m);
 }
+
+cudaError_t ck_cuda_stage_init(ck_cuda_stage *s, size_t half_bytes, unsigned stream_flags,
+                               const char **what) {
+    memset(s, 0, sizeof *s);
+    *what = "stream";
+    cudaError_t e = cudaStreamCreateWithFlags(&s->stream, stream_flags);
+    if (e != cudaSuccess) {
+        s->stream = NULL;
+        return e;
+    }
+    for (int i = 0; i < 2 && e == cudaSuccess; i++)
+        e = cudaEventCreateWithFlags(&s->done[i], cudaEventDisableTiming);
+    if (e == cudaSuccess) e = ck_cuda_pinned_alloc(&s->mem, 2 * half_bytes);
+    if (e != cudaSuccess) {
+        *what = "pinned staging buffer";
+        ck_cuda_stage_free(s);
+        return e;
+    }
+    s->half_bytes = half_bytes;
+    s->half[0] = s->mem.p;
+    s->half[1] = s->half[0] + half_bytes;
+    return cudaSuccess;
+}
+
+void ck_cuda_stage_free(ck_cuda_stage *s) {
+    if (s->stream) cudaStreamSynchronize(s->stream);
+    ck_cuda_pinned_free(&s->mem);
+    for (int i = 0; i < 2; i++)
+        if (s->done[i]) cudaEventDestroy(s->done[i]);
+    if (s->stream) cudaStreamDestroy(s->stream);
+    memset(s, 0, sizeof *s);
+}

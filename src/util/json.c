@@ -210,7 +210,7 @@ static ckpt_status parse_number(json_parser *p, ck_json *v) {
         while (i < p->n && is_digit(p->s[i]))
             i++;
     }
-    v->type = CKPT_JSON_NUMBER;
+    v->type = CK_JSON_NUMBER;
     uint64_t mag = 0;
     bool fits = integral;
     for (size_t k = start + (neg ? 1 : 0); fits && k < i; k++) {
@@ -281,7 +281,7 @@ static ckpt_status parse_array(json_parser *p, uint32_t depth, ck_json *v) {
         memcpy(items, p->stack + base, count * sizeof *items);
     }
     p->sp = base;
-    v->type = CKPT_JSON_ARRAY;
+    v->type = CK_JSON_ARRAY;
     v->len = count;
     v->u.items = items;
     return CKPT_OK;
@@ -299,7 +299,7 @@ static ckpt_status parse_object(json_parser *p, uint32_t depth, ck_json *v) {
                 return jfail(p, p->pos,
                              p->pos >= p->n ? "unterminated object"
                                             : "expected a string key in object");
-            ck_json key = {.type = CKPT_JSON_STRING};
+            ck_json key = {.type = CK_JSON_STRING};
             CK_TRY(parse_string(p, &key.u.str, &key.len));
             skip_ws(p);
             if (p->pos >= p->n || p->s[p->pos] != ':')
@@ -328,7 +328,7 @@ static ckpt_status parse_object(json_parser *p, uint32_t depth, ck_json *v) {
         }
     }
     p->sp = base;
-    v->type = CKPT_JSON_OBJECT;
+    v->type = CK_JSON_OBJECT;
     v->len = count;
     v->u.members = m;
     return CKPT_OK;
@@ -345,19 +345,19 @@ static ckpt_status parse_value(json_parser *p, uint32_t depth, ck_json *v) {
             return ck_fail(p->err, CKPT_E_LIMIT, "json offset %zu: nesting deeper than %u levels",
                            p->pos, (unsigned)p->max_depth);
         return p->s[p->pos] == '{' ? parse_object(p, depth, v) : parse_array(p, depth, v);
-    case '"': v->type = CKPT_JSON_STRING; return parse_string(p, &v->u.str, &v->len);
+    case '"': v->type = CK_JSON_STRING; return parse_string(p, &v->u.str, &v->len);
     case 't':
         if (!match(p, "true")) break;
-        v->type = CKPT_JSON_BOOL;
+        v->type = CK_JSON_BOOL;
         v->boolean = true;
         return CKPT_OK;
     case 'f':
         if (!match(p, "false")) break;
-        v->type = CKPT_JSON_BOOL;
+        v->type = CK_JSON_BOOL;
         return CKPT_OK;
     case 'n':
         if (!match(p, "null")) break;
-        v->type = CKPT_JSON_NULL;
+        v->type = CK_JSON_NULL;
         return CKPT_OK;
     default:
         if (p->python) {
@@ -366,7 +366,7 @@ static ckpt_status parse_value(json_parser *p, uint32_t depth, ck_json *v) {
                         : match(p, "-Infinity") ? 3
                                                 : 0;
             if (which) {
-                v->type = CKPT_JSON_NUMBER;
+                v->type = CK_JSON_NUMBER;
                 v->u.num.d = which == 1   ? (double)NAN
                              : which == 2 ? (double)INFINITY
                                           : -(double)INFINITY;
@@ -409,7 +409,7 @@ static ckpt_status parse_doc(ck_arena *arena, const char *text, size_t len, uint
 }
 
 const ck_json *ck_json_get(const ck_json *obj, const char *key) {
-    if (!obj || obj->type != CKPT_JSON_OBJECT || !key) return NULL;
+    if (!obj || obj->type != CK_JSON_OBJECT || !key) return NULL;
     size_t kl = strlen(key);
     for (size_t i = obj->len; i-- > 0;) {
         const ck_json_member *m = &obj->u.members[i];
@@ -419,18 +419,18 @@ const ck_json *ck_json_get(const ck_json *obj, const char *key) {
 }
 
 const ck_json *ck_json_at(const ck_json *arr, size_t i) {
-    if (!arr || arr->type != CKPT_JSON_ARRAY || i >= arr->len) return NULL;
+    if (!arr || arr->type != CK_JSON_ARRAY || i >= arr->len) return NULL;
     return &arr->u.items[i];
 }
 
 const char *ck_json_type_name(ck_json_type t) {
     switch (t) {
-    case CKPT_JSON_NULL: return "null";
-    case CKPT_JSON_BOOL: return "bool";
-    case CKPT_JSON_NUMBER: return "number";
-    case CKPT_JSON_STRING: return "string";
-    case CKPT_JSON_ARRAY: return "array";
-    case CKPT_JSON_OBJECT: return "object";
+    case CK_JSON_NULL: return "null";
+    case CK_JSON_BOOL: return "bool";
+    case CK_JSON_NUMBER: return "number";
+    case CK_JSON_STRING: return "string";
+    case CK_JSON_ARRAY: return "array";
+    case CK_JSON_OBJECT: return "object";
     }
     return "invalid";
 }

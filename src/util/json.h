@@ -1,5 +1,5 @@
 /* json.h — a strict, bounded JSON (RFC 8259) parser producing an arena-allocated tree, and
- * a JSON string escaper for ck_strbuf (doubles: src/value/float_repr.h).
+ * a JSON string escaper for ck_strbuf (doubles: src/tensor/float_repr.h).
  *
  * Parsing rejects everything RFC 8259 does not allow (comments, trailing commas, leading
  * zeros, NaN, raw control characters in strings, invalid UTF-8, lone surrogates in \u
@@ -18,12 +18,12 @@
 #include <stdint.h>
 
 typedef enum ck_json_type {
-    CKPT_JSON_NULL = 0,
-    CKPT_JSON_BOOL,
-    CKPT_JSON_NUMBER,
-    CKPT_JSON_STRING,
-    CKPT_JSON_ARRAY,
-    CKPT_JSON_OBJECT,
+    CK_JSON_NULL = 0,
+    CK_JSON_BOOL,
+    CK_JSON_NUMBER,
+    CK_JSON_STRING,
+    CK_JSON_ARRAY,
+    CK_JSON_OBJECT,
 } ck_json_type;
 
 typedef struct ck_json_member ck_json_member;

@@ -60,41 +60,34 @@ static void put_bigint(pkj_ctx *c, const pk_value *v) {
     if (dec != small) free(dec);
 }
 
+/* A list, tuple, set or dict of the pickle, for value_json_put_list / _dict. */
+typedef struct seq_view {
+    pkj_ctx *c;
+    pk_value *const *items; /* sequences; a dict's values */
+    pk_value *const *keys;  /* dicts */
+    unsigned depth;
+} seq_view;
+
+static const char *seq_key_str(void *ctx, size_t i, size_t *len) {
+    const pk_value *k = ((seq_view *)ctx)->keys[i];
+    if (!k || k->type != PK_STR) return NULL;
+    *len = k->u.str.len;
+    return k->u.str.ptr;
+}
+
+static void seq_put(void *ctx, size_t i, bool key) {
+    seq_view *s = ctx;
+    put(s->c, key ? s->keys[i] : s->items[i], s->depth + 1);
+}
+
 static void put_seq(pkj_ctx *c, pk_value *const *items, size_t n, unsigned depth) {
-    ck_strbuf_addc(&c->sb, '[');
-    for (size_t i = 0; i < n; i++) {
-        if (i) ck_strbuf_addc(&c->sb, ',');
-        put(c, items[i], depth + 1);
-    }
-    ck_strbuf_addc(&c->sb, ']');
+    seq_view sv = {c, items, NULL, depth};
+    value_json_put_list(&(value_json_seq){&c->sb, n, NULL, seq_put, &sv});
 }
 
 static void put_dict(pkj_ctx *c, const pk_value *v, unsigned depth) {
-    size_t n = v->u.dict.len;
-    bool str_keys = true;
-    for (size_t i = 0; i < n && str_keys; i++)
-        str_keys = v->u.dict.keys[i] && v->u.dict.keys[i]->type == PK_STR;
-    if (str_keys) {
-        ck_strbuf_addc(&c->sb, '{');
-        for (size_t i = 0; i < n; i++) {
-            const pk_value *k = v->u.dict.keys[i];
-            if (i) ck_strbuf_addc(&c->sb, ',');
-            ck_json_escape(&c->sb, k->u.str.ptr, k->u.str.len);
-            ck_strbuf_addc(&c->sb, ':');
-            put(c, v->u.dict.vals[i], depth + 1);
-        }
-        ck_strbuf_addc(&c->sb, '}');
-        return;
-    }
-    ck_strbuf_adds(&c->sb, "{\"__dict__\":[");
-    for (size_t i = 0; i < n; i++) {
-        ck_strbuf_adds(&c->sb, i ? ",[" : "[");
-        put(c, v->u.dict.keys[i], depth + 1);
-        ck_strbuf_addc(&c->sb, ',');
-        put(c, v->u.dict.vals[i], depth + 1);
-        ck_strbuf_addc(&c->sb, ']');
-    }
-    ck_strbuf_adds(&c->sb, "]}");
+    seq_view sv = {c, v->u.dict.vals, v->u.dict.keys, depth};
+    value_json_put_dict(&(value_json_seq){&c->sb, v->u.dict.len, seq_key_str, seq_put, &sv});
 }
 
 static void put_qualname(pkj_ctx *c, const pk_value *g) {

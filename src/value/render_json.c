@@ -15,10 +15,11 @@
 #include "util/error.h"
 #include "util/json.h"
 #include "util/strbuf.h"
-#include "value/float_repr.h"
+#include "tensor/float_repr.h"
 #include "value/value_i.h"
 
 #include <inttypes.h>
+#include <stdio.h>
 
 bool value_add_i64(ck_strbuf *sb, int64_t v) {
     char buf[24], *p = buf + sizeof buf;
@@ -51,49 +52,112 @@ bool value_json_bytes(ck_strbuf *sb, const char *p, size_t len) {
     return ck_strbuf_adds(sb, "\"}");
 }
 
-typedef struct json_ctx {
-    ck_strbuf sb;
-    bool too_deep;
-    uint64_t steps; /* nodes visited, against CK_VALUE_RENDER_STEPS */
-} json_ctx;
+typedef value_render json_ctx;
 
 static void put(json_ctx *c, const ckpt_value *v, unsigned depth);
 
-static void put_seq(json_ctx *c, ckpt_value *const *items, size_t n, unsigned depth) {
-    ck_strbuf_addc(&c->sb, '[');
-    for (size_t i = 0; i < n; i++) {
-        if (i) ck_strbuf_addc(&c->sb, ',');
-        put(c, items[i], depth + 1);
+void value_json_put_list(const value_json_seq *s) {
+    ck_strbuf_addc(s->sb, '[');
+    for (size_t i = 0; i < s->n; i++) {
+        if (i) ck_strbuf_addc(s->sb, ',');
+        s->put(s->ctx, i, false);
     }
-    ck_strbuf_addc(&c->sb, ']');
+    ck_strbuf_addc(s->sb, ']');
+}
+
+void value_json_put_dict(const value_json_seq *s) {
+    bool str_keys = true;
+    size_t len;
+    for (size_t i = 0; i < s->n && str_keys; i++)
+        str_keys = s->key_str(s->ctx, i, &len) != NULL;
+    if (str_keys) {
+        ck_strbuf_addc(s->sb, '{');
+        for (size_t i = 0; i < s->n; i++) {
+            const char *k = s->key_str(s->ctx, i, &len);
+            if (i) ck_strbuf_addc(s->sb, ',');
+            ck_json_escape(s->sb, k, len);
+            ck_strbuf_addc(s->sb, ':');
+            s->put(s->ctx, i, false);
+        }
+        ck_strbuf_addc(s->sb, '}');
+        return;
+    }
+    ck_strbuf_adds(s->sb, "{\"__dict__\":[");
+    for (size_t i = 0; i < s->n; i++) {
+        ck_strbuf_adds(s->sb, i ? ",[" : "[");
+        s->put(s->ctx, i, true);
+        ck_strbuf_addc(s->sb, ',');
+        s->put(s->ctx, i, false);
+        ck_strbuf_addc(s->sb, ']');
+    }
+    ck_strbuf_adds(s->sb, "]}");
+}
+
+bool value_render_enter(value_render *r, unsigned depth) {
+    if (r->sb.status != CKPT_OK || r->too_deep) return false; /* stop walking once it failed */
+    if (depth > CK_VALUE_MAX_DEPTH) {
+        r->too_deep = true;
+        return false;
+    }
+    if (++r->steps > CK_VALUE_RENDER_STEPS) {
+        r->sb.status = CKPT_E_LIMIT; /* sticky, like the buffer's own cap */
+        return false;
+    }
+    return true;
+}
+
+ckpt_status value_render_finish(value_render *r, const char *as, char **out, ckpt_error *err) {
+    ck_strbuf *sb = &r->sb;
+    ckpt_status st = CKPT_OK;
+    if (r->too_deep)
+        st = ck_fail(err, CKPT_E_LIMIT, "value nested deeper than %d levels", CK_VALUE_MAX_DEPTH);
+    else if (sb->status == CKPT_E_LIMIT)
+        st = ck_fail(err, CKPT_E_LIMIT,
+                     "value too large to render as %s (over %zu MiB or %llu nodes; shared "
+                     "references expand as a tree)",
+                     as, CK_VALUE_RENDER_MAX >> 20, (unsigned long long)CK_VALUE_RENDER_STEPS);
+    else {
+        char what[48];
+        snprintf(what, sizeof what, "rendering a value as %s", as);
+        st = ck_strbuf_status(sb, what, err);
+    }
+    if (st != CKPT_OK) {
+        ck_strbuf_release(sb);
+        return st;
+    }
+    *out = ck_strbuf_detach(sb, NULL);
+    if (!*out) return ck_fail(err, CKPT_E_NOMEM, "rendering a value as %s: out of memory", as);
+    return CKPT_OK;
+}
+
+/* A list, tuple, set or dict of the tree, for value_json_put_list / _dict. */
+typedef struct seq_view {
+    json_ctx *c;
+    ckpt_value *const *items; /* lists; a dict's values */
+    ckpt_value *const *keys;  /* dicts */
+    unsigned depth;
+} seq_view;
+
+static const char *seq_key_str(void *ctx, size_t i, size_t *len) {
+    const ckpt_value *k = ((seq_view *)ctx)->keys[i];
+    if (k->type != CKPT_VALUE_STRING) return NULL;
+    *len = k->u.str.len;
+    return k->u.str.ptr;
+}
+
+static void seq_put(void *ctx, size_t i, bool key) {
+    seq_view *s = ctx;
+    put(s->c, key ? s->keys[i] : s->items[i], s->depth + 1);
+}
+
+static void put_seq(json_ctx *c, ckpt_value *const *items, size_t n, unsigned depth) {
+    seq_view sv = {c, items, NULL, depth};
+    value_json_put_list(&(value_json_seq){&c->sb, n, NULL, seq_put, &sv});
 }
 
 static void put_dict(json_ctx *c, const ckpt_value *v, unsigned depth) {
-    size_t n = v->u.dict.len;
-    bool str_keys = true;
-    for (size_t i = 0; i < n && str_keys; i++)
-        str_keys = v->u.dict.keys[i]->type == CKPT_VALUE_STRING;
-    if (str_keys) {
-        ck_strbuf_addc(&c->sb, '{');
-        for (size_t i = 0; i < n; i++) {
-            const ckpt_value *k = v->u.dict.keys[i];
-            if (i) ck_strbuf_addc(&c->sb, ',');
-            ck_json_escape(&c->sb, k->u.str.ptr, k->u.str.len);
-            ck_strbuf_addc(&c->sb, ':');
-            put(c, v->u.dict.vals[i], depth + 1);
-        }
-        ck_strbuf_addc(&c->sb, '}');
-        return;
-    }
-    ck_strbuf_adds(&c->sb, "{\"__dict__\":[");
-    for (size_t i = 0; i < n; i++) {
-        ck_strbuf_adds(&c->sb, i ? ",[" : "[");
-        put(c, v->u.dict.keys[i], depth + 1);
-        ck_strbuf_addc(&c->sb, ',');
-        put(c, v->u.dict.vals[i], depth + 1);
-        ck_strbuf_addc(&c->sb, ']');
-    }
-    ck_strbuf_adds(&c->sb, "]}");
+    seq_view sv = {c, v->u.dict.vals, v->u.dict.keys, depth};
+    value_json_put_dict(&(value_json_seq){&c->sb, v->u.dict.len, seq_key_str, seq_put, &sv});
 }
 
 static void put_part(json_ctx *c, const char *prefix, const ckpt_value *v, unsigned depth) {
@@ -103,15 +167,7 @@ static void put_part(json_ctx *c, const char *prefix, const ckpt_value *v, unsig
 }
 
 static void put(json_ctx *c, const ckpt_value *v, unsigned depth) {
-    if (c->sb.status != CKPT_OK || c->too_deep) return; /* stop walking once it failed */
-    if (depth > CK_VALUE_MAX_DEPTH) {
-        c->too_deep = true;
-        return;
-    }
-    if (++c->steps > CK_VALUE_RENDER_STEPS) {
-        c->sb.status = CKPT_E_LIMIT; /* sticky, like the buffer's own cap */
-        return;
-    }
+    if (!value_render_enter(c, depth)) return;
     ck_strbuf *sb = &c->sb;
     switch (v->type) {
     case CKPT_VALUE_NONE: ck_strbuf_adds(sb, "null"); break;
@@ -154,23 +210,5 @@ ckpt_status ckpt_value_to_json(const ckpt_value *v, char **out, ckpt_error *err)
     json_ctx c = {.too_deep = false};
     ck_strbuf_init(&c.sb, CK_VALUE_RENDER_MAX);
     put(&c, v, 1);
-    if (c.too_deep) {
-        ck_strbuf_release(&c.sb);
-        return ck_fail(err, CKPT_E_LIMIT, "value nested deeper than %d levels", CK_VALUE_MAX_DEPTH);
-    }
-    if (c.sb.status == CKPT_E_LIMIT) {
-        ck_strbuf_release(&c.sb);
-        return ck_fail(err, CKPT_E_LIMIT,
-                       "value too large to render as JSON (over %zu MiB or %llu nodes; shared "
-                       "references expand as a tree)",
-                       CK_VALUE_RENDER_MAX >> 20, (unsigned long long)CK_VALUE_RENDER_STEPS);
-    }
-    ckpt_status st = ck_strbuf_status(&c.sb, "rendering a value as JSON", err);
-    if (st != CKPT_OK) {
-        ck_strbuf_release(&c.sb);
-        return st;
-    }
-    *out = ck_strbuf_detach(&c.sb, NULL);
-    if (!*out) return ck_fail(err, CKPT_E_NOMEM, "rendering a value as JSON: out of memory");
-    return CKPT_OK;
+    return value_render_finish(&c, "JSON", out, err);
 }

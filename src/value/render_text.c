@@ -16,7 +16,7 @@
 
 #include "util/error.h"
 #include "util/strbuf.h"
-#include "value/float_repr.h"
+#include "tensor/float_repr.h"
 #include "value/value_i.h"
 
 #include <inttypes.h>
@@ -146,11 +146,7 @@ static void put_bytes(ck_strbuf *sb, const char *p, size_t len, bool bytearray) 
     ck_strbuf_addc(sb, quote);
 }
 
-typedef struct text_ctx {
-    ck_strbuf sb;
-    bool too_deep;
-    uint64_t steps; /* nodes visited, against CK_VALUE_RENDER_STEPS */
-} text_ctx;
+typedef value_render text_ctx;
 
 static void put(text_ctx *c, const ckpt_value *v, unsigned depth);
 
@@ -329,15 +325,7 @@ static void put_object(text_ctx *c, const ckpt_value *v, unsigned depth) {
 }
 
 static void put(text_ctx *c, const ckpt_value *v, unsigned depth) {
-    if (c->sb.status != CKPT_OK || c->too_deep) return; /* stop walking once it failed */
-    if (depth > CK_VALUE_MAX_DEPTH) {
-        c->too_deep = true;
-        return;
-    }
-    if (++c->steps > CK_VALUE_RENDER_STEPS) {
-        c->sb.status = CKPT_E_LIMIT; /* sticky, like the buffer's own cap */
-        return;
-    }
+    if (!value_render_enter(c, depth)) return;
     ck_strbuf *sb = &c->sb;
     bool first = true;
     switch (v->type) {
@@ -400,23 +388,5 @@ ckpt_status ckpt_value_to_text(const ckpt_value *v, char **out, ckpt_error *err)
     text_ctx c = {.too_deep = false};
     ck_strbuf_init(&c.sb, CK_VALUE_RENDER_MAX);
     put(&c, v, 1);
-    if (c.too_deep) {
-        ck_strbuf_release(&c.sb);
-        return ck_fail(err, CKPT_E_LIMIT, "value nested deeper than %d levels", CK_VALUE_MAX_DEPTH);
-    }
-    if (c.sb.status == CKPT_E_LIMIT) {
-        ck_strbuf_release(&c.sb);
-        return ck_fail(err, CKPT_E_LIMIT,
-                       "value too large to render as text (over %zu MiB or %llu nodes; shared "
-                       "references expand as a tree)",
-                       CK_VALUE_RENDER_MAX >> 20, (unsigned long long)CK_VALUE_RENDER_STEPS);
-    }
-    ckpt_status st = ck_strbuf_status(&c.sb, "rendering a value as text", err);
-    if (st != CKPT_OK) {
-        ck_strbuf_release(&c.sb);
-        return st;
-    }
-    *out = ck_strbuf_detach(&c.sb, NULL);
-    if (!*out) return ck_fail(err, CKPT_E_NOMEM, "rendering a value as text: out of memory");
-    return CKPT_OK;
+    return value_render_finish(&c, "text", out, err);
 }

@@ -82,4 +82,33 @@ bool value_json_float(ck_strbuf *sb, double d);
 /* {"__bytes__":"<lowercase hex>"} */
 bool value_json_bytes(ck_strbuf *sb, const char *p, size_t len);
 
+/* A Python list/tuple or dict in the renderers' JSON convention, for either tree (ckpt_value
+ * here, the raw pickle's pk_value in pk_json.c): `[a,b]`; a dict `{"k":v,...}` when every key
+ * is a str, else `{"__dict__":[[k,v],...]}`.  The tree stays the caller's: `key_str` gives
+ * key i's UTF-8 text (NULL when it is not a str), `put(ctx, i, key)` renders key i (key true)
+ * or item / value i. */
+typedef struct value_json_seq {
+    ck_strbuf *sb;
+    size_t n;
+    const char *(*key_str)(void *ctx, size_t i, size_t *len); /* dicts only */
+    void (*put)(void *ctx, size_t i, bool key);
+    void *ctx;
+} value_json_seq;
+void value_json_put_list(const value_json_seq *s);
+void value_json_put_dict(const value_json_seq *s);
+
+/* A rendering of a value tree (render_json.c, render_text.c): the text and its budget. */
+typedef struct value_render {
+    ck_strbuf sb;   /* made with ck_strbuf_init(&sb, CK_VALUE_RENDER_MAX) */
+    bool too_deep;  /* a node deeper than CK_VALUE_MAX_DEPTH was met */
+    uint64_t steps; /* nodes visited, against CK_VALUE_RENDER_STEPS */
+} value_render;
+/* Whether one more node at `depth` may be rendered: false once the buffer failed, the tree
+ * went too deep, or the nodes visited passed the budget (the buffer's status is then the
+ * sticky CKPT_E_LIMIT, like its own cap). */
+bool value_render_enter(value_render *r, unsigned depth);
+/* The end of a rendering: the text into *out, or the buffer released and CKPT_E_LIMIT for a
+ * value nested too deep or over the render budget, naming `as` ("JSON", "text"). */
+ckpt_status value_render_finish(value_render *r, const char *as, char **out, ckpt_error *err);
+
 #endif

@@ -27,6 +27,8 @@ import torch.distributed.checkpoint as dcp
 
 ROOT = Path(os.environ.get("CKPT_SOURCE_ROOT") or Path(__file__).resolve().parents[2])
 sys.path.insert(0, str(ROOT / "tests" / "save"))
+sys.path.insert(0, str(ROOT / "tests" / "lib"))
+from gloo_group import gloo_group  # noqa: E402
 from test_save import (TENSORS, VALUES, bit_equal, expected, lookup,  # noqa: E402
                        placeholder_state_dict, raw, run_driver)
 
@@ -181,8 +183,7 @@ def _dtensor_api():
 def _worker(rank, store, out):
     from torch.distributed.device_mesh import init_device_mesh
     Shard, distribute_tensor = _dtensor_api()
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
-    try:
+    with gloo_group(init_method=f"file://{store}", rank=rank, world_size=2):
         mesh = init_device_mesh("cpu", (2,))
         full = _state()
         sd = {}
@@ -192,9 +193,6 @@ def _worker(rank, store, out):
             else:
                 sd[k] = v
         dcp.save(sd, checkpoint_id=out)
-        dist.barrier()  # no rank tears gloo down while its peer still works
-    finally:
-        dist.destroy_process_group()
 
 
 def test_reads_what_this_torch_saves_from_two_ranks(tmp_path):

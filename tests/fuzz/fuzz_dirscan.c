@@ -18,6 +18,7 @@
  *   op % 6 == 5  file that repeats the previous file's bytes under another name */
 #include "ckpt.h"
 #include "ckpt_tree.h"
+#include "index/formats.h"
 #include "index/metadata_files.h"
 
 #include <dirent.h>

@@ -5,6 +5,7 @@
  * is then probed, opened as a checkpoint (headers, DCP_SHARDING_INFO, chunks merged across
  * the files, the index's weight_map), read (read_all.h) and dumped as JSON. */
 #include "ckpt.h"
+#include "index/formats.h"
 #include "index/metadata_files.h"
 #include "read_all.h"
 

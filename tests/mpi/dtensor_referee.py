@@ -16,6 +16,7 @@ import torch.multiprocessing as mp
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "lib"))
 import dtensor_ref  # noqa: E402
+from gloo_group import gloo_group  # noqa: E402
 
 ITEM = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int8": 1, "int16": 2,
         "int32": 4, "int64": 8, "uint8": 1, "uint16": 2, "uint32": 4, "uint64": 8, "bool": 1,
@@ -36,21 +37,20 @@ def worker(rank, world, fx, spec, dump, init, outdir):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import distribute_tensor
 
-    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
-    mesh, _ = dtensor_ref.parse_spec(spec)
-    dm = init_device_mesh("cpu", tuple(mesh))
-    n, bad = 0, []
-    for path, dtype, shape, raw in reference(Path(fx)):
-        full = torch.from_numpy(
-            np.frombuffer(raw, dtype=np.uint8).copy().reshape(*shape, ITEM[dtype]))
-        places = dtensor_ref.torch_placements(spec, len(shape))
-        local = distribute_tensor(full, dm, places, src_data_rank=None).to_local()
-        got = (Path(dump) / f"rank{rank}" / path).read_bytes()
-        if got != local.contiguous().numpy().tobytes():
-            bad.append(path)
-        n += 1
-    (Path(outdir) / f"{rank}").write_text(f"{n} {' '.join(bad)}")
-    dist.destroy_process_group()
+    with gloo_group(init_method=init, rank=rank, world_size=world):
+        mesh, _ = dtensor_ref.parse_spec(spec)
+        dm = init_device_mesh("cpu", tuple(mesh))
+        n, bad = 0, []
+        for path, dtype, shape, raw in reference(Path(fx)):
+            full = torch.from_numpy(
+                np.frombuffer(raw, dtype=np.uint8).copy().reshape(*shape, ITEM[dtype]))
+            places = dtensor_ref.torch_placements(spec, len(shape))
+            local = distribute_tensor(full, dm, places, src_data_rank=None).to_local()
+            got = (Path(dump) / f"rank{rank}" / path).read_bytes()
+            if got != local.contiguous().numpy().tobytes():
+                bad.append(path)
+            n += 1
+        (Path(outdir) / f"{rank}").write_text(f"{n} {' '.join(bad)}")
 
 
 def main():

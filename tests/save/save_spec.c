@@ -39,18 +39,18 @@ static char *slurp(const char *path, size_t *len) {
 
 static ckpt_save_value *to_value(const ck_json *j) {
     switch (j->type) {
-    case CKPT_JSON_NULL: return ckpt_save_value_none();
-    case CKPT_JSON_BOOL: return ckpt_save_value_bool(j->boolean);
-    case CKPT_JSON_NUMBER:
+    case CK_JSON_NULL: return ckpt_save_value_none();
+    case CK_JSON_BOOL: return ckpt_save_value_bool(j->boolean);
+    case CK_JSON_NUMBER:
         return j->is_int ? ckpt_save_value_int(j->u.num.i) : ckpt_save_value_float(j->u.num.d);
-    case CKPT_JSON_STRING: return ckpt_save_value_string(j->u.str);
-    case CKPT_JSON_ARRAY: {
+    case CK_JSON_STRING: return ckpt_save_value_string(j->u.str);
+    case CK_JSON_ARRAY: {
         ckpt_save_value *l = ckpt_save_value_list();
         for (size_t i = 0; i < j->len; i++)
             if (ckpt_save_value_append(l, to_value(&j->u.items[i])) != CKPT_OK) die("list", NULL);
         return l;
     }
-    case CKPT_JSON_OBJECT: {
+    case CK_JSON_OBJECT: {
         const ck_json *t = ck_json_get(j, "__tuple__");
         if (t && j->len == 1) {
             ckpt_save_value *v = ckpt_save_value_tuple();
@@ -60,7 +60,7 @@ static ckpt_save_value *to_value(const ck_json *j) {
             return v;
         }
         const ck_json *fl = ck_json_get(j, "__float__");
-        if (fl && j->len == 1 && fl->type == CKPT_JSON_STRING)
+        if (fl && j->len == 1 && fl->type == CK_JSON_STRING)
             return ckpt_save_value_float(strcmp(fl->u.str, "nan") == 0   ? NAN
                                          : strcmp(fl->u.str, "inf") == 0 ? INFINITY
                                                                          : -INFINITY);
@@ -76,7 +76,7 @@ static ckpt_save_value *to_value(const ck_json *j) {
 }
 
 static int64_t *ints(const ck_json *a, int *n) {
-    if (!a || a->type != CKPT_JSON_ARRAY) die("expected an array of ints", NULL);
+    if (!a || a->type != CK_JSON_ARRAY) die("expected an array of ints", NULL);
     *n = (int)a->len;
     int64_t *v = calloc(a->len + 1, sizeof *v);
     for (size_t i = 0; i < a->len; i++)
@@ -100,7 +100,7 @@ int main(int argc, char **argv) {
     ckpt_error err;
     check(ck_json_parse(arena, text, len, 0, &spec, &err), &err, "spec");
     const ck_json *ranks = ck_json_get(spec, "ranks");
-    if (!ranks || ranks->type != CKPT_JSON_ARRAY) die("spec has no ranks", NULL);
+    if (!ranks || ranks->type != CK_JSON_ARRAY) die("spec has no ranks", NULL);
     ckpt_save_options o = {.no_fsync = true};
     ckpt_save_txn *t;
     check(ckpt_save_begin(argv[2], &o, &t, &err), &err, "begin");
@@ -118,7 +118,7 @@ int main(int argc, char **argv) {
             ckpt_save_elem *el = calloc(path->len + 1, sizeof *el);
             for (size_t k = 0; k < path->len; k++) {
                 const ck_json *e = &path->u.items[k];
-                if (e->type == CKPT_JSON_STRING)
+                if (e->type == CK_JSON_STRING)
                     el[k].name = e->u.str;
                 else
                     el[k].index = e->u.num.i;

@@ -14,6 +14,7 @@ import io
 import os
 import pickle
 import subprocess
+import sys
 import time
 import zipfile
 
@@ -22,6 +23,9 @@ import pytest
 torch = pytest.importorskip("torch")
 np = pytest.importorskip("numpy")
 import torch.distributed.checkpoint as dcp  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from gloo_group import gloo_group  # noqa: E402
 
 DRIVER = os.environ.get("SAVE_DRIVER", "")
 CKPT = os.environ.get("CKPT_BIN", "")
@@ -278,9 +282,7 @@ def _dtensor_worker(rank, world, ckpt, init_file):
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Replicate, Shard
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
-                            world_size=world)
-    try:
+    with gloo_group(init_method=f"file://{init_file}", rank=rank, world_size=world):
         mesh = init_device_mesh("cpu", (world,))
         sd = placeholder_state_dict()
         spans = {}
@@ -315,9 +317,6 @@ def _dtensor_worker(rank, world, ckpt, init_file):
             assert bit_equal(dt.to_local(), want), (rank, path)
         for path, want in VALUES.items():
             assert lookup(sd, path) == want, (rank, path)
-        dist.barrier()  # no rank tears gloo down while its peer still works
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.mark.parametrize("world", [1, 2])

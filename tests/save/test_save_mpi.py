@@ -15,11 +15,15 @@ every rank adds, values every rank adds and one per rank.  Checked here:
 import os
 import pickle
 import subprocess
+import sys
 
 import pytest
 
 torch = pytest.importorskip("torch")
 import torch.distributed.checkpoint as dcp  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from gloo_group import gloo_group  # noqa: E402
 
 DRIVER = os.environ.get("SAVE_MPI_DRIVER", "")
 CKPT = os.environ.get("CKPT_BIN", "")
@@ -144,9 +148,7 @@ def _dtensor_worker(rank, world, saved_world, ckpt, init_file):
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Replicate, Shard
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
-                            world_size=world)
-    try:
+    with gloo_group(init_method=f"file://{init_file}", rank=rank, world_size=world):
         mesh = init_device_mesh("cpu", (world,))
         t, v = expected(saved_world)
         sd = placeholder(saved_world)
@@ -170,9 +172,6 @@ def _dtensor_worker(rank, world, saved_world, ckpt, init_file):
             assert torch.equal(bits(got), bits(want)), (rank, path)
         for path, want in v.items():
             assert lookup(sd, path) == want, (rank, path)
-        dist.barrier()  # no rank tears gloo down while its peer still works
-    finally:
-        dist.destroy_process_group()
 
 
 def test_torch_load_dtensors_other_world_size(saved, tmp_path):

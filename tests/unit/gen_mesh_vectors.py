@@ -22,6 +22,7 @@ import torch.multiprocessing as mp
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import dtensor_ref  # noqa: E402
+from gloo_group import gloo_group  # noqa: E402
 
 SHAPES = [(8, 3), (7,), (5,), (3,), (1,), (0,), (0, 4), (4, 0), (10, 6), (13, 5), (2, 3, 4),
           (9, 4, 6), (6, 7), ()]
@@ -44,22 +45,21 @@ def worker(rank, world, mesh, init, outdir):
     from torch.distributed.tensor import distribute_tensor
     from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
-    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
-    dm = init_device_mesh("cpu", mesh)
-    lines = []
-    for spec in SPECS[mesh]:
-        for shape in SHAPES:
-            numel = 1
-            for s in shape:
-                numel *= s
-            full = torch.arange(numel).reshape(shape)
-            places = dtensor_ref.torch_placements(spec, len(shape))
-            local = distribute_tensor(full, dm, places, src_data_rank=None).to_local()
-            ls, off = compute_local_shape_and_global_offset(list(shape), dm, places)
-            lines.append((spec, shape, list(local.shape), list(ls), list(off),
-                          local.reshape(-1).tolist()))
-    torch.save(lines, os.path.join(outdir, f"{rank}.pt"))
-    dist.destroy_process_group()
+    with gloo_group(init_method=init, rank=rank, world_size=world):
+        dm = init_device_mesh("cpu", mesh)
+        lines = []
+        for spec in SPECS[mesh]:
+            for shape in SHAPES:
+                numel = 1
+                for s in shape:
+                    numel *= s
+                full = torch.arange(numel).reshape(shape)
+                places = dtensor_ref.torch_placements(spec, len(shape))
+                local = distribute_tensor(full, dm, places, src_data_rank=None).to_local()
+                ls, off = compute_local_shape_and_global_offset(list(shape), dm, places)
+                lines.append((spec, shape, list(local.shape), list(ls), list(off),
+                              local.reshape(-1).tolist()))
+        torch.save(lines, os.path.join(outdir, f"{rank}.pt"))
 
 
 def runs(idx):

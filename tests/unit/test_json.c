@@ -21,13 +21,13 @@ static const ck_json *parse(ck_arena *a, const char *text, ckpt_status want) {
 
 Test(json, scalars) {
     ck_arena *a = ck_arena_new(0);
-    cr_assert_eq(parse(a, "null", CKPT_OK)->type, CKPT_JSON_NULL);
+    cr_assert_eq(parse(a, "null", CKPT_OK)->type, CK_JSON_NULL);
     const ck_json *v = parse(a, " true ", CKPT_OK);
-    cr_assert(v->type == CKPT_JSON_BOOL && v->boolean);
+    cr_assert(v->type == CK_JSON_BOOL && v->boolean);
     v = parse(a, "\t\r\nfalse", CKPT_OK);
-    cr_assert(v->type == CKPT_JSON_BOOL && !v->boolean);
+    cr_assert(v->type == CK_JSON_BOOL && !v->boolean);
     v = parse(a, "\"hi\"", CKPT_OK);
-    cr_assert_eq(v->type, CKPT_JSON_STRING);
+    cr_assert_eq(v->type, CK_JSON_STRING);
     cr_assert_str_eq(v->u.str, "hi");
     cr_assert_eq(v->len, 2);
     v = parse(a, "\"\"", CKPT_OK);
@@ -64,7 +64,7 @@ Test(json, numbers) {
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         const ck_json *v = parse(a, cases[k].t, CKPT_OK);
-        cr_assert_eq(v->type, CKPT_JSON_NUMBER);
+        cr_assert_eq(v->type, CK_JSON_NUMBER);
         cr_assert_eq(v->is_int, cases[k].is_int, "%s", cases[k].t);
         if (cases[k].is_int) cr_assert_eq(v->u.num.i, cases[k].i, "%s", cases[k].t);
         cr_assert(v->u.num.d == cases[k].d, "%s: %.17g", cases[k].t, v->u.num.d);
@@ -88,26 +88,26 @@ Test(json, containers_keep_order_and_duplicates) {
     ck_arena *a = ck_arena_new(0);
     const ck_json *v =
         parse(a, "{\"b\": [1, [], {}, \"x\"], \"a\": {\"k\": null}, \"b\": 2}", CKPT_OK);
-    cr_assert_eq(v->type, CKPT_JSON_OBJECT);
+    cr_assert_eq(v->type, CK_JSON_OBJECT);
     cr_assert_eq(v->len, 3);
     cr_assert_str_eq(v->u.members[0].key, "b");
     cr_assert_str_eq(v->u.members[1].key, "a");
     cr_assert_str_eq(v->u.members[2].key, "b");
     const ck_json *arr = &v->u.members[0].value;
-    cr_assert_eq(arr->type, CKPT_JSON_ARRAY);
+    cr_assert_eq(arr->type, CK_JSON_ARRAY);
     cr_assert_eq(arr->len, 4);
     cr_assert_eq(ck_json_at(arr, 0)->u.num.i, 1);
-    cr_assert(ck_json_at(arr, 1)->type == CKPT_JSON_ARRAY && ck_json_at(arr, 1)->len == 0);
-    cr_assert(ck_json_at(arr, 2)->type == CKPT_JSON_OBJECT && ck_json_at(arr, 2)->len == 0);
+    cr_assert(ck_json_at(arr, 1)->type == CK_JSON_ARRAY && ck_json_at(arr, 1)->len == 0);
+    cr_assert(ck_json_at(arr, 2)->type == CK_JSON_OBJECT && ck_json_at(arr, 2)->len == 0);
     cr_assert_str_eq(ck_json_at(arr, 3)->u.str, "x");
     cr_assert_null(ck_json_at(arr, 4));
     cr_assert_null(ck_json_at(v, 0));
     /* last duplicate wins, like Python's json */
-    cr_assert_eq(ck_json_get(v, "b")->type, CKPT_JSON_NUMBER);
-    cr_assert_eq(ck_json_get(ck_json_get(v, "a"), "k")->type, CKPT_JSON_NULL);
+    cr_assert_eq(ck_json_get(v, "b")->type, CK_JSON_NUMBER);
+    cr_assert_eq(ck_json_get(ck_json_get(v, "a"), "k")->type, CK_JSON_NULL);
     cr_assert_null(ck_json_get(v, "c"));
     cr_assert_null(ck_json_get(arr, "b"));
-    cr_assert_str_eq(ck_json_type_name(CKPT_JSON_OBJECT), "object");
+    cr_assert_str_eq(ck_json_type_name(CK_JSON_OBJECT), "object");
     ck_arena_free(a);
 }
 
@@ -404,9 +404,9 @@ Test(json, python_constants) {
     cr_assert_eq(ck_json_parse(a, text, strlen(text), 0, &v, &err), CKPT_E_FORMAT);
     cr_assert_eq(ck_json_parse_python(a, text, strlen(text), 0, &v, &err), CKPT_OK, "%s",
                  err.message);
-    cr_assert(v->type == CKPT_JSON_ARRAY && v->len == 5);
+    cr_assert(v->type == CK_JSON_ARRAY && v->len == 5);
     for (size_t i = 0; i < 3; i++)
-        cr_assert(v->u.items[i].type == CKPT_JSON_NUMBER && !v->u.items[i].is_int);
+        cr_assert(v->u.items[i].type == CK_JSON_NUMBER && !v->u.items[i].is_int);
     cr_assert(isnan(v->u.items[0].u.num.d));
     cr_assert(isinf(v->u.items[1].u.num.d) && v->u.items[1].u.num.d > 0);
     cr_assert(isinf(v->u.items[2].u.num.d) && v->u.items[2].u.num.d < 0);

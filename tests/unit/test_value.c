@@ -9,7 +9,7 @@
 #include "pickle/pickle.h"
 #include "torchsave/item.h"
 #include "value/bigint.h"
-#include "value/float_repr.h"
+#include "tensor/float_repr.h"
 #include "value/value.h"
 
 #include <criterion/criterion.h>

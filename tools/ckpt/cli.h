@@ -177,16 +177,6 @@ void cli_progress_end(cli_progress *p);
 
 /* "1.5 KiB", "12 B", "3.0 GiB" into buf. */
 const char *cli_human_size(uint64_t n, char *buf, size_t size);
-/* Shortest decimal that reads back as the same value of `dt` (a floating dtype), in Python's
- * repr style: "1.0", "0.1", "1e-05", "inf", "nan".  `force_point` appends ".0" to integral
- * values.  `json` spells non-finite values NaN / Infinity. */
-size_t cli_format_float(ckpt_dtype dt, double v, bool force_point, bool json, char *buf,
-                        size_t size);
-/* One element as text: ints in decimal, bool True/False (json: true/false), floats via
- * cli_format_float, complex as (re+imj) (json: [re, im]). */
-size_t cli_format_elem(ckpt_dtype dt, const void *elem, bool json, char *buf, size_t size);
-bool cli_dtype_is_float(ckpt_dtype dt);
-bool cli_dtype_is_complex(ckpt_dtype dt);
 
 /* JSON string literal of s (NUL-terminated) to out; invalid UTF-8 bytes become \ufffd. */
 void cli_json_string(FILE *out, const char *s);

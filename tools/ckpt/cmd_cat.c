@@ -100,7 +100,7 @@ typedef struct view {
 
 static void put_elem(const view *v, const unsigned char *p) {
     char buf[128];
-    cli_format_elem(v->dt, p, v->json, buf, sizeof buf);
+    ckpt_elem_format(v->dt, p, v->json ? CKPT_ELEM_JSON : 0, buf, sizeof buf);
     fputs(buf, v->out);
 }
 
