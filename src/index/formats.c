@@ -9,9 +9,10 @@
 static const index_format *const formats[] = {
     &index_format_dcp,                 /* .metadata */
     &index_format_dcp_rank_local,      /* __<rank>.metadata */
+    &index_format_torch_checkpointing, /* metadata.pkl (its items may be safetensors files) */
     &index_format_hf,                  /* *.safetensors, model.safetensors.index.json */
     &index_format_torch_bin,           /* pytorch_model.bin.index.json, pytorch_model.bin */
-    &index_format_torch_checkpointing, /* metadata.pkl, <item>_<rank>.pt */
+    &index_format_torch_checkpointing_unmarked, /* <item>_0.pt, no metadata.pkl */
 };
 
 ck_dir_kind ck_checkpoint_dir_probe(const char *dir, struct timespec *mtime) {

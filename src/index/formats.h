@@ -42,8 +42,11 @@ extern const index_format index_format_torch_bin;
  * exists); *mtime the newest of them. */
 ck_dir_kind torch_bin_dir_probe(const char *dir, struct timespec *mtime);
 
-/* torch_checkpointing.c: torch-checkpointing's metadata.pkl and `<item>_<rank>.pt` files. */
+/* torch_checkpointing.c: torch-checkpointing's metadata.pkl and the item files it names (first
+ * of the directory formats after DCP's: its items may be safetensors files), and — after the
+ * others — a torch-checkpointing directory without metadata.pkl (`<item>_0.pt` files). */
 extern const index_format index_format_torch_checkpointing;
+extern const index_format index_format_torch_checkpointing_unmarked;
 /* Whether dir holds a torch-checkpointing metadata.pkl (MARKED, *mtime its modification time)
  * or only `<item>_0.pt` files (UNMARKED, *mtime the newest one's). */
 ck_dir_kind tc_dir_probe(const char *dir, struct timespec *mtime);

@@ -243,6 +243,18 @@ ckpt_status index_ts_walk(ckpt_reader *r, ts_item *it, int32_t file_id, const in
     return s;
 }
 
+ckpt_status index_ts_walk_value(ckpt_reader *r, const pk_value *root, int32_t file_id,
+                                const index_elem *prefix, size_t nprefix, ckpt_error *err) {
+    if (nprefix >= MAX_ELEMS) return ck_fail(err, CKPT_E_LIMIT, "path prefix too deep");
+    walk w = {.r = r, .file_id = file_id, .depth = nprefix};
+    for (size_t i = 0; i < nprefix; i++)
+        w.elems[i] = prefix[i];
+    ck_strbuf_init(&w.key, 0);
+    ckpt_status s = walk_value(&w, root, err);
+    ck_strbuf_release(&w.key);
+    return s;
+}
+
 /* Indexes torch.save file `name` of r->dir (its entries added to what is there). */
 static ckpt_status add_one(ckpt_reader *r, const char *name, ckpt_error *err) {
     ts_item *it;

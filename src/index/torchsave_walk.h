@@ -22,6 +22,10 @@ typedef ckpt_status (*index_ts_leaf_fn)(void *ctx, const index_elem *elems, size
  * (NULL: index_ts_add_leaf) on every leaf. */
 ckpt_status index_ts_walk(ckpt_reader *r, ts_item *it, int32_t file_id, const index_elem *prefix,
                           size_t nprefix, index_ts_leaf_fn fn, void *ctx, ckpt_error *err);
+/* The same below a decoded value of another source (a JSON document converted: no tensors),
+ * its entries' source file_id. */
+ckpt_status index_ts_walk_value(ckpt_reader *r, const pk_value *root, int32_t file_id,
+                                const index_elem *prefix, size_t nprefix, ckpt_error *err);
 /* The entry of a leaf (the elements joined with '.' as its key, built in *keybuf): a tensor
  * read in place, or a value; nothing when the key is taken. */
 ckpt_status index_ts_add_leaf(ckpt_reader *r, ts_item *it, int32_t file_id, const index_elem *elems,

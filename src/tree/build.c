@@ -276,7 +276,9 @@ static ckpt_status list_raw(tree_ckpt *c, const ckpt_tree_options *o, ckpt_error
         const char *md = info.hf_storage ? CK_HF_INDEX_JSON : ".metadata";
         snprintf(path, sizeof path, "%s/%s", c->dir, md);
         int fd = ck_open_regular(path, NULL);
-        if (fd < 0 && info.hf_storage && errno == ENOENT) goto data;
+        /* none: HuggingFace storage without an index; a format whose metadata is no DCP
+         * `.metadata` (torch-checkpointing: metadata.pkl is listed with the other files) */
+        if (fd < 0 && errno == ENOENT && (info.hf_storage || !info.root_class)) goto data;
         ckpt_status s = add_raw(c, md, fd, -1, o, err);
         if (s != CKPT_OK || (c->nraw && c->raw[c->nraw - 1].fd != fd)) {
             if (fd >= 0) close(fd);

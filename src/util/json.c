@@ -24,6 +24,7 @@ typedef struct json_parser {
     size_t pos;
     ck_arena *arena;
     uint32_t max_depth;
+    bool python;    /* NaN, Infinity, -Infinity accepted (ck_json_parse_python) */
     ck_json *stack; /* children of the arrays/objects being parsed (malloc'ed scratch) */
     size_t sp;
     size_t cap;
@@ -359,20 +360,34 @@ static ckpt_status parse_value(json_parser *p, uint32_t depth, ck_json *v) {
         v->type = CK_JSON_NULL;
         return CKPT_OK;
     default:
+        if (p->python) {
+            int which = match(p, "NaN")         ? 1
+                        : match(p, "Infinity")  ? 2
+                        : match(p, "-Infinity") ? 3
+                                                : 0;
+            if (which) {
+                v->type = CK_JSON_NUMBER;
+                v->u.num.d = which == 1   ? (double)NAN
+                             : which == 2 ? (double)INFINITY
+                                          : -(double)INFINITY;
+                return CKPT_OK;
+            }
+        }
         if (p->s[p->pos] == '-' || is_digit(p->s[p->pos])) return parse_number(p, v);
         break;
     }
     return jfail(p, p->pos, "unexpected character, expected a value");
 }
 
-ckpt_status ck_json_parse(ck_arena *arena, const char *text, size_t len, uint32_t max_depth,
-                          const ck_json **out, ckpt_error *err) {
+static ckpt_status parse_doc(ck_arena *arena, const char *text, size_t len, uint32_t max_depth,
+                             bool python, const ck_json **out, ckpt_error *err) {
     if (!arena || !out || (!text && len))
         return ck_fail(err, CKPT_E_INVAL, "ck_json_parse: NULL argument");
     *out = NULL;
     json_parser p = {.s = (const uint8_t *)text,
                      .n = len,
                      .arena = arena,
+                     .python = python,
                      .max_depth = !max_depth                      ? CK_JSON_DEFAULT_DEPTH
                                   : max_depth > CK_JSON_MAX_DEPTH ? CK_JSON_MAX_DEPTH
                                                                   : max_depth,
@@ -469,4 +484,14 @@ char *ckpt_json_string(const char *s, size_t len) {
         return NULL;
     }
     return ck_strbuf_detach(&sb, NULL);
+}
+
+ckpt_status ck_json_parse(ck_arena *arena, const char *text, size_t len, uint32_t max_depth,
+                          const ck_json **out, ckpt_error *err) {
+    return parse_doc(arena, text, len, max_depth, false, out, err);
+}
+
+ckpt_status ck_json_parse_python(ck_arena *arena, const char *text, size_t len, uint32_t max_depth,
+                                 const ck_json **out, ckpt_error *err) {
+    return parse_doc(arena, text, len, max_depth, true, out, err);
 }

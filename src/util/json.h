@@ -59,6 +59,10 @@ struct ck_json_member {
  * CKPT_E_LIMIT (depth, arena budget), CKPT_E_NOMEM.  The tree lives in `arena`. */
 ckpt_status ck_json_parse(ck_arena *arena, const char *text, size_t len, uint32_t max_depth,
                           const ck_json **out, ckpt_error *err);
+/* The same, also accepting the constants Python's json.dumps writes for floats JSON has no
+ * literal for (allow_nan=True, its default): NaN, Infinity, -Infinity (NUMBER, not is_int). */
+ckpt_status ck_json_parse_python(ck_arena *arena, const char *text, size_t len, uint32_t max_depth,
+                                 const ck_json **out, ckpt_error *err);
 
 /* The value of the last member named `key` (like Python's json and serde), or NULL; NULL for
  * non-objects. */

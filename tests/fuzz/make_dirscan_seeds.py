@@ -49,6 +49,12 @@ def main():
     meta = (DATA / "zstd" / "ckpt" / ".metadata").read_bytes()
     tc = sorted((HERE.parent / "fixtures" / "torch-checkpointing" / "tc_sharded" / "ckpt")
                 .iterdir())
+    tcd = HERE.parent / "fixtures" / "torch-checkpointing"
+    tcl = sorted((tcd / "tc_layouts" / "ckpt").iterdir())
+    # a 4-rank step, less the per-rank files a load in one process never reads
+    tcm = sorted(f for f in (tcd / "tc_mesh2d" / "ckpt").iterdir()
+                 if not (f.name.startswith(("config_", "blob_", "train_"))
+                         and not f.stem.endswith("_0")))
     seeds = {
         "seed-run": step("step-1", zstd) + step("step-2", zstd) + file("latest", b"step-2\n"),
         "seed-hostile-run": (
@@ -64,6 +70,12 @@ def main():
         # torch-checkpointing: metadata.pkl and <item>_<rank>.pt, and a step without metadata
         "seed-torch-checkpointing": (step("step_10", tc) + step("step_20", [
             f for f in tc if f.name.startswith("train_")])),
+        # its other item layouts: safetensors, JSON, raw bytes, a torch.save file of its own
+        # name (metadata.pkl), and beside `<item>_0.pt` files without metadata.pkl; a 2-D mesh
+        # in torch.save and safetensors files
+        "seed-tc-layouts": (step("step_10", tcl) + step("step_20", [
+            f for f in tcl if f.name.startswith(("step_", "config_", "blob_"))])),
+        "seed-tc-mesh2d": step("step_30", tcm),
     }
     for k, v in seeds.items():
         (out / k).write_bytes(v)

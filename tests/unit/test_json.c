@@ -393,3 +393,27 @@ Test(json, public_string_literal) {
         free(q);
     }
 }
+
+/* Python's json.dumps writes NaN, Infinity and -Infinity (allow_nan=True): the strict parser
+ * refuses them, ck_json_parse_python reads them as numbers and nothing else more. */
+Test(json, python_constants) {
+    ck_arena *a = ck_arena_new(0);
+    const char *text = "[NaN, Infinity, -Infinity, 1.5, -2]";
+    const ck_json *v = NULL;
+    ckpt_error err = {0};
+    cr_assert_eq(ck_json_parse(a, text, strlen(text), 0, &v, &err), CKPT_E_FORMAT);
+    cr_assert_eq(ck_json_parse_python(a, text, strlen(text), 0, &v, &err), CKPT_OK, "%s",
+                 err.message);
+    cr_assert(v->type == CK_JSON_ARRAY && v->len == 5);
+    for (size_t i = 0; i < 3; i++)
+        cr_assert(v->u.items[i].type == CK_JSON_NUMBER && !v->u.items[i].is_int);
+    cr_assert(isnan(v->u.items[0].u.num.d));
+    cr_assert(isinf(v->u.items[1].u.num.d) && v->u.items[1].u.num.d > 0);
+    cr_assert(isinf(v->u.items[2].u.num.d) && v->u.items[2].u.num.d < 0);
+    cr_assert(v->u.items[4].is_int && v->u.items[4].u.num.i == -2);
+    static const char *bad[] = {"nan", "NaNa", "-NaN", "Inf", "+Infinity", "-Infinit", "[NaN,]"};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++)
+        cr_assert_eq(ck_json_parse_python(a, bad[k], strlen(bad[k]), 0, &v, &err), CKPT_E_FORMAT,
+                     "'%s'", bad[k]);
+    ck_arena_free(a);
+}
