@@ -408,12 +408,14 @@ static ckpt_status entry_elems(const ckpt_entry *e, size_t k, elem **el, size_t 
     return CKPT_OK;
 }
 
-/* e lies under the tree path `under` (n bytes, no trailing '/'): its elements after the
- * prefix's *k start the nested path. */
-static bool entry_under(const ckpt_entry *e, const char *under, size_t n) {
-    if (!n) return true;
-    const char *p = ckpt_entry_path(e);
-    return strncmp(p, under, n) == 0 && (p[n] == '\0' || p[n] == '/');
+/* e is selected: under `under` (the caller checked), at the root when asked, named by no
+ * exclude prefix. */
+static bool entry_selected(const ckpt_entry *e, const ckpt_torchsave_options *o) {
+    if (!o) return true;
+    if (o->root_only && !ckpt_entry_at_root(e)) return false;
+    for (size_t i = 0; i < o->num_exclude; i++)
+        if (ckpt_entry_matches(e, o->exclude[i])) return false;
+    return true;
 }
 
 /* ------------------------------------------------------------------ optimizer by id */
@@ -841,7 +843,7 @@ ckpt_status ckpt_torchsave_create(ckpt_reader *r, const ckpt_torchsave_options *
     if (!ulen) CK_TRY_GOTO(st, new_node(&b, N_DICT, &b.root, err), done); /* a state_dict */
     for (size_t i = 0; i < n; i++) {
         const ckpt_entry *e = ckpt_reader_entry(r, i);
-        if (!entry_under(e, under, ulen)) continue;
+        if (!ckpt_entry_under(e, under) || !entry_selected(e, opts)) continue;
         nsel++;
         uint32_t leaf = 0;
         if (ckpt_entry_kind_of(e) == CKPT_ENTRY_TENSOR) {
@@ -886,7 +888,10 @@ ckpt_status ckpt_torchsave_create(ckpt_reader *r, const ckpt_torchsave_options *
             t->nvalues++;
     }
     if (!nsel) {
-        st = ck_fail(err, CKPT_E_NOTFOUND, "no entry under '%.*s'", (int)ulen, under);
+        if (ulen)
+            st = ck_fail(err, CKPT_E_NOTFOUND, "no entry under '%.*s'", (int)ulen, under);
+        else
+            st = ck_fail(err, CKPT_E_NOTFOUND, "no entry selected");
         goto done;
     }
     if (b.root == UINT32_MAX) CK_TRY_GOTO(st, new_node(&b, N_DICT, &b.root, err), done);
