@@ -230,6 +230,11 @@ const char *ckpt_entry_path_elem(const ckpt_entry *e, size_t i); /* raw (unescap
  * has ('optim', 'param_groups', 0, 'lr')) rather than a str; ckpt_entry_path_elem gives its
  * decimal text.  false past the last element and for paths that are the flat key. */
 bool ckpt_entry_path_elem_is_int(const ckpt_entry *e, size_t i);
+/* Whether element i is an int dict key of a torch.save file (an optimizer state_dict's
+ * `state: {0: ...}`): its path element is the decimal text, a str to DCP's planner (which
+ * stringifies dict keys: ckpt_entry_path_elem_is_int is false), but the key is an int when
+ * the state dict is rebuilt (ckpt_torchsave writes it as one, as torch.save had it). */
+bool ckpt_entry_path_elem_is_int_key(const ckpt_entry *e, size_t i);
 ckpt_entry_kind ckpt_entry_kind_of(const ckpt_entry *e);
 size_t ckpt_entry_index(const ckpt_entry *e);
 /* Selecting entries, the one rule of `ckpt export --keys` / `--exclude` and the views:

@@ -220,7 +220,10 @@ const char *ckpt_entry_path_elem(const ckpt_entry *e, size_t i) {
     return i < e->nelems ? e->elems[i] : NULL;
 }
 bool ckpt_entry_path_elem_is_int(const ckpt_entry *e, size_t i) {
-    return i < e->nelems && e->elem_int && e->elem_int[i];
+    return i < e->nelems && e->elem_int && e->elem_int[i] == 1;
+}
+bool ckpt_entry_path_elem_is_int_key(const ckpt_entry *e, size_t i) {
+    return i < e->nelems && e->elem_int && e->elem_int[i] == 2;
 }
 ckpt_entry_kind ckpt_entry_kind_of(const ckpt_entry *e) { return e->kind; }
 

@@ -284,7 +284,7 @@ static ckpt_status tc_leaf(void *ctx, const index_elem *elems, size_t n, const p
 static ckpt_status walk_file(tc *w, const char *name, long long rank, ckpt_error *err) {
     w->rank = rank;
     CK_TRY(index_ts_open(w->r, name, &w->it, &w->file_id, &w->file_path, err));
-    index_elem top = {w->item, strlen(w->item), false};
+    index_elem top = {w->item, strlen(w->item), false, false};
     return index_ts_walk(w->r, w->it, w->file_id, &top, 1, w->pend ? tc_leaf : NULL, w, err);
 }
 
@@ -350,16 +350,16 @@ static ckpt_status named_entries(tc *w, const pk_value *paths, ck_arena *tmp, ck
                            w->md_path, w->item, i, jerr.message[0] ? ": " : "", jerr.message);
         index_elem elems[TC_MAX_PATH];
         char nums[TC_MAX_PATH][24];
-        elems[0] = (index_elem){w->item, strlen(w->item), false};
+        elems[0] = (index_elem){w->item, strlen(w->item), false, false};
         ck_strbuf_reset(&w->key);
         ck_strbuf_add(&w->key, w->item, strlen(w->item));
         for (size_t j = 0; j < path->len; j++) {
             const ck_json *x = &path->u.items[j];
             if (x->type == CKPT_JSON_STRING) {
-                elems[j + 1] = (index_elem){x->u.str, x->len, false};
+                elems[j + 1] = (index_elem){x->u.str, x->len, false, false};
             } else if (x->type == CKPT_JSON_NUMBER && x->is_int) {
                 int len = snprintf(nums[j], sizeof nums[j], "%lld", (long long)x->u.num.i);
-                elems[j + 1] = (index_elem){nums[j], (size_t)len, true};
+                elems[j + 1] = (index_elem){nums[j], (size_t)len, true, false};
             } else {
                 return ck_fail(err, CKPT_E_FORMAT,
                                "%s: item '%.200s': nested path '%.200s' holds a %s", w->md_path,

@@ -14,6 +14,7 @@
 #include "util/error.h"
 #include "util/htab.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,9 +112,13 @@ typedef struct builder {
 typedef struct elem {
     const char *s;
     size_t len;
-    bool is_int;
+    bool is_int;   /* pickled as an int: a list position, or an int dict key */
+    bool dict_int; /* an int dict key (ckpt_entry_path_elem_is_int_key): never a list */
     int64_t i;
 } elem;
+
+/* The container an element makes of its parent when it is the first to need one. */
+static uint8_t container_for(const elem *k) { return k->is_int && !k->dict_int ? N_LIST : N_DICT; }
 
 static uint64_t key_hash(uint32_t parent, const elem *k) {
     uint64_t seed = ((uint64_t)parent << 1 | (k->is_int ? 1u : 0u)) * 0x9e3779b97f4a7c15ull;
@@ -199,7 +204,7 @@ static ckpt_status place(builder *b, const elem *el, size_t m, uint32_t leaf, co
     if (b->root == UINT32_MAX) {
         /* the root's kind is what DCP's set_element makes for the first key under it (a
          * whole state_dict is always a dict: ckpt_torchsave_create makes it one first) */
-        CK_TRY(new_node(b, el[0].is_int ? N_LIST : N_DICT, &b->root, err));
+        CK_TRY(new_node(b, container_for(&el[0]), &b->root, err));
     }
     uint32_t cur = b->root;
     for (size_t i = 0; i < m; i++) {
@@ -212,8 +217,8 @@ static ckpt_status place(builder *b, const elem *el, size_t m, uint32_t leaf, co
         }
         uint32_t next;
         if (kind == N_LIST) {
-            if (!k->is_int) {
-                *why = "a str key under a list";
+            if (!k->is_int || k->dict_int) {
+                *why = "a dict key under a list";
                 return CKPT_OK;
             }
             if (k->i < 0 || k->i >= TS_MAX_LIST_INDEX) {
@@ -231,7 +236,7 @@ static ckpt_status place(builder *b, const elem *el, size_t m, uint32_t leaf, co
                 return CKPT_OK;
             }
             if (next == NONE_KID) {
-                CK_TRY(new_node(b, el[i + 1].is_int ? N_LIST : N_DICT, &next, err));
+                CK_TRY(new_node(b, container_for(&el[i + 1]), &next, err));
                 b->nodes[cur].kids[k->i] = next;
             }
         } else {
@@ -244,7 +249,7 @@ static ckpt_status place(builder *b, const elem *el, size_t m, uint32_t leaf, co
                 return dict_add(b, cur, k, leaf, err);
             }
             if (next == UINT32_MAX) {
-                CK_TRY(new_node(b, el[i + 1].is_int ? N_LIST : N_DICT, &next, err));
+                CK_TRY(new_node(b, container_for(&el[i + 1]), &next, err));
                 CK_TRY(dict_add(b, cur, k, next, err));
             }
         }
@@ -396,11 +401,14 @@ static ckpt_status entry_elems(const ckpt_entry *e, size_t k, elem **el, size_t 
         const char *s = flat ? ckpt_entry_key(e) : ckpt_entry_path_elem(e, k + i);
         elem *x = &(*el)[i];
         *x = (elem){.s = s, .len = strlen(s)};
-        if (!flat && ckpt_entry_path_elem_is_int(e, k + i)) {
+        bool int_key = !flat && ckpt_entry_path_elem_is_int_key(e, k + i);
+        if (!flat && (int_key || ckpt_entry_path_elem_is_int(e, k + i))) {
             char *end;
+            errno = 0;
             long long v = strtoll(s, &end, 10);
-            if (*s && !*end) {
+            if (*s && !*end && !errno) {
                 x->is_int = true;
+                x->dict_int = int_key;
                 x->i = v;
             }
         }
