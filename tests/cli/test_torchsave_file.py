@@ -180,6 +180,12 @@ def test_mount_shows_the_file(saved):
             else:
                 assert f.read_text().strip() == repr(v), elems
         assert (mnt / ".raw" / "full.pt").read_bytes() == (saved / "full.pt").read_bytes()
+        # the optimizer's int keys are ints again in .torch/ (as in an export)
+        state = torch.load(mnt / ".torch" / "optimizer.pt", weights_only=True)["state"]
+        assert list(state) == list(ref["optimizer"]["state"])
+        assert all(torch.equal(state[i]["exp_avg"], st["exp_avg"])
+                   for i, st in ref["optimizer"]["state"].items())
+        del state
         # who may read: the file's own -rw-r--r-- in a 0755 directory
         assert os.stat(mnt / "step").st_mode & 0o777 == 0o444
     finally:
