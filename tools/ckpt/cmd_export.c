@@ -508,16 +508,27 @@ static int export_sharded(ckpt_reader *r, const char *dir, const char *outdir, i
         return CLI_EXIT_FAIL;
     }
     size_t n = split_shards(items, m, limit, shard, open_list);
-    free(open_list);
+    /* the items shard by shard, in order within each (a stable counting sort): shard k is
+     * order[first[k] .. first[k + 1]) */
+    size_t *order = open_list, *first = calloc(n + 1, sizeof *first);
     char(*tmps)[4096] = calloc(n, sizeof *tmps);
-    bool ok = tmps != NULL;
+    bool ok = tmps && first;
     if (!ok) cli_error("out of memory");
+    for (size_t i = 0; ok && i < m; i++)
+        first[shard[i] + 1]++;
+    for (size_t k = 0; ok && k < n; k++)
+        first[k + 1] += first[k];
+    for (size_t i = 0; ok && i < m; i++)
+        order[first[shard[i]]++] = i;
+    for (size_t k = n; ok && k > 0; k--) /* first[k] moved to the end of shard k: back */
+        first[k] = first[k - 1];
+    if (ok) first[0] = 0;
     size_t written = 0;
     char name[64], path[4096];
     for (size_t k = 0; ok && k < n; k++) {
         size_t np = 0;
-        for (size_t i = 0; i < m; i++)
-            if (shard[i] == k) part[np++] = items[i];
+        for (size_t j = first[k]; j < first[k + 1]; j++)
+            part[np++] = items[order[j]];
         shard_name(name, sizeof name, k, n);
         join(path, sizeof path, outdir, name);
         int fd = open_out(path, tmps[k], sizeof tmps[k]);
@@ -570,14 +581,11 @@ static int export_sharded(ckpt_reader *r, const char *dir, const char *outdir, i
                 total += items[i].bytes;
             fprintf(f, "{\n  \"metadata\": {\n    \"total_size\": %llu\n  },\n  \"weight_map\": {",
                     (unsigned long long)total);
-            bool first = true;
             for (size_t k = 0; k < n; k++) {
                 shard_name(name, sizeof name, k, n);
-                for (size_t i = 0; i < m; i++) {
-                    if (shard[i] != k) continue;
-                    fputs(first ? "\n    " : ",\n    ", f);
-                    first = false;
-                    cli_json_string(f, items[i].name);
+                for (size_t j = first[k]; j < first[k + 1]; j++) {
+                    fputs(j ? ",\n    " : "\n    ", f);
+                    cli_json_string(f, items[order[j]].name);
                     fprintf(f, ": \"%s\"", name);
                 }
             }
@@ -605,6 +613,8 @@ static int export_sharded(ckpt_reader *r, const char *dir, const char *outdir, i
         if (d) closedir(d);
     }
     free(tmps);
+    free(first);
+    free(order);
     free(part);
     free(shard);
     *nshards = n;
