@@ -230,8 +230,25 @@ const char *ckpt_entry_path_elem(const ckpt_entry *e, size_t i); /* raw (unescap
  * has ('optim', 'param_groups', 0, 'lr')) rather than a str; ckpt_entry_path_elem gives its
  * decimal text.  false past the last element and for paths that are the flat key. */
 bool ckpt_entry_path_elem_is_int(const ckpt_entry *e, size_t i);
+/* Whether element i is an int dict key of a torch.save file (an optimizer state_dict's
+ * `state: {0: ...}`): its path element is the decimal text, a str to DCP's planner (which
+ * stringifies dict keys: ckpt_entry_path_elem_is_int is false), but the key is an int when
+ * the state dict is rebuilt (ckpt_torchsave writes it as one, as torch.save had it). */
+bool ckpt_entry_path_elem_is_int_key(const ckpt_entry *e, size_t i);
 ckpt_entry_kind ckpt_entry_kind_of(const ckpt_entry *e);
 size_t ckpt_entry_index(const ckpt_entry *e);
+/* Selecting entries, the one rule of `ckpt export --keys` / `--exclude` and the views:
+ * ckpt_entry_under gives the rest of e's tree path below the tree path `prefix` (trailing
+ * '/'s ignored) -- the text after "prefix/", "" when the path is `prefix` itself -- or NULL
+ * when e is not under it; an empty or NULL prefix holds every entry (the whole path).
+ * ckpt_entry_matches says whether `prefix` names e or a directory above it: by tree path
+ * (ckpt_entry_under), or by flat key, the key being `prefix` or continuing it after a '.'
+ * (`optimizer` names `optimizer.state.w.exp_avg` of a checkpoint without planner_data); an
+ * empty prefix names nothing.  ckpt_entry_at_root: e is not under any directory (its path
+ * has one element: a top-level key, or a flat key without planner_data). */
+const char *ckpt_entry_under(const ckpt_entry *e, const char *prefix);
+bool ckpt_entry_matches(const ckpt_entry *e, const char *prefix);
+bool ckpt_entry_at_root(const ckpt_entry *e);
 
 /* Tensor entries (0 / INVALID for objects). */
 ckpt_dtype ckpt_entry_dtype(const ckpt_entry *e);

@@ -327,6 +327,14 @@ typedef struct ckpt_torchsave_options {
      * param_groups order, `params` lists of those numbers, `state` keyed by them (in number
      * order).  CKPT_E_FORMAT, naming what is missing, when the value is not of that form. */
     bool by_id;
+    /* Entries that ckpt_entry_matches with one of these prefixes (tree paths, or flat-key
+     * prefixes) are left out, as if absent (`ckpt export --exclude`). */
+    const char *const *exclude;
+    size_t num_exclude;
+    /* Only the entries at the root (ckpt_entry_at_root: not under a top-level directory),
+     * e.g. the model keys of a torchtitan checkpoint beside `optimizer/`...
+     * (`.torch/@root.pt`). */
+    bool root_only;
 } ckpt_torchsave_options;
 
 /* Lays out the archive: decodes the non-tensor values under `under` (reading their stored

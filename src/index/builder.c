@@ -92,7 +92,7 @@ const char *index_problemf(ck_arena *a, const char *fmt, ...) {
 
 ckpt_status index_set_path(ckpt_reader *r, ckpt_entry *e, const index_elem *elems, size_t n,
                            ckpt_error *err) {
-    index_elem flat = {e->key, strlen(e->key), false};
+    index_elem flat = {e->key, strlen(e->key), false, false};
     if (!n) { /* no path from the format: the flat key is a single element */
         elems = &flat;
         n = 1;
@@ -105,14 +105,14 @@ ckpt_status index_set_path(ckpt_reader *r, ckpt_entry *e, const index_elem *elem
         if (!e->elems[i]) return index_nomem(err);
     }
     e->nelems = n;
-    uint8_t *is_int = NULL; /* only for a path with an int element */
-    for (size_t i = 0; i < n; i++) {
-        if (!elems[i].is_int) continue;
+    uint8_t *is_int = NULL; /* only for a path with an int element: 1 an int, 2 an int key */
+    for (size_t i = 0; elems != &flat && i < n; i++) {
+        if (!elems[i].is_int && !elems[i].int_key) continue;
         if (!is_int) {
             if (!(is_int = ck_arena_alloc(r->arena, n))) return index_nomem(err);
             memset(is_int, 0, n);
         }
-        is_int[i] = 1;
+        is_int[i] = elems[i].is_int ? 1 : 2;
     }
     e->elem_int = is_int;
     /* joined, escaped path, from each element's own bytes: a NUL inside one is escaped */

@@ -34,11 +34,14 @@ const char *index_problemf(ck_arena *a, const char *fmt, ...) __attribute__((for
 
 /* One element of an entry's tree path: `len` bytes (NUL bytes allowed: they are escaped in
  * the joined path, never a truncation); is_int: the format gave it as an integer (a list
- * index, an int dict key), which a front end rebuilding the state dict needs back. */
+ * index, an int dict key), which a front end rebuilding the state dict needs back; int_key
+ * (is_int false): an int dict key of a torch.save file, written in decimal, a str for DCP's
+ * planner (DCP stringifies dict keys) but an int again when the file is rebuilt. */
 typedef struct index_elem {
     const char *s;
     size_t len;
     bool is_int;
+    bool int_key;
 } index_elem;
 /* Gives e its tree path: n > 0 elements, or (n == 0) the flat key as the only element. */
 ckpt_status index_set_path(ckpt_reader *r, ckpt_entry *e, const index_elem *elems, size_t n,

@@ -381,10 +381,10 @@ static ckpt_status set_path(ckpt_reader *r, ckpt_entry *e, const pk_value *path,
     for (size_t i = 0; st == CKPT_OK && i < n; i++) {
         const pk_value *el = pk_item(path, i);
         if (el->type == PK_STR) {
-            elems[i] = (index_elem){el->u.str.ptr, el->u.str.len, false};
+            elems[i] = (index_elem){el->u.str.ptr, el->u.str.len, false, false};
         } else {
             int len = snprintf(nums[i], sizeof nums[i], "%lld", (long long)el->u.i);
-            elems[i] = (index_elem){nums[i], (size_t)len, true};
+            elems[i] = (index_elem){nums[i], (size_t)len, true, false};
         }
     }
     if (st == CKPT_OK) st = index_set_path(r, e, elems, n, err);

@@ -220,9 +220,34 @@ const char *ckpt_entry_path_elem(const ckpt_entry *e, size_t i) {
     return i < e->nelems ? e->elems[i] : NULL;
 }
 bool ckpt_entry_path_elem_is_int(const ckpt_entry *e, size_t i) {
-    return i < e->nelems && e->elem_int && e->elem_int[i];
+    return i < e->nelems && e->elem_int && e->elem_int[i] == 1;
+}
+bool ckpt_entry_path_elem_is_int_key(const ckpt_entry *e, size_t i) {
+    return i < e->nelems && e->elem_int && e->elem_int[i] == 2;
 }
 ckpt_entry_kind ckpt_entry_kind_of(const ckpt_entry *e) { return e->kind; }
+
+const char *ckpt_entry_under(const ckpt_entry *e, const char *prefix) {
+    size_t n = prefix ? strlen(prefix) : 0;
+    while (n && prefix[n - 1] == '/')
+        n--;
+    if (n == 0) return e->path;
+    if (strncmp(e->path, prefix, n) != 0) return NULL;
+    if (e->path[n] == '/') return e->path + n + 1;
+    return e->path[n] == '\0' ? e->path + n : NULL;
+}
+
+bool ckpt_entry_matches(const ckpt_entry *e, const char *prefix) {
+    size_t n = prefix ? strlen(prefix) : 0;
+    while (n && prefix[n - 1] == '/')
+        n--;
+    if (n == 0) return false;
+    if (ckpt_entry_under(e, prefix)) return true;
+    n = strlen(prefix);
+    return strncmp(e->key, prefix, n) == 0 && (e->key[n] == '\0' || e->key[n] == '.');
+}
+
+bool ckpt_entry_at_root(const ckpt_entry *e) { return e->nelems <= 1; }
 size_t ckpt_entry_index(const ckpt_entry *e) { return e->index; }
 ckpt_dtype ckpt_entry_dtype(const ckpt_entry *e) { return e->dtype; }
 int ckpt_entry_ndim(const ckpt_entry *e) { return e->ndim; }

@@ -73,7 +73,9 @@ struct ckpt_entry {
     const char *key;
     const char *path;
     const char **elems;
-    const uint8_t *elem_int; /* nelems flags: planner_data gave element i as an int; NULL: none */
+    /* nelems flags: 1 planner_data gave element i as an int, 2 it is an int dict key of a
+     * torch.save file (ckpt_entry_path_elem_is_int_key); NULL: none */
+    const uint8_t *elem_int;
     size_t nelems;
     size_t index;
     ckpt_entry_kind kind;

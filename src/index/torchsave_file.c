@@ -77,11 +77,11 @@ static ckpt_status walk_value(walk *w, const pk_value *v, ckpt_error *err) {
         const pk_value *k = d ? d->u.dict.keys[i] : NULL;
         index_elem *el = &w->elems[w->depth];
         if (k && k->type == PK_STR) {
-            *el = (index_elem){k->u.str.ptr, k->u.str.len, false};
+            *el = (index_elem){k->u.str.ptr, k->u.str.len, false, false};
         } else if (!k || k->type == PK_INT) { /* torch: str(key) for a dict, the index in a list */
             long long idx = k ? (long long)k->u.i : (long long)i;
             int len = snprintf(w->nums[w->depth], sizeof w->nums[0], "%lld", idx);
-            *el = (index_elem){w->nums[w->depth], (size_t)len, !k};
+            *el = (index_elem){w->nums[w->depth], (size_t)len, !k, k != NULL};
         } else {
             continue; /* a key that is neither str nor int names no file */
         }

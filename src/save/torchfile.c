@@ -15,6 +15,7 @@
 #include "util/error.h"
 #include "util/htab.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,9 +113,13 @@ typedef struct builder {
 typedef struct elem {
     const char *s;
     size_t len;
-    bool is_int;
+    bool is_int;   /* pickled as an int: a list position, or an int dict key */
+    bool dict_int; /* an int dict key (ckpt_entry_path_elem_is_int_key): never a list */
     int64_t i;
 } elem;
+
+/* The container an element makes of its parent when it is the first to need one. */
+static uint8_t container_for(const elem *k) { return k->is_int && !k->dict_int ? N_LIST : N_DICT; }
 
 static uint64_t key_hash(uint32_t parent, const elem *k) {
     uint64_t seed = ((uint64_t)parent << 1 | (k->is_int ? 1u : 0u)) * 0x9e3779b97f4a7c15ull;
@@ -200,7 +205,7 @@ static ckpt_status place(builder *b, const elem *el, size_t m, uint32_t leaf, co
     if (b->root == UINT32_MAX) {
         /* the root's kind is what DCP's set_element makes for the first key under it (a
          * whole state_dict is always a dict: ckpt_torchsave_create makes it one first) */
-        CK_TRY(new_node(b, el[0].is_int ? N_LIST : N_DICT, &b->root, err));
+        CK_TRY(new_node(b, container_for(&el[0]), &b->root, err));
     }
     uint32_t cur = b->root;
     for (size_t i = 0; i < m; i++) {
@@ -213,8 +218,8 @@ static ckpt_status place(builder *b, const elem *el, size_t m, uint32_t leaf, co
         }
         uint32_t next;
         if (kind == N_LIST) {
-            if (!k->is_int) {
-                *why = "a str key under a list";
+            if (!k->is_int || k->dict_int) {
+                *why = "a dict key under a list";
                 return CKPT_OK;
             }
             if (k->i < 0 || k->i >= TS_MAX_LIST_INDEX) {
@@ -232,7 +237,7 @@ static ckpt_status place(builder *b, const elem *el, size_t m, uint32_t leaf, co
                 return CKPT_OK;
             }
             if (next == NONE_KID) {
-                CK_TRY(new_node(b, el[i + 1].is_int ? N_LIST : N_DICT, &next, err));
+                CK_TRY(new_node(b, container_for(&el[i + 1]), &next, err));
                 b->nodes[cur].kids[k->i] = next;
             }
         } else {
@@ -245,7 +250,7 @@ static ckpt_status place(builder *b, const elem *el, size_t m, uint32_t leaf, co
                 return dict_add(b, cur, k, leaf, err);
             }
             if (next == UINT32_MAX) {
-                CK_TRY(new_node(b, el[i + 1].is_int ? N_LIST : N_DICT, &next, err));
+                CK_TRY(new_node(b, container_for(&el[i + 1]), &next, err));
                 CK_TRY(dict_add(b, cur, k, next, err));
             }
         }
@@ -397,11 +402,14 @@ static ckpt_status entry_elems(const ckpt_entry *e, size_t k, elem **el, size_t 
         const char *s = flat ? ckpt_entry_key(e) : ckpt_entry_path_elem(e, k + i);
         elem *x = &(*el)[i];
         *x = (elem){.s = s, .len = strlen(s)};
-        if (!flat && ckpt_entry_path_elem_is_int(e, k + i)) {
+        bool int_key = !flat && ckpt_entry_path_elem_is_int_key(e, k + i);
+        if (!flat && (int_key || ckpt_entry_path_elem_is_int(e, k + i))) {
             char *end;
+            errno = 0;
             long long v = strtoll(s, &end, 10);
-            if (*s && !*end) {
+            if (*s && !*end && !errno) {
                 x->is_int = true;
+                x->dict_int = int_key;
                 x->i = v;
             }
         }
@@ -409,12 +417,14 @@ static ckpt_status entry_elems(const ckpt_entry *e, size_t k, elem **el, size_t 
     return CKPT_OK;
 }
 
-/* e lies under the tree path `under` (n bytes, no trailing '/'): its elements after the
- * prefix's *k start the nested path. */
-static bool entry_under(const ckpt_entry *e, const char *under, size_t n) {
-    if (!n) return true;
-    const char *p = ckpt_entry_path(e);
-    return strncmp(p, under, n) == 0 && (p[n] == '\0' || p[n] == '/');
+/* e is selected: under `under` (the caller checked), at the root when asked, named by no
+ * exclude prefix. */
+static bool entry_selected(const ckpt_entry *e, const ckpt_torchsave_options *o) {
+    if (!o) return true;
+    if (o->root_only && !ckpt_entry_at_root(e)) return false;
+    for (size_t i = 0; i < o->num_exclude; i++)
+        if (ckpt_entry_matches(e, o->exclude[i])) return false;
+    return true;
 }
 
 /* ------------------------------------------------------------------ optimizer by id */
@@ -842,7 +852,7 @@ ckpt_status ckpt_torchsave_create(ckpt_reader *r, const ckpt_torchsave_options *
     if (!ulen) CK_TRY_GOTO(st, new_node(&b, N_DICT, &b.root, err), done); /* a state_dict */
     for (size_t i = 0; i < n; i++) {
         const ckpt_entry *e = ckpt_reader_entry(r, i);
-        if (!entry_under(e, under, ulen)) continue;
+        if (!ckpt_entry_under(e, under) || !entry_selected(e, opts)) continue;
         nsel++;
         uint32_t leaf = 0;
         if (ckpt_entry_kind_of(e) == CKPT_ENTRY_TENSOR) {
@@ -887,7 +897,10 @@ ckpt_status ckpt_torchsave_create(ckpt_reader *r, const ckpt_torchsave_options *
             t->nvalues++;
     }
     if (!nsel) {
-        st = ck_fail(err, CKPT_E_NOTFOUND, "no entry under '%.*s'", (int)ulen, under);
+        if (ulen)
+            st = ck_fail(err, CKPT_E_NOTFOUND, "no entry under '%.*s'", (int)ulen, under);
+        else
+            st = ck_fail(err, CKPT_E_NOTFOUND, "no entry selected");
         goto done;
     }
     if (b.root == UINT32_MAX) CK_TRY_GOTO(st, new_node(&b, N_DICT, &b.root, err), done);

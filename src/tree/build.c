@@ -317,25 +317,47 @@ data:
 
 /* ------------------------------------------------------------------ safetensors files */
 
+/* The name of a view file of top-level directory `top` (0: `base`, "@all" or "@root"), with
+ * `ext`: a directory's name whose first byte is '@' is written with "%40" there, so that no
+ * directory's file is taken for `@all` or `@root` (docs/naming.md, "Views"). */
+static char *view_name(const tree_ckpt *c, uint32_t top, const char *base, const char *ext) {
+    const char *name = top ? c->nodes[top].name : base;
+    bool at = top && name[0] == '@';
+    size_t len = strlen(name) + strlen(ext) + (at ? 3 : 0) + 1;
+    char *s = malloc(len);
+    if (s) snprintf(s, len, "%s%s%s", at ? "%40" : "", name + (at ? 1 : 0), ext);
+    return s;
+}
+
+/* Some entry sits at the root (not under a top-level directory): `@root` files exist. */
+static bool root_has_entries(const tree_ckpt *c) {
+    const tnode *root = &c->nodes[0];
+    for (uint32_t i = 0; i < root->nkids; i++)
+        if (c->nodes[c->kid_ids[root->kids + i]].e) return true;
+    return false;
+}
+
 static ckpt_status list_st(tree_ckpt *c, ckpt_error *err) {
     const tnode *root = &c->nodes[0];
-    c->st = calloc((size_t)root->nsubdirs + 1, sizeof *c->st);
+    c->st = calloc((size_t)root->nsubdirs + 2, sizeof *c->st);
     if (!c->st) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     for (uint32_t i = 0; i < root->nkids; i++) {
         uint32_t k = c->kid_ids[root->kids + i];
         if (c->nodes[k].e) continue;
         st_file *f = &c->st[c->nst];
-        size_t len = strlen(c->nodes[k].name) + sizeof ".safetensors";
-        f->name = malloc(len);
+        f->name = view_name(c, k, NULL, ".safetensors");
         if (!f->name) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
-        snprintf(f->name, len, "%s.safetensors", c->nodes[k].name);
         f->top = k;
         c->nst++;
     }
     st_file *all = &c->st[c->nst++];
-    all->name = strdup("@all.safetensors");
+    all->name = view_name(c, 0, "@all", ".safetensors");
     if (!all->name) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
-    all->top = 0;
+    if (!root_has_entries(c)) return CKPT_OK;
+    st_file *flat = &c->st[c->nst++];
+    flat->name = view_name(c, 0, "@root", ".safetensors");
+    if (!flat->name) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
+    flat->root_only = true;
     return CKPT_OK;
 }
 
@@ -358,31 +380,30 @@ static bool optim_shaped(const tree_ckpt *c, uint32_t top) {
     return true;
 }
 
-static ckpt_status add_pt(tree_ckpt *c, uint32_t top, bool by_id, ckpt_error *err) {
+static ckpt_status add_pt(tree_ckpt *c, uint32_t top, const char *base, bool by_id,
+                          ckpt_error *err) {
     pt_file *f = &c->pt[c->npt];
-    const char *base = top ? c->nodes[top].name : "@all";
-    const char *ext = by_id ? ".by-id.pt" : ".pt";
-    size_t len = strlen(base) + strlen(ext) + 1;
-    f->name = malloc(len);
+    f->name = view_name(c, top, base, by_id ? ".by-id.pt" : ".pt");
     if (!f->name) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
-    snprintf(f->name, len, "%s%s", base, ext);
     f->top = top;
     f->by_id = by_id;
+    f->root_only = !top && strcmp(base, "@root") == 0;
     c->npt++;
     return CKPT_OK;
 }
 
 static ckpt_status list_pt(tree_ckpt *c, ckpt_error *err) {
     const tnode *root = &c->nodes[0];
-    c->pt = calloc(2 * (size_t)root->nsubdirs + 1, sizeof *c->pt);
+    c->pt = calloc(2 * (size_t)root->nsubdirs + 2, sizeof *c->pt);
     if (!c->pt) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     for (uint32_t i = 0; i < root->nkids; i++) {
         uint32_t k = c->kid_ids[root->kids + i];
         if (c->nodes[k].e) continue;
-        if (optim_shaped(c, k)) CK_TRY(add_pt(c, k, true, err));
-        CK_TRY(add_pt(c, k, false, err));
+        if (optim_shaped(c, k)) CK_TRY(add_pt(c, k, NULL, true, err));
+        CK_TRY(add_pt(c, k, NULL, false, err));
     }
-    return add_pt(c, 0, false, err);
+    CK_TRY(add_pt(c, 0, "@all", false, err));
+    return root_has_entries(c) ? add_pt(c, 0, "@root", false, err) : CKPT_OK;
 }
 
 /* ------------------------------------------------------------------ the checkpoint */

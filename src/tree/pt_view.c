@@ -1,10 +1,11 @@
-/* pt_view.c — virtual torch.save files (`.torch/<top>.pt` per top-level directory, and
- * `@all.pt`): the archive's layout comes from ckpt_torchsave (the nested state_dict pickled,
- * every record placed) on first use; reads map a byte range to rendered bytes and byte
- * ranges of tensors, which the read engine turns into fd segments like any tensor file.
- * A top-level directory shaped like an optimizer state_dict (`state/` and `param_groups/`
- * with `params` in each group) also gets `<top>.by-id.pt`, in torch.optim's form.
- * Entries left out (values torch.load(weights_only=True) refuses...) are logged once. */
+/* pt_view.c — virtual torch.save files (`.torch/<top>.pt` per top-level directory,
+ * `@all.pt`, and `@root.pt` for the entries at the root): the archive's layout comes from
+ * ckpt_torchsave (the nested state_dict pickled, every record placed) on first use; reads map a
+ * byte range to rendered bytes and byte ranges of tensors, which the read engine turns into fd
+ * segments like any tensor file. A top-level directory shaped like an optimizer state_dict
+ * (`state/` and `param_groups/` with `params` in each group) also gets `<top>.by-id.pt`, in
+ * torch.optim's form. Entries left out (values torch.load(weights_only=True) refuses...) are logged
+ * once. */
 #include "tree/tree_i.h"
 #include "util/error.h"
 
@@ -16,12 +17,10 @@
 static ckpt_status verify_values(tree_ckpt *c, const pt_file *f, ckpt_error *err) {
     if (!c->manifest) return CKPT_OK;
     const char *top = f->top ? c->nodes[f->top].name : "";
-    size_t tl = strlen(top);
     for (size_t i = 0, n = ckpt_reader_num_entries(c->r); i < n; i++) {
         const ckpt_entry *e = ckpt_reader_entry(c->r, i);
         if (ckpt_entry_kind_of(e) == CKPT_ENTRY_TENSOR) continue;
-        const char *p = ckpt_entry_path(e);
-        if (tl && (strncmp(p, top, tl) != 0 || (p[tl] != '/' && p[tl] != '\0'))) continue;
+        if (!ckpt_entry_under(e, top) || (f->root_only && !ckpt_entry_at_root(e))) continue;
         CK_TRY(tree_verify_item(c, &e->loc, err));
     }
     return CKPT_OK;
@@ -29,7 +28,8 @@ static ckpt_status verify_values(tree_ckpt *c, const pt_file *f, ckpt_error *err
 
 static ckpt_status build(tree_ckpt *c, pt_file *f, const ckpt_tree_options *o, ckpt_error *err) {
     CK_TRY(verify_values(c, f, err));
-    ckpt_torchsave_options to = {.under = f->top ? c->nodes[f->top].name : "", .by_id = f->by_id};
+    ckpt_torchsave_options to = {
+        .under = f->top ? c->nodes[f->top].name : "", .by_id = f->by_id, .root_only = f->root_only};
     CK_TRY(ckpt_torchsave_create(c->r, &to, &f->ts, err));
     for (size_t i = 0; i < ckpt_torchsave_num_skipped(f->ts); i++) {
         const char *why;

@@ -1,4 +1,4 @@
-/* st_view.c — virtual safetensors files (`.safetensors/<top>.safetensors`, `@all`): the
+/* st_view.c — virtual safetensors files (`.safetensors/<top>.safetensors`, `@all`, `@root`): the
  * header computed from the metadata (tensors ordered by item size, largest first, so every
  * tensor is aligned to its item size; the JSON padded with spaces to a multiple of 8), and the
  * table mapping data offsets back to tensors.  Tensors of dtypes safetensors cannot name
@@ -30,8 +30,9 @@ static bool push(collect *k, const ckpt_entry *e) {
     return true;
 }
 
-/* Tensors under node `at`, depth first in name order. */
-static bool walk(collect *k, uint32_t at) {
+/* Tensors under node `at`, depth first in name order (`files_only`: the files directly in
+ * `at`, no subdirectory). */
+static bool walk(collect *k, uint32_t at, bool files_only) {
     const tnode *n = &k->c->nodes[at];
     if (n->e) {
         if (ckpt_entry_kind_of(n->e) != CKPT_ENTRY_TENSOR) return true;
@@ -41,14 +42,17 @@ static bool walk(collect *k, uint32_t at) {
         ck_json_escape(&k->skipped, ckpt_entry_path(n->e), strlen(ckpt_entry_path(n->e)));
         return true;
     }
-    for (uint32_t i = 0; i < n->nkids; i++)
-        if (!walk(k, k->c->kid_ids[n->kids + i])) return false;
+    for (uint32_t i = 0; i < n->nkids; i++) {
+        uint32_t kid = k->c->kid_ids[n->kids + i];
+        if (files_only && !k->c->nodes[kid].e) continue;
+        if (!walk(k, kid, false)) return false;
+    }
     return true;
 }
 
 static ckpt_status build(tree_ckpt *c, st_file *f, ckpt_error *err) {
     collect k = {.c = c};
-    if (!walk(&k, f->top)) {
+    if (!walk(&k, f->top, f->root_only)) {
         free(k.v);
         ck_strbuf_release(&k.skipped);
         return ck_fail(err, CKPT_E_NOMEM, "out of memory");

@@ -95,7 +95,8 @@ typedef struct layout_inst {
 /* A virtual safetensors file; its header and tensor table are built on first use. */
 typedef struct st_file {
     char *name;         /* "<top>.safetensors" */
-    uint32_t top;       /* plain node of the top-level directory, 0 for `@all` */
+    uint32_t top;       /* plain node of the top-level directory, 0 for `@all`, `@root` */
+    bool root_only;     /* `@root`: the entries at the root only */
     ckpt_status status; /* of the build */
     char *header;       /* 8-byte length + JSON padded with spaces to a multiple of 8 */
     size_t header_len;
@@ -110,7 +111,8 @@ typedef struct st_file {
  * message. */
 typedef struct pt_file {
     char *name;         /* "<top>.pt", "<top>.by-id.pt" */
-    uint32_t top;       /* plain node of the top-level directory, 0 for `@all` */
+    uint32_t top;       /* plain node of the top-level directory, 0 for `@all`, `@root` */
+    bool root_only;     /* `@root`: the entries at the root only */
     bool by_id;         /* an optimizer state_dict in torch.optim's form (ckpt_torchsave) */
     ckpt_status status; /* of the build */
     char *error;        /* its message when it failed */

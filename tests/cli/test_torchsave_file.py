@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import tempfile
 import time
 import warnings
@@ -118,6 +119,43 @@ def test_paths_keep_the_elements(saved):
     assert r.returncode == 0 and r.stdout == tbytes(ref["model"]["0.weight"]), r.stderr
 
 
+def test_export_keeps_int_dict_keys(saved, tmp_path):
+    """An optimizer state_dict's int keys (`state: {0: {...}}`) come back as ints from
+    `ckpt export --format torch` of a torch.save file, as torch's own save/load gives them
+    (paths stay decimal text; DCP's planner sees strs), so that a plain optimizer's
+    load_state_dict finds every parameter's state (with str keys it silently finds none)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_export_torch import diff
+    def plain(o):  # an OrderedDict (a module's state_dict) is written back as a dict
+        return {k: plain(v) for k, v in o.items()} if isinstance(o, dict) else o
+    ref = plain(torch.load(saved / "full.pt", weights_only=True))
+    assert list(ref["optimizer"]["state"]) == list(range(len(ref["optimizer"]["state"])))
+    out = tmp_path / "again.pt"
+    r = ckpt("export", "-q", "--format", "torch", saved / "full.pt", out)
+    assert r.returncode == 0, r.stderr
+    got = torch.load(out, weights_only=True)
+    d = diff(ref, got)
+    assert not d, d[:5]
+    assert all(type(k) is int for k in got["optimizer"]["state"])
+    # the value at a path under an int key, and a plain AdamW loading the exported state
+    sub = tmp_path / "optim.pt"
+    assert ckpt("export", "-q", "--keys", "optimizer", saved / "full.pt", sub).returncode == 0
+    osd = torch.load(sub, weights_only=True)
+    assert not diff(ref["optimizer"], osd)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 6), torch.nn.LayerNorm(6),
+                                torch.nn.Linear(6, 8))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    opt.load_state_dict(osd)
+    state = opt.state_dict()["state"]
+    assert sorted(state) == sorted(ref["optimizer"]["state"])
+    for i, st in ref["optimizer"]["state"].items():
+        for name, v in st.items():
+            assert torch.equal(state[i][name], v), (i, name)
+    # ckpt's paths for them are unchanged: decimal elements
+    r = ckpt("cat", "-f", "--path", saved / "full.pt", "optimizer/state/0/exp_avg")
+    assert r.returncode == 0 and r.stdout == tbytes(ref["optimizer"]["state"][0]["exp_avg"])
+
+
 def test_legacy_file_is_refused_naming_it(saved):
     r = ckpt("ls", saved / "legacy.pt")
     assert r.returncode != 0 and r.returncode < 128
@@ -142,6 +180,12 @@ def test_mount_shows_the_file(saved):
             else:
                 assert f.read_text().strip() == repr(v), elems
         assert (mnt / ".raw" / "full.pt").read_bytes() == (saved / "full.pt").read_bytes()
+        # the optimizer's int keys are ints again in .torch/ (as in an export)
+        state = torch.load(mnt / ".torch" / "optimizer.pt", weights_only=True)["state"]
+        assert list(state) == list(ref["optimizer"]["state"])
+        assert all(torch.equal(state[i]["exp_avg"], st["exp_avg"])
+                   for i, st in ref["optimizer"]["state"].items())
+        del state
         # who may read: the file's own -rw-r--r-- in a 0755 directory
         assert os.stat(mnt / "step").st_mode & 0o777 == 0o444
     finally:

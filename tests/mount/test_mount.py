@@ -295,8 +295,17 @@ def test_safetensors_view(mounted):
         assert tuple(t.shape) == shape
         assert tbytes(t) == data, path
     assert len(loaded) + len(skipped) == len(ref.tensors)
+    # @root: the entries at the root (not under a top-level directory), when there are any
+    at_root = {p for p in (*ref.tensors, *ref.objects) if "/" not in p}
+    assert ("@root.safetensors" in files) == bool(at_root)
     for name in files:
         if name == "@all.safetensors":
+            continue
+        if name == "@root.safetensors":
+            with safe_open(stdir / name, "pt") as f:
+                assert set(f.keys()) == {p for p in at_root if p in ref.tensors} - skipped
+                for k in f.keys():
+                    assert tbytes(f.get_tensor(k)) == ref.tensors[k][2], k
             continue
         top = name[:-len(".safetensors")]
         with safe_open(stdir / name, "pt") as f:

@@ -17,6 +17,7 @@ CKPT_FIXTURES_DEFAULT.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import random
@@ -55,6 +56,14 @@ def mounted(request, tmp_path_factory):
     m.close()
 
 
+def escape(element: str) -> str:
+    """A path element as the mount names it (docs/naming.md, "Escaping"; long names aside)."""
+    if element in ("", ".", ".."):
+        return {"": "%", ".": "%2E", "..": "%2E%2E"}[element]
+    return "".join(f"%{ord(c):02X}" if c in "%/" or ord(c) < 0x20 or ord(c) == 0x7F else c
+                   for c in element)
+
+
 def view_bytes_of(export: bytes) -> bytes:
     """The bytes the view serves for an exported archive: the same, with the CRC-32 of every
     tensor record (data/N) zeroed in its data descriptor and central directory entry."""
@@ -85,9 +94,16 @@ def test_views_load_as_torch_reads_the_checkpoint(mounted, monkeypatch):
     names = sorted(p.name for p in tdir.iterdir())
     tops = sorted(p.name for p in m.dir.iterdir() if p.is_dir() and not p.name.startswith("."))
     optims = [t for t in tops if (m.dir / t / "param_groups").is_dir()]
+    files = [p.name for p in m.dir.iterdir() if not p.name.startswith(".") and not p.is_dir()]
     assert names == sorted(["@all.pt"] + [t + ".pt" for t in tops] +
-                           [t + ".by-id.pt" for t in optims])
+                           [t + ".by-id.pt" for t in optims] + (["@root.pt"] if files else []))
     got = load_checked(tdir / "@all.pt", monkeypatch)
+    if files:  # @root.pt: the entries at the root, as torch reads them, in torch's order
+        sub = load_checked(tdir / "@root.pt", monkeypatch)
+        want_root = {k: v for k, v in got.items() if escape(k) in files}
+        assert list(sub) == list(want_root)
+        d = diff(want_root, sub)
+        assert not d, d[:5]
     if want is not None:
         d = diff(want, got)
         assert not d, d[:10]
@@ -149,6 +165,42 @@ def test_by_id_view_is_torch_optims_form(mounted, monkeypatch):
         opt.load_state_dict(sd)
         for mine, saved in zip(opt.state_dict()["param_groups"], sd["param_groups"]):
             assert {k: mine[k] for k in saved} == saved
+
+
+def test_root_views_never_collide_with_a_directory(tmp_path, monkeypatch):
+    """`@all` and `@root` are the views' own names: top-level directories called `@all` and
+    `@root` (saved by real dcp.save) show as `%40all.*` and `%40root.*`, each its own
+    subtree, while `@root.*` holds the entries at the root and `@all.*` everything."""
+    from safetensors.torch import load_file
+    import torch.distributed.checkpoint as dcp
+    g = torch.Generator().manual_seed(5)
+    sd = {"w0": torch.randn(3, 2, generator=g),
+          "@all": {"w": torch.randn(4, generator=g)},
+          "@root": {"x": torch.randn(2, 2, generator=g), "n": 3}}
+    dcp.save(sd, checkpoint_id=str(tmp_path / "ck"), no_dist=True)
+    m = tm.Mount(tmp_path / "ck")
+    try:
+        st_names = sorted(p.name for p in (m.dir / ".safetensors").iterdir())
+        assert st_names == ["%40all.safetensors", "%40root.safetensors", "@all.safetensors",
+                            "@root.safetensors"]
+        pt_names = sorted(p.name for p in (m.dir / ".torch").iterdir())
+        assert pt_names == ["%40all.pt", "%40root.pt", "@all.pt", "@root.pt"]
+        root = load_file(m.dir / ".safetensors" / "@root.safetensors")
+        assert list(root) == ["w0"] and torch.equal(root["w0"], sd["w0"])
+        a = load_file(m.dir / ".safetensors" / "%40all.safetensors")
+        assert list(a) == ["w"] and torch.equal(a["w"], sd["@all"]["w"])
+        assert sorted(load_file(m.dir / ".safetensors" / "@all.safetensors")) == \
+            ["@all/w", "@root/x", "w0"]
+        del root, a  # (mapped: the mount must not stay busy)
+
+        def differs(want, name):  # the mapped archive dies with this frame
+            return diff(want, load_checked(m.dir / ".torch" / name, monkeypatch))
+        assert not differs({"w0": sd["w0"]}, "@root.pt")
+        assert not differs(sd["@root"], "%40root.pt")
+        assert not differs(sd, "@all.pt")
+        gc.collect()
+    finally:
+        m.close()
 
 
 def test_view_bytes_are_the_exports(mounted):

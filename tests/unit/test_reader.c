@@ -234,6 +234,38 @@ Test(reader, version_of_the_loaded_library) {
     cr_expect_str_eq(ckpt_version(), CKPT_VERSION_STRING);
 }
 
+/* The one selection rule of --keys/--exclude and the @root views: tree paths at element
+ * boundaries, flat keys at '.' boundaries, the root = one path element. */
+Test(reader, entry_selection) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/torchtitan/ckpt", ref_fixtures_dir());
+    ckpt_reader *r = NULL;
+    ckpt_error err = {0};
+    cr_assert_eq(ckpt_reader_open(dir, NULL, &r, &err), CKPT_OK, "%s", err.message);
+    const ckpt_entry *m = ckpt_reader_find_key(r, "norm.weight");
+    const ckpt_entry *o = ckpt_reader_find_key(r, "optimizer.state.norm.weight.exp_avg");
+    cr_assert(m && o);
+    cr_expect_str_eq(ckpt_entry_path(o), "optimizer/state.norm.weight.exp_avg");
+    cr_expect(ckpt_entry_at_root(m) && !ckpt_entry_at_root(o));
+    cr_expect_str_eq(ckpt_entry_under(o, "optimizer"), "state.norm.weight.exp_avg");
+    cr_expect_str_eq(ckpt_entry_under(o, "optimizer//"), "state.norm.weight.exp_avg");
+    cr_expect_str_eq(ckpt_entry_under(o, ""), "optimizer/state.norm.weight.exp_avg");
+    cr_expect_str_eq(ckpt_entry_under(o, NULL), "optimizer/state.norm.weight.exp_avg");
+    cr_expect_str_eq(ckpt_entry_under(m, "norm.weight"), ""); /* the entry itself */
+    cr_expect_null(ckpt_entry_under(o, "optim"));             /* element boundary */
+    cr_expect_null(ckpt_entry_under(m, "norm"));
+    cr_expect_null(ckpt_entry_under(o, "optimizer.state")); /* not a tree path here */
+    cr_expect(ckpt_entry_matches(o, "optimizer"));
+    cr_expect(ckpt_entry_matches(o, "optimizer.state")); /* a flat-key prefix */
+    cr_expect(ckpt_entry_matches(o, "optimizer.state.norm.weight.exp_avg"));
+    cr_expect(!ckpt_entry_matches(o, "optimizer.sta"));
+    cr_expect(!ckpt_entry_matches(o, "optim"));
+    cr_expect(ckpt_entry_matches(m, "norm") && ckpt_entry_matches(m, "norm.weight"));
+    cr_expect(!ckpt_entry_matches(m, "") && !ckpt_entry_matches(m, "/") &&
+              !ckpt_entry_matches(m, NULL));
+    ckpt_reader_free(r);
+}
+
 /* planner_data's element types: ('optim', 'param_groups', 0, 'lr') keeps its int. */
 Test(reader, path_elements_that_are_ints) {
     char dir[4096];
