@@ -59,7 +59,7 @@ static ckpt_status whole_tensor(tc *w, const char *key, const char *sub, size_t 
     ckpt_reader *r = w->r;
     ckpt_entry *e = index_new_entry(r, key);
     if (!e) return index_nomem(err);
-    index_elem elems[2] = {{w->item, strlen(w->item), false}, {sub, sublen, false}};
+    index_elem elems[2] = {{w->item, strlen(w->item), false, false}, {sub, sublen, false, false}};
     CK_TRY(index_set_path(r, e, elems, sub ? 2 : 1, err));
     size_t nd = (size_t)(ndim ? ndim : 1);
     int64_t *sh = ck_arena_alloc(r->arena, 2 * nd * sizeof *sh);
@@ -225,7 +225,7 @@ ckpt_status tc_add_json(tc *w, const char *name, ckpt_error *err) {
                 s = index_nomem(err);
             } else { /* the item alone is unreadable: an entry saying why */
                 ckpt_entry *e = index_find(r, w->item) ? NULL : index_new_entry(r, w->item);
-                index_elem top = {w->item, strlen(w->item), false};
+                index_elem top = {w->item, strlen(w->item), false, false};
                 if (e) {
                     e->kind = CKPT_ENTRY_OBJECT;
                     e->loc.file_id = w->file_id;
@@ -239,7 +239,7 @@ ckpt_status tc_add_json(tc *w, const char *name, ckpt_error *err) {
     }
     if (s == CKPT_OK && doc) {
         pk_value *root = from_json(r->arena, doc);
-        index_elem top = {w->item, strlen(w->item), false};
+        index_elem top = {w->item, strlen(w->item), false, false};
         s = root ? index_ts_walk_value(r, root, w->file_id, &top, 1, err) : index_nomem(err);
     }
     free(text);

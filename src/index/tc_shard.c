@@ -215,16 +215,16 @@ ckpt_status tc_named_entries(tc *w, const pk_value *paths, ck_arena *tmp, ckpt_e
                            w->md_path, w->item, i, jerr.message[0] ? ": " : "", jerr.message);
         index_elem elems[TC_MAX_PATH];
         char nums[TC_MAX_PATH][24];
-        elems[0] = (index_elem){w->item, strlen(w->item), false};
+        elems[0] = (index_elem){w->item, strlen(w->item), false, false};
         ck_strbuf_reset(&w->key);
         ck_strbuf_add(&w->key, w->item, strlen(w->item));
         for (size_t j = 0; j < path->len; j++) {
             const ck_json *x = &path->u.items[j];
             if (x->type == CK_JSON_STRING) {
-                elems[j + 1] = (index_elem){x->u.str, x->len, false};
+                elems[j + 1] = (index_elem){x->u.str, x->len, false, false};
             } else if (x->type == CK_JSON_NUMBER && x->is_int) {
                 int len = snprintf(nums[j], sizeof nums[j], "%lld", (long long)x->u.num.i);
-                elems[j + 1] = (index_elem){nums[j], (size_t)len, true};
+                elems[j + 1] = (index_elem){nums[j], (size_t)len, true, false};
             } else {
                 return ck_fail(err, CKPT_E_FORMAT,
                                "%s: item '%.200s': nested path '%.200s' holds a %s", w->md_path,

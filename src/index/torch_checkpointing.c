@@ -106,7 +106,7 @@ static ckpt_status tc_leaf(void *ctx, const index_elem *elems, size_t n, const p
 /* Walks torch.save file `name` (rank w->rank of w->item) below the item key. */
 static ckpt_status walk_torch(tc *w, const char *name, ckpt_error *err) {
     CK_TRY(index_ts_open(w->r, name, &w->it, &w->file_id, &w->file_path, err));
-    index_elem top = {w->item, strlen(w->item), false};
+    index_elem top = {w->item, strlen(w->item), false, false};
     return index_ts_walk(w->r, w->it, w->file_id, &top, 1, w->pend ? tc_leaf : NULL, w, err);
 }
 
