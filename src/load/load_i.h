@@ -6,15 +6,19 @@
 #include "ckpt_load.h"
 #include "ckpt_transport.h"
 
-/* One request of this rank. */
+/* One request of this rank: a box of a tensor, its destination laid out with dstride (bytes
+ * per dim: C order of the box, or, `strided`, the strides of a larger buffer the box sits in,
+ * as one run box of a _StridedShard local shard sits in the local tensor: slice/mesh.h). */
 typedef struct lreq {
     const ckpt_entry *e;
     int64_t start[CKPT_MAX_NDIM];
     int64_t count[CKPT_MAX_NDIM];
+    int64_t dstride[CKPT_MAX_NDIM];
     uint8_t *dst;
-    size_t size;
-    bool local;  /* served by this rank alone (decoded or byte-swapped chunks) */
-    bool device; /* dst is CUDA device memory */
+    size_t size;  /* the box's bytes */
+    bool strided; /* dstride is not the C order of the box */
+    bool local;   /* served by this rank alone (decoded or byte-swapped chunks) */
+    bool device;  /* dst is CUDA device memory */
 } lreq;
 
 /* A transfer of some rank's request: one stored chunk's region intersected with the

@@ -247,6 +247,48 @@ def test_column_plan_does_not_grow_with_rows(tall_ckpt, m, tmp_path):
     assert s["plan_transfers"] <= m and s["plan_rows"] > 0 and s["union_bytes"] == s["asked"], s
 
 
+@pytest.fixture(scope="module")
+def strided_ckpt(tmp_path_factory):
+    """[8192, 512] and [32768, 512] float32 tensors (one stored chunk each), saved by
+    torch.distributed.checkpoint (one process)."""
+    torch = pytest.importorskip("torch")
+    dcp = pytest.importorskip("torch.distributed.checkpoint")
+    d = tmp_path_factory.mktemp("strided") / "ckpt"
+    sd = {f"r{n}": torch.arange(n * 512, dtype=torch.float32).reshape(n, 512)
+          for n in (8192, 32768)}
+    dcp.save(sd, checkpoint_id=str(d), no_dist=True)
+    return d
+
+
+@pytest.mark.parametrize("spec", ["2x2:S1s2,R", "2x2:R,S1s4"])
+def test_strided_column_plan_does_not_grow_with_rows(strided_ckpt, spec, tmp_path):
+    """A _StridedShard on dim 1 (`2x2:S1s2,R`: each rank holds 2 column runs, a box per row and
+    run, 16384 boxes per rank for 8192 rows): the loader requests one strided box per run (the
+    destination has the local tensor's strides), so the plan is a few transfers per rank,
+    the same for 4x the rows, like `4:S1`'s; each rank's buffer equals torch's DTensor split."""
+    dtensor_ref = pytest.importorskip("dtensor_ref")
+    torch = pytest.importorskip("torch")
+    runs = int(spec.split("s")[-1].split(",")[0])  # column runs per rank
+    plans = {}
+    for rows in (8192, 32768):
+        out = tmp_path / f"r{rows}"
+        r = mpirun(4, strided_ckpt, "--layout", spec, "--keys", f"r{rows}", "--dump", out,
+                   "--json")
+        assert r.returncode == 0, r.stdout + r.stderr
+        stats = json.loads(r.stdout.strip().splitlines()[-1])
+        per = stats["per_rank"]
+        for p in per:  # one transfer per (rank, run box, stored chunk): 4 ranks x runs
+            assert p["plan_transfers"] == 4 * runs, p
+            assert p["plan_rows"] == 0 and p["plan_memory"] < 64 << 10, p
+        assert sum(p["read_plan"] for p in per) == stats["union_bytes"] == rows * 512 * 4
+        plans[rows] = [(p["plan_transfers"], p["plan_ranges"], p["plan_memory"]) for p in per]
+        full = torch.arange(rows * 512, dtype=torch.float32).reshape(rows, 512)
+        for k in range(4):
+            want = dtensor_ref.expected_local(full, spec, k).contiguous().numpy().tobytes()
+            assert (out / f"rank{k}" / f"r{rows}").read_bytes() == want, (spec, rows, k)
+    assert plans[8192] == plans[32768], plans  # nothing grows with the rows
+
+
 @pytest.mark.parametrize("name", ["fsdp2_ws4", "tp_shard1"])
 def test_column_slices_with_holes(name):
     """Column halves across stored chunks of real fixtures: the same bytes as the reader's."""
