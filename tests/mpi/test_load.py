@@ -329,6 +329,53 @@ def test_metadata_read_by_rank_0_alone(name):
     assert [g[2] for g in got] == [size, 0, 0], (got, size)
 
 
+@pytest.fixture(scope="module")
+def other_formats(tmp_path_factory):
+    """Checkpoints without DCP metadata (tests/lib/other_formats.py)."""
+    pytest.importorskip("torch")
+    import other_formats as of
+    return of.build(FIXTURES, tmp_path_factory.mktemp("formats"))
+
+
+def rank_stats(r):
+    assert r.returncode == 0, r.stdout + r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])["per_rank"]
+
+
+@pytest.mark.parametrize("name,opts", [
+    ("hf_full", ()), ("hf_sharded", ("--mca", "btl", "self,tcp")), ("bin", ()),
+    ("torchsave", ()), ("tc_sharded", ()), ("tc_single", ("--mca", "btl", "self,tcp"))])
+def test_other_formats_metadata_read_by_rank_0_alone(other_formats, name, opts, tmp_path):
+    """Over MPI, M = 4, formats without `.metadata` (HuggingFace index json and safetensors
+    headers, .bin and torch.save zip directories and pickles, torch-checkpointing's
+    metadata.pkl): rank 0 reads what one process opening the checkpoint reads, the others
+    receive its reads and read no metadata; every rank's Shard(0) equals torch's chunk."""
+    ck, ref = other_formats[name]
+    one = rank_stats(mpirun(1, ck, "--json"))[0]["read_metadata"]
+    assert one > 0
+    per = rank_stats(mpirun(4, ck, "--layout", "dim0", "--dump", tmp_path, "--json", opts=opts))
+    assert [p["read_metadata"] for p in per] == [one, 0, 0, 0], (name, per)
+    got = [p["received_metadata"] for p in per]
+    assert got[0] == 0 and got[1] > 0 and len(set(got[1:])) == 1, got
+    check_dumps(tmp_path, ref, 4, lambda raw, dt, shape, k: shard(raw, dt, shape, 0, 4, k),
+                (name,))
+
+
+def test_other_formats_corrupt_header_fails_every_rank_alike(other_formats, tmp_path):
+    """A safetensors header that is not JSON, as rank 0 reads it: every rank returns rank 0's
+    status and message, naming the file, and none hangs (the subprocess timeout)."""
+    ck, _ = other_formats["hf_full"]
+    bad = tmp_path / "bad"
+    shutil.copytree(ck, bad)
+    f = bad / "model-00001-of-00002.safetensors"
+    raw = bytearray(f.read_bytes())
+    raw[8:12] = b"\x01\x02{["
+    f.write_bytes(bytes(raw))
+    got = open_all(4, bad)
+    assert len(set(got)) == 1 and got[0][0] != 0, got
+    assert got[0][1].startswith(f"rank 0: {bad}/") and f.name in got[0][1], got
+
+
 @pytest.mark.parametrize("damage", ["truncated", "not a pickle", "garbage inside"])
 def test_corrupt_metadata_fails_every_rank_alike(damage, tmp_path):
     """A bad `.metadata`: the same status and message on every rank (rank 0's, naming the
