@@ -228,8 +228,10 @@ void load_plan_release(load_plan *p, int size);
 
 /* share.c: what one rank reads for the job.  load_open_reader: l->r for `dir` (collective,
  * agreed): rank 0 reads DCP metadata files whole and broadcasts them, every rank indexes the
- * checkpoint from those bytes (*shared true); other formats (and one rank): every rank opens
- * the directory itself.  load_share_chunks (collective, agreed): the unresolved stored chunks
+ * checkpoint from those bytes (*shared true); other formats: rank 0 opens the checkpoint with
+ * its metadata reads recorded (util/iotap.h) and broadcasts them, the others open it
+ * answering the same reads from them (*shared false: the data files' names are compared);
+ * one rank opens it as ckpt_reader_open.  load_share_chunks (collective, agreed): the unresolved stored chunks
  * this rank's requests meet are resolved once across the job, each by one of the ranks that
  * need it, the others adopting the result (stats.chunks_adopted). */
 ckpt_status load_open_reader(ckpt_load *l, const char *dir, const ckpt_open_options *opts,
