@@ -34,9 +34,9 @@ ckpt_status ck_source_read(const ck_source *src, uint64_t off, void *buf, uint64
             if (errno == EINTR) continue;
             if (errno == CK_ETAPMISS)
                 return ck_fail(err, CKPT_E_INVAL,
-                               "%s: ranks see different checkpoint metadata (not the size or the "
-                               "bytes the rank "
-                               "that read the metadata saw: a read at offset %llu)",
+                               "%s: ranks see different checkpoint metadata (not the size or "
+                               "the bytes the rank that read the metadata saw: a read at "
+                               "offset %llu)",
                                name, (unsigned long long)at);
             if (errno == EINVAL && src->base + off + done > (uint64_t)INT64_MAX)
                 return ck_fail(err, CKPT_E_RANGE, "%s: offset %llu is beyond any file", name,
