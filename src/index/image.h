@@ -47,6 +47,15 @@ ckpt_status index_reader_open_image(const char *dir, const ckpt_open_options *op
                                     const uint8_t *blob, size_t len, const ckpt_reader_stats *read,
                                     ckpt_reader **out, ckpt_error *err);
 
+/* Opens `dir` as ckpt_reader_open would, every metadata read of the index build (those
+ * counted as metadata: bytes_read_metadata) going through `tap` (util/iotap.h): a recorder
+ * keeps them, for other processes to open the same checkpoint from its blob with a replayer,
+ * reading no metadata file.  For formats without DCP metadata (HuggingFace safetensors
+ * storage, torch.save files and `.bin` shards, torch-checkpointing).  The tap is not kept. */
+struct ck_io_tap;
+ckpt_status index_reader_open_tapped(const char *dir, const ckpt_open_options *opts,
+                                     struct ck_io_tap *tap, ckpt_reader **out, ckpt_error *err);
+
 /* Parses blob[0, len) into *img (img->files malloc'ed, free() it; pointers into the blob):
  * CKPT_E_FORMAT when it is not a well-formed image. */
 ckpt_status index_image_parse(const uint8_t *blob, size_t len, index_image *img, ckpt_error *err);

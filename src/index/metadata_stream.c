@@ -3,6 +3,7 @@
 #include "index/metadata_stream.h"
 
 #include "util/error.h"
+#include "util/iotap.h"
 #include "util/source.h"
 
 #include <errno.h>
@@ -25,15 +26,17 @@ struct ck_metadata_stream {
 static size_t stream_read(void *ctx, uint8_t *dst, uint64_t off, size_t n) {
     ck_metadata_stream *s = ctx;
     if (s->read_errno) return 0;
+    ck_io_tap *tap = s->count ? s->count->tap : NULL;
     for (;;) {
-        ssize_t got = pread(s->fd, dst, n, (off_t)off);
+        ssize_t got = tap ? ck_io_tap_pread(tap, s->path, s->fd, dst, n, off)
+                          : pread(s->fd, dst, n, (off_t)off);
         if (got < 0 && errno == EINTR) continue;
         if (got <= 0) {
             s->read_errno = got < 0 ? errno : -1;
             s->fail_offset = off;
             return 0;
         }
-        ck_io_count_add(s->count, (uint64_t)got);
+        if (!tap || !ck_io_tap_replays(tap)) ck_io_count_add(s->count, (uint64_t)got);
         return (size_t)got;
     }
 }
@@ -72,6 +75,12 @@ ckpt_status ck_metadata_stream_open(const char *path, uint64_t max, ck_io_count 
 const pk_input *ck_metadata_stream_input(const ck_metadata_stream *s) { return &s->in; }
 
 ckpt_status ck_metadata_stream_finish(ck_metadata_stream *s, ckpt_error *err) {
+    if (s->read_errno == CK_ETAPMISS)
+        return ck_fail(
+            err, CKPT_E_INVAL,
+            "%s: ranks see different checkpoint metadata (not the size or the bytes the rank "
+            "that read the metadata saw: a read at offset %llu)",
+            s->path, (unsigned long long)s->fail_offset);
     if (s->read_errno > 0)
         return ck_fail(err, CKPT_E_IO, "%s: read error at offset %llu: %s", s->path,
                        (unsigned long long)s->fail_offset, strerror(s->read_errno));

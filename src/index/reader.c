@@ -8,6 +8,7 @@
 #include "index/metadata_files.h"
 
 #include "util/error.h"
+#include "util/iotap.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -49,8 +50,9 @@ ckpt_status ck_reader_open_buffer(const char *dir, const uint8_t *buf, size_t le
     return CKPT_OK;
 }
 
-ckpt_status ckpt_reader_open(const char *dir, const ckpt_open_options *opts, ckpt_reader **out,
-                             ckpt_error *err) {
+/* ckpt_reader_open, with the metadata reads of the index build through `tap` (or not). */
+static ckpt_status reader_open(const char *dir, const ckpt_open_options *opts, ck_io_tap *tap,
+                               ckpt_reader **out, ckpt_error *err) {
     *out = NULL;
     if (!dir) return ck_fail(err, CKPT_E_INVAL, "no checkpoint directory given");
     struct stat st;
@@ -76,12 +78,25 @@ ckpt_status ckpt_reader_open(const char *dir, const ckpt_open_options *opts, ckp
         s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
         goto fail;
     }
-    CK_TRY_GOTO(s, file ? index_build_file(r, err) : index_build(r, err), fail);
+    r->io_meta.tap = tap; /* (sources copied into kept items see it cleared after the build) */
+    s = file ? index_build_file(r, err) : index_build(r, err);
+    r->io_meta.tap = NULL;
+    if (s != CKPT_OK) goto fail;
     *out = r;
     return CKPT_OK;
 fail:
     ckpt_reader_free(r);
     return s;
+}
+
+ckpt_status ckpt_reader_open(const char *dir, const ckpt_open_options *opts, ckpt_reader **out,
+                             ckpt_error *err) {
+    return reader_open(dir, opts, NULL, out, err);
+}
+
+ckpt_status index_reader_open_tapped(const char *dir, const ckpt_open_options *opts, ck_io_tap *tap,
+                                     ckpt_reader **out, ckpt_error *err) {
+    return reader_open(dir, opts, tap, out, err);
 }
 
 ckpt_status index_reader_open_image(const char *dir, const ckpt_open_options *opts,

@@ -375,7 +375,8 @@ static ckpt_status tc_add(ckpt_reader *r, ckpt_error *err) {
     w.md_path = md_path;
     pk_doc *doc = NULL;
     size_t len = 0;
-    ckpt_status s = ck_metadata_decode_file(path, &r->limits, &doc, &len, err);
+    ckpt_status s =
+        ck_metadata_decode_file_watched(path, &r->limits, NULL, &r->io_meta, &doc, &len, err);
     ck_arena *tmp = s == CKPT_OK ? ck_arena_new(r->limits.max_metadata_bytes) : NULL;
     if (s == CKPT_OK && !tmp) s = index_nomem(err);
     const pk_value *root = doc ? pk_doc_root(doc) : NULL;

@@ -3,11 +3,13 @@
  * the exchange rounds, then the requests only this rank can serve), with counters and
  * CKPT_DEBUG logging. */
 #include "load/load_i.h"
+#include "slice/mesh.h"
 #include "slice/region.h"
 #include "tensor/strided.h"
 #include "util/error.h"
 
 #include <sched.h>
+#include <stddef.h>
 #include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,6 +138,40 @@ ckpt_status ckpt_load_request(ckpt_load *l, const char *key, const int64_t *star
     return ckpt_load_request_mem(l, key, start, count, dst, dst_size, CKPT_LOAD_MEM_AUTO, err);
 }
 
+/* Records a request for the box (start, count) of e (both given: e's dims), its destination
+ * at dst laid out with dstride (bytes per dim; NULL: C order of the box); `bytes` is the
+ * box's size, `span` the destination bytes the strides address (checked by the caller). */
+static ckpt_status push_request(ckpt_load *l, const ckpt_entry *e, const int64_t *start,
+                                const int64_t *count, const int64_t *dstride, uint8_t *dst,
+                                uint64_t bytes, ckpt_load_memory mem, ckpt_error *err) {
+    if (l->nreqs == l->reqs_cap) {
+        size_t cap = l->reqs_cap ? l->reqs_cap * 2 : 16;
+        lreq *m = realloc(l->reqs, cap * sizeof *m);
+        if (!m) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
+        l->reqs = m;
+        l->reqs_cap = cap;
+    }
+    int nd = ckpt_entry_ndim(e);
+    lreq *q = &l->reqs[l->nreqs++];
+    memset(q, 0, offsetof(lreq, start));
+    q->e = e;
+    q->dst = dst;
+    q->size = (size_t)bytes;
+    q->local = false;
+    q->strided = false;
+    q->device = mem == CKPT_LOAD_MEM_CUDA || (mem == CKPT_LOAD_MEM_AUTO && bytes &&
+                                              dev_supported() && dev_pointer_is_device(dst));
+    int64_t acc = (int64_t)ckpt_dtype_itemsize(ckpt_entry_dtype(e));
+    for (int d = nd - 1; d >= 0; d--) {
+        q->start[d] = start[d];
+        q->count[d] = count[d];
+        q->dstride[d] = dstride ? dstride[d] : acc;
+        q->strided |= q->count[d] > 1 && q->dstride[d] != acc;
+        acc *= count[d];
+    }
+    return CKPT_OK;
+}
+
 ckpt_status ckpt_load_request_mem(ckpt_load *l, const char *key, const int64_t *start,
                                   const int64_t *count, void *dst, size_t dst_size,
                                   ckpt_load_memory mem, ckpt_error *err) {
@@ -151,34 +187,19 @@ ckpt_status ckpt_load_request_mem(ckpt_load *l, const char *key, const int64_t *
         return ck_fail(err, CKPT_E_INVAL, "'%s' is not a tensor", key);
     int nd = ckpt_entry_ndim(e);
     uint64_t bytes = ckpt_dtype_itemsize(ckpt_entry_dtype(e));
+    int64_t st[CKPT_MAX_NDIM], ct[CKPT_MAX_NDIM];
     for (int d = 0; d < nd; d++) {
         int64_t a = start ? start[d] : 0, c = count ? count[d] : ckpt_entry_shape(e)[d];
         if (a < 0 || c < 0 || a > ckpt_entry_shape(e)[d] - c)
             return ck_fail(err, CKPT_E_RANGE, "'%s': region outside the tensor", key);
         bytes *= (uint64_t)c;
+        st[d] = a;
+        ct[d] = c;
     }
     if (dst_size < bytes || (!dst && bytes))
         return ck_fail(err, CKPT_E_INVAL, "'%s': buffer of %zu bytes, region needs %llu", key,
                        dst_size, (unsigned long long)bytes);
-    if (l->nreqs == l->reqs_cap) {
-        size_t cap = l->reqs_cap ? l->reqs_cap * 2 : 16;
-        lreq *m = realloc(l->reqs, cap * sizeof *m);
-        if (!m) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
-        l->reqs = m;
-        l->reqs_cap = cap;
-    }
-    lreq *q = &l->reqs[l->nreqs++];
-    memset(q, 0, sizeof *q);
-    q->e = e;
-    q->dst = dst;
-    q->size = (size_t)bytes;
-    q->device = mem == CKPT_LOAD_MEM_CUDA || (mem == CKPT_LOAD_MEM_AUTO && bytes &&
-                                              dev_supported() && dev_pointer_is_device(dst));
-    for (int d = 0; d < nd; d++) {
-        q->start[d] = start ? start[d] : 0;
-        q->count[d] = count ? count[d] : ckpt_entry_shape(e)[d];
-    }
-    return CKPT_OK;
+    return push_request(l, e, st, ct, NULL, dst, bytes, mem, err);
 }
 
 ckpt_status ckpt_load_request_shard(ckpt_load *l, const char *key, int dim, uint32_t nranks,
@@ -240,21 +261,36 @@ ckpt_status ckpt_load_request_layout(ckpt_load *l, const char *key, const ckpt_l
     }
     int nd = ckpt_entry_ndim(e);
     size_t keep = l->nreqs, item = ckpt_dtype_itemsize(ckpt_entry_dtype(e));
-    uint64_t need = ckpt_layout_shard_numel(sh) * item, n = ckpt_layout_shard_num_boxes(sh);
+    uint64_t need = ckpt_layout_shard_numel(sh) * item, n = slice_shard_num_run_boxes(sh);
     ckpt_status s = CKPT_OK;
-    if (dst_size < need)
+    if (dst_size < need || (!dst && need))
         s = ck_fail(err, CKPT_E_INVAL, "'%s': buffer of %zu bytes, its local shard needs %llu", key,
                     dst_size, (unsigned long long)need);
+    if (s == CKPT_OK && mem != CKPT_LOAD_MEM_AUTO && mem != CKPT_LOAD_MEM_HOST &&
+        mem != CKPT_LOAD_MEM_CUDA)
+        s = ck_fail(err, CKPT_E_INVAL, "'%s': unknown memory kind %d", key, (int)mem);
+    if (s == CKPT_OK && mem == CKPT_LOAD_MEM_CUDA && !dev_supported())
+        s = ck_fail(err, CKPT_E_UNSUPPORTED,
+                    "'%s': a CUDA destination, but this build has no CUDA support", key);
+    /* one request per run box (slice/mesh.h), not per box: a _StridedShard on a dim after the
+     * first holds a box per index of the dims before it (rows), but only a few runs per dim;
+     * each run box is a box of the tensor whose destination has the local tensor's strides */
+    const int64_t *local = ckpt_layout_shard_local_shape(sh);
+    int64_t lstride[CKPT_MAX_NDIM], acc = (int64_t)item;
+    for (int d = nd - 1; d >= 0; d--) {
+        lstride[d] = acc;
+        acc *= local[d];
+    }
+    if (s == CKPT_OK && !need) n = 1; /* the one (empty) box */
     for (uint64_t i = 0; s == CKPT_OK && i < n; i++) {
-        int64_t st[CKPT_MAX_NDIM], ct[CKPT_MAX_NDIM];
-        uint64_t at;
-        ckpt_layout_shard_box(sh, i, st, ct, &at);
-        uint64_t bytes = item;
-        for (int d = 0; d < nd; d++)
+        int64_t st[CKPT_MAX_NDIM], ct[CKPT_MAX_NDIM], lo[CKPT_MAX_NDIM];
+        slice_shard_run_box(sh, i, st, ct, lo);
+        uint64_t bytes = item, at = 0;
+        for (int d = 0; d < nd; d++) {
             bytes *= (uint64_t)ct[d];
-        s = ckpt_load_request_mem(l, key, nd ? st : NULL, nd ? ct : NULL,
-                                  bytes ? (uint8_t *)dst + at * item : dst, (size_t)bytes, mem,
-                                  err);
+            at += (uint64_t)lo[d] * (uint64_t)lstride[d];
+        }
+        s = push_request(l, e, st, ct, lstride, bytes ? (uint8_t *)dst + at : dst, bytes, mem, err);
     }
     ckpt_layout_shard_free(sh);
     if (s != CKPT_OK) l->nreqs = keep;
@@ -344,8 +380,9 @@ static ckpt_status plan_local(ckpt_load *l, gpiece **out, size_t *n, ckpt_error 
         x.req = (uint32_t)i;
         x.local = false;
         uint64_t bytes;
-        ckpt_status ps = slice_for_each_box(l->r, q->e, nd ? q->start : NULL, nd ? q->count : NULL,
-                                            plan_box, &x, &bytes, err);
+        ckpt_status ps =
+            slice_for_each_box_dst(l->r, q->e, nd ? q->start : NULL, nd ? q->count : NULL,
+                                   nd ? q->dstride : NULL, plan_box, &x, &bytes, err);
         if (ps != CKPT_OK) {
             free(x.v);
             return ps;
@@ -407,6 +444,8 @@ static ckpt_status prepare_device(ckpt_load *l, bool mine, uint64_t bytes, ckpt_
 static ckpt_status read_whole(ckpt_load *l, const lreq *q, ckpt_error *err) {
     if (q->device) return load_region_to_device(l, q, err);
     int nd = ckpt_entry_ndim(q->e);
+    if (q->strided)
+        return slice_read_region_dst(l->r, q->e, q->start, q->count, q->dstride, q->dst, err);
     return ckpt_read_region(l->r, q->e, nd ? q->start : NULL, nd ? q->count : NULL, q->dst, q->size,
                             err);
 }

@@ -6,15 +6,19 @@
 #include "ckpt_load.h"
 #include "ckpt_transport.h"
 
-/* One request of this rank. */
+/* One request of this rank: a box of a tensor, its destination laid out with dstride (bytes
+ * per dim: C order of the box, or, `strided`, the strides of a larger buffer the box sits in,
+ * as one run box of a _StridedShard local shard sits in the local tensor: slice/mesh.h). */
 typedef struct lreq {
     const ckpt_entry *e;
     int64_t start[CKPT_MAX_NDIM];
     int64_t count[CKPT_MAX_NDIM];
+    int64_t dstride[CKPT_MAX_NDIM];
     uint8_t *dst;
-    size_t size;
-    bool local;  /* served by this rank alone (decoded or byte-swapped chunks) */
-    bool device; /* dst is CUDA device memory */
+    size_t size;  /* the box's bytes */
+    bool strided; /* dstride is not the C order of the box */
+    bool local;   /* served by this rank alone (decoded or byte-swapped chunks) */
+    bool device;  /* dst is CUDA device memory */
 } lreq;
 
 /* A transfer of some rank's request: one stored chunk's region intersected with the
@@ -224,8 +228,10 @@ void load_plan_release(load_plan *p, int size);
 
 /* share.c: what one rank reads for the job.  load_open_reader: l->r for `dir` (collective,
  * agreed): rank 0 reads DCP metadata files whole and broadcasts them, every rank indexes the
- * checkpoint from those bytes (*shared true); other formats (and one rank): every rank opens
- * the directory itself.  load_share_chunks (collective, agreed): the unresolved stored chunks
+ * checkpoint from those bytes (*shared true); other formats: rank 0 opens the checkpoint with
+ * its metadata reads recorded (util/iotap.h) and broadcasts them, the others open it
+ * answering the same reads from them (*shared false: the data files' names are compared);
+ * one rank opens it as ckpt_reader_open.  load_share_chunks (collective, agreed): the unresolved stored chunks
  * this rank's requests meet are resolved once across the job, each by one of the ranks that
  * need it, the others adopting the result (stats.chunks_adopted). */
 ckpt_status load_open_reader(ckpt_load *l, const char *dir, const ckpt_open_options *opts,

@@ -7,6 +7,7 @@
 #include "index/reader_i.h"
 #include "load/load_i.h"
 #include "util/error.h"
+#include "util/iotap.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,10 @@
  * chunk and rank needing it) would exceed this: each rank then reads its own, as before. */
 #define LOAD_SHARE_MAX_BYTES ((uint64_t)64 << 20)
 
+/* What rank 0 broadcasts at the open (hdr[0]): nothing (one rank), a DCP metadata image
+ * (index/image.h), or the metadata reads of another format's open (util/iotap.h). */
+enum { META_NONE = 0, META_IMAGE = 1, META_TAP = 2 };
+
 ckpt_status load_open_reader(ckpt_load *l, const char *dir, const ckpt_open_options *opts,
                              bool *shared, ckpt_error *err) {
     *shared = false;
@@ -25,24 +30,31 @@ ckpt_status load_open_reader(ckpt_load *l, const char *dir, const ckpt_open_opti
     uint8_t *blob = NULL;
     size_t len = 0;
     ckpt_reader_stats read = {0};
-    uint64_t hdr[2] = {0, 0}; /* an image follows; its length */
+    uint64_t hdr[2] = {META_NONE, 0}; /* what follows; its length */
     ckpt_status s = CKPT_OK;
     if (l->rank == 0) {
         ckpt_error e = {0};
         s = index_image_read(dir, opts ? opts->limits : NULL, &blob, &len, &read, &e);
         if (s == CKPT_OK) {
-            hdr[0] = 1;
-            hdr[1] = len;
+            hdr[0] = META_IMAGE;
         } else if (s == CKPT_E_NOTFOUND && !e.message[0]) {
-            s = CKPT_OK; /* not DCP metadata: every rank opens the directory itself */
-        } else if (err) {
-            *err = e;
+            /* not DCP metadata: rank 0 opens the checkpoint, keeping what its metadata reads
+             * returned (a HuggingFace index json and headers, torch.save zip directories and
+             * pickles), and the others open it from those bytes */
+            ck_io_tap *tap = ck_io_tap_recorder();
+            s = tap ? index_reader_open_tapped(dir, opts, tap, &l->r, &e)
+                    : ck_fail(&e, CKPT_E_NOMEM, "out of memory");
+            if (s == CKPT_OK) s = ck_io_tap_blob(tap, &blob, &len, &e);
+            ck_io_tap_free(tap);
+            hdr[0] = META_TAP;
         }
+        hdr[1] = len;
+        if (s != CKPT_OK && err) *err = e;
     }
     s = load_agree(l, s, err); /* rank 0's read error, everywhere */
     if (s == CKPT_OK) {
         s = load_bcast(l, hdr, sizeof hdr, 0, "broadcast (metadata size)", err);
-        if (s == CKPT_OK && l->rank != 0 && hdr[0]) {
+        if (s == CKPT_OK && l->rank != 0 && hdr[0] != META_NONE) {
             len = (size_t)hdr[1];
             blob = hdr[1] <= SIZE_MAX ? malloc(len ? len : 1) : NULL;
             if (!blob)
@@ -51,18 +63,27 @@ ckpt_status load_open_reader(ckpt_load *l, const char *dir, const ckpt_open_opti
         }
         s = load_agree(l, s, err);
     }
-    for (size_t at = 0; s == CKPT_OK && hdr[0] && at < len; at += LOAD_BCAST_PIECE) {
+    for (size_t at = 0; s == CKPT_OK && hdr[0] != META_NONE && at < len; at += LOAD_BCAST_PIECE) {
         size_t n = len - at < LOAD_BCAST_PIECE ? len - at : LOAD_BCAST_PIECE;
         s = load_agree(l, load_bcast(l, blob + at, n, 0, "broadcast (metadata)", err), err);
     }
     if (s == CKPT_OK) {
-        ckpt_status os = hdr[0] ? index_reader_open_image(dir, opts, blob, len,
-                                                          l->rank == 0 ? &read : NULL, &l->r, err)
-                                : ckpt_reader_open(dir, opts, &l->r, err);
+        ckpt_status os = CKPT_OK;
+        if (hdr[0] == META_IMAGE) {
+            os = index_reader_open_image(dir, opts, blob, len, l->rank == 0 ? &read : NULL, &l->r,
+                                         err);
+        } else if (hdr[0] == META_TAP && l->rank != 0) { /* (rank 0 has opened it) */
+            ck_io_tap *tap = NULL;
+            os = ck_io_tap_replayer(blob, len, &tap, err);
+            if (os == CKPT_OK) os = index_reader_open_tapped(dir, opts, tap, &l->r, err);
+            ck_io_tap_free(tap);
+        } else if (hdr[0] == META_NONE) {
+            os = ckpt_reader_open(dir, opts, &l->r, err);
+        }
         s = load_agree(l, os, err);
     }
-    if (s == CKPT_OK && hdr[0]) {
-        *shared = true;
+    if (s == CKPT_OK && hdr[0] != META_NONE) {
+        *shared = hdr[0] == META_IMAGE;
         if (l->rank != 0) l->meta_received = len;
     }
     free(blob);

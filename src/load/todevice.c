@@ -78,18 +78,28 @@ ckpt_status load_region_to_device(ckpt_load *l, const lreq *q, ckpt_error *err) 
     inner[nd - 1] = item;
     for (int k = nd - 2; k >= 0; k--)
         inner[k] = inner[k + 1] * (uint64_t)q->count[k + 1];
+    /* cdim: dims from cdim on are laid out in the destination as in the box's C order (all
+     * of them for a plain request; a strided one sits in a larger buffer), so a slab must
+     * keep dims < cdim fixed and may span several indices of dim d only when d >= cdim */
+    int cdim = 0;
+    for (int j = nd - 1; j >= 0; j--)
+        if (q->count[j] > 1 && (uint64_t)q->dstride[j] != inner[j]) {
+            cdim = j + 1;
+            break;
+        }
     int d = 0;
     while (d < nd - 1 && inner[d] > half)
         d++;
-    uint64_t per = half / inner[d] ? half / inner[d] : 1; /* indices of dim d per slab */
+    if (d < cdim - 1) d = cdim - 1;
+    uint64_t per = d < cdim ? 1 : half / inner[d] ? half / inner[d] : 1; /* indices of d per slab */
     int64_t idx[CKPT_MAX_NDIM] = {0}, start[CKPT_MAX_NDIM], count[CKPT_MAX_NDIM];
     for (;;) {
         /* the slab: idx fixed on dims < d, [idx[d], idx[d]+k) on d, whole after */
         uint64_t k = (uint64_t)(q->count[d] - idx[d]);
         if (k > per) k = per;
-        uint64_t lin = 0;
+        uint64_t at = 0;
         for (int j = 0; j <= d; j++)
-            lin = lin * (uint64_t)q->count[j] + (uint64_t)idx[j];
+            at += (uint64_t)idx[j] * (uint64_t)q->dstride[j];
         for (int j = 0; j < nd; j++) {
             start[j] = q->start[j] + (j <= d ? idx[j] : 0);
             count[j] = j < d ? 1 : j == d ? (int64_t)k : q->count[j];
@@ -102,7 +112,7 @@ ckpt_status load_region_to_device(ckpt_load *l, const lreq *q, ckpt_error *err) 
             return ck_fail(err, CKPT_E_LIMIT, "'%s': slab of %llu bytes over the staging half",
                            ckpt_entry_key(q->e), (unsigned long long)bytes);
         CK_TRY(ckpt_read_region(l->r, q->e, start, count, room, (size_t)bytes, err));
-        CK_TRY(dev_sink_fill(l->dev, q->dst, q->dst + lin * inner[d], bytes, err));
+        CK_TRY(dev_sink_fill(l->dev, q->dst, q->dst + at, bytes, err));
         l->stats.bytes_device += bytes;
         /* next: advance idx[d] by k, carrying into outer dims */
         idx[d] += (int64_t)k;

@@ -147,6 +147,16 @@ ckpt_status ckpt_read_region(ckpt_reader *r, const ckpt_entry *e, const int64_t 
     return s;
 }
 
+ckpt_status slice_read_region_dst(ckpt_reader *r, const ckpt_entry *e, const int64_t *start,
+                                  const int64_t *count, const int64_t *dst_stride, void *dst,
+                                  ckpt_error *err) {
+    slice_reader x = {.r = r, .e = e, .dst = dst};
+    ckpt_status s =
+        slice_for_each_box_dst(r, e, start, count, dst_stride, slice_read_box, &x, NULL, err);
+    free(x.slab);
+    return s;
+}
+
 ckpt_status ckpt_read_tensor(ckpt_reader *r, const ckpt_entry *e, void *dst, size_t dst_size,
                              ckpt_error *err) {
     CK_ERR_OR_LOCAL(err);

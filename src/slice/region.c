@@ -8,6 +8,12 @@
 ckpt_status slice_for_each_box(ckpt_reader *r, const ckpt_entry *e, const int64_t *start,
                                const int64_t *count, slice_box_fn fn, void *ctx,
                                uint64_t *region_bytes, ckpt_error *err) {
+    return slice_for_each_box_dst(r, e, start, count, NULL, fn, ctx, region_bytes, err);
+}
+
+ckpt_status slice_for_each_box_dst(ckpt_reader *r, const ckpt_entry *e, const int64_t *start,
+                                   const int64_t *count, const int64_t *dst_stride, slice_box_fn fn,
+                                   void *ctx, uint64_t *region_bytes, ckpt_error *err) {
     if (e->kind != CKPT_ENTRY_TENSOR)
         return ck_fail(err, CKPT_E_INVAL, "'%s' is not a tensor", e->key);
     if (e->problem) return ck_fail(err, CKPT_E_FORMAT, "'%s': %s", e->key, e->problem);
@@ -26,7 +32,7 @@ ckpt_status slice_for_each_box(ckpt_reader *r, const ckpt_entry *e, const int64_
     }
     int64_t acc = (int64_t)isz;
     for (int d = nd - 1; d >= 0; d--) {
-        rstride[d] = acc;
+        rstride[d] = dst_stride ? dst_stride[d] : acc;
         acc *= cn[d];
     }
     if (region_bytes) *region_bytes = numel * isz;

@@ -27,6 +27,12 @@ typedef ckpt_status (*slice_box_fn)(void *ctx, const slice_box *box, ckpt_error 
 ckpt_status slice_for_each_box(ckpt_reader *r, const ckpt_entry *e, const int64_t *start,
                                const int64_t *count, slice_box_fn fn, void *ctx,
                                uint64_t *region_bytes, ckpt_error *err);
+/* The same with the region's destination laid out with `dst_stride` (bytes per dim, positive;
+ * NULL: C order of the region): a box of the region that sits inside a larger buffer, as one
+ * run-product box of a _StridedShard local shard sits inside the local tensor. */
+ckpt_status slice_for_each_box_dst(ckpt_reader *r, const ckpt_entry *e, const int64_t *start,
+                                   const int64_t *count, const int64_t *dst_stride, slice_box_fn fn,
+                                   void *ctx, uint64_t *region_bytes, ckpt_error *err);
 
 /* Reads one box into its destination: the state of a region read (read.c).  `dst` is the
  * region buffer (box->dst0 is relative to it); `slab` is staging for finely strided chunks,
@@ -39,5 +45,10 @@ typedef struct slice_reader {
     size_t slab_cap;
 } slice_reader;
 ckpt_status slice_read_box(void *slice_reader_ctx, const slice_box *b, ckpt_error *err);
+/* ckpt_read_region into a destination laid out with dst_stride (bytes per dim; NULL: C
+ * order): the caller guarantees dst covers every byte those strides address. */
+ckpt_status slice_read_region_dst(ckpt_reader *r, const ckpt_entry *e, const int64_t *start,
+                                  const int64_t *count, const int64_t *dst_stride, void *dst,
+                                  ckpt_error *err);
 
 #endif

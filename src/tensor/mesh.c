@@ -13,6 +13,8 @@
  * indices.  The local tensor is the product of the dims' index lists in C order, so with j the
  * last dim held as several runs, its boxes are: each index tuple of dims < j (count 1 each), for
  * each run of dim j, the whole of dims > j.  Boxes are computed from their number. */
+#include "slice/mesh.h"
+
 #include "ckpt.h"
 #include "util/error.h"
 
@@ -292,4 +294,30 @@ ckpt_status ckpt_layout_boxes(const ckpt_layout *l, int ndim, const int64_t *sha
     }
     ckpt_layout_shard_free(s);
     return st;
+}
+
+uint64_t slice_shard_num_run_boxes(const ckpt_layout_shard *s) {
+    if (!s->numel) return 1;
+    uint64_t n = 1;
+    for (int d = 0; d < s->ndim; d++)
+        n *= s->r[d].n;
+    return n;
+}
+
+void slice_shard_run_box(const ckpt_layout_shard *s, uint64_t i, int64_t *start, int64_t *count,
+                         int64_t *local) {
+    if (!s->numel) { /* the one empty box of ckpt_layout_shard_box */
+        ckpt_layout_shard_box(s, 0, start, count, NULL);
+        for (int d = 0; local && d < s->ndim; d++)
+            local[d] = 0;
+        return;
+    }
+    for (int d = s->ndim - 1; d >= 0; d--) {
+        const runs *r = &s->r[d];
+        uint32_t k = (uint32_t)(i % r->n);
+        i /= r->n;
+        start[d] = r->v[k].start;
+        count[d] = r->v[k].count;
+        if (local) local[d] = (int64_t)r->pos[k];
+    }
 }

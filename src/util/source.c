@@ -2,6 +2,7 @@
 #include "util/source.h"
 
 #include "util/error.h"
+#include "util/iotap.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -23,10 +24,20 @@ ckpt_status ck_source_read(const ck_source *src, uint64_t off, void *buf, uint64
     }
     uint8_t *p = buf;
     uint64_t done = 0;
+    ck_io_tap *tap = src->count ? src->count->tap : NULL;
     while (done < len) {
-        ssize_t n = pread(src->fd, p + done, (size_t)(len - done), (off_t)(src->base + off + done));
+        uint64_t at = src->base + off + done;
+        ssize_t n =
+            tap ? ck_io_tap_pread(tap, src->name, src->fd, p + done, (size_t)(len - done), at)
+                : pread(src->fd, p + done, (size_t)(len - done), (off_t)at);
         if (n < 0) {
             if (errno == EINTR) continue;
+            if (errno == CK_ETAPMISS)
+                return ck_fail(err, CKPT_E_INVAL,
+                               "%s: ranks see different checkpoint metadata (not the size or "
+                               "the bytes the rank that read the metadata saw: a read at "
+                               "offset %llu)",
+                               name, (unsigned long long)at);
             if (errno == EINVAL && src->base + off + done > (uint64_t)INT64_MAX)
                 return ck_fail(err, CKPT_E_RANGE, "%s: offset %llu is beyond any file", name,
                                (unsigned long long)(src->base + off + done));
@@ -36,7 +47,7 @@ ckpt_status ck_source_read(const ck_source *src, uint64_t off, void *buf, uint64
         if (n == 0) /* the range passes the end of the file (truncated, or a bad range) */
             return ck_fail(err, CKPT_E_RANGE, "%s: unexpected end of file at offset %llu", name,
                            (unsigned long long)(src->base + off + done));
-        ck_io_count_add(src->count, (uint64_t)n);
+        if (!tap || !ck_io_tap_replays(tap)) ck_io_count_add(src->count, (uint64_t)n);
         done += (uint64_t)n;
     }
     return CKPT_OK;

@@ -17,6 +17,9 @@
 typedef struct ck_io_count {
     _Atomic uint64_t bytes;
     _Atomic uint64_t calls;
+    /* while set (a reader's metadata counter, during a collective open): the preads counted
+     * here go through this tap instead (util/iotap.h); replayed reads are not counted */
+    struct ck_io_tap *tap;
 } ck_io_count;
 
 /* Adds one pread's result (n > 0) to c; c may be NULL. */

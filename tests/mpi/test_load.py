@@ -247,6 +247,48 @@ def test_column_plan_does_not_grow_with_rows(tall_ckpt, m, tmp_path):
     assert s["plan_transfers"] <= m and s["plan_rows"] > 0 and s["union_bytes"] == s["asked"], s
 
 
+@pytest.fixture(scope="module")
+def strided_ckpt(tmp_path_factory):
+    """[8192, 512] and [32768, 512] float32 tensors (one stored chunk each), saved by
+    torch.distributed.checkpoint (one process)."""
+    torch = pytest.importorskip("torch")
+    dcp = pytest.importorskip("torch.distributed.checkpoint")
+    d = tmp_path_factory.mktemp("strided") / "ckpt"
+    sd = {f"r{n}": torch.arange(n * 512, dtype=torch.float32).reshape(n, 512)
+          for n in (8192, 32768)}
+    dcp.save(sd, checkpoint_id=str(d), no_dist=True)
+    return d
+
+
+@pytest.mark.parametrize("spec", ["2x2:S1s2,R", "2x2:R,S1s4"])
+def test_strided_column_plan_does_not_grow_with_rows(strided_ckpt, spec, tmp_path):
+    """A _StridedShard on dim 1 (`2x2:S1s2,R`: each rank holds 2 column runs, a box per row and
+    run, 16384 boxes per rank for 8192 rows): the loader requests one strided box per run (the
+    destination has the local tensor's strides), so the plan is a few transfers per rank,
+    the same for 4x the rows, like `4:S1`'s; each rank's buffer equals torch's DTensor split."""
+    dtensor_ref = pytest.importorskip("dtensor_ref")
+    torch = pytest.importorskip("torch")
+    runs = int(spec.split("s")[-1].split(",")[0])  # column runs per rank
+    plans = {}
+    for rows in (8192, 32768):
+        out = tmp_path / f"r{rows}"
+        r = mpirun(4, strided_ckpt, "--layout", spec, "--keys", f"r{rows}", "--dump", out,
+                   "--json")
+        assert r.returncode == 0, r.stdout + r.stderr
+        stats = json.loads(r.stdout.strip().splitlines()[-1])
+        per = stats["per_rank"]
+        for p in per:  # one transfer per (rank, run box, stored chunk): 4 ranks x runs
+            assert p["plan_transfers"] == 4 * runs, p
+            assert p["plan_rows"] == 0 and p["plan_memory"] < 64 << 10, p
+        assert sum(p["read_plan"] for p in per) == stats["union_bytes"] == rows * 512 * 4
+        plans[rows] = [(p["plan_transfers"], p["plan_ranges"], p["plan_memory"]) for p in per]
+        full = torch.arange(rows * 512, dtype=torch.float32).reshape(rows, 512)
+        for k in range(4):
+            want = dtensor_ref.expected_local(full, spec, k).contiguous().numpy().tobytes()
+            assert (out / f"rank{k}" / f"r{rows}").read_bytes() == want, (spec, rows, k)
+    assert plans[8192] == plans[32768], plans  # nothing grows with the rows
+
+
 @pytest.mark.parametrize("name", ["fsdp2_ws4", "tp_shard1"])
 def test_column_slices_with_holes(name):
     """Column halves across stored chunks of real fixtures: the same bytes as the reader's."""
@@ -285,6 +327,53 @@ def test_metadata_read_by_rank_0_alone(name):
     got = open_all(3, ck)
     assert [g[0] for g in got] == [0, 0, 0], got
     assert [g[2] for g in got] == [size, 0, 0], (got, size)
+
+
+@pytest.fixture(scope="module")
+def other_formats(tmp_path_factory):
+    """Checkpoints without DCP metadata (tests/lib/other_formats.py)."""
+    pytest.importorskip("torch")
+    import other_formats as of
+    return of.build(FIXTURES, tmp_path_factory.mktemp("formats"))
+
+
+def rank_stats(r):
+    assert r.returncode == 0, r.stdout + r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])["per_rank"]
+
+
+@pytest.mark.parametrize("name,opts", [
+    ("hf_full", ()), ("hf_sharded", ("--mca", "btl", "self,tcp")), ("bin", ()),
+    ("torchsave", ()), ("tc_sharded", ()), ("tc_single", ("--mca", "btl", "self,tcp"))])
+def test_other_formats_metadata_read_by_rank_0_alone(other_formats, name, opts, tmp_path):
+    """Over MPI, M = 4, formats without `.metadata` (HuggingFace index json and safetensors
+    headers, .bin and torch.save zip directories and pickles, torch-checkpointing's
+    metadata.pkl): rank 0 reads what one process opening the checkpoint reads, the others
+    receive its reads and read no metadata; every rank's Shard(0) equals torch's chunk."""
+    ck, ref = other_formats[name]
+    one = rank_stats(mpirun(1, ck, "--json"))[0]["read_metadata"]
+    assert one > 0
+    per = rank_stats(mpirun(4, ck, "--layout", "dim0", "--dump", tmp_path, "--json", opts=opts))
+    assert [p["read_metadata"] for p in per] == [one, 0, 0, 0], (name, per)
+    got = [p["received_metadata"] for p in per]
+    assert got[0] == 0 and got[1] > 0 and len(set(got[1:])) == 1, got
+    check_dumps(tmp_path, ref, 4, lambda raw, dt, shape, k: shard(raw, dt, shape, 0, 4, k),
+                (name,))
+
+
+def test_other_formats_corrupt_header_fails_every_rank_alike(other_formats, tmp_path):
+    """A safetensors header that is not JSON, as rank 0 reads it: every rank returns rank 0's
+    status and message, naming the file, and none hangs (the subprocess timeout)."""
+    ck, _ = other_formats["hf_full"]
+    bad = tmp_path / "bad"
+    shutil.copytree(ck, bad)
+    f = bad / "model-00001-of-00002.safetensors"
+    raw = bytearray(f.read_bytes())
+    raw[8:12] = b"\x01\x02{["
+    f.write_bytes(bytes(raw))
+    got = open_all(4, bad)
+    assert len(set(got)) == 1 and got[0][0] != 0, got
+    assert got[0][1].startswith(f"rank 0: {bad}/") and f.name in got[0][1], got
 
 
 @pytest.mark.parametrize("damage", ["truncated", "not a pickle", "garbage inside"])

@@ -8,7 +8,7 @@ during the execute) and `preads` must equal strace's count for the data files, a
 checkpoint; rank 0 alone reads DCP metadata, the job's sum is one copy of it): collective with shared bytes through the exchange and with in-place runs, the
 independent mode, dim0 and dim1, a zstd checkpoint (compressed input of decoded chunks),
 HuggingFace storage (the total only: its safetensors headers are metadata to the reader, data
-to a path-based count).  And the counter can tell a lie apart: a `[2048, 64]` float32 tensor
+to a path-based count; read by rank 0 alone, as DCP metadata, since 2026-12-01).  And the counter can tell a lie apart: a `[2048, 64]` float32 tensor
 loaded `dim1` by 2 ranks in the independent mode reads whole rows through slabs, about twice
 what it asked for, while the collective mode reads about what it asked.
 
@@ -104,7 +104,8 @@ def test_headers_once_per_job_by_strace(tmp_path):
 
 def test_counters_hf_storage(tmp_path):
     stats, tallies = traced_load(FIXTURES / "hf_sharded" / "ckpt", 2, tmp_path, "--layout", "dim0")
-    check_exact(stats, tallies, split=False, meta_once=False)  # (no .metadata: every rank)
+    # no .metadata: rank 0 reads the headers, the others replay its reads (docs/loader.md)
+    check_exact(stats, tallies, split=False, meta_once=True)
 
 
 @pytest.fixture(scope="module")

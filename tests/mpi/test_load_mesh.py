@@ -62,6 +62,23 @@ def test_mesh_layouts_equal_dtensor(name, tmp_path):
         shutil.rmtree(tmp_path / f"s{i}")
 
 
+# _StridedShard after the first dim: each rank's shard is a box per row and run, requested as
+# one strided box per run (a destination with the local tensor's strides, docs/loader.md)
+STRIDED = ["2x2:S1s2,R", "3x2:R,S1s3", "2x2:S0s2,S1s2"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_strided_shards_after_the_first_dim_equal_dtensor(name, tmp_path):
+    """Strided run boxes through every path: transfers exchanged or read in place, decoded
+    (zstd) and byte-swapped chunks read by their rank, the independent mode, many rounds."""
+    fx = FIXTURES / name
+    for i, spec in enumerate(STRIDED):
+        check(fx, spec, tmp_path / f"s{i}", extra=("--direct-min", "never" if i % 2 else "1"))
+        shutil.rmtree(tmp_path / f"s{i}")
+    check(fx, STRIDED[0], tmp_path / "ind", extra=("--mode", "independent"))
+    check(fx, STRIDED[2], tmp_path / "small", extra=("--budget", "2K"))
+
+
 @pytest.mark.parametrize("spec", ["2x2:S0s2,S0", "2x3:R,S0"])
 def test_over_tcp(spec, tmp_path):
     check(FIXTURES / "fsdp2_ws3", spec, tmp_path / "o", opts=("--mca", "btl", "self,tcp"))

@@ -304,11 +304,112 @@ def test_metadata_is_read_once_per_job(name, spec, tmp_path):
     assert stats[1][4] >= size  # (the image: the files and their names and sizes)
 
 
-def test_other_formats_are_opened_by_every_rank(tmp_path):
-    """HuggingFace safetensors storage has no `.metadata`: every rank reads its headers."""
-    _, ranks, stats, _ = run(FIXTURES / "hf_sharded" / "ckpt", "2x2:S0,S1", tmp_path / "o")
-    assert all(s == 0 for s, _ in ranks), ranks
-    assert all(s[3] == stats[0][3] > 0 and s[4] == 0 for s in stats), stats
+@pytest.fixture(scope="module")
+def other_formats(tmp_path_factory):
+    """Checkpoints without DCP metadata -> {name: (path, {tree path: (dtype, shape, raw)})}
+    (tests/lib/other_formats.py: HuggingFace safetensors storage, .bin shards and a torch.save
+    file written by torch, torch-checkpointing)."""
+    pytest.importorskip("torch")
+    import other_formats as of
+    return of.build(FIXTURES, tmp_path_factory.mktemp("formats"))
+
+
+OTHER = ["hf_sharded", "hf_full", "bin", "torchsave", "tc_sharded", "tc_single"]
+
+
+@pytest.mark.parametrize("name", OTHER)
+def test_other_formats_metadata_is_read_once_per_job(other_formats, name, tmp_path):
+    """No `.metadata`: rank 0 opens the checkpoint and keeps what its metadata preads returned
+    (the index json and every safetensors header, each torch.save file's zip directory and
+    data.pkl, torch-checkpointing's metadata.pkl); the others index it from those bytes and
+    read no metadata file.  Rank 0 reads what one process opening it reads; every rank's
+    buffers equal torch's tensors (M = 4, each rank the whole tensor and its Shard(0))."""
+    ck, ref = other_formats[name]
+    _, ranks, one, _ = run(ck, "1:R", tmp_path / "one")
+    assert ranks == [(0, "")] and one[0][3] > 0, (ranks, one)
+    for spec in ("4:R", "4:S0"):
+        out = tmp_path / spec.replace(":", "")
+        rc, ranks, stats, _ = run(ck, spec, out)
+        assert rc == 0 and all(s == 0 for s, _ in ranks), ranks
+        assert [s[3] for s in stats] == [one[0][3], 0, 0, 0], (name, stats, one)
+        assert stats[0][4] == 0 and len({s[4] for s in stats[1:]}) == 1 and stats[1][4] > 0, stats
+        check_dumps(out, ref, 4, expected(spec), (name, spec))
+
+
+def blob_damage(path: Path, at: int, data: bytes):
+    raw = bytearray(path.read_bytes())
+    raw[at:at + len(data)] = data
+    path.write_bytes(bytes(raw))
+
+
+# a header damaged as rank 0 reads it -> the file its message names
+DAMAGE = {
+    # a safetensors header that is not JSON
+    "hf_full": lambda d: (blob_damage(d / "model-00001-of-00002.safetensors", 8, b"\x01\x02{["),
+                          d / "model-00001-of-00002.safetensors"),
+    # the zip's end of central directory of a .bin shard
+    "bin": lambda d: (blob_damage(d / "pytorch_model-00002-of-00002.bin",
+                                  (d / "pytorch_model-00002-of-00002.bin").stat().st_size - 22,
+                                  b"XXXX"), d / "pytorch_model-00002-of-00002.bin"),
+    # torch-checkpointing's metadata.pkl cut short
+    "tc_sharded": lambda d: ((d / "metadata.pkl").write_bytes(
+        (d / "metadata.pkl").read_bytes()[:100]), d / "metadata.pkl"),
+}
+
+
+@pytest.mark.parametrize("where", ["everywhere", "rank 0 only"])
+@pytest.mark.parametrize("name", sorted(DAMAGE))
+def test_a_corrupt_header_fails_every_rank_alike(other_formats, name, where, tmp_path):
+    """A damaged header of a format without `.metadata`, as rank 0 reads it: the same status
+    and message on every rank (rank 0's, naming the file), in bounded time."""
+    ck, _ = other_formats[name]
+    bad = tmp_path / "bad"
+    shutil.copytree(ck, bad)
+    _, named = DAMAGE[name](bad)
+    if where == "everywhere":
+        rc, ranks, _, secs = run(bad, "2x2:S0,S1", tmp_path / "o", "--timeout-ms", "10000")
+    else:
+        rc, ranks, _, secs = run(ck, "2x2:S0,S1", tmp_path / "o", "--dir-of", f"0:{bad}",
+                                 "--timeout-ms", "10000")
+    assert rc == 1
+    msg = same_everywhere(ranks, status=ranks[0][0])
+    assert ranks[0][0] not in (0, E_TRANSPORT), ranks
+    assert msg.startswith("rank 0: ") and named.name in msg, msg
+    assert secs < 8, secs  # agreed, not timed out
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_rank_with_other_headers_is_told(other_formats, tmp_path):
+    """Rank 2's copy has a safetensors header of another length: it asks for bytes rank 0 did
+    not read, and every rank fails with its message (not a load from mixed metadata)."""
+    ck, _ = other_formats["hf_sharded"]
+    other = tmp_path / "other"
+    shutil.copytree(ck, other)
+    f = sorted(other.glob("*.safetensors"))[1]
+    raw = f.read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    head = raw[8:8 + n].rstrip(b" ") + b" " * 16  # the same JSON, 16 bytes longer
+    f.write_bytes((len(head)).to_bytes(8, "little") + head + raw[8 + n:])
+    rc, ranks, _, _ = run(ck, "2x2:S0,S1", tmp_path / "o", "--dir-of", f"2:{other}")
+    msg = same_everywhere(ranks, status=8)  # CKPT_E_INVAL
+    assert msg.startswith("rank 2: ") and "different checkpoint metadata" in msg, msg
+
+
+@pytest.mark.parametrize("fault,want", [
+    ("0:bcast:1:lone", "rank 0: transport broadcast (metadata size) failed: injected fault"),
+    ("3:bcast:2:lone", "rank 3: transport broadcast (metadata) failed: injected fault"),
+    ("1:bcast:2:op", "rank 0: transport broadcast (metadata) failed: injected fault"),
+])
+@pytest.mark.parametrize("name", ["hf_full", "tc_sharded"])
+def test_a_failing_metadata_broadcast_of_other_formats(other_formats, name, fault, want,
+                                                       tmp_path):
+    ck, _ = other_formats[name]
+    rc, ranks, _, secs = run(ck, "2x2:S0,S1", tmp_path / "o", "--fault", fault,
+                             "--timeout-ms", "10000")
+    assert rc == 1
+    msg = same_everywhere(ranks)
+    assert want in msg, msg
+    assert secs < 8, secs
 
 
 @pytest.mark.parametrize("name", ["fsdp2_ws4", "torch113", "megatron_flat", "hsdp"])
