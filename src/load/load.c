@@ -3,7 +3,7 @@
  * the exchange rounds, then the requests only this rank can serve), with counters and
  * CKPT_DEBUG logging. */
 #include "load/load_i.h"
-#include "slice/mesh.h"
+#include "tensor/mesh.h"
 #include "slice/region.h"
 #include "tensor/strided.h"
 #include "util/error.h"
@@ -272,7 +272,7 @@ ckpt_status ckpt_load_request_layout(ckpt_load *l, const char *key, const ckpt_l
     if (s == CKPT_OK && mem == CKPT_LOAD_MEM_CUDA && !dev_supported())
         s = ck_fail(err, CKPT_E_UNSUPPORTED,
                     "'%s': a CUDA destination, but this build has no CUDA support", key);
-    /* one request per run box (slice/mesh.h), not per box: a _StridedShard on a dim after the
+    /* one request per run box (tensor/mesh.h), not per box: a _StridedShard on a dim after the
      * first holds a box per index of the dims before it (rows), but only a few runs per dim;
      * each run box is a box of the tensor whose destination has the local tensor's strides */
     const int64_t *local = ckpt_layout_shard_local_shape(sh);

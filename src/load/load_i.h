@@ -8,7 +8,7 @@
 
 /* One request of this rank: a box of a tensor, its destination laid out with dstride (bytes
  * per dim: C order of the box, or, `strided`, the strides of a larger buffer the box sits in,
- * as one run box of a _StridedShard local shard sits in the local tensor: slice/mesh.h). */
+ * as one run box of a _StridedShard local shard sits in the local tensor: tensor/mesh.h). */
 typedef struct lreq {
     const ckpt_entry *e;
     int64_t start[CKPT_MAX_NDIM];
@@ -231,9 +231,9 @@ void load_plan_release(load_plan *p, int size);
  * checkpoint from those bytes (*shared true); other formats: rank 0 opens the checkpoint with
  * its metadata reads recorded (util/iotap.h) and broadcasts them, the others open it
  * answering the same reads from them (*shared false: the data files' names are compared);
- * one rank opens it as ckpt_reader_open.  load_share_chunks (collective, agreed): the unresolved stored chunks
- * this rank's requests meet are resolved once across the job, each by one of the ranks that
- * need it, the others adopting the result (stats.chunks_adopted). */
+ * one rank opens it as ckpt_reader_open.  load_share_chunks (collective, agreed): the unresolved
+ * stored chunks this rank's requests meet are resolved once across the job, each by one of the
+ * ranks that need it, the others adopting the result (stats.chunks_adopted). */
 ckpt_status load_open_reader(ckpt_load *l, const char *dir, const ckpt_open_options *opts,
                              bool *shared, ckpt_error *err);
 ckpt_status load_share_chunks(ckpt_load *l, ckpt_error *err);

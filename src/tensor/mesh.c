@@ -13,7 +13,7 @@
  * indices.  The local tensor is the product of the dims' index lists in C order, so with j the
  * last dim held as several runs, its boxes are: each index tuple of dims < j (count 1 each), for
  * each run of dim j, the whole of dims > j.  Boxes are computed from their number. */
-#include "slice/mesh.h"
+#include "tensor/mesh.h"
 
 #include "ckpt.h"
 #include "util/error.h"

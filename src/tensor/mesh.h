@@ -5,8 +5,8 @@
  * its runs begin, with the local tensor's strides.  There are at most as many run boxes as
  * ckpt_layout_shard_num_boxes gives (usually far fewer: `4x2:S1s2,R` on a [4096, 4096] weight
  * is 2 run boxes, 8192 boxes), and their number never depends on the tensor's rows. */
-#ifndef CK_SLICE_MESH_H
-#define CK_SLICE_MESH_H
+#ifndef CK_TENSOR_MESH_H
+#define CK_TENSOR_MESH_H
 
 #include "ckpt.h"
 
