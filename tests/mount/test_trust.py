@@ -912,6 +912,8 @@ def test_value_texts_bounded_by_value_cache(tmp_path):
         grown = max(hwm, max(peak)) - base
         print(f"daemon RSS before {base} KiB, peak {max(peak)} KiB, VmHWM {hwm} KiB, "
               f"grown {grown} KiB, bound {bound} KiB")
-        assert grown <= bound, (base, max(peak), hwm, bound)
+        # (AddressSanitizer's quarantine holds freed memory: there only the bytes count)
+        if "libasan" not in Path(f"/proc/{pid}/maps").read_text():
+            assert grown <= bound, (base, max(peak), hwm, bound)
     finally:
         m.close()
