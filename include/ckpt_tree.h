@@ -77,6 +77,10 @@ typedef struct ckpt_tree_options {
      * the first time a read uses it; reads touching a mismatching item fail with
      * CKPT_E_CHECKSUM.  A checkpoint without a manifest then fails to open. */
     bool verify;
+    /* Bytes of rendered non-tensor value texts kept for reuse, every checkpoint of the tree
+     * together (0: 64 MiB).  Past it the least recently used are dropped and rendered again
+     * when next read; their sizes stay known. */
+    uint64_t value_cache;
 } ckpt_tree_options;
 
 /* Opens `dir`: a checkpoint (it has `.metadata` or `__0.metadata`), or a directory whose

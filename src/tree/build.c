@@ -1,6 +1,6 @@
 /* build.c — one checkpoint's part of the namespace: opens its reader, builds the plain tree
  * (one node per escaped path element, children sorted by name), lists its raw files and
- * virtual safetensors files, and renders non-tensor entries on first use. */
+ * virtual safetensors files (values.c renders non-tensor entries on first use). */
 #include "index/hf_storage.h"
 #include "index/formats.h"
 #include "index/metadata_files.h"
@@ -454,10 +454,9 @@ ckpt_status tree_ckpt_build(tree_ckpt *c, const ckpt_tree_options *o, ckpt_error
 
 void tree_ckpt_clear(tree_ckpt *c) {
     if (c->objects) {
-        for (size_t i = 0; c->r && i < ckpt_reader_num_entries(c->r); i++) {
-            free(atomic_load(&c->objects[i].text));
+        tree_values_forget(c);
+        for (size_t i = 0; c->r && i < ckpt_reader_num_entries(c->r); i++)
             free(atomic_load(&c->objects[i].limit_error));
-        }
         free(c->objects);
     }
     for (uint32_t i = 0; i < c->nraw; i++) {
@@ -514,51 +513,4 @@ void tree_ckpt_release(tree_ckpt *c) {
     free(c->dir);
     free(c->name);
     free(c);
-}
-
-/* ------------------------------------------------------------------ objects */
-
-const char *tree_object_text(tree_ckpt *c, const ckpt_entry *e, size_t *len, ckpt_error *err) {
-    object_text *ot = &c->objects[ckpt_entry_index(e)];
-    char *text = atomic_load_explicit(&ot->text, memory_order_acquire);
-    if (!text) {
-        const char *limit = atomic_load_explicit(&ot->limit_error, memory_order_acquire);
-        if (limit) {
-            ck_fail(err, CKPT_E_LIMIT, "%s", limit);
-            return NULL;
-        }
-        if (tree_verify_item(c, &e->loc, err) != CKPT_OK) return NULL;
-        ckpt_object *obj = NULL;
-        if (ckpt_object_load(c->r, e, &obj, err) != CKPT_OK) return NULL;
-        char *s = NULL;
-        ckpt_status st = ckpt_value_to_text(ckpt_object_root(obj), &s, err);
-        ckpt_object_free(obj);
-        if (st == CKPT_E_LIMIT) {
-            /* bounded work, once: the failure is kept and every later use reports it */
-            ck_error_prefix(err, "value '%s': ", ckpt_entry_key(e));
-            char *msg = strdup(err ? err->message : "value too large to render");
-            char *expected = NULL;
-            if (msg && !atomic_compare_exchange_strong(&ot->limit_error, &expected, msg)) free(msg);
-            return NULL;
-        }
-        if (st != CKPT_OK) return NULL;
-        size_t n = strlen(s);
-        char *withnl = realloc(s, n + 2);
-        if (!withnl) {
-            free(s);
-            ck_fail(err, CKPT_E_NOMEM, "out of memory");
-            return NULL;
-        }
-        withnl[n] = '\n';
-        withnl[n + 1] = '\0';
-        char *expected = NULL;
-        if (atomic_compare_exchange_strong(&ot->text, &expected, withnl)) {
-            text = withnl;
-        } else {
-            free(withnl);
-            text = expected;
-        }
-    }
-    *len = strlen(text);
-    return text;
 }

@@ -23,9 +23,10 @@ static const uint32_t hidden_insts[] = {INST_LAYOUT, INST_NPY, INST_RAW, INST_ST
 
 /* ------------------------------------------------------------------ checkpoints */
 
-static tree_ckpt *slot_new(const char *dir, const char *name, uint32_t slot) {
+static tree_ckpt *slot_new(ckpt_tree *t, const char *dir, const char *name, uint32_t slot) {
     tree_ckpt *c = calloc(1, sizeof *c);
     if (!c) return NULL;
+    c->values = &t->values;
     c->dir = strdup(dir);
     c->name = strdup(name);
     c->slot = slot;
@@ -325,7 +326,7 @@ static ckpt_status scan(ckpt_tree *t, ckpt_error *err) {
                 t->slots = m;
                 t->slots_cap = c2;
             }
-            tree_ckpt *c = slot_new(path, de->d_name, t->nslots);
+            tree_ckpt *c = slot_new(t, path, de->d_name, t->nslots);
             if (!c) {
                 s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
                 break;
@@ -398,6 +399,7 @@ ckpt_status ckpt_tree_open(const char *dir, const ckpt_tree_options *opts, ckpt_
     if (!t) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     if (opts) t->opts = *opts;
     pthread_mutex_init(&t->lock, NULL);
+    tree_values_init(&t->values, t->opts.value_cache);
     t->dir = strdup(dir);
     t->slots = calloc(16, sizeof *t->slots);
     t->slots_cap = 16;
@@ -422,7 +424,7 @@ ckpt_status ckpt_tree_open(const char *dir, const ckpt_tree_options *opts, ckpt_
      * directory of checkpoints */
     ck_dir_kind kind = file ? CK_DIR_MARKED : ck_checkpoint_dir_probe(dir, NULL);
     if (kind == CK_DIR_MARKED || (kind == CK_DIR_UNMARKED && !has_checkpoint_subdir(dir))) {
-        tree_ckpt *c = slot_new(dir, "", 0);
+        tree_ckpt *c = slot_new(t, dir, "", 0);
         if (!c) {
             s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
             goto fail;
@@ -476,6 +478,7 @@ void ckpt_tree_free(ckpt_tree *t) {
     free(t->dir);
     free(t->top_acl);
     pthread_mutex_destroy(&t->lock);
+    tree_values_destroy(&t->values);
     free(t);
 }
 
@@ -650,11 +653,9 @@ static ckpt_status read_layout(tree_read *x, const layout_inst *li, const ckpt_e
 static ckpt_status entry_size(const obj *o, uint64_t *size, ckpt_error *err) {
     const ckpt_entry *e = o->e;
     if (ckpt_entry_kind_of(e) != CKPT_ENTRY_TENSOR) {
-        size_t len = 0;
         ckpt_error oerr = {0};
-        if (!tree_object_text(o->c, e, &len, &oerr)) len = 0; /* read reports the error */
+        if (tree_value_size(o->c, e, size, &oerr) != CKPT_OK) *size = 0; /* read reports it */
         (void)err;
-        *size = len;
         return CKPT_OK;
     }
     switch (o->view) {
@@ -1112,8 +1113,8 @@ ckpt_status ckpt_tree_open_file(ckpt_tree *t, ckpt_ino ino, ckpt_error *err) {
     CK_TRY(resolve(t, ino, &o, err));
     ckpt_status s = CKPT_OK;
     if (o.kind == O_ENTRY && ckpt_entry_kind_of(o.e) != CKPT_ENTRY_TENSOR) {
-        size_t len;
-        if (!tree_object_text(o.c, o.e, &len, err)) s = err ? err->code : CKPT_E_IO;
+        uint64_t len;
+        s = tree_value_size(o.c, o.e, &len, err);
     }
     /* counted while still held: free_gone never frees a step with a file open */
     if (s == CKPT_OK && o.c && t->multi) atomic_fetch_add(&o.c->opens, 1);
@@ -1444,12 +1445,9 @@ static ckpt_status read_obj(ckpt_tree *t, const obj *po, ckpt_ino ino, uint64_t 
     ckpt_tree_stat st;
     CK_TRY(stat_obj(t, &o, ino, &st, err));
     if (st.type != CKPT_NODE_FILE) return ck_fail(err, CKPT_E_INVAL, "not a file");
-    if (o.kind == O_ENTRY && ckpt_entry_kind_of(o.e) != CKPT_ENTRY_TENSOR) {
+    if (o.kind == O_ENTRY && ckpt_entry_kind_of(o.e) != CKPT_ENTRY_TENSOR)
         /* a value that cannot be rendered has size 0 in getattr; reading it is an error */
-        size_t tl;
-        if (!tree_object_text(o.c, o.e, &tl, err)) return err ? err->code : CKPT_E_IO;
-        st.size = tl;
-    }
+        CK_TRY(tree_value_size(o.c, o.e, &st.size, err));
     if (off >= st.size || !len) return CKPT_OK;
     if (len > st.size - off) len = (size_t)(st.size - off);
     if (s->cap < len) {
@@ -1469,12 +1467,16 @@ static ckpt_status read_obj(ckpt_tree *t, const obj *po, ckpt_ino ino, uint64_t 
     switch (o.kind) {
     case O_ENTRY:
         if (ckpt_entry_kind_of(o.e) != CKPT_ENTRY_TENSOR) {
-            size_t tl;
-            const char *text = tree_object_text(o.c, o.e, &tl, err);
+            /* held while copied: another thread may drop it from the cache meanwhile */
+            const tree_text *text = tree_value_get(o.c, o.e, err);
             if (!text) return err ? err->code : CKPT_E_IO;
+            size_t tl = text->len;
+            if (off < tl) {
+                if (len > tl - off) len = tl - (size_t)off, x.len = len;
+                rs = tree_read_mem(&x, 0, text->data + off, len, err);
+            }
+            tree_value_put(o.c, text);
             if (off >= tl) return CKPT_OK;
-            if (len > tl - off) len = tl - (size_t)off, x.len = len;
-            rs = tree_read_mem(&x, 0, text + off, len, err);
         } else if (o.view == V_PLAIN) {
             rs = tree_read_tensor(&x, o.e, NULL, NULL, off, len, 0, err);
         } else if (o.view == V_NPY) {

@@ -132,12 +132,43 @@ typedef struct raw_file {
     bool other;
 } raw_file;
 
+/* A rendered value text (with its final newline), shared by reference: the cache holds
+ * one reference while it keeps the text, each reader one while it copies from it; the last
+ * tree_value_put frees it. */
+typedef struct tree_text {
+    _Atomic uint32_t refs;
+    size_t len;
+    char *data;
+    /* while kept (under tree_values.lock): the list, most recently used first, and the
+     * object that points to it */
+    struct tree_text *prev, *next;
+    struct object_text *owner;
+} tree_text;
+
 typedef struct object_text {
-    _Atomic(char *) text; /* rendered on first use (with a final newline); NULL until then */
+    tree_text *text; /* kept text, under tree_values.lock; NULL when not kept */
+    bool rendering;  /* a thread renders it now (under tree_values.lock): others wait */
+    /* the text's length + 1 once rendered (what stat shows stays known when the text is
+     * dropped), 0 before */
+    _Atomic uint64_t size;
     /* A value over the render budget (CKPT_E_LIMIT, which no retry changes): its message,
      * so that lookups, getattr and reads do not render it again; NULL until then. */
     _Atomic(char *) limit_error;
 } object_text;
+
+/* values.c: the texts of one tree (every checkpoint of it), kept within `budget` bytes; past
+ * it the least recently used are dropped (rendered again when next read).  At most
+ * TREE_VALUES_RENDERS renders run at once, one per object. */
+#define TREE_VALUES_DEFAULT (64ull << 20)
+#define TREE_VALUES_RENDERS 4
+typedef struct tree_values {
+    pthread_mutex_t lock;
+    pthread_cond_t cond; /* a render ended */
+    uint64_t budget, kept;
+    tree_text *mru, *lru;
+    uint32_t rendering;
+    uint64_t renders, drops; /* so far (statistics, tests) */
+} tree_values;
 
 /* What a step directory holds, cheaply compared: its entries, their total size, the newest
  * modification time among them and the directory's own (ns.c). */
@@ -160,6 +191,7 @@ typedef struct tree_ckpt {
     uint32_t nnodes;
     uint32_t *kid_ids;
     object_text *objects; /* per entry index */
+    tree_values *values;  /* the tree's (shared by every checkpoint of it) */
     raw_file *raw;
     uint32_t nraw;
     st_file *st;
@@ -214,6 +246,7 @@ struct ckpt_tree {
     struct tree_acl *top_acl;
     /* the kernel evaluates the ACLs objects show (ckpt_tree_set_posix_acl) */
     atomic_bool posix_acl;
+    tree_values values; /* rendered value texts */
 };
 
 /* access.c: who may read what.  An entry of a rule or an ACL: a user or group id and
@@ -290,8 +323,17 @@ void tree_ckpt_release(tree_ckpt *c);
 void tree_ckpt_clear(tree_ckpt *c);
 /* Index of the kid of `dir` named `name` (exact), or UINT32_MAX. */
 uint32_t tree_find_kid(const tree_ckpt *c, uint32_t dir, const char *name, size_t len);
-/* Object text (rendered on first use); NULL with err filled on failure. */
-const char *tree_object_text(tree_ckpt *c, const ckpt_entry *e, size_t *len, ckpt_error *err);
+/* values.c */
+void tree_values_init(tree_values *v, uint64_t budget);
+void tree_values_destroy(tree_values *v);
+/* The text of value entry e, rendered unless kept, with a reference for the caller (give it
+ * back with tree_value_put); NULL with err filled on failure. */
+const tree_text *tree_value_get(tree_ckpt *c, const ckpt_entry *e, ckpt_error *err);
+void tree_value_put(tree_ckpt *c, const tree_text *t);
+/* Its text's length: known once rendered, else rendered (and kept like any text). */
+ckpt_status tree_value_size(tree_ckpt *c, const ckpt_entry *e, uint64_t *size, ckpt_error *err);
+/* Drops every text of c the cache keeps (before c->objects is freed). */
+void tree_values_forget(tree_ckpt *c);
 void tree_log(const ckpt_tree_options *o, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 

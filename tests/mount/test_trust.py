@@ -822,3 +822,98 @@ def test_value_sizes_visible_by_stat(tmp_path):
         assert e.value.errno == 5
     finally:
         m.close(expect_clean=False)
+
+
+# ------------------------------------------------------------------ memory of rendered values
+
+
+def _status_kib(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(f"no {field} in /proc/{pid}/status")
+
+
+VALUES_N, VALUES_MIB, VALUES_BUDGET_MIB, VALUES_THREADS = 60, 3, 8, 8
+
+
+def test_value_texts_bounded_by_value_cache(tmp_path):
+    """Issue #22, daemon memory: rendered value texts are kept within `-o value_cache` (the
+    least recently used dropped and rendered again when read), so the daemon's memory does
+    not grow with the values read.  A checkpoint written by torch (dcp.save, no_dist) holds
+    60 string values of 3 MiB of text each (180 MiB in all, over 20x the 8 MiB budget); 8
+    threads read every value file whole, twice in random order (every text dropped and
+    rendered again, while other threads read it), each read bit-exact against
+    `ckpt cat --text`; st_size stays the text's length.  The daemon's peak RSS (VmHWM) above
+    its RSS at mount (before the first stat) stays under what the budget allows: the budget,
+    the renders in flight (4, each the value, its text growing and the copy with its newline: 4 texts), the
+    texts being copied from (one per reader thread) and 32 MiB of the daemon's own — 112
+    MiB, where keeping every text takes 180 more (the test fails so with eviction disabled:
+    198 MiB grown)."""
+    torch = pytest.importorskip("torch")
+    import random
+    import threading
+    import torch.distributed.checkpoint as dcp
+    ck = tmp_path / "ck"
+    n = VALUES_MIB << 20
+    vals = {}
+    for i in range(VALUES_N):
+        unit = f"value {i:02d} ".encode() + bytes(range(97, 123))  # distinct per value
+        vals[f"k{i:02d}"] = (unit * (n // len(unit) + 1))[:n - 2].decode()  # repr: + 2 quotes
+    dcp.save({"w": torch.arange(4, dtype=torch.float32), "vals": vals},
+             checkpoint_id=str(ck), no_dist=True)
+    want = {}
+    for key in vals:
+        want[key] = subprocess.run([CLI, "cat", "--text", str(ck), f"vals/{key}"],
+                                   capture_output=True, check=True).stdout
+        assert want[key] == (repr(vals[key]) + "\n").encode(), key  # the reference itself
+    del vals
+    m = Mount(ck, f"value_cache={VALUES_BUDGET_MIB}M")
+    try:
+        pid = m.proc.pid
+        base = _status_kib(pid, "VmRSS")
+        for key in want:  # sizes by stat (each rendered to learn it), before any read
+            assert os.stat(m.dir / "vals" / key).st_size == len(want[key]), key
+        peak, stop, bad, errors = [base], threading.Event(), [], []
+
+        def sample():
+            while not stop.is_set():
+                peak.append(_status_kib(pid, "VmRSS"))
+                time.sleep(0.02)
+
+        def reader(seed: int):
+            rng = random.Random(seed)
+            try:
+                for _ in range(2):
+                    keys = list(want)
+                    rng.shuffle(keys)
+                    for key in keys:
+                        data = (m.dir / "vals" / key).read_bytes()
+                        if data != want[key]:
+                            bad.append(key)
+            except OSError as e:
+                errors.append(e)
+
+        mon = threading.Thread(target=sample)
+        mon.start()
+        threads = [threading.Thread(target=reader, args=(s,)) for s in range(VALUES_THREADS)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        stop.set()
+        mon.join()
+        hwm = _status_kib(pid, "VmHWM")
+        assert not errors and not bad, (errors, sorted(set(bad)))
+        for key in want:
+            assert os.stat(m.dir / "vals" / key).st_size == len(want[key]), key
+        own = 32  # MiB: the daemon's own working set (threads, reply buffers, libraries)
+        bound = (own + VALUES_BUDGET_MIB + 4 * 4 * VALUES_MIB + VALUES_THREADS * VALUES_MIB) << 10
+        grown = max(hwm, max(peak)) - base
+        print(f"daemon RSS before {base} KiB, peak {max(peak)} KiB, VmHWM {hwm} KiB, "
+              f"grown {grown} KiB, bound {bound} KiB")
+        # (AddressSanitizer's quarantine holds freed memory: there only the bytes count)
+        if "libasan" not in Path(f"/proc/{pid}/maps").read_text():
+            assert grown <= bound, (base, max(peak), hwm, bound)
+    finally:
+        m.close()

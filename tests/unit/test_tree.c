@@ -10,6 +10,7 @@
 #include "tree/tree_i.h"
 
 #include <dirent.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -365,5 +366,184 @@ Test(tree, removed_step_is_freed_after_its_last_open_file) {
     cr_assert_eq(open_fds(), fds0, "fds leaked");
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     cr_assert_eq(system(cmd), 0);
+    ref_free(&fx);
+}
+
+/* ------------------------------------------------------------------ value texts */
+
+typedef struct value_case {
+    ckpt_ino ino;
+    const ckpt_entry *e;
+    char *want; /* torch's repr and the newline */
+    size_t len;
+} value_case;
+
+/* The non-tensor entries of a single-checkpoint tree of fixture fx, with their expected text. */
+static size_t value_cases(ckpt_tree *t, const ref_fixture *fx, value_case **out) {
+    ckpt_reader *r = ckpt_tree_reader(t);
+    value_case *v = calloc(ckpt_reader_num_entries(r), sizeof *v);
+    size_t n = 0;
+    for (size_t i = 0; i < ckpt_reader_num_entries(r); i++) {
+        const ckpt_entry *e = ckpt_reader_entry(r, i);
+        if (ckpt_entry_kind_of(e) == CKPT_ENTRY_TENSOR) continue;
+        const ref_entry *re = NULL;
+        for (size_t k = 0; k < fx->n && !re; k++)
+            if (fx->entries[k].kind == 'O' && !strcmp(fx->entries[k].key, ckpt_entry_key(e)))
+                re = &fx->entries[k];
+        cr_assert_not_null(re, "%s", ckpt_entry_key(e));
+        v[n].e = e;
+        v[n].ino = lookup_path(t, ckpt_entry_path(e));
+        v[n].len = strlen(re->repr) + 1;
+        v[n].want = malloc(v[n].len + 1);
+        snprintf(v[n].want, v[n].len + 1, "%s\n", re->repr);
+        n++;
+    }
+    *out = v;
+    return n;
+}
+
+/* The kept texts as the list has them: their bytes add up to `kept`, each points back. */
+static uint64_t kept_bytes(tree_values *v) {
+    uint64_t sum = 0;
+    pthread_mutex_lock(&v->lock);
+    for (const tree_text *x = v->mru; x; x = x->next) {
+        cr_assert_eq(x->owner->text, x);
+        cr_assert(x->next ? x->next->prev == x : v->lru == x);
+        sum += x->len;
+    }
+    cr_assert_eq(sum, v->kept);
+    pthread_mutex_unlock(&v->lock);
+    return sum;
+}
+
+static void read_value(ckpt_tree *t, const value_case *c, ckpt_tree_scratch *s) {
+    ckpt_tree_stat st;
+    ckpt_error err = {0};
+    cr_assert_eq(ckpt_tree_getattr(t, c->ino, &st, &err), CKPT_OK, "%s", err.message);
+    cr_assert_eq(st.size, c->len, "%s: size %llu, text %zu", ckpt_entry_key(c->e),
+                 (unsigned long long)st.size, c->len);
+    size_t got;
+    uint8_t *b = read_window(t, c->ino, 0, c->len + 16, 0, 0, s, &got);
+    cr_assert_eq(got, c->len, "%s", ckpt_entry_key(c->e));
+    cr_assert_eq(memcmp(b, c->want, c->len), 0, "%s: %.*s", ckpt_entry_key(c->e), (int)got, b);
+    free(b);
+}
+
+/* Issue #22, daemon memory: value texts are kept within ckpt_tree_options.value_cache, the
+ * least recently used dropped and rendered again when read (the same bytes, the same size
+ * by getattr, which never renders once the size is known); a text a reader holds survives
+ * being dropped; the tree's texts are freed with it (LeakSanitizer). */
+Test(tree, value_texts_kept_within_the_budget) {
+    ref_fixture fx;
+    cr_assert_eq(ref_load("fsdp2_ws1", &fx), 0);
+    ckpt_tree_options o = {.value_cache = 1};
+    ckpt_tree *t = NULL;
+    ckpt_error err = {0};
+    cr_assert_eq(ckpt_tree_open(fx.ckpt_dir, &o, &t, &err), CKPT_OK, "%s", err.message);
+    value_case *vc;
+    size_t n = value_cases(t, &fx, &vc);
+    cr_assert_geq(n, 4, "%zu values", n);
+    tree_values *v = &t->values;
+    /* room for the two longest texts, not for all */
+    size_t a = 0, b = 0, all = 0;
+    for (size_t i = 0; i < n; i++) {
+        all += vc[i].len;
+        if (vc[i].len > a)
+            b = a, a = vc[i].len;
+        else if (vc[i].len > b)
+            b = vc[i].len;
+    }
+    v->budget = a + b;
+    cr_assert_lt(v->budget, all);
+    ckpt_tree_scratch s = {0};
+    for (int pass = 0; pass < 3; pass++)
+        for (size_t i = 0; i < n; i++) {
+            read_value(t, &vc[i], &s);
+            cr_assert_leq(kept_bytes(v), v->budget);
+            cr_assert_not_null(v->mru);
+            cr_assert_eq(v->mru->owner, &t->slots[0]->objects[ckpt_entry_index(vc[i].e)],
+                         "the text just read is the most recent");
+        }
+    /* every pass renders each again: only the last two read are kept between passes */
+    cr_assert_geq(v->renders, 3 * n - 2, "%llu renders", (unsigned long long)v->renders);
+    cr_assert_geq(v->drops, 3 * n - 2 - 2);
+    /* sizes stay known without the text: getattr renders nothing */
+    uint64_t renders = v->renders;
+    for (size_t i = 0; i < n; i++) {
+        ckpt_tree_stat st;
+        cr_assert_eq(ckpt_tree_getattr(t, vc[i].ino, &st, &err), CKPT_OK, "%s", err.message);
+        cr_assert_eq(st.size, vc[i].len);
+    }
+    cr_assert_eq(v->renders, renders);
+    /* a held text outlives its drop */
+    tree_ckpt *c = t->slots[0];
+    const tree_text *held = tree_value_get(c, vc[0].e, &err);
+    cr_assert_not_null(held, "%s", err.message);
+    for (size_t i = 1; i < n; i++)
+        read_value(t, &vc[i], &s);
+    cr_assert_null(c->objects[ckpt_entry_index(vc[0].e)].text, "dropped while held");
+    cr_assert_eq(held->len, vc[0].len);
+    cr_assert_eq(memcmp(held->data, vc[0].want, vc[0].len), 0);
+    tree_value_put(c, held);
+    /* a budget of 0 bytes kept: nothing kept, every read still right */
+    v->budget = 0;
+    read_value(t, &vc[1], &s);
+    cr_assert_eq(kept_bytes(v), 0);
+    cr_assert_null(v->mru);
+    ckpt_tree_scratch_release(&s);
+    for (size_t i = 0; i < n; i++)
+        free(vc[i].want);
+    free(vc);
+    ckpt_tree_free(t);
+    ref_free(&fx);
+}
+
+typedef struct value_reader {
+    ckpt_tree *t;
+    value_case *vc;
+    size_t n;
+    unsigned seed;
+} value_reader;
+
+static void *value_reader_run(void *arg) {
+    value_reader *r = arg;
+    ckpt_tree_scratch s = {0};
+    for (int k = 0; k < 400; k++)
+        read_value(r->t, &r->vc[rand_r(&r->seed) % r->n], &s);
+    ckpt_tree_scratch_release(&s);
+    return NULL;
+}
+
+/* Threads reading values while others drop them (a budget of one text): every read right,
+ * the list consistent after (under ASan/UBSan: no use after free). */
+Test(tree, value_texts_dropped_under_readers) {
+    ref_fixture fx;
+    cr_assert_eq(ref_load("fsdp2_ws1", &fx), 0);
+    ckpt_tree *t = NULL;
+    ckpt_error err = {0};
+    ckpt_tree_options o = {.value_cache = 1};
+    cr_assert_eq(ckpt_tree_open(fx.ckpt_dir, &o, &t, &err), CKPT_OK, "%s", err.message);
+    value_case *vc;
+    size_t n = value_cases(t, &fx, &vc);
+    size_t longest = 0;
+    for (size_t i = 0; i < n; i++)
+        if (vc[i].len > longest) longest = vc[i].len;
+    t->values.budget = longest;
+    pthread_t th[6];
+    value_reader rd[6];
+    for (int i = 0; i < 6; i++) {
+        rd[i] = (value_reader){.t = t, .vc = vc, .n = n, .seed = 17u + (unsigned)i};
+        cr_assert_eq(pthread_create(&th[i], NULL, value_reader_run, &rd[i]), 0);
+    }
+    for (int i = 0; i < 6; i++)
+        pthread_join(th[i], NULL);
+    uint64_t kept = kept_bytes(&t->values);
+    cr_assert_leq(kept, longest, "kept %llu, longest %zu, budget %llu", (unsigned long long)kept,
+                  longest, (unsigned long long)t->values.budget);
+    cr_assert_gt(t->values.drops, 0);
+    for (size_t i = 0; i < n; i++)
+        free(vc[i].want);
+    free(vc);
+    ckpt_tree_free(t);
     ref_free(&fx);
 }

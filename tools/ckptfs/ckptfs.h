@@ -32,6 +32,7 @@ typedef struct ckptfs_config {
     char *source; /* CHECKPOINT_DIR, made absolute */
     char *mountpoint;
     char *cache_size;      /* -o cache_size=BYTES[KMG] */
+    char *value_cache;     /* -o value_cache=BYTES[KMG] */
     int direct_io;         /* -o direct_io (1) / -o page_cache (0); -1 (default): direct I/O
                             * when the kernel allows shared mmap of such files, else the page
                             * cache (see ckptfs_direct_io) */

@@ -39,6 +39,9 @@ static void usage(const char *prog) {
            "                           on older kernels, where it is what keeps mmap working)\n"
            "    -o cache_size=BYTES    memory for assembling strided replies (default 64M;\n"
            "                           suffixes K, M, G)\n"
+           "    -o value_cache=BYTES   rendered texts of non-tensor values kept for reuse\n"
+           "                           (default 64M; the least recently used are dropped\n"
+           "                           past it and rendered again when read)\n"
            "    -o max_read=BYTES      largest read request (default 1048576 when this\n"
            "                           process may make 2 MiB pipes, else 786432)\n"
            "    -o no_pipe_probe       do not count on splice pipes over 1 MiB (max_read\n"
@@ -69,6 +72,7 @@ static void usage(const char *prog) {
 static const struct fuse_opt option_spec[] = {CKPTFS_OPT("direct_io", direct_io, 1),
                                               CKPTFS_OPT("page_cache", direct_io, 0),
                                               CKPTFS_OPT("cache_size=%s", cache_size, 0),
+                                              CKPTFS_OPT("value_cache=%s", value_cache, 0),
                                               CKPTFS_OPT("readahead_kb=%u", readahead_kb, 0),
                                               CKPTFS_OPT("timeout=%lf", timeout, 0),
                                               CKPTFS_OPT("attr_timeout=%lf", attr_timeout, 0),
@@ -272,7 +276,16 @@ int main(int argc, char **argv) {
     }
 
     /* open and check the checkpoint before mounting, so errors reach the terminal */
-    ckpt_tree_options topts = {.log = log_to_stderr, .log_ctx = &fs, .verify = fs.cfg.verify};
+    unsigned long long values = 0; /* the library's default */
+    if (fs.cfg.value_cache) {
+        if (parse_size(fs.cfg.value_cache, &values) != 0) {
+            fprintf(stderr, "ckptfs: invalid value_cache=%s\n", fs.cfg.value_cache);
+            goto out;
+        }
+        if (!values) values = 1; /* keep none: every text is at least its newline */
+    }
+    ckpt_tree_options topts = {
+        .log = log_to_stderr, .log_ctx = &fs, .verify = fs.cfg.verify, .value_cache = values};
     ckpt_error err = {0};
     if (ckpt_tree_open(fs.cfg.source, &topts, &fs.tree, &err) != CKPT_OK) {
         fprintf(stderr, "ckptfs: cannot mount %s: %s\n", fs.cfg.source, err.message);
@@ -346,6 +359,7 @@ out:
     free(opts.mountpoint);
     free(fs.cfg.source);
     free(fs.cfg.cache_size);
+    free(fs.cfg.value_cache);
     free(fs.groups);
     free(fs.groups_cache);
     fuse_opt_free_args(&args);

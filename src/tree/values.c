@@ -1,0 +1,176 @@
+/* values.c — the rendered texts of non-tensor values: rendered on first use, kept within
+ * the tree's budget (ckpt_tree_options.value_cache), the least recently used dropped past
+ * it and rendered again when next read.  A text is shared by reference, so a reader copying
+ * from it never sees it freed by another thread dropping it; the size (what stat shows) and
+ * an over-budget error stay known without the text. */
+#include "tree/tree_i.h"
+#include "util/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void tree_values_init(tree_values *v, uint64_t budget) {
+    memset(v, 0, sizeof *v);
+    pthread_mutex_init(&v->lock, NULL);
+    pthread_cond_init(&v->cond, NULL);
+    v->budget = budget ? budget : TREE_VALUES_DEFAULT;
+}
+
+static void text_unref(tree_text *t) {
+    if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) == 1) {
+        free(t->data);
+        free(t);
+    }
+}
+
+/* Unlinks a kept text and gives back the cache's reference (under v->lock). */
+static void drop(tree_values *v, tree_text *t) {
+    if (t->prev)
+        t->prev->next = t->next;
+    else
+        v->mru = t->next;
+    if (t->next)
+        t->next->prev = t->prev;
+    else
+        v->lru = t->prev;
+    t->owner->text = NULL;
+    t->owner = NULL;
+    t->prev = t->next = NULL;
+    v->kept -= t->len;
+    v->drops++;
+    text_unref(t);
+}
+
+static void push_front(tree_values *v, tree_text *t) {
+    t->prev = NULL;
+    t->next = v->mru;
+    if (v->mru)
+        v->mru->prev = t;
+    else
+        v->lru = t;
+    v->mru = t;
+}
+
+void tree_values_destroy(tree_values *v) {
+    pthread_mutex_lock(&v->lock);
+    while (v->lru)
+        drop(v, v->lru);
+    pthread_mutex_unlock(&v->lock);
+    pthread_mutex_destroy(&v->lock);
+    pthread_cond_destroy(&v->cond);
+}
+
+void tree_values_forget(tree_ckpt *c) {
+    tree_values *v = c->values;
+    if (!v || !c->objects || !c->r) return;
+    size_t n = ckpt_reader_num_entries(c->r);
+    pthread_mutex_lock(&v->lock);
+    for (size_t i = 0; i < n; i++)
+        if (c->objects[i].text) drop(v, c->objects[i].text);
+    pthread_mutex_unlock(&v->lock);
+}
+
+/* Renders e's text with its final newline (a failure over the render budget is memoized). */
+static tree_text *render(tree_ckpt *c, const ckpt_entry *e, object_text *ot, ckpt_error *err) {
+    if (tree_verify_item(c, &e->loc, err) != CKPT_OK) return NULL;
+    ckpt_object *obj = NULL;
+    if (ckpt_object_load(c->r, e, &obj, err) != CKPT_OK) return NULL;
+    char *s = NULL;
+    ckpt_status st = ckpt_value_to_text(ckpt_object_root(obj), &s, err);
+    ckpt_object_free(obj);
+    if (st == CKPT_E_LIMIT) {
+        /* bounded work, once: the failure is kept and every later use reports it */
+        ck_error_prefix(err, "value '%s': ", ckpt_entry_key(e));
+        char *msg = strdup(err ? err->message : "value too large to render");
+        char *expected = NULL;
+        if (msg && !atomic_compare_exchange_strong(&ot->limit_error, &expected, msg)) free(msg);
+        return NULL;
+    }
+    if (st != CKPT_OK) return NULL;
+    size_t n = strlen(s);
+    char *withnl = realloc(s, n + 2);
+    tree_text *t = withnl ? calloc(1, sizeof *t) : NULL;
+    if (!t) {
+        free(withnl ? withnl : s);
+        ck_fail(err, CKPT_E_NOMEM, "out of memory");
+        return NULL;
+    }
+    withnl[n] = '\n';
+    withnl[n + 1] = '\0';
+    t->data = withnl;
+    t->len = n + 1;
+    return t;
+}
+
+const tree_text *tree_value_get(tree_ckpt *c, const ckpt_entry *e, ckpt_error *err) {
+    tree_values *v = c->values;
+    object_text *ot = &c->objects[ckpt_entry_index(e)];
+    pthread_mutex_lock(&v->lock);
+    for (;;) {
+        tree_text *t = ot->text;
+        if (t) {
+            atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
+            if (t != v->mru) {
+                if (t->prev) t->prev->next = t->next;
+                if (t->next)
+                    t->next->prev = t->prev;
+                else
+                    v->lru = t->prev;
+                push_front(v, t);
+            }
+            pthread_mutex_unlock(&v->lock);
+            return t;
+        }
+        const char *limit = atomic_load_explicit(&ot->limit_error, memory_order_acquire);
+        if (limit) {
+            pthread_mutex_unlock(&v->lock);
+            ck_fail(err, CKPT_E_LIMIT, "%s", limit);
+            return NULL;
+        }
+        /* one render per object at a time, and a few at once in all (each holds the value
+         * and its growing text) */
+        if (!ot->rendering && v->rendering < TREE_VALUES_RENDERS) break;
+        pthread_cond_wait(&v->cond, &v->lock);
+    }
+    ot->rendering = true;
+    v->rendering++;
+    v->renders++;
+    pthread_mutex_unlock(&v->lock);
+
+    tree_text *t = render(c, e, ot, err);
+
+    pthread_mutex_lock(&v->lock);
+    ot->rendering = false;
+    v->rendering--;
+    pthread_cond_broadcast(&v->cond);
+    if (t) {
+        atomic_store_explicit(&ot->size, t->len + 1, memory_order_release);
+        atomic_store_explicit(&t->refs, 2, memory_order_relaxed); /* the cache's, the caller's */
+        t->owner = ot;
+        ot->text = t;
+        push_front(v, t);
+        v->kept += t->len;
+        while (v->kept > v->budget && v->lru)
+            drop(v, v->lru); /* this one too when it alone is over: the caller still holds it */
+    }
+    pthread_mutex_unlock(&v->lock);
+    return t;
+}
+
+void tree_value_put(tree_ckpt *c, const tree_text *t) {
+    (void)c;
+    if (t) text_unref((tree_text *)t);
+}
+
+ckpt_status tree_value_size(tree_ckpt *c, const ckpt_entry *e, uint64_t *size, ckpt_error *err) {
+    object_text *ot = &c->objects[ckpt_entry_index(e)];
+    uint64_t known = atomic_load_explicit(&ot->size, memory_order_acquire);
+    if (!known) {
+        const tree_text *t = tree_value_get(c, e, err);
+        if (!t) return err ? err->code : CKPT_E_IO;
+        known = t->len + 1;
+        tree_value_put(c, t);
+    }
+    *size = known - 1;
+    return CKPT_OK;
+}
