@@ -1054,14 +1054,11 @@ static ckpt_status lin_box(void *ctx, const int64_t *start, const int64_t *count
 }
 
 /* Part of one element: read whole into tmp, then copied. */
-static ckpt_status lin_part(void *ctx, const int64_t *start, size_t skip, size_t n, uint64_t dst,
-                            ckpt_error *err) {
+static ckpt_status lin_part(void *ctx, const int64_t *start, const int64_t *count, size_t skip,
+                            size_t n, uint64_t dst, ckpt_error *err) {
     lin_ctx *l = ctx;
     uint8_t tmp[16];
-    int64_t one[CKPT_MAX_NDIM];
-    for (int d = 0; d < ckpt_entry_ndim(l->e); d++)
-        one[d] = 1;
-    CK_TRY(ckpt_read_region(l->r, l->e, start, start ? one : NULL, tmp,
+    CK_TRY(ckpt_read_region(l->r, l->e, start, count, tmp,
                             ckpt_dtype_itemsize(ckpt_entry_dtype(l->e)), err));
     memcpy(l->dst + dst, tmp + skip, n);
     return CKPT_OK;

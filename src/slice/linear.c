@@ -12,6 +12,7 @@ typedef struct lin {
     void *ctx;
     int64_t start[CKPT_MAX_NDIM];
     int64_t count[CKPT_MAX_NDIM];
+    int64_t ones[CKPT_MAX_NDIM];
 } lin;
 
 static ckpt_status emit(lin *l, uint64_t dst, ckpt_error *err) {
@@ -60,9 +61,11 @@ static ckpt_status part(lin *l, uint64_t i, size_t skip, size_t n, uint64_t dst,
     for (int d = l->ndim - 1; d >= 0; d--) {
         uint64_t ext = (uint64_t)l->extent[d];
         l->start[d] = l->origin[d] + (int64_t)(i % ext);
+        l->ones[d] = 1;
         i /= ext;
     }
-    return l->ops->part(l->ctx, l->ndim ? l->start : NULL, skip, n, dst, err);
+    return l->ops->part(l->ctx, l->ndim ? l->start : NULL, l->ndim ? l->ones : NULL, skip, n, dst,
+                        err);
 }
 
 ckpt_status slice_linear(int ndim, const int64_t *origin, const int64_t *extent, size_t itemsize,

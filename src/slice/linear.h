@@ -16,9 +16,10 @@ typedef struct slice_linear_ops {
      * tensor), in C order, to byte `dst` of the window's destination. */
     ckpt_status (*box)(void *ctx, const int64_t *start, const int64_t *count, uint64_t dst,
                        ckpt_error *err);
-    /* Bytes [skip, skip + n) of the one element at start[] (NULL for a 0-d tensor) to `dst`. */
-    ckpt_status (*part)(void *ctx, const int64_t *start, size_t skip, size_t n, uint64_t dst,
-                        ckpt_error *err);
+    /* Bytes [skip, skip + n) of the one element at start[] to `dst`; count[] is all ones
+     * (both NULL for a 0-d tensor), so the element is the box (start, count). */
+    ckpt_status (*part)(void *ctx, const int64_t *start, const int64_t *count, size_t skip,
+                        size_t n, uint64_t dst, ckpt_error *err);
 } slice_linear_ops;
 
 /* Calls ops for bytes [off, off + len) of the box, in order of dst (0 = the window's first

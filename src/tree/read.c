@@ -201,16 +201,12 @@ static ckpt_status elem_box(void *ctx, const slice_box *b, ckpt_error *err) {
 }
 
 /* Part of one element: read whole into tmp, then copied into the reply. */
-static ckpt_status lin_part(void *ctx, const int64_t *start, size_t skip, size_t n, uint64_t dst,
-                            ckpt_error *err) {
+static ckpt_status lin_part(void *ctx, const int64_t *start, const int64_t *count, size_t skip,
+                            size_t n, uint64_t dst, ckpt_error *err) {
     lin_ctx *l = ctx;
     uint8_t tmp[16];
-    int64_t one[CKPT_MAX_NDIM];
-    for (int d = 0; d < ckpt_entry_ndim(l->e); d++)
-        one[d] = 1;
     elem_ctx ec = {.x = l->x, .rd = {.r = l->x->r, .e = l->e, .dst = tmp}};
-    ckpt_status s =
-        slice_for_each_box(l->x->r, l->e, start, start ? one : NULL, elem_box, &ec, NULL, err);
+    ckpt_status s = slice_for_each_box(l->x->r, l->e, start, count, elem_box, &ec, NULL, err);
     free(ec.rd.slab);
     if (s == CKPT_OK) memcpy(l->x->s->buf + l->dst + dst, tmp + skip, n);
     return s;
