@@ -93,8 +93,8 @@ static ckpt_status whole_tensor(tc *w, const char *key, const char *sub, size_t 
 
 ckpt_status tc_walk_safetensors(tc *w, const char *name, ckpt_error *err) {
     ckpt_reader *r = w->r;
-    int fd;
-    uint64_t size;
+    int fd = -1;
+    uint64_t size = 0;
     CK_TRY(open_item_file(r, name, &w->file_id, &fd, &size, &w->file_path, err));
     ck_source src = {.fd = fd, .len = size, .name = w->file_path, .count = &r->io_meta};
     uint64_t max = r->limits.max_metadata_bytes < TS_SAFETENSORS_MAX_HEADER
@@ -201,8 +201,8 @@ static pk_value *from_json(ck_arena *a, const ck_json *j) {
 
 ckpt_status tc_add_json(tc *w, const char *name, ckpt_error *err) {
     ckpt_reader *r = w->r;
-    int fd;
-    uint64_t size;
+    int fd = -1;
+    uint64_t size = 0;
     CK_TRY(open_item_file(r, name, &w->file_id, &fd, &size, &w->file_path, err));
     if (size > r->limits.max_metadata_bytes)
         return ck_fail(err, CKPT_E_LIMIT, "%s: JSON item of %llu bytes exceeds the metadata limit",
@@ -251,8 +251,8 @@ ckpt_status tc_add_json(tc *w, const char *name, ckpt_error *err) {
 
 ckpt_status tc_add_raw(tc *w, const char *name, ckpt_error *err) {
     ckpt_reader *r = w->r;
-    int fd;
-    uint64_t size;
+    int fd = -1;
+    uint64_t size = 0;
     CK_TRY(open_item_file(r, name, &w->file_id, &fd, &size, &w->file_path, err));
     if (index_find(r, w->item)) return CKPT_OK;
     if (size > INT64_MAX) return ck_fail(err, CKPT_E_RANGE, "%s: too large", w->file_path);
