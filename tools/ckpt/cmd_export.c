@@ -253,7 +253,11 @@ static int open_out(const char *out, char *tmp, size_t tmp_size) {
         tmp[0] = '\0';
         return STDOUT_FILENO;
     }
-    snprintf(tmp, tmp_size, "%s.tmp-%ld", out, (long)getpid());
+    int n = snprintf(tmp, tmp_size, "%s.tmp-%ld", out, (long)getpid());
+    if (n < 0 || (size_t)n >= tmp_size) {
+        cli_error("%s: name too long", out);
+        return -1;
+    }
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) cli_error("%s: %s", tmp, strerror(errno));
     return fd;
