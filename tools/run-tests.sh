@@ -4,7 +4,8 @@
 # (optimised, and ASan+UBSan), runs the unit, CLI and fuzz-replay suites in both builds,
 # the unit suite under valgrind, and — with torch installed — regenerates every fixture
 # with real torch and checks the reader against those fresh files too; last, compiles the
-# tree with clang at -O3 (release), so neither compiler nor optimisation level breaks -Werror.
+# tree at -O3 (release) with gcc and with clang, so neither compiler nor optimisation level
+# breaks -Werror.
 # Ends with a line "N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -79,7 +80,10 @@ else
   echo "run-tests: torch not importable; skipped the cross-check against fresh fixtures"
 fi
 
-step "build (clang, release -O3): compiles warning-free with the other compiler too"
+step "build (release -O3, gcc and clang): compiles warning-free at -O3 with both compilers"
+# (gcc -O3 sees truncations and maybe-uninitialized paths the debug builds do not)
+[ -d build-release ] || CC=gcc meson setup build-release -Dbuildtype=release >/dev/null || exit 1
+if ninja -C build-release; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 if command -v clang >/dev/null; then
   [ -d build-clang ] || CC=clang meson setup build-clang -Dbuildtype=release >/dev/null || exit 1
   if ninja -C build-clang; then passed=$((passed + 1)); else failed=$((failed + 1)); fi

@@ -43,7 +43,8 @@ static void post_order(const char *path, int depth, void (*fn)(const char *path,
         while ((de = readdir(d))) {
             if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
             char p[4096];
-            snprintf(p, sizeof p, "%s/%s", path, de->d_name);
+            int n = snprintf(p, sizeof p, "%s/%s", path, de->d_name);
+            if (n < 0 || (size_t)n >= sizeof p) continue; /* deeper than any tree we build */
             struct stat st;
             if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
                 post_order(p, depth + 1, fn);
