@@ -64,7 +64,7 @@ what: stream (default all):
            them), each on a fresh mount, back to back in every round; and `cp -r` of the entry
            tree vs `cp` of the shards out of .raw/ (into /dev/shm, removed after each copy).  The demo GPT model + AdamW (as realistic)
            and an FSDP2-like LLM with AdamW written by torch (make_llm_ckpt.py: vocab 32000,
-           12 layers, 856 MiB), both under --work.  min / median / max of the rounds' ratios.
+           12 layers, 819 MiB), both under --work.  min / median / max of the rounds' ratios.
 --opt O (repeatable) adds -o O to every mount (e.g. --opt max_read=1032192).
 All reads use tools/bench/bench_read (C, 1 MiB read(2) calls into a reused buffer). Best of
 --runs for every cell. The checkpoint is written once by make_big_ckpt.py (real torch).
