@@ -11,6 +11,8 @@ reads; an incomplete checkpoint is refused with a reason; writes get EROFS; SIGT
 `fusermount3 -u` end the daemon cleanly; a directory of checkpoints shows each complete one
 and `latest`; `mount -t fuse.ckptfs` works; max_read is 1 MiB only when the daemon may make
 the 2 MiB splice pipes its replies need (READ sizes and splicing read from the debug trace);
+tensors of several MiB saved by torch from 4 ranks read through the mount equal torch's
+dcp.load at every piece boundary (direct I/O, page cache, -o verify);
 with CKPT_VALGRIND=1 a mount/read/unmount cycle
 runs under valgrind without leaks.
 
