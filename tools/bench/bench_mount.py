@@ -58,6 +58,13 @@ what: stream (default all):
            files apart, plain and through latest/); `cp -r model/` vs `cp` of the shard
            files out of .raw/.  --daemon-b BUILD (repeatable) compares other builds' daemons in
            the same rounds.
+  readers  (not in the default set) 1, 2, 8, 16 concurrent readers (--readers), threads and
+           forked processes, of every entry file (1 MiB preadv, files shared by size) vs the
+           shard files through .raw/ (cut into pieces so that any number of readers shares
+           them), each on a fresh mount, back to back in every round; and `cp -r` of the entry
+           tree vs `cp` of the shards out of .raw/ (into /dev/shm, removed after each copy).  The demo GPT model + AdamW (as realistic)
+           and an FSDP2-like LLM with AdamW written by torch (make_llm_ckpt.py: vocab 32000,
+           12 layers, 819 MiB), both under --work.  min / median / max of the rounds' ratios.
 --opt O (repeatable) adds -o O to every mount (e.g. --opt max_read=1032192).
 All reads use tools/bench/bench_read (C, 1 MiB read(2) calls into a reused buffer). Best of
 --runs for every cell. The checkpoint is written once by make_big_ckpt.py (real torch).
@@ -810,6 +817,189 @@ def bench_realistic(a, build, tool, out):
                "`cp -r` of the model/ directory vs `cp` of the shard files out of .raw/)")
 
 
+# ------------------------------------------------------------------ many readers (issue 25)
+
+def split_jobs(items: list[tuple[str, int, int]], n: int) -> list[list[tuple[str, int, int]]]:
+    """Byte ranges (path, offset, length) shared among n readers, largest first onto the
+    least loaded, so every reader has about the same bytes."""
+    parts: list[list] = [[] for _ in range(n)]
+    load = [0] * n
+    for it in sorted(items, key=lambda x: -x[2]):
+        i = load.index(min(load))
+        parts[i].append(it)
+        load[i] += it[2]
+    return parts
+
+
+def read_jobs(jobs: list[tuple[str, int, int]], block: int = 1 << 20) -> int:
+    """Reads every range with 1 MiB preadv into one reused page-aligned buffer; bytes read."""
+    import mmap
+    buf = mmap.mmap(-1, block)
+    total = 0
+    for path, off, length in jobs:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            end = off + length
+            while off < end:
+                n = os.preadv(fd, [buf] if end - off >= block else [memoryview(buf)[:end - off]],
+                              off)
+                if n <= 0:
+                    break
+                off += n
+                total += n
+        finally:
+            os.close(fd)
+    return total
+
+
+def many_readers(jobs: list[tuple[str, int, int]], n: int, procs: bool) -> float:
+    """GiB/s of n readers (threads of this process, or forked processes) sharing `jobs`, from
+    a common start (every reader ready first) to the last one's end."""
+    import threading
+    parts = split_jobs(jobs, n)
+    if not procs:
+        done = [0] * n
+        go = threading.Barrier(n + 1)
+
+        def run(i):
+            go.wait()
+            done[i] = read_jobs(parts[i])
+        ts = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+        for t in ts:
+            t.start()
+        go.wait()
+        t0 = time.perf_counter()
+        for t in ts:
+            t.join()
+        return sum(done) / (time.perf_counter() - t0) / 2**30
+    r, w = os.pipe()
+    ready_r, ready_w = os.pipe()
+    pids = []
+    for i in range(n):
+        pid = os.fork()
+        if pid == 0:
+            os.close(w)
+            os.write(ready_w, b"x")
+            os.read(r, 1)
+            try:
+                got = read_jobs(parts[i])
+            except BaseException:
+                os._exit(2)
+            os._exit(0 if got == sum(x[2] for x in parts[i]) else 3)
+        pids.append(pid)
+    for _ in range(n):
+        os.read(ready_r, 1)
+    t0 = time.perf_counter()
+    os.write(w, b"x" * n)
+    bad = 0
+    for pid in pids:
+        bad += os.waitpid(pid, 0)[1] != 0
+    dt = time.perf_counter() - t0
+    for fd in (r, w, ready_r, ready_w):
+        os.close(fd)
+    if bad:
+        raise SystemExit(f"{bad} reader process(es) failed")
+    return sum(x[2] for x in jobs) / dt / 2**30
+
+
+def raw_jobs(shards: list[Path], n: int) -> list[tuple[str, int, int]]:
+    """The shard files cut into n·4 pieces of about the same size (1 MiB multiples), so that
+    any number of readers can share them as they share the entry files."""
+    out = []
+    for s in shards:
+        size = s.stat().st_size
+        step = max(1 << 20, (size // max(1, n)) >> 20 << 20)
+        out += [(str(s), o, min(step, size - o)) for o in range(0, size, step)]
+    return out
+
+
+def make_llm(work: Path) -> Path:
+    ckpt = work / "llm"
+    if not (ckpt / ".metadata").exists():
+        subprocess.run([sys.executable, str(HERE / "make_llm_ckpt.py"), str(ckpt)], check=True)
+    return ckpt
+
+
+def make_demo(build: Path, work: Path) -> Path:
+    run = work / "demo"
+    ckpt = run / "step-1000"
+    if not (ckpt / ".metadata").exists():
+        run.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "4",
+                        str(build / "tools/demo/demo_gpt_save"), str(run), "step-1000"],
+                       check=True, stdout=subprocess.DEVNULL)
+    return ckpt
+
+
+def bench_readers(a, build, out):
+    """1, 2, 8, 16 readers (threads, processes) of every entry file vs the shard files through
+    .raw/ (the same mount kind, each measurement on a fresh mount so that no small file is
+    read from an earlier pass's page cache), and `cp -r` of the entry tree vs `cp` of the
+    shards out of .raw/; the demo model and a torch-written LLM (make_llm_ckpt.py).  In every
+    round each cell's entries and .raw measurements run back to back; min / median / max of
+    the rounds' ratios and the best of each rate."""
+    import statistics
+    daemon = build / "tools/ckptfs/ckptfs"
+    work = Path(a.work)
+    ckpts = {"demo GPT + AdamW": make_demo(build, work), "LLM FSDP2 + AdamW": make_llm(work)}
+    counts = [int(x) for x in a.readers.split(",")]
+    res: dict = {}
+    cps: dict = {}
+    # copies go to memory (tmpfs) when there is one: the reads are measured, not a disk's writes
+    cp_out = (Path("/dev/shm") if os.path.isdir("/dev/shm") else work) / f"ckptfs-cp-{os.getpid()}"
+    for rnd in range(a.runs):
+        for name, ckpt in ckpts.items():
+            shards = sorted(ckpt.glob("*.distcp"))
+            read_files(build / "tools/bench/bench_read", shards)  # source hot
+            for n in counts:
+                for procs in (False, True):
+                    key = (name, n, "processes" if procs else "threads")
+                    m = Mount(daemon, ckpt, *a.opt)
+                    try:
+                        files = entry_files(m.dir)
+                        ej = [(str(f), 0, f.stat().st_size) for f in files]
+                        e = many_readers(ej, n, procs)
+                    finally:
+                        m.close()
+                    m = Mount(daemon, ckpt, *a.opt)
+                    try:
+                        r = many_readers(raw_jobs([m.dir / ".raw" / s.name for s in shards], n),
+                                         n, procs)
+                    finally:
+                        m.close()
+                    res.setdefault(key, []).append((e, r, len(files)))
+            m = Mount(daemon, ckpt, *a.opt)
+            try:
+                tops = [Path(t) for t in visible_tops(m.dir)]
+                nb = sum(f.stat().st_size for f in entry_files(m.dir))
+                ct = copy_time(tops, cp_out)
+                cr = copy_time([m.dir / ".raw" / s.name for s in shards], cp_out)
+                sb = sum(s.stat().st_size for s in shards)
+                cps.setdefault(name, []).append((nb / ct / 2**30, sb / cr / 2**30))
+            finally:
+                m.close()
+    out.append(f"\nmany readers: {a.runs} rounds, 1 MiB preadv per reader into its own buffer, "
+               f"mount options: {' '.join(a.opt) or 'default'}\n")
+    out.append("| checkpoint | readers | kind | entry files GiB/s (best) | .raw GiB/s (best) | "
+               "entries / .raw: min, median, max |\n|---|---|---|---|---|---|")
+    for (name, n, kind), v in res.items():
+        ratios = sorted(e / r for e, r, _ in v)
+        out.append(f"| {name} | {n} | {kind} | {max(e for e, _, _ in v):.2f} | "
+                   f"{max(r for _, r, _ in v):.2f} | {ratios[0]:.2f}, "
+                   f"{statistics.median(ratios):.2f}, {ratios[-1]:.2f} |")
+    out.append("\n| checkpoint | `cp -r` of the entry tree GiB/s (best) | `cp` of the .raw shards "
+               "GiB/s (best) | ratio: min, median, max |\n|---|---|---|---|")
+    for name, v in cps.items():
+        ratios = sorted(x / y for x, y in v)
+        out.append(f"| {name} | {max(x for x, _ in v):.2f} | {max(y for _, y in v):.2f} | "
+                   f"{ratios[0]:.2f}, {statistics.median(ratios):.2f}, {ratios[-1]:.2f} |")
+    for name, ckpt in ckpts.items():
+        shards = sorted(ckpt.glob("*.distcp"))
+        out.append(f"({name}: {ckpt}, {sum(s.stat().st_size for s in shards) / 2**20:.0f} MiB "
+                   f"in {len(shards)} shard files, "
+                   f"{next(iter(v for k, v in res.items() if k[0] == name))[0][2]} entry files)")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("what", nargs="*", default=["stream", "layout", "export"])
@@ -825,6 +1015,8 @@ def main():
     ap.add_argument("--daemon-b", action="append", default=[],
                     help="realistic: another build directory whose daemon runs in the same "
                     "rounds (repeatable: B1, B2, ...)")
+    ap.add_argument("--readers", default="1,2,8,16",
+                    help="readers: the reader counts (comma-separated)")
     ap.add_argument("--loop", action="append", default=[],
                     help="listing: daemon flags of one configuration, e.g. '-s' or "
                     "'-o max_idle_threads=1' (repeatable: interleaved in every round)")
@@ -832,7 +1024,7 @@ def main():
     build = Path(a.build).resolve()
     daemon, tool = build / "tools/ckptfs/ckptfs", build / "tools/bench/bench_read"
     ckpt = Path(a.work) / f"ckpt-{a.gib}g-{a.world}"
-    big = set(a.what) - {"listing", "realistic"}
+    big = set(a.what) - {"listing", "realistic", "readers"}
     if big and not (ckpt / ".metadata").exists():
         subprocess.run([sys.executable, str(HERE / "make_big_ckpt.py"), str(ckpt), str(a.gib),
                         str(a.world)], check=True)
@@ -855,6 +1047,8 @@ def main():
         bench_listing(a, build, extra)
     if "realistic" in a.what:
         bench_realistic(a, build, tool, extra)
+    if "readers" in a.what:
+        bench_readers(a, build, extra)
     if big:
         print(f"\ncheckpoint: {ckpt} ({sum(f.stat().st_size for f in ckpt.iterdir()) / 2**30:.2f} "
               f"GiB, {a.world} ranks); best of {a.runs}; extra mount options: "
