@@ -1600,9 +1600,9 @@ def test_multi_piece_tensors_equal_torch_at_any_offset(tmp_path):
                         for a, n in ((b - 1, 2), (b - 4097, 8193), (b - 3, 1 << 20),
                                      (b + 5, 3 << 20), (max(b - (1 << 20) - 7, 0), 2 << 20)):
                             assert os.pread(fd, n, a) == data[a:a + n], (opts, k, a, n)
-                    for _ in range(40):
+                    for _ in range(12):  # (few: each mount reads these again under ASan)
                         a = rng.randrange(len(data))
-                        n = rng.randrange(1, min(len(data) - a, 5 << 20) + 1)
+                        n = rng.randrange(1, min(len(data) - a, 2 << 20) + 1)
                         assert os.pread(fd, n, a) == data[a:a + n], (opts, k, a, n)
                     assert os.pread(fd, 7, len(data) - 3) == data[-3:]
                     assert os.pread(fd, 7, len(data)) == b""
