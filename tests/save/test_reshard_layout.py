@@ -9,7 +9,8 @@ reshard to each of the layouts the issue names (2x2:S0,S1, 2x2:S0s2,S0, 2x3:R,S0
     local shard is made of — computed here with torch's own splitting code
     (tests/lib/dtensor_ref.py): the maximal runs of global indices along each dim, their
     product one chunk each (a _StridedShard shard of several pieces is several chunks); a
-    replica only in the file of the lowest rank holding it; empty shards nowhere;
+    replica only in the file of the lowest rank holding it; empty shards nowhere (of a
+    zero-element tensor: rank 0's box and the boxes not empty along a sharded dim);
   * the one-process and the MPI reshard write the same chunks;
   * torch's `dcp.load` into plain tensors gives every tensor bit for bit;
   * a gloo job of the layout's ranks `dcp.load`s it into DTensors of that mesh and those
@@ -108,13 +109,18 @@ def expected_chunks(t, spec):
     """{(offsets, sizes, file)} of tensor t under spec, from torch's splitting code."""
     mesh, places = dtensor_ref.parse_spec(spec)
     nd, shape = t.dim(), list(t.shape)
-    if t.numel() == 0:
-        return {((0,) * nd, tuple(shape), "__0_0.distcp")}
+    sharded = {d for kind, d, _ in places if kind != "R" and d < nd}
     out = set()
     for r in range(dtensor_ref.nranks(spec)):
         coord = dtensor_ref.coord_of(mesh, r)
         if any(c and (kind == "R" or d >= nd) for c, (kind, d, _) in zip(coord, places)):
             continue  # a replica a lower rank stores
+        if t.numel() == 0:
+            # no elements: rank 0's box, and the boxes not empty along a sharded dim
+            local, off = dtensor_ref.expected_offset(shape, spec, r)
+            if r == 0 or all(local[d] for d in sharded):
+                out.add((tuple(off), tuple(local), f"__{r}_0.distcp"))
+            continue
         per_dim = []
         for d in range(nd):
             view = [1] * nd

@@ -128,9 +128,13 @@ static ckpt_status round_trip(ckpt_load *l, ckpt_save_mpi *s, const reshard_args
 static int run(reshard_args *a, int rank, int size) {
     uint32_t want = reshard_nranks(a, (uint32_t)size);
     if (want != (uint32_t)size) {
-        if (rank == 0)
-            cli_usage_error("reshard", "%s writes %u ranks under mpirun -np %d: give -np %u",
-                            a->ranks ? "--ranks" : "--layout", want, size, want);
+        if (rank == 0 && a->ranks)
+            cli_usage_error("reshard", "--ranks %u under mpirun -np %d: give -np %u", a->ranks,
+                            size, want);
+        else if (rank == 0)
+            cli_usage_error("reshard",
+                            "--layout '%s' has %u ranks under mpirun -np %d: give -np %u",
+                            a->layout_text, want, size, want);
         return CLI_EXIT_USAGE;
     }
     int rc = reshard_layouts(a, (uint32_t)size, rank == 0);

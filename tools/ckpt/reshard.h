@@ -65,11 +65,12 @@ void reshard_layout_desc(const reshard_args *a, char *buf, size_t size);
  * every dim, so a _StridedShard shard of several pieces is several chunks), nothing when a
  * lower rank holds the same replica (a mesh dim that replicates the tensor, R or a Shard of a
  * dim the tensor lacks: only coordinate 0 along it stores, as torch's dedup to the lowest
- * rank) or when the shard is empty.  A tensor with no elements is stored once, whole, by rank
- * 0.  Fails (naming the key) on an entry with a problem (a damaged or hostile `.metadata`) or
- * a layout the tensor cannot take. */
+ * rank) or when the shard is empty.  Of a tensor with no elements, rank 0 stores its (empty)
+ * box, and another rank its box when that is not empty along a dim the layout shards (what
+ * torch's DCP saves for each DTensor shard).  Fails (naming the key) on an entry with a problem (a
+ * damaged or hostile `.metadata`) or a layout the tensor cannot take. */
 typedef struct reshard_share {
-    ckpt_layout_shard *sh; /* NULL: the whole (empty) tensor */
+    ckpt_layout_shard *sh; /* the rank's local shard (NULL when nboxes is 0) */
     uint64_t nboxes;       /* 0: this rank stores nothing */
     int ndim;
     const int64_t *shape;

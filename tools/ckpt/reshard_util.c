@@ -163,10 +163,6 @@ ckpt_status reshard_share_of(const reshard_args *a, const ckpt_entry *e, uint32_
     if (ckpt_layout_coord(lay, rank, coord) != CKPT_OK)
         return cli_fail(err, CKPT_E_INVAL, "key '%s': rank %u is outside its layout's mesh",
                         ckpt_entry_key(e), rank);
-    if (empty) { /* no elements: rank 0 stores the whole (empty) tensor */
-        out->nboxes = rank == 0;
-        return CKPT_OK;
-    }
     /* a replica: the lowest rank holding it stores it (coordinate 0 along every mesh dim that
      * replicates this tensor) */
     for (int i = 0; i < lay->mesh_ndim; i++) {
@@ -180,18 +176,31 @@ ckpt_status reshard_share_of(const reshard_args *a, const ckpt_entry *e, uint32_
         snprintf(why, sizeof why, "%s", err->message);
         return cli_fail(err, st, "key '%s': %s", ckpt_entry_key(e), why);
     }
-    out->nboxes = ckpt_layout_shard_numel(out->sh) ? ckpt_layout_shard_num_run_boxes(out->sh) : 0;
+    if (!empty) {
+        out->nboxes =
+            ckpt_layout_shard_numel(out->sh) ? ckpt_layout_shard_num_run_boxes(out->sh) : 0;
+        return CKPT_OK;
+    }
+    /* a tensor without elements: rank 0's box (the tensor is in .metadata) and each box that
+     * is not empty along a dim the layout shards (as `dcp.save` of the DTensor; a shard left
+     * without rows would repeat another's box) */
+    const int64_t *local = ckpt_layout_shard_local_shape(out->sh);
+    bool keep = rank == 0;
+    if (!keep) {
+        keep = true;
+        for (int i = 0; i < lay->mesh_ndim; i++) {
+            const ckpt_placement *p = &lay->placements[i];
+            if (p->kind != CKPT_PLACEMENT_REPLICATE && p->dim < out->ndim && !local[p->dim])
+                keep = false;
+        }
+    }
+    out->nboxes = keep;
     return CKPT_OK;
 }
 
 void reshard_share_box(const reshard_share *s, uint64_t i, int64_t *start, int64_t *count,
                        uint64_t *bytes) {
-    if (s->sh) {
-        ckpt_layout_shard_run_box(s->sh, i, start, count, NULL);
-    } else {
-        for (int d = 0; d < s->ndim; d++)
-            start[d] = 0, count[d] = s->shape[d];
-    }
+    ckpt_layout_shard_run_box(s->sh, i, start, count, NULL); /* an empty shard: its one box */
     uint64_t b = s->itemsize; /* a run box is within the tensor, whose bytes fit */
     for (int d = 0; d < s->ndim; d++)
         b *= (uint64_t)count[d];
