@@ -406,6 +406,18 @@ void ckpt_layout_shard_box(const ckpt_layout_shard *s, uint64_t i, int64_t *star
 /* The index of the box holding local element `elem` (< numel; 0 when numel is 0). */
 uint64_t ckpt_layout_shard_find_box(const ckpt_layout_shard *s, uint64_t elem);
 
+/* The shard as global boxes, for writers (`ckpt reshard`): along each dim the held indices are
+ * a few maximal runs of consecutive ones (one per piece of a _StridedShard, adjacent pieces
+ * merged), and the shard is their product: one run box per choice of a run on every dim, C
+ * order over the dims' runs.  Run boxes tile the shard exactly without overlap, and their
+ * number does not grow with the rows (`2x2:S1s2,R` on [8192, 512]: 2 run boxes, 16384 boxes
+ * in torch's order).  Run box i (< num_run_boxes): ndim values of start and count, and `local`
+ * (may be NULL) its first position per dim in the local tensor.  An empty shard: one empty run
+ * box, ckpt_layout_shard_box's. */
+uint64_t ckpt_layout_shard_num_run_boxes(const ckpt_layout_shard *s); /* >= 1 */
+void ckpt_layout_shard_run_box(const ckpt_layout_shard *s, uint64_t i, int64_t *start,
+                               int64_t *count, int64_t *local);
+
 /* The boxes rank `rank` (row-major) holds, materialized: up to `cap` boxes into
  * starts/counts (ndim values per box, box i at [i * ndim]), their number into *nboxes
  * (CKPT_E_LIMIT when above cap: *nboxes then says how many are needed); local_shape and

@@ -321,3 +321,12 @@ void slice_shard_run_box(const ckpt_layout_shard *s, uint64_t i, int64_t *start,
         if (local) local[d] = (int64_t)r->pos[k];
     }
 }
+
+uint64_t ckpt_layout_shard_num_run_boxes(const ckpt_layout_shard *s) {
+    return slice_shard_num_run_boxes(s);
+}
+
+void ckpt_layout_shard_run_box(const ckpt_layout_shard *s, uint64_t i, int64_t *start,
+                               int64_t *count, int64_t *local) {
+    slice_shard_run_box(s, i, start, count, local);
+}

@@ -58,6 +58,11 @@ static void expand(int ndim, const int64_t *shape, const int64_t *start, const i
 
 #define CAP 4096
 
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
 Test(mesh, torch_vectors) {
     const char *path = getenv("CKPT_MESH_VECTORS");
     cr_assert(path, "CKPT_MESH_VECTORS not set");
@@ -117,6 +122,33 @@ Test(mesh, torch_vectors) {
                 cr_assert_eq(ckpt_layout_shard_find_box(s, e), b);
             at += n;
         }
+        /* run boxes: the same elements (as a set), no more boxes than the torch-order list,
+         * and each one's first element sits at its local position */
+        uint64_t nr = ckpt_layout_shard_num_run_boxes(s);
+        cr_assert(nr >= 1 && nr <= nb, "%s %s rank %u: %llu run boxes", spec, shape_s, rank,
+                  (unsigned long long)nr);
+        size_t nrun = 0;
+        for (uint64_t b = 0; b < nr; b++) {
+            int64_t st[8], ct[8], lo[8];
+            ckpt_layout_shard_run_box(s, b, st, ct, lo);
+            size_t before = nrun;
+            expand(ndim, shape, st, ct, got, &nrun, CAP);
+            if (nrun == before) continue;
+            int64_t lpos = 0, gflat = 0;
+            for (int d = 0; d < ndim; d++) {
+                lpos = lpos * lshape[d] + lo[d];
+                gflat = gflat * shape[d] + st[d];
+            }
+            cr_assert_eq(want[lpos], gflat, "%s %s rank %u run box %llu: local position", spec,
+                         shape_s, rank, (unsigned long long)b);
+        }
+        cr_assert_eq(nrun, nwant, "%s %s rank %u: run boxes hold %zu elements, torch %zu", spec,
+                     shape_s, rank, nrun, nwant);
+        qsort(got, nrun, sizeof *got, cmp_i64);
+        qsort(want, nwant, sizeof *want, cmp_i64);
+        for (size_t i = 0; i < nrun; i++)
+            cr_assert_eq(got[i], want[i], "%s %s rank %u: run boxes' element %zu", spec, shape_s,
+                         rank, i);
         ckpt_layout_shard_free(s);
         multi += nb > 1;
         empty += nwant == 0 && ndim > 0;
@@ -144,6 +176,27 @@ Test(mesh, strided_example_from_the_issue) {
     cr_assert_eq(ckpt_layout_boxes(&l, 2, shape, 1, st, ct, 1, &nb, NULL, NULL, &err),
                  CKPT_E_LIMIT);
     cr_assert_eq(nb, 2);
+    /* the run boxes are the same two, at local rows 0 and 2 */
+    uint32_t coord[1] = {1};
+    ckpt_layout_shard *s;
+    cr_assert_eq(ckpt_layout_shard_new(&l, 2, shape, coord, &s, NULL), CKPT_OK);
+    cr_assert_eq(ckpt_layout_shard_num_run_boxes(s), 2);
+    int64_t lo[2];
+    ckpt_layout_shard_run_box(s, 1, st, ct, lo);
+    cr_assert(st[0] == 6 && ct[0] == 2 && st[1] == 0 && ct[1] == 3 && lo[0] == 2 && lo[1] == 0);
+    ckpt_layout_shard_free(s);
+    /* a _StridedShard after the first dim: a box per row and run, two run boxes */
+    cr_assert_eq(ckpt_layout_parse("2x2:S1s2,R", &l, NULL), CKPT_OK);
+    int64_t big[2] = {8192, 512};
+    uint32_t c2[2] = {1, 1};
+    cr_assert_eq(ckpt_layout_shard_new(&l, 2, big, c2, &s, NULL), CKPT_OK);
+    cr_assert_eq(ckpt_layout_shard_num_boxes(s), 16384);
+    cr_assert_eq(ckpt_layout_shard_num_run_boxes(s), 2);
+    ckpt_layout_shard_run_box(s, 0, st, ct, lo);
+    cr_assert(st[0] == 0 && ct[0] == 8192 && st[1] == 128 && ct[1] == 128 && lo[1] == 0);
+    ckpt_layout_shard_run_box(s, 1, st, ct, lo);
+    cr_assert(st[1] == 384 && ct[1] == 128 && lo[1] == 128);
+    ckpt_layout_shard_free(s);
 }
 
 Test(mesh, parse_and_format) {

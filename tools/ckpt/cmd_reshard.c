@@ -1,5 +1,6 @@
-/* cmd_reshard.c — `ckpt reshard SRC DST [--ranks M]`: rewrite a checkpoint laid out for M
- * ranks (every tensor as Shard(D) pieces with torch.chunk boundaries, values once) with the
+/* cmd_reshard.c — `ckpt reshard SRC DST [--ranks M] [--layout SPEC] [--layout-map F]`:
+ * rewrite a checkpoint laid out for M ranks (each rank's file: the run boxes of its DTensor
+ * local shard of every tensor under a mesh layout, replicas once, values once) with the
  * saver.  This file parses the options and holds the single-process writer (one data file
  * per target rank, one box in memory at a time); under mpirun (MPI builds) each rank loads its
  * share with the collective loader and saves it with the collective saver
@@ -15,9 +16,12 @@ void cmd_reshard_help(FILE *out) {
           "       mpirun -np M ckpt reshard [options] SRC_DIR DST_DIR\n"
           "\n"
           "Write a new checkpoint DST_DIR (which must not exist) holding the same entries as\n"
-          "SRC_DIR, laid out for M ranks: rank k's file holds its Shard(D) piece of every\n"
-          "tensor (torch.chunk boundaries, as `ckptfs` .layout/dimD-of-M and `ckpt load`),\n"
-          "tensors of at most D dimensions and the non-tensor values once, in rank 0's file.\n"
+          "SRC_DIR, laid out for M ranks: rank k's file holds the DTensor local shard of\n"
+          "every tensor that rank k has under --layout (distribute_tensor(..., src_data_rank=\n"
+          "None).to_local(), ranks row-major on the mesh, as `ckpt load` and the mount's\n"
+          ".layout/), one chunk per box of it (a _StridedShard shard may be several);\n"
+          "a replica is stored once, by the lowest rank holding it, and the non-tensor\n"
+          "values once, in rank 0's file.\n"
           "The result is committed atomically (hidden staging directory, .metadata last,\n"
           "rename).  Alone, one process writes the M files; under mpirun each rank loads its\n"
           "share with the collective loader (each stored byte read once) and saves it.\n"
@@ -26,8 +30,17 @@ void cmd_reshard_help(FILE *out) {
           "an object of another class or an embedded tensor inside one is an error.\n"
           "\n"
           "Options:\n"
-          "      --ranks M       target ranks (default: the MPI world size, or 1)\n"
-          "      --layout dimD   shard along dimension D (default dim0)\n"
+          "      --ranks M       target ranks (default: the --layout spec's, the MPI\n"
+          "                      world size, or 1)\n"
+          "      --layout SPEC   mesh sizes joined by 'x', ':', one placement per mesh dim\n"
+          "                      joined by ',': R, S<d> (Shard(d)) or S<d>s<k>\n"
+          "                      (_StridedShard(d, split_factor=k)): 2x2:S0s2,S0, 2x3:R,S0,\n"
+          "                      8:S0.  dimD (default dim0) is M:SD.  A tensor without\n"
+          "                      dim d is replicated along that mesh dim\n"
+          "      --layout-map F  per-key specs from JSON file F, as `ckpt load`'s:\n"
+          "                      {\"*\": SPEC (default: the --layout), \"KEY or PATH or\n"
+          "                      DIR\": SPEC, ...}; the longest matching one wins.  Needs\n"
+          "                      --ranks M, a --layout spec or mpirun for M\n"
           "      --budget BYTES  under mpirun: tensor bytes loaded per round, job-wide\n"
           "                      (default 1G; alone, memory peaks at the largest share\n"
           "                      of one tensor)\n"
@@ -44,11 +57,12 @@ void cmd_reshard_help(FILE *out) {
           out);
 }
 
-enum { OPT_RANKS = 1, OPT_LAYOUT, OPT_BUDGET, OPT_NO_FSYNC, OPT_QUIET, OPT_TORCH };
+enum { OPT_RANKS = 1, OPT_LAYOUT, OPT_LAYOUT_MAP, OPT_BUDGET, OPT_NO_FSYNC, OPT_QUIET, OPT_TORCH };
 static const cli_opt reshard_opts[] = {
-    {"ranks", 0, true, OPT_RANKS},    {"layout", 0, true, OPT_LAYOUT},
-    {"budget", 0, true, OPT_BUDGET},  {"no-fsync", 0, false, OPT_NO_FSYNC},
-    {"quiet", 'q', false, OPT_QUIET}, {"torch", 0, true, OPT_TORCH},
+    {"ranks", 0, true, OPT_RANKS},           {"layout", 0, true, OPT_LAYOUT},
+    {"layout-map", 0, true, OPT_LAYOUT_MAP}, {"budget", 0, true, OPT_BUDGET},
+    {"no-fsync", 0, false, OPT_NO_FSYNC},    {"quiet", 'q', false, OPT_QUIET},
+    {"torch", 0, true, OPT_TORCH},
 };
 
 static bool under_mpirun(void) {
@@ -67,12 +81,14 @@ static ckpt_status write_rank(ckpt_reader *r, const reshard_args *a, const char 
     for (size_t i = 0; s == CKPT_OK && i < n; i++) {
         const ckpt_entry *e = ckpt_reader_entry(r, i);
         bool tensor = ckpt_entry_kind_of(e) == CKPT_ENTRY_TENSOR;
-        int64_t start[CKPT_MAX_NDIM] = {0}, count[CKPT_MAX_NDIM] = {0};
-        uint64_t nb = 0;
-        if (tensor) s = reshard_box(e, a->dim, a->ranks, k, start, count, &nb, err);
+        reshard_share sh = {0};
+        if (tensor) s = reshard_share_of(a, e, k, &sh, err);
         if (s != CKPT_OK) break;
-        bool whole = a->dim >= ckpt_entry_ndim(e), empty = tensor && !whole && !count[a->dim];
-        if (k != 0 && (!tensor || whole || empty)) continue; /* stored once / nothing to store */
+        /* values are stored once (rank 0); a tensor by the ranks its share names */
+        if ((!tensor && k != 0) || (tensor && !sh.nboxes)) {
+            reshard_share_release(&sh);
+            continue;
+        }
         ckpt_save_key key;
         ckpt_save_elem *elems = NULL;
         s = reshard_key(e, &key, &elems, err);
@@ -83,7 +99,13 @@ static ckpt_status write_rank(ckpt_reader *r, const reshard_args *a, const char 
                 s = v.archive ? ckpt_save_file_add_value_archive(f, &key, v.archive, v.len, 0, err)
                               : ckpt_save_file_add_value(f, &key, v.v, 0, err);
             reshard_val_release(&v);
-        } else if (s == CKPT_OK) {
+        }
+        /* one chunk per run box of the shard (a _StridedShard shard of several pieces is
+         * several chunks), one box in memory at a time */
+        for (uint64_t b = 0; s == CKPT_OK && tensor && b < sh.nboxes; b++) {
+            int64_t start[CKPT_MAX_NDIM] = {0}, count[CKPT_MAX_NDIM] = {0};
+            uint64_t nb = 0;
+            reshard_share_box(&sh, b, start, count, &nb);
             void *buf = nb <= SIZE_MAX ? malloc(nb ? (size_t)nb : 1) : NULL;
             if (!buf) s = cli_fail(err, CKPT_E_NOMEM, "key '%s': out of memory", key.flat);
             if (s == CKPT_OK) s = ckpt_read_region(r, e, start, count, buf, (size_t)nb, err);
@@ -99,6 +121,7 @@ static ckpt_status write_rank(ckpt_reader *r, const reshard_args *a, const char 
             if (s == CKPT_OK) *bytes += nb;
             free(buf);
         }
+        reshard_share_release(&sh);
         free(elems);
     }
     if (s == CKPT_OK) s = ckpt_save_file_finish(f, desc, err);
@@ -106,9 +129,14 @@ static ckpt_status write_rank(ckpt_reader *r, const reshard_args *a, const char 
     return s;
 }
 
-static int reshard_single(const reshard_args *a) {
+static int reshard_single(reshard_args *a) {
+    int rc = reshard_layouts(a, a->ranks, true);
+    if (rc != CLI_EXIT_OK) return rc;
     ckpt_reader *r = cli_open(a->src);
-    if (!r) return CLI_EXIT_FAIL;
+    if (!r) {
+        ckpt_layout_map_free(a->map);
+        return CLI_EXIT_FAIL;
+    }
     reshard_note_torch(r, a);
     ckpt_save_options o = {.no_fsync = a->no_fsync,
                            .tensor_properties_strides = a->strides,
@@ -128,14 +156,18 @@ static int reshard_single(const reshard_args *a) {
     free(descs);
     ckpt_save_txn_free(txn); /* removes the staging directory unless committed */
     ckpt_reader_free(r);
+    char desc[CKPT_LAYOUT_SPEC_MAX + 4096];
+    reshard_layout_desc(a, desc, sizeof desc);
+    ckpt_layout_map_free(a->map);
+    a->map = NULL;
     if (s != CKPT_OK) {
         cli_error("%s", err.message[0] ? err.message : ckpt_strerror(s));
         return CLI_EXIT_FAIL;
     }
     if (!a->quiet) {
         char h[32];
-        printf("wrote %s for %u ranks (layout dim%d) in one process: %s of tensors\n", a->dst,
-               a->ranks, a->dim, cli_human_size(bytes, h, sizeof h));
+        printf("wrote %s for %u ranks (layout %s) in one process: %s of tensors\n", a->dst,
+               a->ranks, desc, cli_human_size(bytes, h, sizeof h));
     }
     return cli_flush_stdout() ? CLI_EXIT_OK : CLI_EXIT_FAIL;
 }
@@ -164,14 +196,8 @@ int cmd_reshard(int argc, char **argv) {
                 return cli_usage_error("reshard", "--ranks wants 1..1048576, not '%s'", arg);
             a.ranks = (uint32_t)v;
             break;
-        case OPT_LAYOUT: {
-            char *end;
-            long d = strncmp(arg, "dim", 3) == 0 ? strtol(arg + 3, &end, 10) : -1;
-            if (d < 0 || d >= CKPT_MAX_NDIM || *end || end == arg + 3)
-                return cli_usage_error("reshard", "--layout wants dim0, dim1, ..., not '%s'", arg);
-            a.dim = (int)d;
-            break;
-        }
+        case OPT_LAYOUT: a.layout_text = arg; break;
+        case OPT_LAYOUT_MAP: a.map_file = arg; break;
         case OPT_BUDGET:
             if (!cli_parse_size(arg, &a.budget) || !a.budget)
                 return cli_usage_error("reshard", "bad --budget '%s'", arg);
@@ -194,6 +220,6 @@ int cmd_reshard(int argc, char **argv) {
         return CLI_EXIT_USAGE;
 #endif
     }
-    if (!a.ranks) a.ranks = 1;
+    a.ranks = reshard_nranks(&a, 1);
     return reshard_single(&a);
 }

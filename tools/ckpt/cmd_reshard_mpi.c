@@ -40,7 +40,7 @@ static ckpt_status add_value(ckpt_reader *r, const ckpt_entry *e, ckpt_save_mpi 
 
 /* One round: entries [*next, ...) up to `budget` bytes job-wide, loaded then saved. */
 static ckpt_status round_trip(ckpt_load *l, ckpt_save_mpi *s, const reshard_args *a, int rank,
-                              int size, size_t *next, uint64_t *bytes, ckpt_error *err) {
+                              size_t *next, uint64_t *bytes, ckpt_error *err) {
     ckpt_reader *r = ckpt_load_reader(l);
     size_t n = ckpt_reader_num_entries(r), nh = 0, cap = 16;
     held *h = calloc(cap, sizeof *h);
@@ -54,28 +54,33 @@ static ckpt_status round_trip(ckpt_load *l, ckpt_save_mpi *s, const reshard_args
         }
         if (taken && taken + ckpt_entry_nbytes(e) > a->budget) break;
         taken += ckpt_entry_nbytes(e);
-        held x = {.e = e};
-        uint64_t nb = 0;
-        st = reshard_box(e, a->dim, (uint32_t)size, (uint32_t)rank, x.start, x.count, &nb, err);
-        if (st != CKPT_OK) break;
-        bool whole = a->dim >= ckpt_entry_ndim(e), empty = !whole && !x.count[a->dim];
-        if (rank != 0 && (whole || empty)) continue;
-        if (nh == cap) {
-            held *t = realloc(h, 2 * cap * sizeof *t);
-            if (!t) {
-                st = cli_fail(err, CKPT_E_NOMEM, "out of memory");
+        reshard_share sh;
+        st = reshard_share_of(a, e, (uint32_t)rank, &sh, err);
+        /* one chunk per run box of the rank's share (nothing for a replica a lower rank
+         * stores), each loaded into its own buffer */
+        for (uint64_t b = 0; st == CKPT_OK && b < sh.nboxes; b++) {
+            if (nh == cap) {
+                held *t = realloc(h, 2 * cap * sizeof *t);
+                if (!t) {
+                    st = cli_fail(err, CKPT_E_NOMEM, "out of memory");
+                    break;
+                }
+                h = t, cap *= 2;
+            }
+            held x = {.e = e};
+            uint64_t nb = 0;
+            reshard_share_box(&sh, b, x.start, x.count, &nb);
+            x.bytes = (size_t)nb;
+            x.buf = nb <= SIZE_MAX ? malloc(nb ? (size_t)nb : 1) : NULL;
+            if (!x.buf) {
+                st = cli_fail(err, CKPT_E_NOMEM, "key '%s': out of memory", ckpt_entry_key(e));
                 break;
             }
-            h = t, cap *= 2;
+            h[nh++] = x;
+            st = ckpt_load_request(l, ckpt_entry_key(e), x.start, x.count, x.buf, x.bytes, err);
         }
-        x.bytes = (size_t)nb;
-        x.buf = nb <= SIZE_MAX ? malloc(nb ? (size_t)nb : 1) : NULL;
-        if (!x.buf) {
-            st = cli_fail(err, CKPT_E_NOMEM, "key '%s': out of memory", ckpt_entry_key(e));
-            break;
-        }
-        h[nh++] = x;
-        st = ckpt_load_request(l, ckpt_entry_key(e), x.start, x.count, x.buf, x.bytes, err);
+        reshard_share_release(&sh);
+        if (st != CKPT_OK) break;
     }
     /* every rank must reach execute: agree on local failures first; from here on every
      * status is the same on all ranks */
@@ -120,13 +125,22 @@ static ckpt_status round_trip(ckpt_load *l, ckpt_save_mpi *s, const reshard_args
     return st;
 }
 
-static int run(const reshard_args *a, int rank, int size) {
-    if (a->ranks && a->ranks != (uint32_t)size) {
-        if (rank == 0)
+static int run(reshard_args *a, int rank, int size) {
+    uint32_t want = reshard_nranks(a, (uint32_t)size);
+    if (want != (uint32_t)size) {
+        if (rank == 0 && a->ranks)
             cli_usage_error("reshard", "--ranks %u under mpirun -np %d: give -np %u", a->ranks,
-                            size, a->ranks);
+                            size, want);
+        else if (rank == 0)
+            cli_usage_error("reshard",
+                            "--layout '%s' has %u ranks under mpirun -np %d: give -np %u",
+                            a->layout_text, want, size, want);
         return CLI_EXIT_USAGE;
     }
+    int rc = reshard_layouts(a, (uint32_t)size, rank == 0);
+    if (rc != CLI_EXIT_OK) return rc;
+    char desc[CKPT_LAYOUT_SPEC_MAX + 4096];
+    reshard_layout_desc(a, desc, sizeof desc);
     ckpt_error err = {0};
     ckpt_load *l = NULL;
     ckpt_save_mpi *s = NULL;
@@ -140,11 +154,13 @@ static int run(const reshard_args *a, int rank, int size) {
     if (st == CKPT_OK) {
         size_t next = 0, n = ckpt_reader_num_entries(ckpt_load_reader(l));
         while (st == CKPT_OK && next < n)
-            st = round_trip(l, s, a, rank, size, &next, &bytes, &err);
+            st = round_trip(l, s, a, rank, &next, &bytes, &err);
         if (st == CKPT_OK) st = ckpt_save_mpi_commit(s, &err);
     }
     ckpt_save_mpi_free(s);
     ckpt_load_free(l);
+    ckpt_layout_map_free(a->map);
+    a->map = NULL;
     MPI_Reduce(&bytes, &total, 1, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
     if (st != CKPT_OK) {
         if (rank == 0) cli_error("%s", err.message[0] ? err.message : ckpt_strerror(st));
@@ -152,13 +168,13 @@ static int run(const reshard_args *a, int rank, int size) {
     }
     if (rank == 0 && !a->quiet) {
         char h[32];
-        printf("wrote %s for %d ranks (layout dim%d) with %d MPI ranks: %s of tensors\n", a->dst,
-               size, a->dim, size, cli_human_size(total, h, sizeof h));
+        printf("wrote %s for %d ranks (layout %s) with %d MPI ranks: %s of tensors\n", a->dst, size,
+               desc, size, cli_human_size(total, h, sizeof h));
     }
     return cli_flush_stdout() ? CLI_EXIT_OK : CLI_EXIT_FAIL;
 }
 
-int reshard_mpi(const reshard_args *a) {
+int reshard_mpi(reshard_args *a) {
     int provided;
     MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
     int rank, size;

@@ -72,26 +72,144 @@ ckpt_status reshard_key(const ckpt_entry *e, ckpt_save_key *key, ckpt_save_elem 
     return CKPT_OK;
 }
 
-ckpt_status reshard_box(const ckpt_entry *e, int dim, uint32_t nranks, uint32_t rank,
-                        int64_t *start, int64_t *count, uint64_t *bytes, ckpt_error *err) {
-    *bytes = 0;
+#define CK_STR_(x) #x
+#define CK_STR(x) CK_STR_(x)
+
+static bool is_dim_alias(const char *t) { return strncmp(t, "dim", 3) == 0 && !strchr(t, '-'); }
+
+uint32_t reshard_nranks(const reshard_args *a, uint32_t world) {
+    if (a->ranks) return a->ranks;
+    ckpt_layout l;
+    if (a->layout_text && !is_dim_alias(a->layout_text) &&
+        ckpt_layout_parse(a->layout_text, &l, NULL) == CKPT_OK)
+        return ckpt_layout_nranks(&l);
+    return world;
+}
+
+static int layout_error(bool print, const char *fmt, const char *x, const char *y) {
+    if (print) cli_usage_error("reshard", fmt, x, y);
+    return CLI_EXIT_USAGE;
+}
+
+int reshard_layouts(reshard_args *a, uint32_t nranks, bool print) {
+    char spec[CKPT_LAYOUT_SPEC_MAX + 32], msg[96];
+    const char *text = a->layout_text ? a->layout_text : "dim0";
+    if (is_dim_alias(text)) {
+        char *end;
+        long d = strtol(text + 3, &end, 10);
+        if (d < 0 || d >= CKPT_MAX_NDIM || *end || end == text + 3)
+            return layout_error(print, "--layout '%s': %s", text,
+                                "dimD wants D below " CK_STR(CKPT_MAX_NDIM));
+        snprintf(spec, sizeof spec, "%u:S%ld", (unsigned)nranks, d);
+        text = spec;
+    }
+    ckpt_error err = {0};
+    if (ckpt_layout_parse(text, &a->layout, &err) != CKPT_OK)
+        return layout_error(print, "--layout '%s': %s", a->layout_text, err.message);
+    if (ckpt_layout_nranks(&a->layout) != nranks) {
+        snprintf(msg, sizeof msg, "has %u ranks, but %u are written (--ranks or mpirun -np)",
+                 ckpt_layout_nranks(&a->layout), (unsigned)nranks);
+        return layout_error(print, "--layout '%s' %s", a->layout_text, msg);
+    }
+    if (!a->map_file) return CLI_EXIT_OK;
+    FILE *f = fopen(a->map_file, "rb");
+    if (!f) return layout_error(print, "--layout-map %s: %s", a->map_file, strerror(errno));
+    char *json = malloc(CKPT_LAYOUT_MAP_MAX_BYTES + 1);
+    size_t len = json ? fread(json, 1, CKPT_LAYOUT_MAP_MAX_BYTES + 1, f) : 0;
+    bool rerr = ferror(f);
+    fclose(f);
+    if (!json || rerr || len > CKPT_LAYOUT_MAP_MAX_BYTES) {
+        free(json);
+        return layout_error(print, "--layout-map %s: %s", a->map_file,
+                            !json  ? "out of memory"
+                            : rerr ? "read error"
+                                   : "larger than 64 MiB");
+    }
+    ckpt_status st = ckpt_layout_map_parse(json, len, nranks, &a->map, &err);
+    free(json);
+    if (st != CKPT_OK) return layout_error(print, "--layout-map %s: %s", a->map_file, err.message);
+    if (ckpt_layout_map_default(a->map)) a->layout = *ckpt_layout_map_default(a->map);
+    return CLI_EXIT_OK;
+}
+
+void reshard_layout_desc(const reshard_args *a, char *buf, size_t size) {
+    char spec[CKPT_LAYOUT_SPEC_MAX];
+    ckpt_layout_format(&a->layout, spec, sizeof spec);
+    if (a->map)
+        snprintf(buf, size, "%s + --layout-map %s", spec, a->map_file);
+    else
+        snprintf(buf, size, "%s", spec);
+}
+
+ckpt_status reshard_share_of(const reshard_args *a, const ckpt_entry *e, uint32_t rank,
+                             reshard_share *out, ckpt_error *err) {
+    memset(out, 0, sizeof *out);
     if (ckpt_entry_problem(e))
         return cli_fail(err, CKPT_E_FORMAT, "key '%s': %s", ckpt_entry_key(e),
                         ckpt_entry_problem(e));
-    int nd = ckpt_entry_ndim(e);
-    ckpt_status st = ckpt_shard_box(nd, ckpt_entry_shape(e), dim, nranks, rank, start, count);
-    if (st != CKPT_OK)
-        return cli_fail(err, st, "key '%s': cannot split it over %u ranks along dim %d",
-                        ckpt_entry_key(e), nranks, dim);
-    uint64_t b = ckpt_dtype_itemsize(ckpt_entry_dtype(e));
-    for (int d = 0; d < nd; d++) {
-        if (count[d] < 0 || (count[d] && b > UINT64_MAX / (uint64_t)count[d]))
-            return cli_fail(err, CKPT_E_FORMAT, "key '%s': share of rank %u is too large",
-                            ckpt_entry_key(e), rank);
-        b *= (uint64_t)count[d];
+    const ckpt_layout *lay = ckpt_layout_map_find(a->map, e, &a->layout);
+    out->ndim = ckpt_entry_ndim(e);
+    out->shape = ckpt_entry_shape(e);
+    out->itemsize = ckpt_dtype_itemsize(ckpt_entry_dtype(e));
+    bool empty = false;
+    uint64_t bytes = out->itemsize;
+    for (int d = 0; d < out->ndim; d++) {
+        if (out->shape[d] <= 0) empty = true;
+        if (!empty && __builtin_mul_overflow(bytes, (uint64_t)out->shape[d], &bytes))
+            return cli_fail(err, CKPT_E_FORMAT, "key '%s': the tensor's size overflows",
+                            ckpt_entry_key(e));
     }
-    *bytes = b;
+    uint32_t coord[CKPT_LAYOUT_MAX_MESH_NDIM];
+    if (ckpt_layout_coord(lay, rank, coord) != CKPT_OK)
+        return cli_fail(err, CKPT_E_INVAL, "key '%s': rank %u is outside its layout's mesh",
+                        ckpt_entry_key(e), rank);
+    /* a replica: the lowest rank holding it stores it (coordinate 0 along every mesh dim that
+     * replicates this tensor) */
+    for (int i = 0; i < lay->mesh_ndim; i++) {
+        const ckpt_placement *p = &lay->placements[i];
+        if ((p->kind == CKPT_PLACEMENT_REPLICATE || p->dim >= out->ndim) && coord[i] != 0)
+            return CKPT_OK;
+    }
+    ckpt_status st = ckpt_layout_shard_new(lay, out->ndim, out->shape, coord, &out->sh, err);
+    if (st != CKPT_OK) {
+        char why[sizeof err->message];
+        snprintf(why, sizeof why, "%s", err->message);
+        return cli_fail(err, st, "key '%s': %s", ckpt_entry_key(e), why);
+    }
+    if (!empty) {
+        out->nboxes =
+            ckpt_layout_shard_numel(out->sh) ? ckpt_layout_shard_num_run_boxes(out->sh) : 0;
+        return CKPT_OK;
+    }
+    /* a tensor without elements: rank 0's box (the tensor is in .metadata) and each box that
+     * is not empty along a dim the layout shards (as `dcp.save` of the DTensor; a shard left
+     * without rows would repeat another's box) */
+    const int64_t *local = ckpt_layout_shard_local_shape(out->sh);
+    bool keep = rank == 0;
+    if (!keep) {
+        keep = true;
+        for (int i = 0; i < lay->mesh_ndim; i++) {
+            const ckpt_placement *p = &lay->placements[i];
+            if (p->kind != CKPT_PLACEMENT_REPLICATE && p->dim < out->ndim && !local[p->dim])
+                keep = false;
+        }
+    }
+    out->nboxes = keep;
     return CKPT_OK;
+}
+
+void reshard_share_box(const reshard_share *s, uint64_t i, int64_t *start, int64_t *count,
+                       uint64_t *bytes) {
+    ckpt_layout_shard_run_box(s->sh, i, start, count, NULL); /* an empty shard: its one box */
+    uint64_t b = s->itemsize; /* a run box is within the tensor, whose bytes fit */
+    for (int d = 0; d < s->ndim; d++)
+        b *= (uint64_t)count[d];
+    *bytes = b;
+}
+
+void reshard_share_release(reshard_share *s) {
+    ckpt_layout_shard_free(s->sh);
+    memset(s, 0, sizeof *s);
 }
 
 /* The stored bytes of object entry `e` (one torch.save archive), read from its file. */
