@@ -123,6 +123,27 @@ static void unpack(void *ctx, const gpiece *q, const wpart *w, uint64_t lo, uint
     c->in += n;
 }
 
+/* Host: this rank's own pieces of its window, straight into its destinations (not through
+ * the send buffer, the transport's self block and the receive buffer). */
+typedef struct own_ctx {
+    ckpt_load *l;
+    const uint8_t *stage;
+    ckpt_status s; /* of the first failed device copy */
+    ckpt_error *err;
+} own_ctx;
+static void place_own(void *ctx, const gpiece *q, const wpart *w, uint64_t lo, uint64_t n,
+                      uint64_t to) {
+    own_ctx *c = ctx;
+    const lreq *r = &c->l->reqs[q->req];
+    const uint8_t *src = c->stage + w->stage + (lo - w->r.off);
+    if (!r->device) {
+        memcpy(r->dst + to, src, n);
+    } else if (c->s == CKPT_OK) {
+        c->s = dev_sink_put(c->l->dev, r->dst, r->dst + to, src, n, c->err);
+        c->l->stats.bytes_device += n;
+    }
+}
+
 /* NCCL: the overlaps of one requester's pieces with this rank's window, copied device to
  * device from the device window into the send buffer (from `to` on), or straight into this
  * rank's own destinations. */
@@ -277,14 +298,21 @@ static ckpt_status move_host(rounds *x, uint64_t r, ckpt_status rs, ckpt_status 
     uint8_t *sbuf = x->sbuf, *rbuf = x->rbuf;
     s = load_agree(l, ok ? CKPT_OK : ck_fail(err, CKPT_E_NOMEM, "out of memory"), err);
     if (s == CKPT_OK) {
+        int me = l->rank;
         for (int j = 0; j < l->size; j++) {
+            if (j == me) continue;
             pack_ctx pc = {x->stage, sbuf + x->sd[j]};
             overlaps(p, j, x->mine, x->nmine, pack, &pc);
         }
+        /* this rank's own bytes go from the window straight into place (two copies fewer
+         * of each: no pack, self block or unpack; as move_nccl does) */
+        own_ctx oc = {l, x->stage, CKPT_OK, err};
+        overlaps(p, me, x->mine, x->nmine, place_own, &oc);
+        if (oc.s != CKPT_OK && *us == CKPT_OK) *us = oc.s;
         for (int j = 0; j < l->size; j++) {
-            x->zsc[j] = (size_t)x->sc[j];
+            x->zsc[j] = j == me ? 0 : (size_t)x->sc[j];
             x->zsd[j] = (size_t)x->sd[j];
-            x->zrc[j] = (size_t)x->rc[j];
+            x->zrc[j] = j == me ? 0 : (size_t)x->rc[j];
             x->zrd[j] = (size_t)x->rd[j];
         }
         /* a failed all-to-all fails the next agreement (the next round's, or the one after
@@ -294,6 +322,7 @@ static ckpt_status move_host(rounds *x, uint64_t r, ckpt_status rs, ckpt_status 
                                         *us == CKPT_OK ? err : NULL);
         if (ts != CKPT_OK && *us == CKPT_OK) *us = ts;
         for (int k = 0; k < l->size; k++) {
+            if (k == me) continue;
             size_t nt = window(p, k, r * x->B, x->B, x->theirs, x->wcap);
             unpack_ctx uc = {l, rbuf + x->rd[k], CKPT_OK, err};
             overlaps(p, l->rank, x->theirs, nt, unpack, &uc);

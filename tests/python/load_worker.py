@@ -13,6 +13,16 @@
   fsdp-load OUTDIR DIR        resumed at this world size by ckptfs.load and by dcp.load
                               (get_state_dict / set_state_dict): equal shards, values, and
                               parameters after one more step
+  dcp-reader OUTDIR FIXTURE... the layouts' state_dicts loaded by dcp.load with ckptfs's
+                              StorageReader (collective reads) and with FileSystemReader: every
+                              local shard equal bit for bit (and to the reference where DCP's
+                              planner places it: not 1-D _StridedShard)
+  dcp-save OUTDIR DIR         saved() into DIR
+  dcp-bytes OUTDIR DIR READER PLACEMENT
+                              DIR (dcp-save's) loaded by dcp.load with READER (ckptfs, torch)
+                              into R or S0 DTensors: each checked against the saved values
+  dcp-fault OUTDIR DIR        dcp.load with ckptfs's reader of DIR, which lacks a shard file:
+                              every rank records what it raised
   fault OUTDIR KIND DIR       KIND: path (rank 1 loads a directory that does not exist),
                               key (rank 0's state_dict has a key the checkpoint lacks), shard
                               (DIR lacks a shard file), shape (rank N-1's destination is of the
@@ -153,18 +163,96 @@ def check_layouts(rank, world, names, out):
     return res
 
 
-def saved(world, out):
+def check_dcp_reader(rank, world, names):
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    from ckptfs.dcp import StorageReader
+    ms = meshes(world)
+    res = {"checked": 0, "strided": 0, "placements": set(), "stats": {}}
+    for name in names:
+        r = ref(name)
+        flat, how = build(r, world, ms, 7)
+        ours = nest(flat)
+        reader = StorageReader(r.dir)
+        dcp.load(ours, storage_reader=reader)
+        assert reader.stats is not None, "the reads were not collective"
+        res["stats"][name] = reader.stats.as_dict()
+        theirs = nest(build(r, world, ms, 7)[0])
+        dcp.load(theirs, storage_reader=FileSystemReader(str(r.dir)))
+        for e in r.entries:
+            a, b = flat_get(ours, e.key), flat_get(theirs, e.key)
+            if not e.is_tensor:
+                assert a == b, (name, e.key, a, b)
+                continue
+            if isinstance(a, DTensor):
+                la = a.to_local()
+                assert bits(la) == bits(b.to_local()), (rank, name, e.key, how[e.key])
+                res["placements"].add(f"{tuple(a.device_mesh.shape)}:{a.placements}")
+                if strided(how[e.key]):
+                    res["strided"] += 1
+                if not (strided(how[e.key]) and a.device_mesh.ndim == 1):
+                    want = distribute_tensor(r.tensor(e), a.device_mesh, a.placements,
+                                             src_data_rank=None).to_local()
+                    assert bits(la) == bits(want), (rank, name, e.key, how[e.key])
+            else:
+                assert bits(a) == bits(b) == bits(r.tensor(e)), (name, e.key)
+            res["checked"] += 1
+    res["placements"] = sorted(res["placements"])
+    return res
+
+
+def check_dcp_bytes(world, d, which, placement):
+    """One dcp.load of saved()'s checkpoint (run under strace by the test)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    from ckptfs.dcp import StorageReader
+    ms = meshes(world)
+    g = torch.Generator().manual_seed(1234)
+    full = saved_tensors(g)
+    pl = {"R": Replicate(), "S0": Shard(0)}[placement]
+    sd = {k: distribute_tensor(torch.zeros_like(v), ms["1d"], [pl], src_data_rank=None)
+          for k, v in full.items()}
+    reader = StorageReader(d) if which == "ckptfs" else FileSystemReader(d)
+    dcp.load(sd, storage_reader=reader)
+    for k, v in full.items():
+        want = distribute_tensor(v, ms["1d"], [pl], src_data_rank=None).to_local()
+        assert bits(sd[k].to_local()) == bits(want), (which, k)
+    return {"stats": reader.stats.as_dict() if which == "ckptfs" else None}
+
+
+def dcp_fault(world, d):
+    import torch.distributed.checkpoint as dcp
+
+    from ckptfs.dcp import StorageReader
+    r = ref("fsdp2_ws4")
+    flat, _ = build(r, world, meshes(world), 0)
+    try:
+        dcp.load(nest(flat), storage_reader=StorageReader(d))
+    except BaseException as e:  # (torch's CheckpointException is a BaseException)
+        return {"raised": type(e).__name__, "message": str(e)}
+    return {"raised": None}
+
+
+def saved_tensors(g):
+    full = {f"w{i}": torch.randn(4000 + 37 * i, 96, generator=g) for i in range(3)}
+    full["b"] = torch.randn(4096, generator=g).to(torch.bfloat16)
+    return full
+
+
+def saved(world, out, d=None):
     """A checkpoint this job saves with dcp.save (Shard(0) DTensors, big enough that the
     per-item container headers are small beside the data): its directory and full tensors."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.tensor import Shard, distribute_tensor
     ms = meshes(world)
-    g = torch.Generator().manual_seed(1234)
-    full = {f"w{i}": torch.randn(4000 + 37 * i, 96, generator=g) for i in range(3)}
-    full["b"] = torch.randn(4096, generator=g).to(torch.bfloat16)
+    full = saved_tensors(torch.Generator().manual_seed(1234))
     sd = {k: distribute_tensor(v, ms["1d"], [Shard(0)], src_data_rank=None)
           for k, v in full.items()}
-    d = out / "saved"
+    d = d or out / "saved"
     dcp.save(sd, checkpoint_id=str(d))
     dist.barrier()
     return d, full
@@ -302,6 +390,14 @@ def main():
             res.update(check_fsdp_save(world, Path(sys.argv[3])))
         elif mode == "fsdp-load":
             res.update(check_fsdp_load(rank, world, Path(sys.argv[3])))
+        elif mode == "dcp-reader":
+            res.update(check_dcp_reader(rank, world, sys.argv[3:]))
+        elif mode == "dcp-save":
+            saved(world, out, Path(sys.argv[3]))
+        elif mode == "dcp-bytes":
+            res.update(check_dcp_bytes(world, sys.argv[3], sys.argv[4], sys.argv[5]))
+        elif mode == "dcp-fault":
+            res.update(dcp_fault(world, sys.argv[3]))
         elif mode == "fault":
             res.update(fault(rank, world, sys.argv[3], sys.argv[4]))
         res["ok"] = True

@@ -159,3 +159,88 @@ def test_errors_without_a_process_group(tmp_path):
         ckptfs.load({}, tmp_path / "nothing-here")
     with pytest.raises(ckptfs.InvalidArgumentError):
         ckptfs.load({}, r.dir, mode="fast")
+
+
+# ---- ckptfs.dcp.StorageReader under torchrun: dcp.load's reads collective (read once)
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_dcp_reader_collective_against_file_system_reader(n, tmp_path):
+    """dcp.load with ckptfs's StorageReader (collective reads across the ranks) and with
+    FileSystemReader into the same state_dicts (checkpoints saved by 4 ranks; Shard(d),
+    Replicate, _StridedShard on 1-D and, at 4 ranks, 2-D meshes and submeshes): every local
+    shard equal bit for bit; the plan's reads, summed over the ranks, are the job's needed
+    bytes."""
+    if not all((FIXTURES / name / "ckpt").is_dir() for name in NAMES):
+        pytest.skip("fixtures missing")
+    _, res = torchrun(n, "dcp-reader", tmp_path, *NAMES)
+    for r in res:
+        assert r["checked"] == sum(e.is_tensor for name in NAMES for e in ref(name).entries)
+        assert r["strided"] > 0
+        assert len(r["placements"]) >= 4, r["placements"]
+    if n == 4:
+        ps = res[0]["placements"]
+        assert any(p.startswith("(2, 2):(_StridedShard") for p in ps), ps
+        assert any(p.startswith("(2,):") for p in ps), ps
+    for name in NAMES:
+        st = [r["stats"][name] for r in res]
+        assert sum(s["bytes_read_plan"] for s in st) == st[0]["union_bytes"] > 0
+        assert sum(s["bytes_requested"] for s in st) >= st[0]["union_bytes"]
+
+
+def _strace_ok():
+    import shutil
+    return shutil.which("strace") and subprocess.run(
+        ["strace", "-f", "-e", "trace=none", "true"], capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not _strace_ok(), reason="needs strace (and ptrace allowed)")
+def test_dcp_reader_reads_each_byte_once_by_strace(tmp_path):
+    """A checkpoint saved by 2 ranks (dcp.save) loaded by dcp.load at 3 into Replicate
+    DTensors, every rank under strace: with ckptfs's reader the job's reads of the shard files
+    are the needed bytes once, plus the items' container headers (and what the loader
+    counted); with FileSystemReader every rank reads all of them."""
+    placement = "R"
+    sys.path.insert(0, str(HERE.parent / "lib"))
+    import strace_io
+    d = tmp_path / "ckpt"
+    torchrun(2, "dcp-save", tmp_path / "save", d)
+    got = {}
+    for which in ("ckptfs", "torch"):
+        out = tmp_path / which
+        out.mkdir()
+        trace = out / "trace"
+        env = dict(os.environ, OMP_NUM_THREADS="1", CKPT_FIXTURES=str(FIXTURES))
+        cmd = strace_io.STRACE + ["--seccomp-bpf", "-o", str(trace), sys.executable, "-m",
+                                  "torch.distributed.run", "--standalone", "--nproc-per-node",
+                                  "3", str(WORKER), "dcp-bytes", str(out), str(d), which,
+                                  placement]
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+        res = [json.loads((out / f"rank{r}.json").read_text()) for r in range(3)]
+        assert p.returncode == 0 and all(r["ok"] for r in res), \
+            "\n".join(r.get("traceback", "") for r in res) + p.stderr[-4000:]
+        got[which] = (strace_io.tally(str(trace), str(d)), [r["stats"] for r in res])
+    (t_ours, st), (t_torch, _) = got["ckptfs"], got["torch"]
+    union = st[0]["union_bytes"]
+    assert union > 4 << 20
+    assert sum(s["bytes_read_plan"] for s in st) == union
+    # the syscalls agree with the loader's counter: the needed bytes, once
+    assert t_ours.data_bytes == sum(s["bytes_read"] for s in st)
+    assert union <= t_ours.data_bytes <= 1.05 * union, (t_ours.data_bytes, union)
+    assert t_torch.data_bytes >= 2.9 * union, (t_torch.data_bytes, union)
+
+
+def test_dcp_reader_error_on_every_rank(tmp_path):
+    """A shard file missing: dcp.load with ckptfs's reader raises on every rank (torch's
+    CheckpointException, naming the file), without a hang."""
+    import shutil
+    src = FIXTURES / "fsdp2_ws4" / "ckpt"
+    if not src.is_dir():
+        pytest.skip("fixture missing")
+    d = tmp_path / "ckpt"
+    shutil.copytree(src, d)
+    (d / "__2_0.distcp").unlink()
+    _, res = torchrun(3, "dcp-fault", tmp_path / "out", d, timeout=240)
+    raised = {r["raised"] for r in res}
+    assert raised == {"CheckpointException"}, raised
+    for r in res:
+        assert "__2_0.distcp" in r["message"], r["message"]
