@@ -319,13 +319,21 @@ data:
 
 /* The name of a view file of top-level directory `top` (0: `base`, "@all" or "@root"), with
  * `ext`: a directory's name whose first byte is '@' is written with "%40" there, so that no
- * directory's file is taken for `@all` or `@root` (docs/naming.md, "Views"). */
+ * directory's file is taken for `@all` or `@root`; in `.torch/` (ext ".pt"), a name ending in
+ * ".by-id" is written with that '.' as "%2E", so that no directory's file is taken for
+ * another's `.by-id.pt` (escaping writes "%2E" only for a whole element ".", never inside a
+ * name; docs/naming.md, "Views"). */
 static char *view_name(const tree_ckpt *c, uint32_t top, const char *base, const char *ext) {
+    static const char by_id[] = ".by-id";
     const char *name = top ? c->nodes[top].name : base;
     bool at = top && name[0] == '@';
-    size_t len = strlen(name) + strlen(ext) + (at ? 3 : 0) + 1;
+    size_t n = strlen(name), bl = sizeof by_id - 1;
+    bool dot = top && strcmp(ext, ".pt") == 0 && n > bl && strcmp(name + n - bl, by_id) == 0;
+    size_t len = n + strlen(ext) + (at ? 3 : 0) + (dot ? 2 : 0) + 1;
     char *s = malloc(len);
-    if (s) snprintf(s, len, "%s%s%s", at ? "%40" : "", name + (at ? 1 : 0), ext);
+    if (s)
+        snprintf(s, len, "%s%.*s%s%s", at ? "%40" : "", (int)(n - (at ? 1 : 0) - (dot ? bl : 0)),
+                 name + (at ? 1 : 0), dot ? "%2Eby-id" : "", ext);
     return s;
 }
 
