@@ -172,6 +172,24 @@ static ckpt_status walk_rank_file(tc *w, const char *name, tc_fmt fmt, long long
 
 /* ------------------------------------------------------------------ items metadata.pkl names */
 
+/* `file` is a relative path below the checkpoint directory: '/'-separated plain names, none
+ * "." or ".." (what does not leave the directory by its spelling; anything else is refused
+ * as path traversal when it is opened). */
+static bool in_subdir(const char *file) {
+    if (file[0] == '/') return false;
+    for (const char *p = file;;) {
+        const char *q = strchr(p, '/');
+        size_t n = q ? (size_t)(q - p) : strlen(p);
+        char part[256];
+        if (n == 0 || n >= sizeof part) return false;
+        memcpy(part, p, n);
+        part[n] = 0;
+        if (!ck_safe_file_name(part)) return false;
+        if (!q) return true;
+        p = q + 1;
+    }
+}
+
 /* The file rank `rank` of an item wrote and its format: its layout's file_path and
  * serialization_format, or the default `<item>_<rank>.pt`.  NULL with err set when the
  * layout cannot be read. */
@@ -209,6 +227,16 @@ static const char *rank_file(tc *w, const pk_value *layouts, long long rank, cha
                  {"SafetensorsSerialization", TC_SAFETENSORS},
                  {"JsonSerialization", TC_JSON},
                  {"RawSerialization", TC_RAW}};
+    if (strchr(file, '/') && in_subdir(file)) {
+        /* the release writes these (LayoutInfo's own example "rank_0/model.pt": the writer
+         * makes the parent directories); the reader takes plain names only, for now */
+        ck_fail(err, CKPT_E_UNSUPPORTED,
+                "%s: item '%.200s' rank %lld: file '%.300s' is in a subdirectory of the "
+                "checkpoint (a LayoutInfo file_path holding '/'): not read (only files directly "
+                "in the checkpoint directory are)",
+                w->md_path, w->item, rank, file);
+        return NULL;
+    }
     for (size_t i = 0; type && i < sizeof types / sizeof types[0]; i++)
         if (strcmp(type, types[i].type) == 0) {
             *fmt = types[i].fmt;

@@ -598,3 +598,23 @@ def test_foreign_metadata_pkl_alone_is_named(tmp_path):
     r = ckpt("ls", d)
     assert r.returncode == 1 and b"metadata.pkl" in r.stderr and b"not torch-checkpointing" \
         in r.stderr, r.stderr
+
+
+def test_item_file_in_a_subdirectory_is_refused_by_name(tmp_path):
+    """torch-checkpointing 0.1.1 writes an item's files in subdirectories when its LayoutInfo
+    file_path holds '/' (its own example: "rank_0/model.pt"; the writer makes the parent
+    directories).  ckpt does not read them yet: the open fails naming metadata.pkl, the item
+    and the file, and saying why; a path leaving the directory stays path traversal."""
+    pytest.importorskip("torch_checkpointing")
+    import torch
+    gen = _tc_manager()
+    d = tmp_path / "ckpt"
+    m = gen._manager(["model"], {"model": ("torch", "rank_{rank}/model.pt")})
+    m.save(str(d), {"model": {"w": torch.arange(4, dtype=torch.float32)}, "step": 3})
+    m.close()
+    assert (d / "rank_0" / "model.pt").is_file()
+    r = ckpt("ls", d)
+    assert r.returncode == 1, r
+    err = r.stderr.decode()
+    assert "metadata.pkl" in err and "'model'" in err and "rank_0/model.pt" in err and \
+        "subdirectory" in err, err
