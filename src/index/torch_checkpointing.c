@@ -34,6 +34,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,24 +173,6 @@ static ckpt_status walk_rank_file(tc *w, const char *name, tc_fmt fmt, long long
 
 /* ------------------------------------------------------------------ items metadata.pkl names */
 
-/* `file` is a relative path below the checkpoint directory: '/'-separated plain names, none
- * "." or ".." (what does not leave the directory by its spelling; anything else is refused
- * as path traversal when it is opened). */
-static bool in_subdir(const char *file) {
-    if (file[0] == '/') return false;
-    for (const char *p = file;;) {
-        const char *q = strchr(p, '/');
-        size_t n = q ? (size_t)(q - p) : strlen(p);
-        char part[256];
-        if (n == 0 || n >= sizeof part) return false;
-        memcpy(part, p, n);
-        part[n] = 0;
-        if (!ck_safe_file_name(part)) return false;
-        if (!q) return true;
-        p = q + 1;
-    }
-}
-
 /* The file rank `rank` of an item wrote and its format: its layout's file_path and
  * serialization_format, or the default `<item>_<rank>.pt`.  NULL with err set when the
  * layout cannot be read. */
@@ -227,16 +210,6 @@ static const char *rank_file(tc *w, const pk_value *layouts, long long rank, cha
                  {"SafetensorsSerialization", TC_SAFETENSORS},
                  {"JsonSerialization", TC_JSON},
                  {"RawSerialization", TC_RAW}};
-    if (strchr(file, '/') && in_subdir(file)) {
-        /* the release writes these (LayoutInfo's own example "rank_0/model.pt": the writer
-         * makes the parent directories); the reader takes plain names only, for now */
-        ck_fail(err, CKPT_E_UNSUPPORTED,
-                "%s: item '%.200s' rank %lld: file '%.300s' is in a subdirectory of the "
-                "checkpoint (a LayoutInfo file_path holding '/'): not read (only files directly "
-                "in the checkpoint directory are)",
-                w->md_path, w->item, rank, file);
-        return NULL;
-    }
     for (size_t i = 0; type && i < sizeof types / sizeof types[0]; i++)
         if (strcmp(type, types[i].type) == 0) {
             *fmt = types[i].fmt;
@@ -298,6 +271,15 @@ static ckpt_status add_named_item(tc *w, const pk_value *md, long long world, ck
         tc_fmt fmt;
         const char *name = rank_file(w, layouts, rank, buf, sizeof buf, &fmt, err);
         s = name ? claim(cl, name, err) : (err && err->code ? err->code : CKPT_E_FORMAT);
+        if (s == CKPT_OK && strchr(name, '/') && ck_safe_rel_path(name)) {
+            /* a file in a subdirectory (a LayoutInfo file_path such as "rank_0/model.pt": the
+             * writer makes the directories); a path leaving the directory is refused when it
+             * is opened (ck_files_intern: path traversal) */
+            const char *problem = NULL;
+            if (ck_files_intern_sub(w->r, name, &problem) < 0)
+                s = problem ? ck_fail(err, CKPT_E_FORMAT, "%s/%s: %s", w->r->dir, name, problem)
+                            : index_nomem(err);
+        }
         if (s == CKPT_OK) s = walk_rank_file(w, name, fmt, rank, err);
     }
     if (s == CKPT_OK) s = tc_settle(w, err);
@@ -334,6 +316,11 @@ static ckpt_status unnamed_files(const char *dir, const pk_value *md_items, cons
         tc_fmt fmt;
         if (name_rank(de->d_name, &ilen, &fmt) != 0 || (only_torch && fmt != TC_TORCH)) continue;
         if (strcmp(de->d_name, TC_METADATA) == 0 || is_claimed(cl, de->d_name)) continue;
+        struct stat st; /* a directory named like an item file (`rank_0/`) is none */
+        if (de->d_type == DT_DIR ||
+            ((de->d_type == DT_UNKNOWN || de->d_type == DT_LNK) &&
+             fstatat(dirfd(d), de->d_name, &st, 0) == 0 && S_ISDIR(st.st_mode)))
+            continue;
         char item[256];
         if (ilen >= sizeof item) continue;
         memcpy(item, de->d_name, ilen);

@@ -308,7 +308,12 @@ data:
         ckpt_error ferr = {0};
         int fd = ckpt_reader_file_fd(c->r, i, &ferr);
         if (fd < 0) tree_log(o, "%s", ferr.message);
-        CK_TRY(add_raw(c, ckpt_reader_file_name(c->r, i), fd, (int32_t)i, o, err));
+        const char *name = ckpt_reader_file_name(c->r, i);
+        if (strchr(name, '/')) { /* a torch-checkpointing item file in a subdirectory */
+            tree_log(o, "%s/%s: not shown under .raw: in a subdirectory", c->dir, name);
+            continue;
+        }
+        CK_TRY(add_raw(c, name, fd, (int32_t)i, o, err));
     }
     /* a torch.save file's directory is not the checkpoint's own */
     if (!info.num_metadata_files && !info.hf_storage) return CKPT_OK;

@@ -600,21 +600,52 @@ def test_foreign_metadata_pkl_alone_is_named(tmp_path):
         in r.stderr, r.stderr
 
 
-def test_item_file_in_a_subdirectory_is_refused_by_name(tmp_path):
+def test_item_files_in_subdirectories(tmp_path):
     """torch-checkpointing 0.1.1 writes an item's files in subdirectories when its LayoutInfo
     file_path holds '/' (its own example: "rank_0/model.pt"; the writer makes the parent
-    directories).  ckpt does not read them yet: the open fails naming metadata.pkl, the item
-    and the file, and saying why; a path leaving the directory stays path traversal."""
+    directories): read as the library's load reads them, every leaf equal, sealed and
+    verified; a symbolic link on the way (a directory or the file) is not followed, a path
+    leaving the directory stays path traversal."""
     pytest.importorskip("torch_checkpointing")
     import torch
     gen = _tc_manager()
     d = tmp_path / "ckpt"
-    m = gen._manager(["model"], {"model": ("torch", "rank_{rank}/model.pt")})
-    m.save(str(d), {"model": {"w": torch.arange(4, dtype=torch.float32)}, "step": 3})
+    g = torch.Generator().manual_seed(11)
+    payload = {"model": {"w": torch.randn(3, 4, generator=g), "b": torch.arange(3)},
+               "optim": {"state": {0: {"m": torch.randn(4, generator=g)}}},
+               "config": {"steps": [1, 2], "name": "sub"}}
+    m = gen._manager(["model", "optim"], {"model": ("torch", "rank_{rank}/model.pt"),
+                                          "optim": ("safetensors", "opt/deep/o_{rank}.sft"),
+                                          "config": ("json", "cfg/config_{rank}.json")})
+    m.save(str(d), payload)
     m.close()
-    assert (d / "rank_0" / "model.pt").is_file()
-    r = ckpt("ls", d)
-    assert r.returncode == 1, r
-    err = r.stderr.decode()
-    assert "metadata.pkl" in err and "'model'" in err and "rank_0/model.pt" in err and \
-        "subdirectory" in err, err
+    assert (d / "rank_0" / "model.pt").is_file() and (d / "opt/deep/o_0.sft").is_file()
+    loaded = gen._manager(["model", "optim"], {
+        "model": ("torch", "rank_{rank}/model.pt"),
+        "optim": ("safetensors", "opt/deep/o_{rank}.sft")}).load(
+            str(d), {"model": {"w": torch.zeros(3, 4), "b": torch.zeros(3, dtype=torch.int64)},
+                     "optim": {"state": {0: {"m": torch.zeros(4)}}}})
+    for path, want in [("model/w", loaded["model"]["w"]), ("model/b", loaded["model"]["b"]),
+                       ("optim/state/0/m", payload["optim"]["state"][0]["m"])]:
+        r = ckpt("cat", "-f", "--path", d, path)
+        assert r.returncode == 0 and r.stdout == want.numpy().tobytes(), (path, r.stderr)
+    assert torch.equal(loaded["model"]["w"], payload["model"]["w"])
+    r = ckpt("ls", "-R", d)
+    assert r.returncode == 0, r.stderr
+    assert ckpt("seal", d).returncode == 0
+    v = ckpt("verify", "--data", d)
+    assert v.returncode == 0, v.stdout + v.stderr
+    # a symlinked directory on the way is not followed, even to the same files
+    (d / "rank_0").rename(d / "real_rank_0")
+    (d / "rank_0").symlink_to("real_rank_0")
+    r = ckpt("cat", "-f", d, "model.w")
+    assert r.returncode != 0 and b"rank_0/model.pt" in r.stderr and b"symbolic link" in \
+        r.stderr, r.stderr
+    # ... nor is a symbolic link in place of the file
+    (d / "rank_0").unlink()
+    (d / "real_rank_0").rename(d / "rank_0")
+    (d / "rank_0" / "model.pt").rename(d / "model_real.pt")
+    (d / "rank_0" / "model.pt").symlink_to("../model_real.pt")
+    r = ckpt("cat", "-f", d, "model.w")
+    assert r.returncode != 0 and b"rank_0/model.pt" in r.stderr and b"symbolic link" in \
+        r.stderr, r.stderr
