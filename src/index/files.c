@@ -27,9 +27,38 @@ static bool name_eq(const void *ctx, uint64_t v) {
     return strcmp(r->files[v].name, (const char *)c[1]) == 0;
 }
 
+bool ck_safe_rel_path(const char *name) {
+    size_t len = strlen(name), parts = 0;
+    if (len == 0 || len > 1024 || name[0] == '/') return false;
+    for (const char *p = name;;) {
+        const char *q = strchr(p, '/');
+        size_t n = q ? (size_t)(q - p) : strlen(p);
+        char part[256];
+        if (n == 0 || n >= sizeof part || ++parts > 16) return false;
+        memcpy(part, p, n);
+        part[n] = 0;
+        if (!ck_safe_file_name(part)) return false;
+        if (!q) return true;
+        p = q + 1;
+    }
+}
+
+static int32_t intern(ckpt_reader *r, const char *name, bool sub, const char **problem);
+
 int32_t ck_files_intern(ckpt_reader *r, const char *name, const char **problem) {
+    return intern(r, name, false, problem);
+}
+
+int32_t ck_files_intern_sub(ckpt_reader *r, const char *name, const char **problem) {
+    return intern(r, name, true, problem);
+}
+
+static int32_t intern(ckpt_reader *r, const char *name, bool sub, const char **problem) {
     *problem = NULL;
-    if (!ck_safe_file_name(name)) {
+    uint64_t h = ck_hash_bytes(name, strlen(name), 7), v;
+    const void *ctx[2] = {r, name};
+    if (ck_htab_find(&r->file_by_name, h, name_eq, ctx, &v)) return (int32_t)v;
+    if (sub ? !ck_safe_rel_path(name) : !ck_safe_file_name(name)) {
         char msg[400];
         snprintf(msg, sizeof msg,
                  "relative_path '%.300s' is not a plain file name (path traversal refused)", name);
@@ -37,9 +66,6 @@ int32_t ck_files_intern(ckpt_reader *r, const char *name, const char **problem) 
         if (!*problem) *problem = "relative_path is not a plain file name (path traversal refused)";
         return -1;
     }
-    uint64_t h = ck_hash_bytes(name, strlen(name), 7), v;
-    const void *ctx[2] = {r, name};
-    if (ck_htab_find(&r->file_by_name, h, name_eq, ctx, &v)) return (int32_t)v;
     if (r->nfiles >= INT32_MAX) return -1;
     if (r->nfiles == r->files_cap) {
         size_t cap = r->files_cap ? r->files_cap * 2 : 16;
@@ -76,7 +102,8 @@ int ck_files_fd(ckpt_reader *r, uint32_t file_id, ckpt_error *err) {
     if (fd < 0) {
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", r->dir, f->name);
-        fd = ck_open_regular(path, NULL); /* never blocks on a FIFO or device */
+        fd = strchr(f->name, '/') ? ck_open_regular_below(r->dir, f->name, NULL)
+                                  : ck_open_regular(path, NULL); /* never blocks on a FIFO */
         if (fd < 0)
             f->open_errno = errno;
         else
@@ -86,7 +113,10 @@ int ck_files_fd(ckpt_reader *r, uint32_t file_id, ckpt_error *err) {
     pthread_mutex_unlock(&r->lock);
     if (fd < 0)
         ck_fail(err, saved == ENOENT ? CKPT_E_NOTFOUND : CKPT_E_IO, "%s/%s: cannot open: %s",
-                r->dir, f->name, ck_open_strerror(saved));
+                r->dir, f->name,
+                saved == ELOOP && strchr(f->name, '/')
+                    ? "a symbolic link on the way (not followed below the checkpoint directory)"
+                    : ck_open_strerror(saved));
     return fd;
 }
 

@@ -145,6 +145,13 @@ ckpt_status ck_reader_open_buffer(const char *dir, const uint8_t *buf, size_t le
 
 /* files.c */
 int32_t ck_files_intern(ckpt_reader *r, const char *name, const char **problem);
+/* The same for a file in a subdirectory of r->dir (ck_safe_rel_path; torch-checkpointing's
+ * LayoutInfo file paths): once interned, ck_files_intern finds it too.  Opened component by
+ * component, no symbolic link followed (ck_open_regular_below). */
+int32_t ck_files_intern_sub(ckpt_reader *r, const char *name, const char **problem);
+/* '/'-separated plain names (ck_safe_file_name each: none empty, "." or ".."), not absolute,
+ * at most 16 of them and 1024 bytes: a path below a directory by its spelling. */
+bool ck_safe_rel_path(const char *name);
 int ck_files_fd(ckpt_reader *r, uint32_t file_id, ckpt_error *err);
 void ck_files_close_all(ckpt_reader *r);
 bool ck_safe_file_name(const char *name);

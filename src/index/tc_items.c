@@ -10,7 +10,8 @@
  *                             the records' bytes.
  *   JsonSerialization         json.dumps(value, sort_keys=True, indent=4): converted to the
  *                             values a pickle would give (dicts, lists, str, int, float, bool,
- *                             None) and walked as a torch.save file's state dict is.
+ *                             None; an int beyond 64 bits exact, as json.loads gives it) and
+ *                             walked as a torch.save file's state dict is.
  *   RawSerialization          the bytes given: one 1-D uint8 tensor entry of the file's size,
  *                             its one chunk the file itself (a region read reads those bytes
  *                             only; the mount's file is the bytes). */
@@ -161,6 +162,14 @@ static pk_value *from_json(ck_arena *a, const ck_json *j) {
         if (j->is_int) {
             v->type = PK_INT;
             v->u.i = j->u.num.i;
+        } else if (j->u.num.big) { /* beyond int64: a Python int all the same */
+            uint8_t *b = ck_arena_alloc(a, j->len / 2 + 9);
+            if (!b) return NULL;
+            size_t n = pk_decimal_to_bigint(j->u.num.big, j->len, b);
+            b[n] = 0;
+            v->type = PK_BIGINT;
+            v->u.str.ptr = (const char *)b;
+            v->u.str.len = n;
         } else {
             v->type = PK_FLOAT;
             v->u.f = j->u.num.d;

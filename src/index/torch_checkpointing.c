@@ -30,13 +30,16 @@
 #include "index/tc.h"
 
 #include "util/error.h"
+#include "util/source.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* `<item>_<rank>[.<ext>]`: the rank (-1: not such a name), *item_len the item key's length,
  * *fmt the format its extension says. */
@@ -60,6 +63,49 @@ static long long name_rank(const char *name, size_t *item_len, tc_fmt *fmt) {
 }
 
 static long long tc_file_rank(const char *name) { return name_rank(name, NULL, NULL); }
+
+/* ------------------------------------------------------------------ whose metadata.pkl */
+
+/* Whether dir's metadata.pkl is torch-checkpointing's: a regular file whose pickle starts as
+ * pickle.dumps(DistributedMetadata.to_dict()) does in protocols 2-5 — a dict whose first key
+ * is "metadata" (PROTO, FRAME, EMPTY_DICT, a memo store, MARK, the key).  Another tool's
+ * metadata.pkl beside HuggingFace safetensors files (or anything else) leaves the directory
+ * to the other formats (docs/dcp-support.md "Which format a directory is in").  *st (may be
+ * NULL): the file's attributes when it is ours. */
+static bool tc_metadata_ours(const char *dir, struct stat *st) {
+    char path[4096];
+    int n = snprintf(path, sizeof path, "%s/%s", dir, TC_METADATA);
+    if (n < 0 || (size_t)n >= sizeof path) return false;
+    struct stat fst;
+    int fd = ck_open_regular(path, &fst);
+    if (fd < 0) return false;
+    uint8_t b[64];
+    ssize_t got = pread(fd, b, sizeof b, 0);
+    close(fd);
+    size_t len = got > 0 ? (size_t)got : 0, i = 0;
+    if (i + 2 <= len && b[i] == 0x80 && b[i + 1] >= 2 && b[i + 1] <= 5) i += 2; /* PROTO */
+    if (i + 9 <= len && b[i] == 0x95) i += 9;                                   /* FRAME */
+    if (i >= len || b[i++] != '}') return false;                                /* EMPTY_DICT */
+    if (i < len && b[i] == 0x94)
+        i += 1; /* MEMOIZE */
+    else if (i < len && b[i] == 'q')
+        i += 2; /* BINPUT */
+    else if (i < len && b[i] == 'r')
+        i += 5;                                  /* LONG_BINPUT */
+    if (i >= len || b[i++] != '(') return false; /* MARK */
+    static const char key[] = "metadata";
+    size_t klen = sizeof key - 1;
+    if (i + 2 + klen <= len && b[i] == 0x8c && b[i + 1] == klen) /* SHORT_BINUNICODE */
+        i += 2;
+    else if (i + 5 + klen <= len && b[i] == 'X' && b[i + 1] == klen && !b[i + 2] && !b[i + 3] &&
+             !b[i + 4]) /* BINUNICODE */
+        i += 5;
+    else
+        return false;
+    if (memcmp(b + i, key, klen) != 0) return false;
+    if (st) *st = fst;
+    return true;
+}
 
 /* ------------------------------------------------------------------ torch.save files */
 
@@ -225,6 +271,15 @@ static ckpt_status add_named_item(tc *w, const pk_value *md, long long world, ck
         tc_fmt fmt;
         const char *name = rank_file(w, layouts, rank, buf, sizeof buf, &fmt, err);
         s = name ? claim(cl, name, err) : (err && err->code ? err->code : CKPT_E_FORMAT);
+        if (s == CKPT_OK && strchr(name, '/') && ck_safe_rel_path(name)) {
+            /* a file in a subdirectory (a LayoutInfo file_path such as "rank_0/model.pt": the
+             * writer makes the directories); a path leaving the directory is refused when it
+             * is opened (ck_files_intern: path traversal) */
+            const char *problem = NULL;
+            if (ck_files_intern_sub(w->r, name, &problem) < 0)
+                s = problem ? ck_fail(err, CKPT_E_FORMAT, "%s/%s: %s", w->r->dir, name, problem)
+                            : index_nomem(err);
+        }
         if (s == CKPT_OK) s = walk_rank_file(w, name, fmt, rank, err);
     }
     if (s == CKPT_OK) s = tc_settle(w, err);
@@ -261,6 +316,11 @@ static ckpt_status unnamed_files(const char *dir, const pk_value *md_items, cons
         tc_fmt fmt;
         if (name_rank(de->d_name, &ilen, &fmt) != 0 || (only_torch && fmt != TC_TORCH)) continue;
         if (strcmp(de->d_name, TC_METADATA) == 0 || is_claimed(cl, de->d_name)) continue;
+        struct stat st; /* a directory named like an item file (`rank_0/`) is none */
+        if (de->d_type == DT_DIR ||
+            ((de->d_type == DT_UNKNOWN || de->d_type == DT_LNK) &&
+             fstatat(dirfd(d), de->d_name, &st, 0) == 0 && S_ISDIR(st.st_mode)))
+            continue;
         char item[256];
         if (ilen >= sizeof item) continue;
         memcpy(item, de->d_name, ilen);
@@ -314,12 +374,14 @@ static ckpt_status add_unnamed(tc *w, const pk_value *md_items, const claimed *c
 ck_dir_kind tc_dir_probe(const char *dir, struct timespec *mtime) {
     char path[4096];
     struct stat st;
-    int n = snprintf(path, sizeof path, "%s/%s", dir, TC_METADATA);
-    if (n < 0 || (size_t)n >= sizeof path) return CK_DIR_NONE;
-    if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+    if (tc_metadata_ours(dir, &st)) {
         if (mtime) *mtime = st.st_mtim;
         return CK_DIR_MARKED;
     }
+    /* another tool's metadata.pkl beside `<item>_0.pt` files: not an unmarked save (a broken
+     * one, which opening reports) */
+    int n = snprintf(path, sizeof path, "%s/%s", dir, TC_METADATA);
+    if (n < 0 || (size_t)n >= sizeof path || stat(path, &st) == 0) return CK_DIR_NONE;
     /* without metadata.pkl (no resharder declared) nothing marks a save as complete: its
      * `<item>_0.pt` files make it an unmarked one, dated by the newest of them */
     unnamed *v;
@@ -368,6 +430,15 @@ static ckpt_status tc_add(ckpt_reader *r, ckpt_error *err) {
     struct stat st;
     int pn = snprintf(path, sizeof path, "%s/%s", r->dir, TC_METADATA);
     if (pn < 0 || (size_t)pn >= sizeof path || stat(path, &st) != 0) return CKPT_E_NOTFOUND;
+    if (!tc_metadata_ours(r->dir, NULL)) { /* another tool's file beside another format's */
+        if (index_format_hf.probe(r->dir, NULL) != CK_DIR_NONE ||
+            index_format_torch_bin.probe(r->dir, NULL) != CK_DIR_NONE)
+            return CKPT_E_NOTFOUND;
+        return ck_fail(err, CKPT_E_FORMAT,
+                       "%s: not torch-checkpointing's metadata (a pickled dict whose first key "
+                       "is 'metadata'), and no other format's files are beside it",
+                       path);
+    }
     tc w = {.r = r};
     ck_strbuf_init(&w.key, 0);
     char *md_path = ck_arena_strndup(r->arena, path, (size_t)pn);
@@ -431,12 +502,7 @@ static ckpt_status tc_add(ckpt_reader *r, ckpt_error *err) {
 /* The probes of the two formats: metadata.pkl (before HuggingFace storage's), `<item>_0.pt`
  * files without it (after the others). */
 static ck_dir_kind tc_probe_marked(const char *dir, struct timespec *mtime) {
-    char path[4096];
-    struct stat st;
-    int n = snprintf(path, sizeof path, "%s/%s", dir, TC_METADATA);
-    return n < 0 || (size_t)n >= sizeof path || stat(path, &st) != 0 || !S_ISREG(st.st_mode)
-               ? CK_DIR_NONE
-               : tc_dir_probe(dir, mtime);
+    return tc_metadata_ours(dir, NULL) ? tc_dir_probe(dir, mtime) : CK_DIR_NONE;
 }
 
 static ck_dir_kind tc_probe_unmarked(const char *dir, struct timespec *mtime) {

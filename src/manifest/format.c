@@ -300,9 +300,9 @@ ckpt_status manifest_parse(const uint8_t *buf, size_t size, const char *path, ck
             s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
             goto done;
         }
-        if (strlen(names[i]) != l || !ck_safe_file_name(names[i]) ||
+        if (strlen(names[i]) != l || !ck_safe_rel_path(names[i]) ||
             (i && strcmp(names[i - 1], names[i]) >= 0)) {
-            s = bad(err, path, at, "file names must be plain, unique and sorted");
+            s = bad(err, path, at, "file names must be plain (or below the directory), unique and sorted");
             goto done;
         }
         at += 4 + l;

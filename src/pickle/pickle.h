@@ -244,6 +244,12 @@ bool pk_as_int(const pk_value *v, int64_t *out); /* PK_INT or PK_BOOL */
 bool pk_as_int_seq(const pk_value *v, int64_t *out, size_t cap, size_t *n);
 /* String value (PK_STR) or NULL. */
 const char *pk_as_str(const pk_value *v);
+/* The bytes of a PK_BIGINT (minimal little-endian two's complement, as LONG1 stores them) of
+ * the decimal integer s[0, n) (an optional sign, then ASCII digits; at most PK_INT_MAX_DIGITS
+ * digits, Python's int() limit): written to out, which must hold n / 2 + 8 bytes; returns
+ * their count; 0 on bad syntax, too many digits (or the value zero). */
+#define PK_INT_MAX_DIGITS 4300u
+size_t pk_decimal_to_bigint(const char *s, size_t n, uint8_t *out);
 /* "int", "dict", ... for messages. */
 const char *pk_type_name(pk_type t);
 

@@ -89,7 +89,7 @@ bool pk_scan_batch(const uint8_t *p, size_t n, uint64_t total_left, pk_scan *out
 /* ---- protocol-0 text (pickle_text.c) ---- */
 
 /* Python refuses int() of more digits than this (sys.int_info.default_max_str_digits). */
-#define PK_MAX_INT_DIGITS 4300u
+#define PK_MAX_INT_DIGITS PK_INT_MAX_DIGITS
 /* Longest FLOAT text accepted. */
 #define PK_MAX_FLOAT_TEXT 1024u
 

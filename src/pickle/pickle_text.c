@@ -39,6 +39,15 @@ pkt_num pkt_parse_i64(const uint8_t *s, size_t n, int64_t *out) {
     return PKT_OK;
 }
 
+size_t pk_decimal_to_bigint(const char *s, size_t n, uint8_t *out) {
+    const uint8_t *u = (const uint8_t *)s;
+    size_t i = n && (u[0] == '+' || u[0] == '-') ? 1 : 0;
+    if (i == n || n - i > PK_MAX_INT_DIGITS) return 0;
+    for (size_t k = i; k < n; k++)
+        if (!is_digit(u[k])) return 0;
+    return pkt_decimal_to_le(u, n, out);
+}
+
 /* 4300 digits need 14 284 bits: 447 32-bit limbs. */
 #define LIMBS ((PK_MAX_INT_DIGITS + 1u) / 9u + 8u)
 

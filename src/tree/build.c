@@ -308,7 +308,12 @@ data:
         ckpt_error ferr = {0};
         int fd = ckpt_reader_file_fd(c->r, i, &ferr);
         if (fd < 0) tree_log(o, "%s", ferr.message);
-        CK_TRY(add_raw(c, ckpt_reader_file_name(c->r, i), fd, (int32_t)i, o, err));
+        const char *name = ckpt_reader_file_name(c->r, i);
+        if (strchr(name, '/')) { /* a torch-checkpointing item file in a subdirectory */
+            tree_log(o, "%s/%s: not shown under .raw: in a subdirectory", c->dir, name);
+            continue;
+        }
+        CK_TRY(add_raw(c, name, fd, (int32_t)i, o, err));
     }
     /* a torch.save file's directory is not the checkpoint's own */
     if (!info.num_metadata_files && !info.hf_storage) return CKPT_OK;
@@ -319,13 +324,21 @@ data:
 
 /* The name of a view file of top-level directory `top` (0: `base`, "@all" or "@root"), with
  * `ext`: a directory's name whose first byte is '@' is written with "%40" there, so that no
- * directory's file is taken for `@all` or `@root` (docs/naming.md, "Views"). */
+ * directory's file is taken for `@all` or `@root`; in `.torch/` (ext ".pt"), a name ending in
+ * ".by-id" is written with that '.' as "%2E", so that no directory's file is taken for
+ * another's `.by-id.pt` (escaping writes "%2E" only for a whole element ".", never inside a
+ * name; docs/naming.md, "Views"). */
 static char *view_name(const tree_ckpt *c, uint32_t top, const char *base, const char *ext) {
+    static const char by_id[] = ".by-id";
     const char *name = top ? c->nodes[top].name : base;
     bool at = top && name[0] == '@';
-    size_t len = strlen(name) + strlen(ext) + (at ? 3 : 0) + 1;
+    size_t n = strlen(name), bl = sizeof by_id - 1;
+    bool dot = top && strcmp(ext, ".pt") == 0 && n > bl && strcmp(name + n - bl, by_id) == 0;
+    size_t len = n + strlen(ext) + (at ? 3 : 0) + (dot ? 2 : 0) + 1;
     char *s = malloc(len);
-    if (s) snprintf(s, len, "%s%s%s", at ? "%40" : "", name + (at ? 1 : 0), ext);
+    if (s)
+        snprintf(s, len, "%s%.*s%s%s", at ? "%40" : "", (int)(n - (at ? 1 : 0) - (dot ? bl : 0)),
+                 name + (at ? 1 : 0), dot ? "%2Eby-id" : "", ext);
     return s;
 }
 

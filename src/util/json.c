@@ -230,6 +230,16 @@ static ckpt_status parse_number(json_parser *p, ck_json *v) {
         return CKPT_OK;
     }
     size_t len = i - start;
+    if (integral && !v->is_int) { /* beyond int64: exact as text, as Python's int() keeps it */
+        if (len - (neg ? 1 : 0) > CK_JSON_MAX_INT_DIGITS)
+            return jfail(p, start, "integer of more than 4300 digits (Python's int() limit)");
+        char *t = ck_arena_alloc(p->arena, len + 1);
+        if (!t) return jnomem(p);
+        memcpy(t, p->s + start, len);
+        t[len] = '\0';
+        v->u.num.big = t;
+        v->len = len;
+    }
     char small[64], *buf = small;
     if (len >= sizeof small) {
         buf = malloc(len + 1);
@@ -241,7 +251,8 @@ static ckpt_status parse_number(json_parser *p, ck_json *v) {
     double d = strtod(buf, NULL);
     bool overflow = errno == ERANGE && isinf(d);
     if (buf != small) free(buf);
-    if (overflow) return jfail(p, start, "number out of range of a double");
+    if (overflow && !integral && !p->python)
+        return jfail(p, start, "number out of range of a double");
     v->u.num.d = d;
     p->pos = i;
     return CKPT_OK;

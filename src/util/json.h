@@ -33,11 +33,15 @@ typedef struct ck_json {
     bool boolean; /* BOOL */
     bool is_int;  /* NUMBER: the literal has no fraction/exponent and fits int64 (in .i) */
     size_t len;   /* STRING: bytes (a \u0000 escape yields an embedded NUL); ARRAY: items;
-                     OBJECT: members */
+                     OBJECT: members; NUMBER: the text's bytes when u.num.big is set */
     union {
         struct {
-            int64_t i; /* valid when is_int */
-            double d;  /* always: the nearest double */
+            int64_t i;       /* valid when is_int */
+            double d;        /* always: the nearest double (an integer beyond it: +-inf) */
+            const char *big; /* an integer literal beyond int64 (no fraction, no exponent): its
+                                text, sign and digits, NUL-terminated, in the arena (len bytes;
+                                at most CK_JSON_MAX_INT_DIGITS digits, Python's int() limit,
+                                else a parse error); else NULL */
         } num;
         const char *str;               /* STRING: unescaped UTF-8, NUL-terminated */
         const struct ck_json *items;   /* ARRAY: len values */
@@ -52,7 +56,8 @@ struct ck_json_member {
 };
 
 #define CK_JSON_DEFAULT_DEPTH 128
-#define CK_JSON_MAX_DEPTH 4096 /* larger max_depth values are clamped (recursion) */
+#define CK_JSON_MAX_INT_DIGITS 4300u /* sys.int_info.default_max_str_digits */
+#define CK_JSON_MAX_DEPTH 4096       /* larger max_depth values are clamped (recursion) */
 
 /* Parses `len` bytes of `text` (need not be NUL-terminated).  max_depth: most nested
  * arrays/objects (0 = CK_JSON_DEFAULT_DEPTH).  Errors: CKPT_E_FORMAT ("json offset N: ..."),

@@ -53,9 +53,53 @@ ckpt_status ck_source_read(const ck_source *src, uint64_t off, void *buf, uint64
     return CKPT_OK;
 }
 
+static int regular_fd(int fd, struct stat *st);
+
 static int open_regular(const char *path, int flags, struct stat *st) {
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC | flags);
-    if (fd < 0) return -1;
+    return fd < 0 ? -1 : regular_fd(fd, st);
+}
+
+int ck_open_regular_below(const char *dir, const char *rel, struct stat *st) {
+    int d = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (d < 0) return -1;
+    const char *p = rel;
+    for (const char *q; (q = strchr(p, '/')); p = q + 1) {
+        char part[256];
+        size_t n = (size_t)(q - p);
+        if (n == 0 || n >= sizeof part) {
+            close(d);
+            errno = EINVAL;
+            return -1;
+        }
+        memcpy(part, p, n);
+        part[n] = 0;
+        int nd = openat(d, part, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        int e = errno;
+        struct stat ls; /* a symbolic link to a directory: ENOTDIR there, ELOOP here */
+        if (nd < 0 && e == ENOTDIR && fstatat(d, part, &ls, AT_SYMLINK_NOFOLLOW) == 0 &&
+            S_ISLNK(ls.st_mode))
+            e = ELOOP;
+        close(d);
+        if (nd < 0) {
+            errno = e;
+            return -1;
+        }
+        d = nd;
+    }
+    int fd = openat(d, p, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC | O_NOFOLLOW);
+    int e = errno;
+    close(d);
+    if (fd < 0) {
+        errno = e;
+        return -1;
+    }
+    return regular_fd(fd, st);
+}
+
+/* fd, checked to be a regular file (else closed, -1 with errno CK_ENOTREG), O_NONBLOCK
+ * cleared. */
+static int regular_fd(int fd, struct stat *st) {
     struct stat own;
     if (!st) st = &own;
     int e = 0;

@@ -55,6 +55,10 @@ ckpt_status ck_source_read(const ck_source *src, uint64_t off, void *buf, uint64
  * cannot hang the reader.  O_NONBLOCK is cleared again on the regular file.  Returns the
  * descriptor, or -1 with errno set; *st (if not NULL) receives the file's attributes. */
 int ck_open_regular(const char *path, struct stat *st);
+/* The same for `rel`, '/'-separated names below directory `dir`, opened one component at a
+ * time with O_NOFOLLOW: a symbolic link anywhere on the way (the file itself included) fails
+ * with ELOOP (or ENOTDIR), so the file is inside dir whatever links the tree holds. */
+int ck_open_regular_below(const char *dir, const char *rel, struct stat *st);
 /* fopen(path, "r") through ck_open_regular; with `nofollow`, a symlink is refused too
  * (ELOOP): for small files whose content steers a privileged reader (the `latest` trackers of
  * a directory of checkpoints), which must not be borrowed from a file elsewhere. */

@@ -498,3 +498,154 @@ def test_collective_loader_gives_each_rank_its_saved_shard(tmp_path):
             assert (out / f"rank{k}" / "model" / name).read_bytes() == want, (k, name)
     stats = json.loads(r.stdout.strip().splitlines()[-1])
     assert sum(p["read"] for p in stats["per_rank"]) == stats["union_bytes"] > 0, stats
+
+
+# ------------------------------------------------------------ made here by the real libraries
+
+def _tc_manager():
+    """A CheckpointManager of the registry's torch-checkpointing (the generator's settings)."""
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
+    import generate_torch_checkpointing as gen
+    return gen
+
+
+BIG = {"big": 2 ** 100, "neg": -(2 ** 80) - 7, "edge": 2 ** 63, "low": -(2 ** 63) - 1,
+       "huge": 10 ** 400 + 1, "small": 5, "list": [2 ** 64, -(2 ** 64), 1], "f": 1.5}
+
+
+def test_json_integers_beyond_64_bits_are_python_ints(tmp_path):
+    """A JSON item json.dumps wrote with ints of any size: each reads as json.loads gives it
+    (exact, not the nearest float), in `ckpt cat`, the mount's value files and a torch.save
+    export; more digits than Python's int() takes (4300) leave the item unreadable, named."""
+    pytest.importorskip("torch_checkpointing")
+    import torch
+    gen = _tc_manager()
+    d = tmp_path / "ckpt"
+    m = gen._manager(["model"], {"config": ("json", "config_{rank}.json")})
+    m.save(str(d), {"model": {"w": torch.arange(4, dtype=torch.float32)}, "config": BIG})
+    m.close()
+    want = json.loads((d / "config_0.json").read_text())
+    assert want == BIG
+    for k, v in want.items():  # (a list of ints is one value)
+        r = ckpt("cat", "--path", d, f"config/{k}")
+        assert r.returncode == 0 and r.stdout.decode().strip() == repr(v), (k, r)
+    out = tmp_path / "out.pt"
+    r = ckpt("export", "--keys", "config", d, out)
+    assert r.returncode == 0, r.stderr
+    assert torch.load(out, weights_only=True) == want
+    # beyond int(): json.loads refuses it, ckpt names the file and offset
+    text = (d / "config_0.json").read_text().replace(str(2 ** 100), "9" * 4301)
+    (d / "config_0.json").write_text(text)
+    with pytest.raises(ValueError):
+        json.loads(text)
+    r = ckpt("cat", d, "config")
+    assert r.returncode != 0 and b"config_0.json" in r.stderr and b"offset" in r.stderr, r.stderr
+    r = ckpt("cat", "-f", d, "model.w")
+    assert r.returncode == 0 and r.stdout == struct.pack("<4f", 0, 1, 2, 3)
+
+
+def _hf_dir(d: Path, pkl: bytes | None) -> dict:
+    """A HuggingFace model directory as save_pretrained writes it: safetensors shards by the
+    safetensors package, model.safetensors.index.json (a total_size beyond 64 bits here:
+    json.loads keeps it), config.json; plus a metadata.pkl of another tool."""
+    import torch
+    from safetensors.torch import save_file
+    g = torch.Generator().manual_seed(5)
+    shards = {"model-00001-of-00002.safetensors": {"embed.weight": torch.randn(6, 4, generator=g)},
+              "model-00002-of-00002.safetensors": {"head.weight": torch.randn(3, 4, generator=g),
+                                                   "head.bias": torch.randn(3, generator=g)}}
+    d.mkdir(parents=True)
+    for name, sd in shards.items():
+        save_file(sd, str(d / name), metadata={"format": "pt"})
+    (d / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {"total_size": 2 ** 70},
+         "weight_map": {k: n for n, sd in shards.items() for k in sd}}, indent=2))
+    (d / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": 6}))
+    if pkl is not None:
+        (d / "metadata.pkl").write_bytes(pkl)
+    return {k: t for sd in shards.values() for k, t in sd.items()}
+
+
+@pytest.mark.parametrize("stray", [
+    pickle.dumps({"epoch": 3, "tokens_seen": 10 ** 9, "args": {"lr": 1e-4}}),
+    pickle.dumps([1, 2, 3], protocol=2), b"", b"\x80\x04garbage"])
+def test_stray_metadata_pkl_in_a_huggingface_dir(tmp_path, stray):
+    """A HuggingFace safetensors directory with another tool's metadata.pkl beside it (not
+    torch-checkpointing's: its pickle is not a dict whose first key is 'metadata') opens as
+    HuggingFace storage, every tensor as safetensors loads it; .raw/ keeps the file."""
+    from safetensors.torch import load_file
+    d = tmp_path / "hf"
+    tensors = _hf_dir(d, stray)
+    info = ckpt("info", d)
+    assert info.returncode == 0 and "safetensors" in info.stdout.decode().lower(), info
+    for k, t in tensors.items():
+        r = ckpt("cat", "-f", d, k)
+        assert r.returncode == 0 and r.stdout == t.numpy().tobytes(), (k, r.stderr)
+    got = {}
+    for n in sorted(d.glob("*.safetensors")):
+        got.update(load_file(str(n)))
+    assert set(got) == set(tensors)
+    v = ckpt("verify", d)
+    assert v.returncode == 0, v.stdout + v.stderr
+
+
+def test_foreign_metadata_pkl_alone_is_named(tmp_path):
+    """torch-checkpointing's `<item>_0.pt` files with a metadata.pkl that is not its own and no
+    other format's files: refused, naming metadata.pkl."""
+    d = damaged(tmp_path, "tc_sharded")
+    (d / "metadata.pkl").write_bytes(pickle.dumps({"epoch": 3}))
+    r = ckpt("ls", d)
+    assert r.returncode == 1 and b"metadata.pkl" in r.stderr and b"not torch-checkpointing" \
+        in r.stderr, r.stderr
+
+
+def test_item_files_in_subdirectories(tmp_path):
+    """torch-checkpointing 0.1.1 writes an item's files in subdirectories when its LayoutInfo
+    file_path holds '/' (its own example: "rank_0/model.pt"; the writer makes the parent
+    directories): read as the library's load reads them, every leaf equal, sealed and
+    verified; a symbolic link on the way (a directory or the file) is not followed, a path
+    leaving the directory stays path traversal."""
+    pytest.importorskip("torch_checkpointing")
+    import torch
+    gen = _tc_manager()
+    d = tmp_path / "ckpt"
+    g = torch.Generator().manual_seed(11)
+    payload = {"model": {"w": torch.randn(3, 4, generator=g), "b": torch.arange(3)},
+               "optim": {"state": {0: {"m": torch.randn(4, generator=g)}}},
+               "config": {"steps": [1, 2], "name": "sub"}}
+    m = gen._manager(["model", "optim"], {"model": ("torch", "rank_{rank}/model.pt"),
+                                          "optim": ("safetensors", "opt/deep/o_{rank}.sft"),
+                                          "config": ("json", "cfg/config_{rank}.json")})
+    m.save(str(d), payload)
+    m.close()
+    assert (d / "rank_0" / "model.pt").is_file() and (d / "opt/deep/o_0.sft").is_file()
+    loaded = gen._manager(["model", "optim"], {
+        "model": ("torch", "rank_{rank}/model.pt"),
+        "optim": ("safetensors", "opt/deep/o_{rank}.sft")}).load(
+            str(d), {"model": {"w": torch.zeros(3, 4), "b": torch.zeros(3, dtype=torch.int64)},
+                     "optim": {"state": {0: {"m": torch.zeros(4)}}}})
+    for path, want in [("model/w", loaded["model"]["w"]), ("model/b", loaded["model"]["b"]),
+                       ("optim/state/0/m", payload["optim"]["state"][0]["m"])]:
+        r = ckpt("cat", "-f", "--path", d, path)
+        assert r.returncode == 0 and r.stdout == want.numpy().tobytes(), (path, r.stderr)
+    assert torch.equal(loaded["model"]["w"], payload["model"]["w"])
+    r = ckpt("ls", "-R", d)
+    assert r.returncode == 0, r.stderr
+    assert ckpt("seal", d).returncode == 0
+    v = ckpt("verify", "--data", d)
+    assert v.returncode == 0, v.stdout + v.stderr
+    # a symlinked directory on the way is not followed, even to the same files
+    (d / "rank_0").rename(d / "real_rank_0")
+    (d / "rank_0").symlink_to("real_rank_0")
+    r = ckpt("cat", "-f", d, "model.w")
+    assert r.returncode != 0 and b"rank_0/model.pt" in r.stderr and b"symbolic link" in \
+        r.stderr, r.stderr
+    # ... nor is a symbolic link in place of the file
+    (d / "rank_0").unlink()
+    (d / "real_rank_0").rename(d / "rank_0")
+    (d / "rank_0" / "model.pt").rename(d / "model_real.pt")
+    (d / "rank_0" / "model.pt").symlink_to("../model_real.pt")
+    r = ckpt("cat", "-f", d, "model.w")
+    assert r.returncode != 0 and b"rank_0/model.pt" in r.stderr and b"symbolic link" in \
+        r.stderr, r.stderr

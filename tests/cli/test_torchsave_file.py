@@ -265,3 +265,41 @@ def test_mount_hf_torch_bin_steps(hf_bin, tmp_path):
         subprocess.run(["fusermount3", "-u", str(mnt)])
         proc.wait(timeout=60)
         os.rmdir(mnt)
+
+
+@pytest.mark.skipif(not FS_BIN, reason="ckptfs not built")
+def test_by_id_names_do_not_collide(tmp_path):
+    """A state_dict with an FQN-keyed optimizer `optim` (which gets `.torch/optim.by-id.pt`)
+    and a top-level key `optim.by-id` of its own: that key's file is `optim%2Eby-id.pt`, so
+    each name is one file and each loads as torch.load of the saved value says."""
+    w = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    sd = {"optim": {"state": {"w": {"exp_avg": w * 2, "step": torch.tensor(3.0)}},
+                    "param_groups": [{"params": ["w"], "lr": 0.5}]},
+          "optim.by-id": {"x": w + 1},
+          "@x.by-id": {"y": w - 1}}
+    torch.save(sd, tmp_path / "sd.pt")
+    mnt = Path(tempfile.mkdtemp(prefix="ckpt-byid-mnt-"))
+    proc = subprocess.Popen([FS_BIN, "-f", str(tmp_path / "sd.pt"), str(mnt)],
+                            stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 30
+        while not os.path.ismount(mnt):
+            assert proc.poll() is None and time.time() < deadline, proc.stderr.read()
+            time.sleep(0.05)
+        names = sorted(os.listdir(mnt / ".torch"))
+        assert names == sorted(["@all.pt", "optim.pt", "optim.by-id.pt",
+                                "optim%2Eby-id.pt", "%40x%2Eby-id.pt"]), names
+        own = torch.load(mnt / ".torch" / "optim%2Eby-id.pt", weights_only=True)
+        assert list(own) == ["x"] and torch.equal(own["x"], sd["optim.by-id"]["x"])
+        at = torch.load(mnt / ".torch" / "%40x%2Eby-id.pt", weights_only=True)
+        assert list(at) == ["y"] and torch.equal(at["y"], sd["@x.by-id"]["y"])
+        by_id = torch.load(mnt / ".torch" / "optim.by-id.pt", weights_only=True)
+        assert by_id["param_groups"][0]["params"] == [0]
+        assert torch.equal(by_id["state"][0]["exp_avg"], w * 2)
+        full = torch.load(mnt / ".torch" / "@all.pt", weights_only=True)
+        assert set(full) == set(sd) and torch.equal(full["optim.by-id"]["x"], w + 1)
+        assert (mnt / "optim.by-id" / "x").read_bytes() == tbytes(w + 1)
+    finally:
+        subprocess.run(["fusermount3", "-u", str(mnt)])
+        proc.wait(timeout=60)
+        os.rmdir(mnt)

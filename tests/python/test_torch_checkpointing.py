@@ -47,3 +47,21 @@ def test_dcp_load_through_the_storage_reader(name):
     dcp.load(sd, storage_reader=StorageReader(str(FIXTURES / name / "ckpt")), no_dist=True)
     for k, v in sd.items():
         assert hexof(v) == ref[k]["hex"], k
+
+
+def test_json_ints_beyond_64_bits_are_python_ints(tmp_path):
+    """A JSON item with ints of any size, written by the registry's release: read_value gives
+    exactly what json.loads gives (ints, not the nearest floats)."""
+    pytest.importorskip("torch_checkpointing")
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
+    import generate_torch_checkpointing as gen
+    cfg = {"big": 2 ** 100, "neg": -(2 ** 80) - 7, "huge": 10 ** 400 + 1, "list": [2 ** 64, 1]}
+    m = gen._manager(["model"], {"config": ("json", "config_{rank}.json")})
+    m.save(str(tmp_path / "c"), {"model": {"w": torch.zeros(2)}, "config": cfg})
+    m.close()
+    want = json.loads((tmp_path / "c" / "config_0.json").read_text())
+    with ckptfs.open(str(tmp_path / "c")) as c:
+        for k, v in want.items():
+            got = c.read_value(c.find(path=f"config/{k}"))
+            assert got == v and type(got) is type(v), (k, got)

@@ -417,3 +417,30 @@ Test(json, python_constants) {
                      "'%s'", bad[k]);
     ck_arena_free(a);
 }
+
+/* Integers beyond int64 keep their text (Python's int() keeps every digit), up to Python's
+ * 4300 digits; a float beyond a double is inf in the Python reading (float()), an error in
+ * the strict one. */
+Test(json, big_integers_keep_their_digits) {
+    ck_arena *a = ck_arena_new(0);
+    const char *text = "[18446744073709551616, -9223372036854775809, 9223372036854775807, 1e2]";
+    const ck_json *v = NULL;
+    ckpt_error err = {0};
+    cr_assert_eq(ck_json_parse(a, text, strlen(text), 0, &v, &err), CKPT_OK, "%s", err.message);
+    cr_assert(!v->u.items[0].is_int && v->u.items[0].u.num.big);
+    cr_assert_str_eq(v->u.items[0].u.num.big, "18446744073709551616");
+    cr_assert_eq(v->u.items[0].len, 20);
+    cr_assert_str_eq(v->u.items[1].u.num.big, "-9223372036854775809");
+    cr_assert(v->u.items[2].is_int && !v->u.items[2].u.num.big);
+    cr_assert(!v->u.items[3].is_int && !v->u.items[3].u.num.big);
+    char digits[4400];
+    memset(digits, '9', sizeof digits);
+    cr_assert_eq(ck_json_parse(a, digits, 4300, 0, &v, &err), CKPT_OK, "%s", err.message);
+    cr_assert(v->u.num.big && v->len == 4300 && isinf(v->u.num.d));
+    cr_assert_eq(ck_json_parse(a, digits, 4301, 0, &v, &err), CKPT_E_FORMAT);
+    cr_assert(strstr(err.message, "offset 0") && strstr(err.message, "4300"), "%s", err.message);
+    cr_assert_eq(ck_json_parse(a, "1e400", 5, 0, &v, &err), CKPT_E_FORMAT);
+    cr_assert_eq(ck_json_parse_python(a, "-1e400", 6, 0, &v, &err), CKPT_OK);
+    cr_assert(isinf(v->u.num.d) && v->u.num.d < 0 && !v->u.num.big);
+    ck_arena_free(a);
+}
