@@ -917,3 +917,71 @@ def test_value_texts_bounded_by_value_cache(tmp_path):
             assert grown <= bound, (base, max(peak), hwm, bound)
     finally:
         m.close()
+
+
+WORST_N, WORST_MIB, WORST_THREADS = 16, 15.9, 16
+
+
+def test_value_memory_one_bound(tmp_path):
+    """Issue #22, daemon memory <= 256 MB whatever the values: `-o value_cache` (default 64
+    MiB) bounds one total, the texts kept, the texts readers are copying from and the renders
+    in flight.  The worst case: 16 values of nearly the 16 MiB render budget each (strings
+    written by torch's dcp.save), 16 threads at once each stat-ing and reading its own value
+    at random offsets, every byte checked against repr().  The daemon's peak RSS (VmHWM)
+    above its RSS at mount stays within the default budget plus 32 MiB of its own; before
+    (texts held by readers and up to 4 renders in flight outside the budget, each thread's
+    malloc arena keeping what it freed) it grew 341 MiB."""
+    torch = pytest.importorskip("torch")
+    import random
+    import threading
+    import torch.distributed.checkpoint as dcp
+    ck = tmp_path / "ck"
+    n = int(WORST_MIB * (1 << 20))
+    vals = {}
+    for i in range(WORST_N):
+        unit = f"value {i:02d} ".encode() + bytes(range(97, 123))
+        vals[f"k{i:02d}"] = (unit * (n // len(unit) + 1))[:n - 3].decode()
+    dcp.save({"w": torch.arange(4, dtype=torch.float32), "vals": vals},
+             checkpoint_id=str(ck), no_dist=True)
+    want = {k: (repr(v) + "\n").encode() for k, v in vals.items()}
+    del vals
+    m = Mount(ck)
+    try:
+        pid = m.proc.pid
+        base = _status_kib(pid, "VmRSS")
+        start, bad, errors = threading.Barrier(WORST_N), [], []
+
+        def reader(key: str, seed: int):
+            rng = random.Random(seed)
+            w = want[key]
+            try:
+                start.wait()
+                p = m.dir / "vals" / key
+                if os.stat(p).st_size != len(w):
+                    bad.append((key, "size"))
+                fd = os.open(p, os.O_RDONLY)
+                try:
+                    for _ in range(3):
+                        off = rng.randrange(len(w))
+                        if os.pread(fd, 65536, off) != w[off:off + 65536]:
+                            bad.append((key, off))
+                finally:
+                    os.close(fd)
+            except OSError as e:
+                errors.append(e)
+
+        threads = [threading.Thread(target=reader, args=(k, s)) for s, k in enumerate(want)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        hwm = _status_kib(pid, "VmHWM")
+        assert not errors and not bad, (errors, bad)
+        grown = hwm - base
+        bound = (64 + 32) << 10
+        print(f"daemon RSS at mount {base} KiB, VmHWM {hwm} KiB, grown {grown} KiB, "
+              f"bound {bound} KiB")
+        if "libasan" not in Path(f"/proc/{pid}/maps").read_text():
+            assert grown <= bound and hwm <= 256 << 10, (base, hwm, bound)
+    finally:
+        m.close()
