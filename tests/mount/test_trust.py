@@ -306,45 +306,123 @@ def test_refused_after_chmod(users, base):
         m.close()
 
 
-def user_allow_other() -> bool:
-    try:
-        lines = Path("/etc/fuse.conf").read_text().splitlines()
-    except OSError:
-        return False
-    return any(line.strip() == "user_allow_other" for line in lines)
-
-
-def test_user_daemon(users, base):
-    """A daemon run by a user with allow_other: that user and root read everything, another
-    user is decided from mode bits at each open (here after a chmod the kernel has not seen:
-    ckpt_tree_may_read in the daemon, not the kernel's check of the shown modes)."""
-    if not user_allow_other():
-        pytest.skip("/etc/fuse.conf lacks user_allow_other (needed for a user's allow_other)")
-    if os.stat("/dev/fuse").st_mode & 0o006 != 0o006:
-        pytest.skip("/dev/fuse is not open to other users: no unprivileged mounts here")
+@pytest.fixture
+def user_fuse(users):
+    """Lets USERS[0] run a FUSE daemon with allow_other for one test: `user_allow_other` in
+    /etc/fuse.conf and /dev/fuse open to that user (an ACL entry, else its group and 0660),
+    both restored exactly afterwards, also on failure."""
+    conf = Path("/etc/fuse.conf")
+    old_conf = conf.read_bytes() if conf.exists() else None
+    old_conf_st = conf.stat() if conf.exists() else None
+    dev = "/dev/fuse"
+    if not os.path.exists(dev):
+        pytest.skip("no /dev/fuse on this machine")
+    dst = os.stat(dev)
+    getfacl = ["getfacl", "-p", dev] if shutil.which("getfacl") else None
+    old_acl = subprocess.run(getfacl, capture_output=True).stdout if getfacl else None
     uid, gid = users[USERS[0]]
+    acl = False
+    try:
+        lines = (old_conf or b"").decode().splitlines()
+        if "user_allow_other" not in (x.strip() for x in lines):
+            conf.write_text("\n".join(lines + ["user_allow_other"]) + "\n")
+        if not os.access(dev, os.R_OK | os.W_OK) or (dst.st_mode & 0o006) != 0o006:
+            if shutil.which("setfacl") and subprocess.run(
+                    ["setfacl", "-m", f"u:{USERS[0]}:rw", dev], capture_output=True).returncode == 0:
+                acl = True
+            else:
+                os.chown(dev, dst.st_uid, gid)
+                os.chmod(dev, 0o660)
+        yield uid, gid
+    finally:
+        if acl:
+            subprocess.run(["setfacl", "-x", f"u:{USERS[0]}", dev], capture_output=True)
+            if b"mask::" not in (old_acl or b""):
+                subprocess.run(["setfacl", "-b", dev], capture_output=True)
+        os.chown(dev, dst.st_uid, dst.st_gid)
+        os.chmod(dev, dst.st_mode & 0o7777)
+        if old_conf is None:
+            conf.unlink(missing_ok=True)
+        else:
+            conf.write_bytes(old_conf)
+            os.chmod(conf, old_conf_st.st_mode & 0o7777)
+        assert (conf.read_bytes() if conf.exists() else None) == old_conf
+        assert os.stat(dev).st_mode == dst.st_mode and os.stat(dev).st_uid == dst.st_uid \
+            and os.stat(dev).st_gid == dst.st_gid
+        if getfacl:
+            assert subprocess.run(getfacl, capture_output=True).stdout == old_acl
+
+
+def until(what, want, guard: float = 60):
+    """what() polled until it equals want (a change the daemon sees at its next look at the
+    sources); the deadline only guards against a hang, it bounds no speed."""
+    deadline = time.monotonic() + guard
+    while (got := what()) != want and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return got
+
+
+def test_user_daemon(users, base, user_fuse):
+    """A daemon run by an ordinary user (USERS[0]) with allow_other, on a real mount: another
+    user (USERS[1]) reads through it only what they could read from the source files.  A
+    0600 shard the daemon's user owns (readable by the daemon, not by the reader) shows no
+    group/other bits and is refused to the reader while its owner and root read it — no
+    escalation through the daemon's own rights; a shard the reader may read opens; a chmod
+    after mounting and an ACL entry denying the reader are honoured at open (the daemon's
+    own decision, past the kernel's cached modes), and access granted again is seen at a
+    later open; a shard made root's 0600 is refused to the reader; owners shown are the
+    sources'.  The test arranges what an ordinary user's allow_other needs (user_fuse:
+    /etc/fuse.conf and /dev/fuse, restored after)."""
+    uid, gid = user_fuse
     ck = base / "ck"
-    shutil.copytree(FIXTURES / "fsdp2_ws1" / "ckpt", ck)
+    shutil.copytree(FIXTURES / "fsdp2_ws2" / "ckpt", ck)
     chown_tree(ck, uid, gid, dmode=0o755, fmode=0o644)
+    os.chmod(ck / "__1_0.distcp", 0o600)
     mnt = base / "mnt"
     mnt.mkdir()
     os.chown(mnt, uid, gid)
-    ref = Ref(FIXTURES / "fsdp2_ws1")
+    ref = Ref(FIXTURES / "fsdp2_ws2")
     log = tempfile.TemporaryFile()
     proc = subprocess.Popen(["setpriv", f"--reuid={uid}", f"--regid={gid}", "--init-groups",
-                             BIN, "-f", "-o", "allow_other", str(ck), str(mnt)], stderr=log)
+                             BIN, "-f", "-o", "allow_other", "-o", "attr_timeout=0",
+                             str(ck), str(mnt)], stderr=log)
     try:
-        deadline = time.time() + 30
+        deadline = time.time() + 60  # a hang guard, not a speed bound
         while not os.path.ismount(mnt):
             assert proc.poll() is None and time.time() < deadline, "no mount"
             time.sleep(0.05)
+        raw0, raw1 = mnt / ".raw" / "__0_0.distcp", mnt / ".raw" / "__1_0.distcp"
+        for f in (raw0, raw1):
+            st = os.stat(f)
+            assert (st.st_uid, st.st_gid) == (uid, gid), f
+        assert os.stat(raw0).st_mode & 0o444 == 0o444
+        assert os.stat(raw1).st_mode & 0o077 == 0, oct(os.stat(raw1).st_mode)
+        assert reads(USERS[1], raw0, raw1) == ["OK", "EACCES"]
+        assert reads(USERS[0], raw0, raw1) == ["OK", "OK"]
+        assert raw1.read_bytes() == (ck / "__1_0.distcp").read_bytes()  # root
+        # every tensor draws from both shards (FSDP2 over 2 ranks): refused to the reader
         f = mnt / sorted(ref.tensors)[0]
-        assert os.stat(f).st_uid == uid
-        assert reads(USERS[1], f) == ["OK"]
-        os.chmod(ck / "__0_0.distcp", 0o600)
         assert reads(USERS[1], f) == ["EACCES"]
         assert reads(USERS[0], f) == ["OK"]
-        assert f.read_bytes() == ref.tensors[sorted(ref.tensors)[0]][2]  # root
+        assert f.read_bytes() == ref.tensors[sorted(ref.tensors)[0]][2]
+        # opened up: the reader reads it; closed again by chmod, then by an ACL entry
+        os.chmod(ck / "__1_0.distcp", 0o644)
+        assert until(lambda: reads(USERS[1], raw1, f), ["OK", "OK"]) == ["OK", "OK"]
+        os.chmod(ck / "__1_0.distcp", 0o600)  # refused at once: the daemon's check at open
+        assert reads(USERS[1], raw1, f) == ["EACCES", "EACCES"]
+        os.chmod(ck / "__1_0.distcp", 0o644)
+        assert until(lambda: reads(USERS[1], raw1, f), ["OK", "OK"]) == ["OK", "OK"]
+        if shutil.which("setfacl"):
+            setfacl("-m", f"u:{USERS[1]}:---", str(ck / "__0_0.distcp"))
+            assert reads(USERS[1], raw0, f) == ["EACCES", "EACCES"]
+            assert reads(USERS[0], raw0, f) == ["OK", "OK"]
+            setfacl("-b", str(ck / "__0_0.distcp"))
+            assert until(lambda: reads(USERS[1], raw0, f), ["OK", "OK"]) == ["OK", "OK"]
+        # made root's after mounting: refused to the reader (the daemon's own user may or may
+        # not still read it, by its open fd, which it reaches anyway in /proc/PID/fd)
+        os.chown(ck / "__1_0.distcp", 0, 0)
+        os.chmod(ck / "__1_0.distcp", 0o600)
+        assert reads(USERS[1], raw1, f) == ["EACCES", "EACCES"]
     finally:
         subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True)
         proc.wait(timeout=60)
