@@ -611,9 +611,10 @@ def test_acl_mask_refuses(users, base):
 
 def test_modes_follow_sources(users, base):
     """Issue #22, modes taken at indexing: a chmod of a shard after mounting shows through
-    `stat` within the attribute timeout (here 1 s; the daemon reads the sources again at
-    most once a second), and the chmod back restores the bits; likewise an ACL set later
-    (`-o acl`: a checkpoint that needs no ACL at mount is mounted without them)."""
+    `stat` once the attribute timeout passes (here 1 s; the daemon reads the sources again
+    at most once a second), and the chmod back restores the bits; likewise an ACL set later
+    (`-o acl`: a checkpoint that needs no ACL at mount is mounted without them).  How soon
+    is not asserted (a hang guard only: speed is for benchmarks); that it follows is."""
     ck = base / "ck"
     shutil.copytree(FIXTURES / "fsdp2_ws1" / "ckpt", ck)
     ref = Ref(FIXTURES / "fsdp2_ws1")
@@ -621,29 +622,27 @@ def test_modes_follow_sources(users, base):
     try:
         f = m.dir / sorted(ref.tensors)[0]
 
-        def settles(want, what) -> float:
-            t = time.monotonic()
-            while os.stat(f).st_mode & 0o777 != want:
-                assert time.monotonic() - t < 5, (what, oct(os.stat(f).st_mode))
-                time.sleep(0.1)
-            return time.monotonic() - t
+        def settles(want, what) -> None:
+            got = until(lambda: os.stat(f).st_mode & 0o777, want)
+            assert got == want, (what, oct(got))
 
         assert os.stat(f).st_mode & 0o777 == 0o444
         os.chmod(ck / "__0_0.distcp", 0o600)
-        assert settles(0o400, "chmod go-r") < 3
+        settles(0o400, "chmod go-r")
         assert reads(USERS[1], f) == ["EACCES"]
         os.chmod(ck / "__0_0.distcp", 0o644)
-        assert settles(0o444, "chmod back") < 3
+        settles(0o444, "chmod back")
         assert reads(USERS[1], f) == ["OK"]
         os.chmod(ck / "__0_0.distcp", 0o640)
         settles(0o440, "chmod o-r")
         setfacl("-m", f"u:{USERS[1]}:r", str(ck / "__0_0.distcp"))
         b = pwd.getpwnam(USERS[1]).pw_uid
-        t = time.monotonic()
-        while (0x02, 4, b) not in (shown_acl(f) or []):
-            assert time.monotonic() - t < 5, shown_acl(f)
-            time.sleep(0.1)
+
+        def has_b() -> bool:
             os.stat(f)  # (the kernel drops a cached ACL with the attributes)
+            return (0x02, 4, b) in (shown_acl(f) or [])
+
+        assert until(has_b, True), shown_acl(f)
         assert reads(USERS[1], f) == ["OK"]
     finally:
         m.close()
@@ -661,10 +660,8 @@ def test_acl_set_later_without_acl_support(users, base):
         f = m.dir / sorted(ref.tensors)[0]
         assert os.stat(f).st_mode & 0o777 == 0o444 and shown_acl(f) is None
         setfacl("-m", f"u:{USERS[1]}:-", str(ck / "__0_0.distcp"))
-        t = time.monotonic()
-        while os.stat(f).st_mode & 0o777 != 0o400:
-            assert time.monotonic() - t < 5, oct(os.stat(f).st_mode)
-            time.sleep(0.1)
+        got = until(lambda: os.stat(f).st_mode & 0o777, 0o400)  # (a hang guard, no speed)
+        assert got == 0o400, oct(got)
         assert reads(USERS[1], f) == ["EACCES"]
         # the price of plain modes: a user the ACL does not name is refused too
         assert reads(USERS[0], f) == ["EACCES"]
