@@ -134,9 +134,11 @@ typedef struct raw_file {
 
 /* A rendered value text (with its final newline), shared by reference: the cache holds
  * one reference while it keeps the text, each reader one while it copies from it; the last
- * tree_value_put frees it. */
+ * tree_value_put frees it.  Dropped from the cache while a reader holds it, it still counts
+ * against the budget (tree_values.held) until freed. */
 typedef struct tree_text {
-    _Atomic uint32_t refs;
+    uint32_t refs; /* under tree_values.lock */
+    bool orphan;   /* dropped while held: counted in tree_values.held */
     size_t len;
     char *data;
     /* while kept (under tree_values.lock): the list, most recently used first, and the
@@ -156,18 +158,24 @@ typedef struct object_text {
     _Atomic(char *) limit_error;
 } object_text;
 
-/* values.c: the texts of one tree (every checkpoint of it), kept within `budget` bytes; past
- * it the least recently used are dropped (rendered again when next read).  At most
- * TREE_VALUES_RENDERS renders run at once, one per object. */
+/* values.c: the memory of one tree's (every checkpoint of it) value texts within `budget`
+ * bytes, one total: the texts kept for reuse (`kept`), texts dropped while a reader still
+ * copies from them (`held`) and what the renders in flight may take (`reserved`: each the
+ * text, its length when known from an earlier render and the render budget before, plus
+ * twice the stored pickle for the decoded object).  A render waits until its reservation
+ * fits, the least recently used texts dropped to make room; one that does not fit even
+ * alone runs only when nothing else is in flight (the bound is then that one render).  At
+ * most TREE_VALUES_RENDERS renders run at once, one per object. */
 #define TREE_VALUES_DEFAULT (64ull << 20)
 #define TREE_VALUES_RENDERS 4
 typedef struct tree_values {
     pthread_mutex_t lock;
-    pthread_cond_t cond; /* a render ended */
-    uint64_t budget, kept;
+    pthread_cond_t cond; /* a render ended or a held text was freed */
+    uint64_t budget, kept, held, reserved;
     tree_text *mru, *lru;
     uint32_t rendering;
-    uint64_t renders, drops; /* so far (statistics, tests) */
+    uint64_t renders, drops, waits; /* so far (statistics, tests) */
+    uint64_t peak;                  /* highest kept + held + reserved so far (tests) */
 } tree_values;
 
 /* What a step directory holds, cheaply compared: its entries, their total size, the newest

@@ -1,10 +1,14 @@
 /* values.c — the rendered texts of non-tensor values: rendered on first use, kept within
  * the tree's budget (ckpt_tree_options.value_cache), the least recently used dropped past
- * it and rendered again when next read.  A text is shared by reference, so a reader copying
- * from it never sees it freed by another thread dropping it; the size (what stat shows) and
- * an over-budget error stay known without the text. */
+ * it and rendered again when next read.  The budget bounds one total: texts kept, texts
+ * dropped while a reader still copies from them, and the renders in flight (tree_i.h,
+ * tree_values).  A text is shared by reference, so a reader copying from it never sees it
+ * freed by another thread dropping it; the size (what stat shows) and an over-budget error
+ * stay known without the text.  A reader holds a text only while it copies one request's
+ * bytes, never across calls, so a render waiting for room always gets it. */
 #include "tree/tree_i.h"
 #include "util/error.h"
+#include "value/value_i.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -16,11 +20,15 @@ void tree_values_init(tree_values *v, uint64_t budget) {
     v->budget = budget ? budget : TREE_VALUES_DEFAULT;
 }
 
-static void text_unref(tree_text *t) {
-    if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) == 1) {
-        free(t->data);
-        free(t);
-    }
+static void text_free(tree_text *t) {
+    free(t->data);
+    free(t);
+}
+
+static uint64_t in_use(const tree_values *v) { return v->kept + v->held + v->reserved; }
+
+static void note_peak(tree_values *v) {
+    if (in_use(v) > v->peak) v->peak = in_use(v);
 }
 
 /* Unlinks a kept text and gives back the cache's reference (under v->lock). */
@@ -38,7 +46,12 @@ static void drop(tree_values *v, tree_text *t) {
     t->prev = t->next = NULL;
     v->kept -= t->len;
     v->drops++;
-    text_unref(t);
+    if (--t->refs == 0) {
+        text_free(t);
+    } else { /* a reader still copies from it: counted until its tree_value_put */
+        t->orphan = true;
+        v->held += t->len;
+    }
 }
 
 static void push_front(tree_values *v, tree_text *t) {
@@ -68,6 +81,19 @@ void tree_values_forget(tree_ckpt *c) {
     for (size_t i = 0; i < n; i++)
         if (c->objects[i].text) drop(v, c->objects[i].text);
     pthread_mutex_unlock(&v->lock);
+}
+
+static uint64_t sat_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+
+/* What rendering e may take: its text (the length an earlier render found, else the render
+ * budget) and the decoded object (twice the stored pickle: the bytes read, the values made
+ * from them). */
+static uint64_t reservation(const ckpt_entry *e, const object_text *ot) {
+    uint64_t known = atomic_load_explicit(&ot->size, memory_order_acquire);
+    uint64_t text = known ? known : (uint64_t)CK_VALUE_RENDER_MAX + 2;
+    ckpt_chunk_info ci;
+    uint64_t stored = ckpt_entry_chunk(e, 0, &ci) == CKPT_OK ? ci.length : 0;
+    return sat_add(text, sat_add(stored, stored));
 }
 
 /* Renders e's text with its final newline (a failure over the render budget is memoized). */
@@ -105,11 +131,12 @@ static tree_text *render(tree_ckpt *c, const ckpt_entry *e, object_text *ot, ckp
 const tree_text *tree_value_get(tree_ckpt *c, const ckpt_entry *e, ckpt_error *err) {
     tree_values *v = c->values;
     object_text *ot = &c->objects[ckpt_entry_index(e)];
+    uint64_t need = 0;
     pthread_mutex_lock(&v->lock);
     for (;;) {
         tree_text *t = ot->text;
         if (t) {
-            atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
+            t->refs++;
             if (t != v->mru) {
                 if (t->prev) t->prev->next = t->next;
                 if (t->next)
@@ -127,14 +154,24 @@ const tree_text *tree_value_get(tree_ckpt *c, const ckpt_entry *e, ckpt_error *e
             ck_fail(err, CKPT_E_LIMIT, "%s", limit);
             return NULL;
         }
-        /* one render per object at a time, and a few at once in all (each holds the value
-         * and its growing text) */
-        if (!ot->rendering && v->rendering < TREE_VALUES_RENDERS) break;
+        /* one render per object at a time, a few at once in all, and each only once what it
+         * may take fits in the budget beside what is kept, held and rendering (the least
+         * recently used texts dropped to make room); one too large for the budget alone
+         * waits until nothing else is in flight */
+        if (!ot->rendering && v->rendering < TREE_VALUES_RENDERS) {
+            need = reservation(e, ot);
+            while (v->lru && sat_add(in_use(v), need) > v->budget)
+                drop(v, v->lru);
+            if (sat_add(in_use(v), need) <= v->budget || (!v->held && !v->reserved)) break;
+        }
+        v->waits++;
         pthread_cond_wait(&v->cond, &v->lock);
     }
     ot->rendering = true;
     v->rendering++;
     v->renders++;
+    v->reserved = sat_add(v->reserved, need);
+    note_peak(v);
     pthread_mutex_unlock(&v->lock);
 
     tree_text *t = render(c, e, ot, err);
@@ -142,24 +179,35 @@ const tree_text *tree_value_get(tree_ckpt *c, const ckpt_entry *e, ckpt_error *e
     pthread_mutex_lock(&v->lock);
     ot->rendering = false;
     v->rendering--;
+    v->reserved -= need;
     pthread_cond_broadcast(&v->cond);
     if (t) {
         atomic_store_explicit(&ot->size, t->len + 1, memory_order_release);
-        atomic_store_explicit(&t->refs, 2, memory_order_relaxed); /* the cache's, the caller's */
+        t->refs = 2; /* the cache's, the caller's */
         t->owner = ot;
         ot->text = t;
         push_front(v, t);
         v->kept += t->len;
-        while (v->kept > v->budget && v->lru)
+        note_peak(v);
+        while (in_use(v) > v->budget && v->lru)
             drop(v, v->lru); /* this one too when it alone is over: the caller still holds it */
     }
     pthread_mutex_unlock(&v->lock);
     return t;
 }
 
-void tree_value_put(tree_ckpt *c, const tree_text *t) {
-    (void)c;
-    if (t) text_unref((tree_text *)t);
+void tree_value_put(tree_ckpt *c, const tree_text *ct) {
+    if (!ct) return;
+    tree_values *v = c->values;
+    tree_text *t = (tree_text *)ct;
+    pthread_mutex_lock(&v->lock);
+    bool last = --t->refs == 0;
+    if (last && t->orphan) {
+        v->held -= t->len;
+        pthread_cond_broadcast(&v->cond); /* room for a waiting render */
+    }
+    pthread_mutex_unlock(&v->lock);
+    if (last) text_free(t);
 }
 
 ckpt_status tree_value_size(tree_ckpt *c, const ckpt_entry *e, uint64_t *size, ckpt_error *err) {

@@ -167,7 +167,7 @@ def test_a_failing_callback_fails_every_rank_alike(fault, want, tmp_path):
     assert rc == 1
     msg = same_everywhere(ranks)
     assert want in msg, msg
-    assert secs < 8, secs  # agreed, not timed out
+    assert not any("timed out" in m for _, m in ranks), ranks  # agreed, not timed out
     assert not (tmp_path / "o").exists()
 
 
@@ -180,13 +180,13 @@ def test_the_fault_is_seen_where_it_happens(tmp_path):
 def test_a_broken_contract_fails_by_timeout_not_a_hang(tmp_path):
     """With the minimum made from allgatherv, a lone allgatherv failure breaks T2 (the minimum
     must be all-or-nothing): the failing rank stops agreeing, the others' barrier times out;
-    every rank still fails with CKPT_E_TRANSPORT, in bounded time."""
+    every rank still fails with CKPT_E_TRANSPORT, by that timeout."""
     rc, ranks, _, secs = run(FX, "2x3:R,S0", tmp_path / "o", "--derived", "--fault",
                              "1:allgatherv:3:lone", "--timeout-ms", "1500", timeout=60)
     assert rc == 1 and all(s == E_TRANSPORT for s, _ in ranks), ranks
     assert "injected fault: rank 1's call 3 of allgatherv" in ranks[1][1]
     assert all("timed out" in m for k, (_, m) in enumerate(ranks) if k != 1), ranks
-    assert secs < 30
+    # (bounded: the barriers' timeout is the mechanism asserted; run's 60 s is a hang guard)
 
 
 @pytest.mark.parametrize("derived", [(), ("--derived",)])
@@ -204,7 +204,7 @@ def test_a_shard_file_damaged_for_one_rank(derived, tmp_path):
         assert len(set(ranks)) == 1, ranks
         status, msg = ranks[0]
         assert status != 0 and msg.startswith("rank 2: ") and ".distcp" in msg, ranks
-        assert secs < 10
+        assert "timed out" not in msg, ranks  # agreed, not timed out
 
 
 @pytest.mark.parametrize("mode", ["collective", "independent"])
@@ -375,7 +375,7 @@ def test_a_corrupt_header_fails_every_rank_alike(other_formats, name, where, tmp
     msg = same_everywhere(ranks, status=ranks[0][0])
     assert ranks[0][0] not in (0, E_TRANSPORT), ranks
     assert msg.startswith("rank 0: ") and named.name in msg, msg
-    assert secs < 8, secs  # agreed, not timed out
+    assert not any("timed out" in m for _, m in ranks), ranks  # agreed, not timed out
     assert not (tmp_path / "o").exists()
 
 
@@ -409,7 +409,7 @@ def test_a_failing_metadata_broadcast_of_other_formats(other_formats, name, faul
     assert rc == 1
     msg = same_everywhere(ranks)
     assert want in msg, msg
-    assert secs < 8, secs
+    assert not any("timed out" in m for _, m in ranks), ranks  # agreed, not timed out
 
 
 @pytest.mark.parametrize("name", ["fsdp2_ws4", "torch113", "megatron_flat", "hsdp"])
@@ -453,7 +453,7 @@ def test_a_corrupt_metadata_fails_every_rank_alike(where, damage, tmp_path):
     assert msg.startswith(f"rank 0: {meta}: "), msg
     if damage == "not a pickle":
         assert "not a pickle of protocol 2-5" in msg, msg
-    assert secs < 8, secs  # agreed, not timed out
+    assert not any("timed out" in m for _, m in ranks), ranks  # agreed, not timed out
     assert not (tmp_path / "o").exists()
 
 
@@ -466,7 +466,7 @@ def test_an_unreadable_metadata_on_rank_0(tmp_path):
     rc, ranks, _, secs = run(FX, "2x2:S0,S1", tmp_path / "o", "--dir-of", f"0:{bad}")
     msg = same_everywhere(ranks, status=ranks[0][0])
     assert ranks[0][0] != 0 and msg.startswith(f"rank 0: {bad}/.metadata: "), msg
-    assert secs < 8
+    assert not any("timed out" in m for _, m in ranks), ranks  # (a blocking open: run's hang guard)
 
 
 def test_a_rank_with_another_checkpoint_is_told(tmp_path):

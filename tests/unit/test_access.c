@@ -32,18 +32,16 @@ static void write_file(const char *path, mode_t mode) {
     cr_assert_eq(chmod(path, mode), 0);
 }
 
-Test(access, open_regular_refuses_fifo_without_blocking) {
+/* A FIFO with no writer: refused at once (an open that blocked would hang here until the
+ * .timeout, which only guards against that). */
+Test(access, open_regular_refuses_fifo_without_blocking, .timeout = 60) {
     char dir[] = "/tmp/ckpt-acc-XXXXXX", path[256];
     cr_assert(mkdtemp(dir));
     snprintf(path, sizeof path, "%s/fifo", dir);
     cr_assert_eq(mkfifo(path, 0600), 0);
-    struct timespec a, b;
-    clock_gettime(CLOCK_MONOTONIC, &a);
     errno = 0;
     cr_assert_eq(ck_open_regular(path, NULL), -1);
     cr_assert_eq(errno, CK_ENOTREG);
-    clock_gettime(CLOCK_MONOTONIC, &b);
-    cr_assert_lt(b.tv_sec - a.tv_sec, 2, "blocked on a FIFO");
     cr_assert(strstr(ck_open_strerror(CK_ENOTREG), "not a regular file"));
     cr_assert_null(ck_fopen_regular(path, false));
     cr_assert_eq(ck_open_regular(dir, NULL), -1, "a directory is no source");

@@ -475,16 +475,20 @@ Test(tree, value_texts_kept_within_the_budget) {
         cr_assert_eq(st.size, vc[i].len);
     }
     cr_assert_eq(v->renders, renders);
-    /* a held text outlives its drop */
+    /* a held text outlives its drop and counts against the budget until given back (a
+     * reader holds one only while it copies: a render would wait for it here) */
     tree_ckpt *c = t->slots[0];
     const tree_text *held = tree_value_get(c, vc[0].e, &err);
     cr_assert_not_null(held, "%s", err.message);
-    for (size_t i = 1; i < n; i++)
-        read_value(t, &vc[i], &s);
+    tree_values_forget(c);
     cr_assert_null(c->objects[ckpt_entry_index(vc[0].e)].text, "dropped while held");
+    cr_assert_eq(v->held, vc[0].len);
+    cr_assert_eq(kept_bytes(v), 0);
     cr_assert_eq(held->len, vc[0].len);
     cr_assert_eq(memcmp(held->data, vc[0].want, vc[0].len), 0);
     tree_value_put(c, held);
+    cr_assert_eq(v->held, 0);
+    cr_assert_eq(v->reserved, 0);
     /* a budget of 0 bytes kept: nothing kept, every read still right */
     v->budget = 0;
     read_value(t, &vc[1], &s);
@@ -541,6 +545,21 @@ Test(tree, value_texts_dropped_under_readers) {
     cr_assert_leq(kept, longest, "kept %llu, longest %zu, budget %llu", (unsigned long long)kept,
                   longest, (unsigned long long)t->values.budget);
     cr_assert_gt(t->values.drops, 0);
+    /* one total: kept + held + rendering never past the budget, or past one render that
+     * needs more than the budget alone (the render budget before its length is known, and
+     * twice its stored pickle) */
+    uint64_t one = 0;
+    for (size_t i = 0; i < n; i++) {
+        ckpt_chunk_info ci;
+        cr_assert_eq(ckpt_entry_chunk(vc[i].e, 0, &ci), CKPT_OK);
+        uint64_t need = (16u << 20) + 2 + 2 * ci.length;
+        if (need > one) one = need;
+    }
+    uint64_t bound = one > t->values.budget ? one : t->values.budget;
+    cr_assert_leq(t->values.peak, bound, "peak %llu, bound %llu",
+                  (unsigned long long)t->values.peak, (unsigned long long)bound);
+    cr_assert_eq(t->values.held, 0);
+    cr_assert_eq(t->values.reserved, 0);
     for (size_t i = 0; i < n; i++)
         free(vc[i].want);
     free(vc);

@@ -281,19 +281,9 @@ Test(value, shared_dag_is_converted_once, .timeout = 30) {
     ckpt_object_free(o);
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* Seconds a rendering may take to stop at its budget: about 0.2 s in a release build, up to
- * 2.3 s measured under ASan+UBSan (debug, 2 test jobs); the unbounded renderer needed 16 s and
- * 1 GB (release) for the 40-level DAG, far more for this one. */
-#define GIVE_UP_S 10.0
-
 /* The same DAG rendered: 2**200 lists as a tree.  Each rendering stops at the render budget
- * (16 MiB, 16 Mi nodes; pk_to_json: its own budget) with CKPT_E_LIMIT, within GIVE_UP_S. */
+ * (16 MiB, 16 Mi nodes; pk_to_json: its own budget) with CKPT_E_LIMIT and no text (the
+ * unbounded renderer would never end; the .timeout guards against that hang only). */
 Test(value, shared_dag_render_is_bounded, .timeout = 60) {
     pk_doc *doc = decode_vector("dag");
     ckpt_object *o = convert(doc, "dag");
@@ -301,15 +291,12 @@ Test(value, shared_dag_render_is_bounded, .timeout = 60) {
         static const char *const names[] = {"text", "json", "pk_to_json"};
         char *s = (char *)"x";
         ckpt_error err = {0};
-        double t0 = now_s();
         ckpt_status st = kind == 0   ? ckpt_value_to_text(ckpt_object_root(o), &s, &err)
                          : kind == 1 ? ckpt_value_to_json(ckpt_object_root(o), &s, &err)
                                      : pk_to_json(pk_doc_root(doc), 0, 0, &s, &err);
-        double dt = now_s() - t0;
         cr_expect_eq(st, CKPT_E_LIMIT, "%s: status %d (%s)", names[kind], st, err.message);
         cr_expect_null(s, "%s", names[kind]);
         cr_expect(strstr(err.message, "too large to render"), "%s: %s", names[kind], err.message);
-        cr_expect_lt(dt, GIVE_UP_S, "%s: %.2f s to give up", names[kind], dt);
     }
     ckpt_object_free(o);
     pk_doc_free(doc);
