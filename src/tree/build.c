@@ -400,7 +400,7 @@ static ckpt_status add_pt(tree_ckpt *c, uint32_t top, const char *base, bool by_
     if (!f->name) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     f->top = top;
     f->by_id = by_id;
-    f->root_only = !top && strcmp(base, "@root") == 0;
+    f->root_only = !top && base && strcmp(base, "@root") == 0;
     c->npt++;
     return CKPT_OK;
 }
