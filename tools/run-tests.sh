@@ -16,9 +16,10 @@ root=$(pwd)
 
 passed=0
 failed=0
-tally() { # tally BUILD_DIR: adds the results of the last `meson test` in BUILD_DIR
+tally() { # tally BUILD_DIR [LOG]: adds the results of the last `meson test` in BUILD_DIR
+  # (LOG: testlog-valgrind for a run under --wrap=valgrind, which meson logs under that name)
   local counts
-  counts=$(python3 - "$1/meson-logs/testlog.json" <<'PY'
+  counts=$(python3 - "$1/meson-logs/${2:-testlog}.json" <<'PY'
 import json, sys
 ok = bad = 0
 try:
@@ -97,7 +98,7 @@ step "unit tests under valgrind"
 meson test -C build --suite unit --print-errorlogs --num-processes 2 \
   --wrap="valgrind --trace-children=yes --suppressions=$root/tests/valgrind.supp --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite -q" \
   --test-args='--jobs 1' --timeout-multiplier 10
-tally build
+tally build testlog-valgrind
 
 step "build (release -O3, gcc and clang): compiles warning-free at -O3 with both compilers"
 # (gcc -O3 sees truncations and maybe-uninitialized paths the debug builds do not)
