@@ -59,9 +59,9 @@ if python3 -c "import torch" 2>/dev/null; then
     echo "run-tests: fixture regeneration FAILED (the suites below read the committed fixtures)"
     failed=$((failed + 1))
     rm -rf "$fresh"
-    fresh=""
   fi
   rm -f "$fresh.log"
+  [ -d "$fresh" ] || fresh=""
 else
   echo "run-tests: torch not importable; skipped the cross-check against fresh fixtures"
 fi
