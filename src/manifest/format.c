@@ -302,7 +302,8 @@ ckpt_status manifest_parse(const uint8_t *buf, size_t size, const char *path, ck
         }
         if (strlen(names[i]) != l || !ck_safe_rel_path(names[i]) ||
             (i && strcmp(names[i - 1], names[i]) >= 0)) {
-            s = bad(err, path, at, "file names must be plain (or below the directory), unique and sorted");
+            s = bad(err, path, at,
+                    "file names must be plain (or below the directory), unique and sorted");
             goto done;
         }
         at += 4 + l;
