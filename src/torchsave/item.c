@@ -62,6 +62,7 @@ ckpt_status ts_item_open(const ck_source *src, const ts_open_options *opts, ts_i
     if (opts && opts->transforms && opts->transforms[0]) {
         size_t len = 0;
         uint64_t max = opts->max_decoded_bytes ? opts->max_decoded_bytes : TS_DEFAULT_MAX_DECODED;
+        if (opts->max_memory && opts->max_memory < max) max = opts->max_memory;
         CK_TRY_GOTO(st, ts_transform_decode(src, opts->transforms, max, &it->decoded, &len, err),
                     fail);
         it->src.fd = -1;
@@ -78,8 +79,15 @@ ckpt_status ts_item_open(const ck_source *src, const ts_open_options *opts, ts_i
     uint8_t *pbuf = NULL;
     size_t plen = 0;
     uint64_t pmax = opts && opts->max_pickle_bytes ? opts->max_pickle_bytes : TS_DEFAULT_MAX_PICKLE;
+    uint64_t budget = opts ? opts->max_memory : 0, held = it->decoded ? it->src.len : 0;
+    if (budget && budget - held < pmax) pmax = budget - held; /* transforms kept within it */
     CK_TRY_GOTO(st, zip_read_record(it->zip, pkl, pmax, &pbuf, &plen, err), fail_ctx);
-    st = pk_decode(pbuf, plen, opts ? opts->pickle_limits : NULL, &it->doc, err);
+    pk_limits lim = opts && opts->pickle_limits ? *opts->pickle_limits : (pk_limits){0};
+    if (budget) { /* the values get what is left (at least 1 byte: 0 would be the default) */
+        uint64_t left = budget - held - plen > 0 ? budget - held - plen : 1;
+        if (!lim.max_bytes || left < lim.max_bytes) lim.max_bytes = left;
+    }
+    st = pk_decode(pbuf, plen, &lim, &it->doc, err);
     free(pbuf);
     if (st != CKPT_OK) {
         ck_error_prefix(err, "data.pkl: ");
@@ -101,3 +109,6 @@ const zip_archive *ts_item_zip(const ts_item *it) { return it->zip; }
 bool ts_item_big_endian(const ts_item *it) { return it->big_endian; }
 const ck_source *ts_item_source(const ts_item *it) { return &it->src; }
 bool ts_item_is_decoded(const ts_item *it) { return it->decoded != NULL; }
+uint64_t ts_item_memory(const ts_item *it) {
+    return (it->decoded ? it->src.len : 0) + pk_doc_bytes_used(it->doc);
+}

@@ -24,6 +24,11 @@ typedef struct ts_open_options {
     uint64_t max_decoded_bytes; /* bound for transformed items decoded into memory */
     uint64_t max_pickle_bytes;  /* bound for data.pkl */
     const pk_limits *pickle_limits;
+    /* 0, or the memory the item may take in all (CKPT_E_LIMIT past it): the bytes its
+     * transforms decode into memory, data.pkl read while it is decoded and the decoded values
+     * (pk_limits.max_bytes lowered to what is left; the decoder's transient stack and memo are
+     * bounded by that same figure beside it) */
+    uint64_t max_memory;
 } ts_open_options;
 
 /* `src` describes the stored item; its `name` is used in messages.  The item keeps a copy of
@@ -38,6 +43,9 @@ bool ts_item_big_endian(const ts_item *it); /* byteorder record says "big" */
 /* The source the zip lives in: the original window, or the decoded memory buffer. */
 const ck_source *ts_item_source(const ts_item *it);
 bool ts_item_is_decoded(const ts_item *it); /* transforms were undone into memory */
+/* Bytes the open item holds: its transforms' decoded bytes and the decoded pickle's values
+ * (what ts_open_options.max_memory counted, but data.pkl, freed once decoded). */
+uint64_t ts_item_memory(const ts_item *it);
 
 typedef struct ts_tensor_view {
     ckpt_dtype dtype;

@@ -156,26 +156,37 @@ typedef struct object_text {
     /* A value over the render budget (CKPT_E_LIMIT, which no retry changes): its message,
      * so that lookups, getattr and reads do not render it again; NULL until then. */
     _Atomic(char *) limit_error;
+    /* the decode budget its last render succeeded with (its next render reserves and gets
+     * that), 0 before */
+    _Atomic uint64_t decode;
 } object_text;
 
 /* values.c: the memory of one tree's (every checkpoint of it) value texts within `budget`
  * bytes, one total: the texts kept for reuse (`kept`), texts dropped while a reader still
  * copies from them (`held`) and what the renders in flight may take (`reserved`: each the
  * text, its length when known from an earlier render and the render budget before, plus
- * twice the stored pickle for the decoded object).  A render waits until its reservation
- * fits, the least recently used texts dropped to make room; one that does not fit even
- * alone runs only when nothing else is in flight (the bound is then that one render).  At
- * most TREE_VALUES_RENDERS renders run at once, one per object. */
+ * the memory budget its decode gets, ckpt_object_options.max_memory).  A decode gets first
+ * twice the stored pickle plus TREE_DECODE_SLACK (or what its last render succeeded with);
+ * one that needs more is tried once again with the most any decode gets: the budget less
+ * the text's reservation, at least TREE_DECODE_MIN, so that
+ * what a value decodes into (a list of small ints: 2 bytes each stored, ~80 decoded) is
+ * bounded by the budget whatever it holds; past that, the value's reads fail (CKPT_E_LIMIT,
+ * kept).  A render waits until its reservation fits, the least recently used texts dropped
+ * to make room; one that does not fit even alone runs only when nothing else is in flight
+ * (the bound is then that one render).  At most TREE_VALUES_RENDERS renders run at once,
+ * one per object. */
 #define TREE_VALUES_DEFAULT (64ull << 20)
 #define TREE_VALUES_RENDERS 4
+#define TREE_DECODE_SLACK (1ull << 20)
+#define TREE_DECODE_MIN (16ull << 20)
 typedef struct tree_values {
     pthread_mutex_t lock;
     pthread_cond_t cond; /* a render ended or a held text was freed */
     uint64_t budget, kept, held, reserved;
     tree_text *mru, *lru;
     uint32_t rendering;
-    uint64_t renders, drops, waits; /* so far (statistics, tests) */
-    uint64_t peak;                  /* highest kept + held + reserved so far (tests) */
+    uint64_t renders, drops, waits, retries; /* so far (statistics, tests) */
+    uint64_t peak;                           /* highest kept + held + reserved so far (tests) */
 } tree_values;
 
 /* What a step directory holds, cheaply compared: its entries, their total size, the newest

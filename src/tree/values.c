@@ -85,34 +85,76 @@ void tree_values_forget(tree_ckpt *c) {
 
 static uint64_t sat_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
 
-/* What rendering e may take: its text (the length an earlier render found, else the render
- * budget) and the decoded object (twice the stored pickle: the bytes read, the values made
- * from them). */
-static uint64_t reservation(const ckpt_entry *e, const object_text *ot) {
+/* The text's part of a render's reservation: the length an earlier render found, else the
+ * render budget. */
+static uint64_t text_reservation(const object_text *ot) {
     uint64_t known = atomic_load_explicit(&ot->size, memory_order_acquire);
-    uint64_t text = known ? known : (uint64_t)CK_VALUE_RENDER_MAX + 2;
-    ckpt_chunk_info ci;
-    uint64_t stored = ckpt_entry_chunk(e, 0, &ci) == CKPT_OK ? ci.length : 0;
-    return sat_add(text, sat_add(stored, stored));
+    return known ? known : (uint64_t)CK_VALUE_RENDER_MAX + 2;
 }
 
-/* Renders e's text with its final newline (a failure over the render budget is memoized). */
-static tree_text *render(tree_ckpt *c, const ckpt_entry *e, object_text *ot, ckpt_error *err) {
+/* The most memory one decode gets: what the budget leaves beside the text's reservation, at
+ * least TREE_DECODE_MIN (a small budget still decodes what it renders; such a render runs
+ * alone). */
+static uint64_t decode_cap(const tree_values *v, const object_text *ot) {
+    uint64_t text = text_reservation(ot);
+    uint64_t cap = v->budget > text ? v->budget - text : 0;
+    return cap > TREE_DECODE_MIN ? cap : TREE_DECODE_MIN;
+}
+
+/* The memory budget of e's decode: at first what its last render succeeded with, else twice
+ * the stored pickle (the bytes read, the values made from them) and some slack, within the
+ * cap; `retry` (the first one needed more): the cap. */
+static uint64_t decode_budget(const tree_values *v, const ckpt_entry *e, const object_text *ot,
+                              bool retry) {
+    uint64_t cap = decode_cap(v, ot);
+    if (retry) return cap;
+    uint64_t d = atomic_load_explicit(&ot->decode, memory_order_acquire);
+    if (!d) {
+        ckpt_chunk_info ci;
+        uint64_t stored = ckpt_entry_chunk(e, 0, &ci) == CKPT_OK ? ci.length : 0;
+        d = sat_add(sat_add(stored, stored), TREE_DECODE_SLACK);
+    }
+    return d < cap ? d : cap;
+}
+
+/* Keeps a CKPT_E_LIMIT failure (bounded work, once: every later use reports it). */
+static void keep_limit(const ckpt_entry *e, object_text *ot, ckpt_error *err) {
+    ck_error_prefix(err, "value '%s': ", ckpt_entry_key(e));
+    char *msg = strdup(err ? err->message : "value too large to render");
+    char *expected = NULL;
+    if (msg && !atomic_compare_exchange_strong(&ot->limit_error, &expected, msg)) free(msg);
+}
+
+/* Renders e's text with its final newline, its decode within `decode` bytes (a failure over
+ * the render budget, or over the most any decode gets, is kept).  *again: the decode needed
+ * more than `decode`, less than the cap: worth one more try with the cap. */
+static tree_text *render(tree_ckpt *c, const ckpt_entry *e, object_text *ot, uint64_t decode,
+                         uint64_t cap, bool *again, ckpt_error *err) {
+    *again = false;
     if (tree_verify_item(c, &e->loc, err) != CKPT_OK) return NULL;
     ckpt_object *obj = NULL;
-    if (ckpt_object_load(c->r, e, &obj, err) != CKPT_OK) return NULL;
-    char *s = NULL;
-    ckpt_status st = ckpt_value_to_text(ckpt_object_root(obj), &s, err);
-    ckpt_object_free(obj);
+    ckpt_object_options oo = {.max_memory = decode};
+    ckpt_status st = ckpt_object_load_with(c->r, e, &oo, &obj, err);
+    if (st == CKPT_E_LIMIT && decode < cap) {
+        *again = true;
+        return NULL;
+    }
     if (st == CKPT_E_LIMIT) {
-        /* bounded work, once: the failure is kept and every later use reports it */
-        ck_error_prefix(err, "value '%s': ", ckpt_entry_key(e));
-        char *msg = strdup(err ? err->message : "value too large to render");
-        char *expected = NULL;
-        if (msg && !atomic_compare_exchange_strong(&ot->limit_error, &expected, msg)) free(msg);
+        ck_error_suffix(err, "; the value cache (value_cache) is %llu bytes",
+                        (unsigned long long)c->values->budget);
+        keep_limit(e, ot, err);
         return NULL;
     }
     if (st != CKPT_OK) return NULL;
+    char *s = NULL;
+    st = ckpt_value_to_text(ckpt_object_root(obj), &s, err);
+    ckpt_object_free(obj);
+    if (st == CKPT_E_LIMIT) {
+        keep_limit(e, ot, err);
+        return NULL;
+    }
+    if (st != CKPT_OK) return NULL;
+    atomic_store_explicit(&ot->decode, decode, memory_order_release);
     size_t n = strlen(s);
     char *withnl = realloc(s, n + 2);
     tree_text *t = withnl ? calloc(1, sizeof *t) : NULL;
@@ -131,69 +173,81 @@ static tree_text *render(tree_ckpt *c, const ckpt_entry *e, object_text *ot, ckp
 const tree_text *tree_value_get(tree_ckpt *c, const ckpt_entry *e, ckpt_error *err) {
     tree_values *v = c->values;
     object_text *ot = &c->objects[ckpt_entry_index(e)];
-    uint64_t need = 0;
+    bool retry = false;
     pthread_mutex_lock(&v->lock);
     for (;;) {
-        tree_text *t = ot->text;
-        if (t) {
-            t->refs++;
-            if (t != v->mru) {
-                if (t->prev) t->prev->next = t->next;
-                if (t->next)
-                    t->next->prev = t->prev;
-                else
-                    v->lru = t->prev;
-                push_front(v, t);
+        uint64_t need = 0, decode = 0, cap = 0;
+        for (;;) {
+            tree_text *t = ot->text;
+            if (t) {
+                t->refs++;
+                if (t != v->mru) {
+                    if (t->prev) t->prev->next = t->next;
+                    if (t->next)
+                        t->next->prev = t->prev;
+                    else
+                        v->lru = t->prev;
+                    push_front(v, t);
+                }
+                pthread_mutex_unlock(&v->lock);
+                return t;
             }
-            pthread_mutex_unlock(&v->lock);
-            return t;
+            const char *limit = atomic_load_explicit(&ot->limit_error, memory_order_acquire);
+            if (limit) {
+                pthread_mutex_unlock(&v->lock);
+                ck_fail(err, CKPT_E_LIMIT, "%s", limit);
+                return NULL;
+            }
+            /* one render per object at a time, a few at once in all, and each only once what
+             * it may take (its text and its decode's budget) fits in the budget beside what is
+             * kept, held and rendering (the least recently used texts dropped to make room);
+             * one too large for the budget alone waits until nothing else is in flight */
+            if (!ot->rendering && v->rendering < TREE_VALUES_RENDERS) {
+                cap = decode_cap(v, ot);
+                decode = decode_budget(v, e, ot, retry);
+                need = sat_add(text_reservation(ot), decode);
+                while (v->lru && sat_add(in_use(v), need) > v->budget)
+                    drop(v, v->lru);
+                if (sat_add(in_use(v), need) <= v->budget || (!v->held && !v->reserved)) break;
+            }
+            v->waits++;
+            pthread_cond_wait(&v->cond, &v->lock);
         }
-        const char *limit = atomic_load_explicit(&ot->limit_error, memory_order_acquire);
-        if (limit) {
-            pthread_mutex_unlock(&v->lock);
-            ck_fail(err, CKPT_E_LIMIT, "%s", limit);
-            return NULL;
-        }
-        /* one render per object at a time, a few at once in all, and each only once what it
-         * may take fits in the budget beside what is kept, held and rendering (the least
-         * recently used texts dropped to make room); one too large for the budget alone
-         * waits until nothing else is in flight */
-        if (!ot->rendering && v->rendering < TREE_VALUES_RENDERS) {
-            need = reservation(e, ot);
-            while (v->lru && sat_add(in_use(v), need) > v->budget)
-                drop(v, v->lru);
-            if (sat_add(in_use(v), need) <= v->budget || (!v->held && !v->reserved)) break;
-        }
-        v->waits++;
-        pthread_cond_wait(&v->cond, &v->lock);
-    }
-    ot->rendering = true;
-    v->rendering++;
-    v->renders++;
-    v->reserved = sat_add(v->reserved, need);
-    note_peak(v);
-    pthread_mutex_unlock(&v->lock);
-
-    tree_text *t = render(c, e, ot, err);
-
-    pthread_mutex_lock(&v->lock);
-    ot->rendering = false;
-    v->rendering--;
-    v->reserved -= need;
-    pthread_cond_broadcast(&v->cond);
-    if (t) {
-        atomic_store_explicit(&ot->size, t->len + 1, memory_order_release);
-        t->refs = 2; /* the cache's, the caller's */
-        t->owner = ot;
-        ot->text = t;
-        push_front(v, t);
-        v->kept += t->len;
+        ot->rendering = true;
+        v->rendering++;
+        v->renders++;
+        v->reserved = sat_add(v->reserved, need);
         note_peak(v);
-        while (in_use(v) > v->budget && v->lru)
-            drop(v, v->lru); /* this one too when it alone is over: the caller still holds it */
+        pthread_mutex_unlock(&v->lock);
+
+        bool again = false;
+        tree_text *t = render(c, e, ot, decode, cap, &again, err);
+
+        pthread_mutex_lock(&v->lock);
+        ot->rendering = false;
+        v->rendering--;
+        v->reserved -= need;
+        pthread_cond_broadcast(&v->cond);
+        if (again && !retry) { /* once more, with the most a decode gets (others too) */
+            atomic_store_explicit(&ot->decode, cap, memory_order_release);
+            retry = true;
+            v->retries++;
+            continue;
+        }
+        if (t) {
+            atomic_store_explicit(&ot->size, t->len + 1, memory_order_release);
+            t->refs = 2; /* the cache's, the caller's */
+            t->owner = ot;
+            ot->text = t;
+            push_front(v, t);
+            v->kept += t->len;
+            note_peak(v);
+            while (in_use(v) > v->budget && v->lru)
+                drop(v, v->lru); /* this one too when it alone is over: the caller still holds it */
+        }
+        pthread_mutex_unlock(&v->lock);
+        return t;
     }
-    pthread_mutex_unlock(&v->lock);
-    return t;
 }
 
 void tree_value_put(tree_ckpt *c, const tree_text *ct) {

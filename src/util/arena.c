@@ -1,10 +1,11 @@
 /* arena.c — bump allocator with a byte budget (see arena.h).  Blocks come straight from
  * mmap: they are already zero (so allocations need no memset) and freeing is one munmap per
- * block.  Faulting the memory in and giving it back are most of the cost of a big arena, so
- * big blocks are populated when mapped (MAP_POPULATE), optionally one block ahead on a helper
- * thread, and big arenas are unmapped on a detached thread.  (Transparent huge pages were
- * tried for the big metadata arenas: on the 2-vCPU VMs here they tripled the system time of
- * faulting the memory in.) */
+ * block; no block is larger than what the budget leaves.  Faulting the memory in and giving
+ * it back are most of the cost of a big arena, so big blocks are populated when mapped
+ * (MAP_POPULATE; under a budget, only those it leaves room to fill), optionally one block
+ * ahead on a helper thread, and big arenas are unmapped on a detached thread.  (Transparent
+ * huge pages were tried for the big metadata arenas: on the 2-vCPU VMs here they tripled the
+ * system time of faulting the memory in.) */
 #include "util/arena.h"
 
 #include <pthread.h>
@@ -46,6 +47,7 @@ struct ck_arena {
     bool helper_running;
     pthread_t helper;
     size_t ahead_size;
+    bool ahead_populate;
     arena_block *ahead; /* mapped ahead and not used yet, or NULL */
 };
 
@@ -108,9 +110,18 @@ void ck_arena_settle(ck_arena *a) {
     a->map_ahead = false;
 }
 
-static arena_block *map_block(size_t size) {
-    /* big blocks are filled soon: populating them in one go is cheaper than page faults */
-    int populate = size >= (1u << 20) ? MAP_POPULATE : 0;
+/* Big blocks are filled soon: populating them in one go is cheaper than page faults.  Under a
+ * budget, only a block of at most half what the budget leaves is populated, so that the
+ * resident memory of an arena its budget stops stays close to what it handed out (a block it
+ * could not fill is faulted in only as far as it is used: a value decoded within a budget
+ * costs the budget, not the doubled blocks around it). */
+static bool populate_block(const ck_arena *a, size_t size) {
+    return size >= (1u << 20) &&
+           (!a->budget || (a->used <= a->budget && size <= (a->budget - a->used) / 2));
+}
+
+static arena_block *map_block(size_t size, bool populate_it) {
+    int populate = populate_it ? MAP_POPULATE : 0;
     void *p =
         mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | populate, -1, 0);
     if (p == MAP_FAILED) return NULL;
@@ -122,7 +133,7 @@ static arena_block *map_block(size_t size) {
 
 static void *map_ahead(void *arg) {
     ck_arena *a = arg;
-    a->ahead = map_block(a->ahead_size);
+    a->ahead = map_block(a->ahead_size, a->ahead_populate);
     return NULL;
 }
 
@@ -134,7 +145,7 @@ static arena_block *new_block(ck_arena *a, size_t size, size_t need) {
         a->ahead = NULL;
         return b;
     }
-    return map_block(size); /* (a block ahead too small waits for the next request) */
+    return map_block(size, populate_block(a, size)); /* (a block ahead too small waits) */
 }
 
 /* Starts mapping the block the next regular request will want, unless it is small, already
@@ -145,6 +156,7 @@ static void start_ahead(ck_arena *a) {
         (a->budget && a->used + size > a->budget))
         return;
     a->ahead_size = size;
+    a->ahead_populate = populate_block(a, size);
     a->helper_running = pthread_create(&a->helper, NULL, map_ahead, a) == 0;
 }
 
@@ -159,6 +171,8 @@ void *ck_arena_alloc(ck_arena *a, size_t size) {
     if (!b || b->size - HEADER_SIZE - b->used < rounded) {
         size_t want = a->next_block;
         if (want < a->max_block) a->next_block = want * 2;
+        if (a->budget && want - HEADER_SIZE > a->budget - a->used) /* no more than it may use */
+            want = (size_t)(a->budget - a->used);
         if (want < rounded + HEADER_SIZE) /* an oversized request gets its own block */
             want = (rounded + HEADER_SIZE + 4095u) & ~(size_t)4095u;
         arena_block *nb = new_block(a, want, rounded + HEADER_SIZE);

@@ -9,7 +9,9 @@
 
 typedef struct ck_arena ck_arena;
 
-/* budget: the most bytes the arena may hand out in total (0 = unlimited). */
+/* budget: the most bytes the arena may hand out in total (0 = unlimited); its resident
+ * memory stays close to what it hands out (no block larger than the budget leaves, none
+ * populated that it leaves no room to fill). */
 ck_arena *ck_arena_new(uint64_t budget);
 /* Frees everything; an arena that mapped 64 MiB or more is unmapped by a detached thread, so
  * the call returns at once. */

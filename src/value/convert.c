@@ -38,6 +38,7 @@ typedef struct memo_slot {
 
 typedef struct conv_ctx {
     ck_arena *arena;
+    uint64_t max_bytes;  /* the arena and the memo slots together; 0: unbounded */
     const ts_item *item; /* NULL: tensor nodes stay objects */
     bool borrow;         /* strings may point into the pickle (the item keeps it alive) */
     memo_slot *slots;    /* open addressing, cap a power of two, at most half full */
@@ -61,8 +62,19 @@ static memo_slot *memo_find(const conv_ctx *c, const pk_value *key) {
     }
 }
 
+static ckpt_status over_budget(conv_ctx *c) {
+    return ck_fail(c->err, CKPT_E_LIMIT,
+                   "the value's tree exceeds what its memory budget leaves it (%llu bytes)",
+                   (unsigned long long)c->max_bytes);
+}
+
 static ckpt_status memo_grow(conv_ctx *c) {
     size_t cap = c->cap ? c->cap * 2 : 256;
+    if (c->max_bytes) { /* the slots count against the budget beside the arena */
+        uint64_t bytes = (uint64_t)cap * sizeof(memo_slot);
+        if (bytes + ck_arena_used(c->arena) >= c->max_bytes) return over_budget(c);
+        ck_arena_set_budget(c->arena, c->max_bytes - bytes);
+    }
     memo_slot *slots = calloc(cap, sizeof *slots);
     if (!slots) return ck_fail(c->err, CKPT_E_NOMEM, "out of memory converting a value");
     for (size_t i = 0; i < c->cap; i++) {
@@ -92,6 +104,7 @@ static ckpt_status memo_start(conv_ctx *c, const pk_value *key) {
 /* ------------------------------------------------------------------ allocation */
 
 static ckpt_status oom(conv_ctx *c) {
+    if (ck_arena_over_budget(c->arena)) return over_budget(c);
     return ck_fail(c->err, CKPT_E_NOMEM, "out of memory converting a value");
 }
 
@@ -608,11 +621,12 @@ static ckpt_status conv(conv_ctx *c, const pk_value *v, unsigned depth, ckpt_val
 
 /* ------------------------------------------------------------------ entry points */
 
-static ckpt_status build(const pk_value *root, ts_item *item, ckpt_object **out, ckpt_error *err) {
+static ckpt_status build(const pk_value *root, ts_item *item, uint64_t max_bytes, ckpt_object **out,
+                         ckpt_error *err) {
     *out = NULL;
     ckpt_object *o = calloc(1, sizeof *o);
-    conv_ctx c = {.item = item, .borrow = item != NULL, .err = err};
-    if (!o || !(c.arena = o->arena = ck_arena_new(0))) {
+    conv_ctx c = {.item = item, .borrow = item != NULL, .max_bytes = max_bytes, .err = err};
+    if (!o || !(c.arena = o->arena = ck_arena_new(max_bytes))) {
         free(o);
         ts_item_free(item);
         return ck_fail(err, CKPT_E_NOMEM, "out of memory converting a value");
@@ -631,7 +645,8 @@ static ckpt_status build(const pk_value *root, ts_item *item, ckpt_object **out,
     return CKPT_OK;
 }
 
-ckpt_status ck_object_from_item(ts_item *item, ckpt_object **out, ckpt_error *err) {
+ckpt_status ck_object_from_item(ts_item *item, uint64_t max_bytes, ckpt_object **out,
+                                ckpt_error *err) {
     if (!out) {
         ts_item_free(item);
         return ck_fail(err, CKPT_E_INVAL, "ck_object_from_item: NULL argument");
@@ -640,13 +655,14 @@ ckpt_status ck_object_from_item(ts_item *item, ckpt_object **out, ckpt_error *er
         *out = NULL;
         return ck_fail(err, CKPT_E_INVAL, "ck_object_from_item: NULL argument");
     }
-    return build(ts_item_root(item), item, out, err);
+    return build(ts_item_root(item), item, max_bytes, out, err);
 }
 
-ckpt_status ck_object_from_pickle(const pk_value *root, ckpt_object **out, ckpt_error *err) {
+ckpt_status ck_object_from_pickle(const pk_value *root, uint64_t max_bytes, ckpt_object **out,
+                                  ckpt_error *err) {
     if (!out || !root) {
         if (out) *out = NULL;
         return ck_fail(err, CKPT_E_INVAL, "ck_object_from_pickle: NULL argument");
     }
-    return build(root, NULL, out, err);
+    return build(root, NULL, max_bytes, out, err);
 }

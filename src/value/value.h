@@ -9,13 +9,17 @@
 
 /* Builds a ckpt_object from the root of an opened torch.save item.  Takes ownership of
  * `item` (freed with the object, also on failure).  Tensor nodes inside become
- * CKPT_VALUE_TENSOR values readable through ckpt_value_tensor_read. */
-ckpt_status ck_object_from_item(ts_item *item, ckpt_object **out, ckpt_error *err);
+ * CKPT_VALUE_TENSOR values readable through ckpt_value_tensor_read.  max_bytes (0:
+ * unbounded) bounds the value tree made (its values, strings and the conversion's table of
+ * shared nodes): past it, CKPT_E_LIMIT. */
+ckpt_status ck_object_from_item(ts_item *item, uint64_t max_bytes, ckpt_object **out,
+                                ckpt_error *err);
 
 /* Builds a ckpt_object from a bare pickle tree, without a torch.save item: tensor rebuild
  * nodes then stay OBJECTs.  Strings are copied, so the pickle may be freed afterwards.  For
- * tests and tools that decode pickles themselves. */
-ckpt_status ck_object_from_pickle(const pk_value *root, ckpt_object **out, ckpt_error *err);
+ * tests and tools that decode pickles themselves; max_bytes as above. */
+ckpt_status ck_object_from_pickle(const pk_value *root, uint64_t max_bytes, ckpt_object **out,
+                                  ckpt_error *err);
 
 /* JSON rendering of a raw pickle tree (for `ckpt dump-metadata`), malloc'ed.  Depth is bounded
  * by max_depth (cycles and hostile nesting end in CKPT_E_LIMIT), output bytes and nodes visited

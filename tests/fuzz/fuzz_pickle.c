@@ -115,7 +115,7 @@ static void check_text(const char *s, size_t budget, const char *what) {
 static void render(const pk_doc *doc) {
     ckpt_object *o = NULL;
     ckpt_error err = {0};
-    if (ck_object_from_pickle(pk_doc_root(doc), &o, &err) == CKPT_OK) {
+    if (ck_object_from_pickle(pk_doc_root(doc), 0, &o, &err) == CKPT_OK) {
         char *s = NULL;
         if (ckpt_value_to_text(ckpt_object_root(o), &s, &err) == CKPT_OK)
             check_text(s, CK_VALUE_RENDER_MAX, "text");

@@ -21,6 +21,7 @@ Environment: CKPTFS_BIN, CKPT_BIN (the built tools); CKPT_FIXTURES / CKPT_FIXTUR
 
 from __future__ import annotations
 
+import errno
 import grp
 import os
 import pwd
@@ -1063,3 +1064,95 @@ def test_value_memory_one_bound(tmp_path):
             assert grown <= bound and hwm <= 256 << 10, (base, hwm, bound)
     finally:
         m.close()
+
+
+INTS_N, INTS_VALUES, INTS_THREADS = 2_000_000, 2, 4
+
+
+def test_value_decode_memory_bounded(tmp_path):
+    """Issue #22, daemon memory <= 256 MB whatever the values: a value whose decoded form is
+    far larger than its pickle (a list of 2 M small ints torch's dcp.save pickles into 4 MB,
+    2 bytes an int, which decodes into ~180 MB, a whole value an int) is decoded within a
+    budget drawn from `-o value_cache` (the render's reservation), so its reads fail with EIO,
+    the daemon's log naming the key and the budget, instead of the daemon growing by the
+    decoded size (main: 222 MiB here; the texts, 7.8 MB each, fit the render budget, so main
+    read them).  Lookups and stat never fail (size 0, as for a value over the render budget);
+    another value and a tensor of the same checkpoint read right; 4 threads read each value at
+    once.  `ckpt cat --text` reads it (its own budget, 1G by default) and refuses it under
+    `--max-memory 16M`, naming the key and the budget."""
+    torch = pytest.importorskip("torch")
+    import threading
+    import torch.distributed.checkpoint as dcp
+    ck = tmp_path / "ck"
+    state = {"w": torch.arange(4, dtype=torch.float32), "cfg": {"betas": (0.9, 0.99)},
+             "ints": {f"i{k}": [(j + k) % 100 for j in range(INTS_N)] for k in range(INTS_VALUES)}}
+    dcp.save(state, checkpoint_id=str(ck), no_dist=True)
+    stored = sum(p.stat().st_size for p in ck.glob("*.distcp"))
+    assert stored < 6 * INTS_VALUES << 20, stored  # the pickles stay small
+    want = {k: (repr(v) + "\n").encode() for k, v in state["ints"].items()}
+    cfg_text = (repr(state["cfg"]["betas"]) + "\n").encode()  # (dicts are directories)
+    w_bytes = state["w"].numpy().tobytes()
+    del state
+    m = Mount(ck)
+    try:
+        pid = m.proc.pid
+        base = _status_kib(pid, "VmRSS")
+        names = sorted(os.listdir(m.dir / "ints"))  # lookups never decode
+        assert names == sorted(want), names
+        peak, stop, got, errors = [base], threading.Event(), [], []
+
+        def sample():
+            while not stop.is_set():
+                peak.append(_status_kib(pid, "VmRSS"))
+                time.sleep(0.01)
+
+        def reader(name: str):
+            try:
+                got.append((name, (m.dir / "ints" / name).read_bytes()))
+            except OSError as e:
+                errors.append((name, e.errno))
+
+        mon = threading.Thread(target=sample)
+        mon.start()
+        threads = [threading.Thread(target=reader, args=(n,))
+                   for n in names for _ in range(INTS_THREADS)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        stop.set()
+        mon.join()
+        hwm = _status_kib(pid, "VmHWM")
+        grown = max(hwm, max(peak)) - base
+        bound = (64 + 32) << 10
+        print(f"daemon RSS at mount {base} KiB, peak {max(peak)} KiB, VmHWM {hwm} KiB, "
+              f"grown {grown} KiB, bound {bound} KiB, {len(errors)} EIO, {len(got)} texts")
+        # (AddressSanitizer's quarantine holds freed memory: there only the replies count)
+        if "libasan" not in Path(f"/proc/{pid}/maps").read_text():
+            assert grown <= bound and hwm <= 256 << 10, (base, max(peak), hwm, bound)
+        assert len(errors) + len(got) == len(threads)
+        for name, data in got:  # a text that fits is the list's repr
+            assert data == want[name], name
+        assert all(e == errno.EIO for _, e in errors), errors
+        refused = {name for name, _ in errors}
+        for name in names:
+            size = os.stat(m.dir / "ints" / name).st_size
+            assert size == (0 if name in refused else len(want[name])), (name, size)
+        # the other entries of the checkpoint read right, after and beside the refused ones
+        assert (m.dir / "cfg" / "betas").read_bytes() == cfg_text
+        assert (m.dir / "w").read_bytes() == w_bytes
+        log = m.log()
+        for name in refused:
+            assert f"'ints.{name}'" in log, log[-2000:]
+        if refused:
+            assert "memory budget of" in log and "value_cache" in log, log[-2000:]
+    finally:
+        m.close()
+    name = names[0]
+    out = subprocess.run([CLI, "cat", "--text", str(ck), f"ints/{name}"], capture_output=True)
+    assert out.returncode == 0 and out.stdout == want[name], out.stderr
+    out = subprocess.run([CLI, "cat", "--text", "--max-memory", "16M", str(ck), f"ints/{name}"],
+                         capture_output=True)
+    assert out.returncode == 1 and not out.stdout, out
+    assert (f"'ints.{name}'".encode() in out.stderr
+            and b"memory budget of 16777216 bytes" in out.stderr), out.stderr

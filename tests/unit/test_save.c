@@ -244,6 +244,71 @@ static char *round_trip_text(ckpt_save_value *v) {
     return text;
 }
 
+/* Issue #22, daemon memory <= 256 MB whatever the values: a value whose decoded form is far
+ * larger than its pickle (a list of small ints, 2 bytes each stored, a whole value each
+ * decoded) loads within ckpt_object_options.max_memory or fails with CKPT_E_LIMIT, the message
+ * naming the key and the budget; another entry of the checkpoint still loads, and without a
+ * budget (the reader's limits only) the same value loads whole. */
+Test(save, value_decode_within_memory_budget, .init = mk_tmp, .fini = rm_tmp) {
+    enum { N = 400000 };
+    ckpt_error err;
+    ckpt_save_file *f;
+    cr_assert_eq(ckpt_save_file_open(tmp, 0, &nosync, &f, &err), CKPT_OK, "%s", err.message);
+    ckpt_save_value *l = ckpt_save_value_list();
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(ckpt_save_value_append(l, ckpt_save_value_int(i % 200)), CKPT_OK);
+    ckpt_save_key k = {.path = "ints"};
+    cr_assert_eq(ckpt_save_file_add_value(f, &k, l, 0, &err), CKPT_OK, "%s", err.message);
+    ckpt_save_value_free(l);
+    ckpt_save_value *d = ckpt_save_value_dict();
+    cr_assert_eq(ckpt_save_value_set(d, "lr", ckpt_save_value_float(0.5)), CKPT_OK);
+    ckpt_save_key k2 = {.path = "cfg"};
+    cr_assert_eq(ckpt_save_file_add_value(f, &k2, d, 0, &err), CKPT_OK, "%s", err.message);
+    ckpt_save_value_free(d);
+    ckpt_save_desc *desc;
+    cr_assert_eq(ckpt_save_file_finish(f, &desc, &err), CKPT_OK);
+    ckpt_save_file_free(f);
+    const ckpt_save_desc *ds[1] = {desc};
+    cr_assert_eq(ckpt_save_write_metadata(tmp, ds, 1, &nosync, &err), CKPT_OK, "%s", err.message);
+    ckpt_save_desc_free(desc);
+    ckpt_reader *r;
+    cr_assert_eq(ckpt_reader_open(tmp, NULL, &r, &err), CKPT_OK, "%s", err.message);
+    const ckpt_entry *ints = ckpt_reader_find(r, "ints"), *cfg = ckpt_reader_find(r, "cfg");
+    cr_assert(ints && cfg);
+    ckpt_chunk_info ci;
+    cr_assert_eq(ckpt_entry_chunk(ints, 0, &ci), CKPT_OK);
+    cr_assert_lt(ci.length, 4 * N, "stored %llu bytes", (unsigned long long)ci.length);
+    /* 8 MiB: over 10 times the stored item, far less than the decoded list */
+    ckpt_object_options small = {.max_memory = 8u << 20};
+    ckpt_object *o = (ckpt_object *)1;
+    cr_assert_eq(ckpt_object_load_with(r, ints, &small, &o, &err), CKPT_E_LIMIT, "%s", err.message);
+    cr_assert_null(o);
+    cr_assert_eq(err.code, CKPT_E_LIMIT);
+    cr_assert(strstr(err.message, "'ints'") && strstr(err.message, "8388608 bytes"), "%s",
+              err.message);
+    /* the small one decodes within a small budget, and the budget is not kept anywhere */
+    ckpt_object_options tiny = {.max_memory = 1u << 20};
+    cr_assert_eq(ckpt_object_load_with(r, cfg, &tiny, &o, &err), CKPT_OK, "%s", err.message);
+    char *text;
+    cr_assert_eq(ckpt_value_to_text(ckpt_object_root(o), &text, &err), CKPT_OK);
+    cr_assert_str_eq(text, "{'lr': 0.5}");
+    free(text);
+    ckpt_object_free(o);
+    /* a budget of a few bytes: refused, whatever stage runs out */
+    ckpt_object_options bytes = {.max_memory = 16};
+    cr_assert_eq(ckpt_object_load_with(r, cfg, &bytes, &o, &err), CKPT_E_LIMIT, "%s", err.message);
+    cr_assert(strstr(err.message, "'cfg'") && strstr(err.message, "16 bytes"), "%s", err.message);
+    /* no budget (NULL options, or 0): the reader's limits only, the list loads whole */
+    ckpt_object_options none = {0};
+    cr_assert_eq(ckpt_object_load_with(r, ints, &none, &o, &err), CKPT_OK, "%s", err.message);
+    ckpt_object_free(o);
+    cr_assert_eq(ckpt_object_load_with(r, ints, NULL, &o, &err), CKPT_OK, "%s", err.message);
+    cr_assert_eq(ckpt_value_len(ckpt_object_root(o)), N);
+    cr_assert_eq(ckpt_value_int(ckpt_value_item(ckpt_object_root(o), N - 1)), (N - 1) % 200);
+    ckpt_object_free(o);
+    ckpt_reader_free(r);
+}
+
 Test(save, values_of_every_kind, .init = mk_tmp, .fini = rm_tmp) {
     ckpt_save_value *d = ckpt_save_value_dict();
     cr_assert_eq(ckpt_save_value_set_item(d, ckpt_save_value_int(1), ckpt_save_value_none()),

@@ -57,7 +57,7 @@ static pk_doc *decode_vector(const char *name) {
 static ckpt_object *convert(const pk_doc *doc, const char *what) {
     ckpt_object *o = NULL;
     ckpt_error err = {0};
-    ckpt_status st = ck_object_from_pickle(pk_doc_root(doc), &o, &err);
+    ckpt_status st = ck_object_from_pickle(pk_doc_root(doc), 0, &o, &err);
     cr_assert_eq(st, CKPT_OK, "%s: ck_object_from_pickle: %s", what, err.message);
     return o;
 }
@@ -103,7 +103,7 @@ static void check_vector(const char *name, const char *vstatus, const char *psta
     ckpt_error err = {0};
 
     ckpt_object *o = NULL;
-    ckpt_status st = ck_object_from_pickle(root, &o, &err);
+    ckpt_status st = ck_object_from_pickle(root, 0, &o, &err);
     if (strcmp(vstatus, "limit") == 0) {
         cr_expect_eq(st, CKPT_E_LIMIT, "%s: conversion gave %d (%s), want CKPT_E_LIMIT", name, st,
                      err.message);
@@ -342,7 +342,7 @@ Test(value, tensors_inside_a_torch_save_item) {
     ckpt_object *o = NULL;
     ckpt_error err = {0};
     cr_assert_eq(ts_item_open(&src, &opts, &it, &err), CKPT_OK, "%s", err.message);
-    cr_assert_eq(ck_object_from_item(it, &o, &err), CKPT_OK, "%s", err.message);
+    cr_assert_eq(ck_object_from_item(it, 0, &o, &err), CKPT_OK, "%s", err.message);
     const ckpt_value *r = ckpt_object_root(o);
     char *j = to_json(r), *t = to_text(r);
     cr_expect_str_eq(j,
@@ -373,7 +373,7 @@ Test(value, tensors_inside_a_torch_save_item) {
 
 static ckpt_status convert_bytes(const void *pkl, size_t len, ckpt_object **o, ckpt_error *err) {
     pk_doc *doc = decode(pkl, len, "hand-made pickle");
-    ckpt_status st = ck_object_from_pickle(pk_doc_root(doc), o, err);
+    ckpt_status st = ck_object_from_pickle(pk_doc_root(doc), 0, o, err);
     pk_doc_free(doc);
     return st;
 }
@@ -438,7 +438,7 @@ Test(value, huge_integer_is_a_limit) {
     pk_doc *doc = decode(p, len, "LONG4");
     ckpt_object *o = NULL;
     ckpt_error err = {0};
-    cr_expect_eq(ck_object_from_pickle(pk_doc_root(doc), &o, &err), CKPT_E_LIMIT);
+    cr_expect_eq(ck_object_from_pickle(pk_doc_root(doc), 0, &o, &err), CKPT_E_LIMIT);
     cr_expect_null(o);
     char *s = NULL;
     cr_expect_eq(pk_to_json(pk_doc_root(doc), 0, 0, &s, &err), CKPT_E_LIMIT);
@@ -466,7 +466,7 @@ Test(value, null_arguments) {
     cr_expect_eq(ckpt_value_to_text(NULL, NULL, &err), CKPT_E_INVAL);
     cr_expect_eq(pk_to_json(NULL, 0, 0, NULL, NULL), CKPT_E_INVAL);
     ckpt_object *o = (ckpt_object *)&err;
-    cr_expect_eq(ck_object_from_pickle(NULL, &o, &err), CKPT_E_INVAL);
+    cr_expect_eq(ck_object_from_pickle(NULL, 0, &o, &err), CKPT_E_INVAL);
     cr_expect_null(o);
     cr_expect_eq(ckpt_value_type_of(NULL), CKPT_VALUE_NONE);
     cr_expect_eq(ckpt_value_len(NULL), 0);

@@ -32,6 +32,8 @@ void cmd_cat_help(FILE *out) {
           "  -f, --force         write raw bytes even when stdout is a terminal\n"
           "      --block-size N  read raw output in blocks of at most N bytes (default 1M;\n"
           "                      K/M/G suffixes)\n"
+          "      --max-memory N  decode an object within N bytes (default 1G; K/M/G\n"
+          "                      suffixes; 0: only the reader's limits)\n"
           "      --key           KEY is a flat key only (never a tree path)\n"
           "      --path          KEY is a tree path only, as `ckpt ls` prints it; without\n"
           "                      either, a KEY that is one entry's key and another's path\n"
@@ -40,18 +42,35 @@ void cmd_cat_help(FILE *out) {
           out);
 }
 
-enum { OPT_SLICE = 1, OPT_TEXT, OPT_JSON, OPT_VERBOSE, OPT_FORCE, OPT_BLOCK, OPT_KEY, OPT_PATH };
+enum {
+    OPT_SLICE = 1,
+    OPT_TEXT,
+    OPT_JSON,
+    OPT_VERBOSE,
+    OPT_FORCE,
+    OPT_BLOCK,
+    OPT_KEY,
+    OPT_PATH,
+    OPT_MAX_MEMORY
+};
 
 static const cli_opt cat_opts[] = {
-    {"slice", 's', true, OPT_SLICE},  {"text", 't', false, OPT_TEXT},
-    {"json", 0, false, OPT_JSON},     {"verbose", 'v', false, OPT_VERBOSE},
-    {"force", 'f', false, OPT_FORCE}, {"block-size", 0, true, OPT_BLOCK},
-    {"key", 0, false, OPT_KEY},       {"path", 0, false, OPT_PATH},
+    {"slice", 's', true, OPT_SLICE},
+    {"text", 't', false, OPT_TEXT},
+    {"json", 0, false, OPT_JSON},
+    {"verbose", 'v', false, OPT_VERBOSE},
+    {"force", 'f', false, OPT_FORCE},
+    {"block-size", 0, true, OPT_BLOCK},
+    {"key", 0, false, OPT_KEY},
+    {"path", 0, false, OPT_PATH},
+    {"max-memory", 0, true, OPT_MAX_MEMORY},
 };
 
 /* Small blocks stay in the CPU caches and avoid faulting in a large fresh buffer: measured
  * here (docs/benchmarks.md), 1 MiB blocks stream 3x faster than 64 MiB blocks. */
 #define DEFAULT_BLOCK ((uint64_t)1 << 20)
+/* What decoding an object may take (a small pickle can decode into far more). */
+#define DEFAULT_MAX_MEMORY ((uint64_t)1 << 30)
 /* --text/--json hold the (summarised) values in memory: bound it. */
 #define MAX_TEXT_BYTES ((uint64_t)1 << 30)
 #define EDGE_ITEMS 3
@@ -253,10 +272,15 @@ static int cat_values(ckpt_reader *r, const ckpt_entry *e, const cli_slice *s, b
 
 /* ------------------------------------------------------------------ objects */
 
-static int cat_object(ckpt_reader *r, const ckpt_entry *e, bool json) {
+static int cat_object(ckpt_reader *r, const ckpt_entry *e, bool json, uint64_t max_memory) {
     ckpt_object *o = NULL;
     ckpt_error err = {0};
-    if (ckpt_object_load(r, e, &o, &err) != CKPT_OK) return read_fail(&err);
+    ckpt_object_options oo = {.max_memory = max_memory};
+    if (ckpt_object_load_with(r, e, &oo, &o, &err) != CKPT_OK) {
+        int st = read_fail(&err);
+        if (err.code == CKPT_E_LIMIT && max_memory) cli_error("raise --max-memory to read it");
+        return st;
+    }
     char *text = NULL;
     ckpt_status st = json ? ckpt_value_to_json(ckpt_object_root(o), &text, &err)
                           : ckpt_value_to_text(ckpt_object_root(o), &text, &err);
@@ -297,7 +321,7 @@ int cmd_cat(int argc, char **argv) {
     cli_parser_init(&p, "cat", argc, argv);
     const char *slice = NULL, *operands[2] = {NULL, NULL}, *arg;
     bool text = false, json = false, verbose = false, force = false;
-    uint64_t block = DEFAULT_BLOCK;
+    uint64_t block = DEFAULT_BLOCK, max_memory = DEFAULT_MAX_MEMORY;
     cli_find_by by = CLI_BY_EITHER;
     int nops = 0;
     for (int id; (id = cli_next(&p, cat_opts, sizeof cat_opts / sizeof cat_opts[0], &arg));) {
@@ -322,6 +346,10 @@ int cmd_cat(int argc, char **argv) {
         case OPT_BLOCK:
             if (!cli_parse_size(arg, &block) || block == 0)
                 return cli_usage_error("cat", "invalid --block-size '%s'", arg);
+            break;
+        case OPT_MAX_MEMORY:
+            if (!cli_parse_size(arg, &max_memory))
+                return cli_usage_error("cat", "invalid --max-memory '%s'", arg);
             break;
         }
     }
@@ -349,7 +377,7 @@ int cmd_cat(int argc, char **argv) {
         }
         cli_slice_full(&s, 0, NULL);
         if (verbose) header(stdout, e, &s);
-        status = cat_object(r, e, json);
+        status = cat_object(r, e, json, max_memory);
         goto out;
     }
     if (ckpt_entry_problem(e)) {
