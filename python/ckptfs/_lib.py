@@ -5,8 +5,9 @@ as the Python code, without MPI): the reader, the value decoder, manifests, and 
 loader over a caller-supplied transport (include/ckpt_load.h, ckpt_transport.h), which
 ckptfs.load drives over torch.distributed.  CKPTFS_LIBCKPT=/path/to/lib loads another one
 instead (a development build: libckpt_load.so.0, or libckpt.so.0, which lacks the loader, so
-ckptfs.load then raises UnsupportedError); it must export ckpt_version() returning this
-package's version."""
+ckptfs.load then raises UnsupportedError; one built before ckpt_object_load_with decodes
+values within the reader's limits only, and an explicit max_memory raises UnsupportedError);
+it must export ckpt_version() returning this package's version."""
 
 import ctypes
 import os
@@ -39,6 +40,10 @@ class Limits(Structure):
 
 class OpenOptions(Structure):
     _fields_ = [("limits", POINTER(Limits))]
+
+
+class ObjectOptions(Structure):
+    _fields_ = [("max_memory", c_uint64)]
 
 
 class ReaderInfo(Structure):
@@ -131,6 +136,14 @@ _LOAD_PROTOS = [
     ("ckpt_load_get_stats", c_size_t, [c_void_p, POINTER(LoadStats), c_size_t]),
 ]
 
+# A value's decode within a memory budget (ckpt_object_load_with): optional, so that
+# CKPTFS_LIBCKPT may name a libckpt built before it; `has_object_budget` says whether it is
+# there (without it values are decoded within the reader's limits only: ckptfs.values).
+_OBJECT_PROTOS = [
+    ("ckpt_object_load_with", c_int, [c_void_p, c_void_p, POINTER(ObjectOptions),
+                                      POINTER(c_void_p), POINTER(Error)]),
+]
+
 # (name, restype, argtypes)
 _PROTOS = [
     ("ckpt_version", c_char_p, []),
@@ -219,24 +232,29 @@ def _load():
                               f"(reinstall with `python3 -m pip install ./python`)") from None
         fn.restype = res
         fn.argtypes = args
-    loader = True
-    for name, res, args in _LOAD_PROTOS:
-        fn = getattr(lib, name, None)
-        if fn is None:
-            loader = False
-            continue
-        fn.restype = res
-        fn.argtypes = args
+    def optional(protos):
+        found = True
+        for name, res, args in protos:
+            fn = getattr(lib, name, None)
+            if fn is None:
+                found = False
+                continue
+            fn.restype = res
+            fn.argtypes = args
+        return found
+
+    loader = optional(_LOAD_PROTOS)
+    object_budget = optional(_OBJECT_PROTOS)
     got = lib.ckpt_version().decode()
     if __version__ != "unknown" and got != __version__:
         raise ImportError(f"ckptfs {__version__}: {path} is libckpt {got}; the package needs "
                           f"the library of its own version (reinstall with `python3 -m pip "
                           f"install ./python` from the checkout)")
-    return lib, path, loader
+    return lib, path, loader, object_budget
 
 
 LIBNAME = "libckpt_load.so.0"
-lib, path, has_loader = _load()
+lib, path, has_loader, has_object_budget = _load()
 libc = ctypes.CDLL(None)
 libc.free.argtypes = [c_void_p]
 libc.free.restype = None

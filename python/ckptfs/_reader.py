@@ -12,7 +12,8 @@ import torch
 from . import _lib
 from ._lib import lib
 from ._status import DTYPES as _DTYPES, check as _check, torch_dtype
-from .errors import FormatError, InvalidArgumentError, NotFoundError, from_status
+from .errors import (FormatError, InvalidArgumentError, NotFoundError, UnsupportedError,
+                     from_status)
 
 __all__ = ["Checkpoint", "Entry", "open", "torch_dtype"]
 
@@ -131,16 +132,33 @@ def _region(shape, region):
     return start, count, tuple(out)
 
 
+def _budget(v, what):
+    """A memory budget as given (None: the default), checked: an int >= 0."""
+    if v is None:
+        return None
+    if isinstance(v, bool) or not hasattr(v, "__index__") or v.__index__() < 0:
+        raise InvalidArgumentError(f"{what}={v!r}: a number of bytes >= 0 (0: only the "
+                                   f"reader's limits)")
+    return v.__index__()
+
+
 class Checkpoint:
     """An open checkpoint: a DCP directory (`.metadata` or rank-local `__<r>.metadata`),
     HuggingFace safetensors storage, or Megatron torch_dist — whatever libckpt reads.
 
     `ckptfs.open(path)` / `Checkpoint(path)`; a context manager; `close()` frees it (entries
-    become unusable).  Safe to read from several threads at once."""
+    become unusable).  Safe to read from several threads at once.
+
+    max_value_memory: the memory budget of each value read (read_value's max_memory when
+    that is not given); None: VALUE_MEMORY (1 GiB), 0: the reader's limits only."""
+
+    VALUE_MEMORY = 1 << 30  # the default memory budget of one value's decode (read_value)
 
     def __init__(self, path, *, max_metadata_bytes=0, max_pickle_memory=0, max_depth=0,
-                 max_items=0, max_object_bytes=0, max_decoded_cache=0, index_threads=0):
+                 max_items=0, max_object_bytes=0, max_decoded_cache=0, index_threads=0,
+                 max_value_memory=None):
         self._ptr = None
+        self.max_value_memory = _budget(max_value_memory, "max_value_memory")
         self._lock = threading.Lock()
         self._stage_lock = threading.Lock()
         self._stage = None
@@ -158,7 +176,7 @@ class Checkpoint:
         self._all = None
 
     @classmethod
-    def _borrow(cls, ptr, path):
+    def _borrow(cls, ptr, path, max_value_memory=None):
         """A Checkpoint over a reader someone else owns (the collective loader's,
         ckpt_load_reader): close() forgets it without freeing it."""
         self = cls.__new__(cls)
@@ -167,6 +185,7 @@ class Checkpoint:
         self._stage_lock = threading.Lock()
         self._stage = None
         self._borrowed = True
+        self.max_value_memory = _budget(max_value_memory, "max_value_memory")
         self.path = os.fspath(path)
         self._ptr = ptr
         self._n = lib.ckpt_reader_num_entries(ptr)
@@ -399,23 +418,39 @@ class Checkpoint:
         return n
 
     # ---- values
-    def read_value(self, name):
+    def read_value(self, name, *, max_memory=None):
         """The non-tensor entry `name` as a Python object, built from libckpt's data-only
-        decoding (nothing is unpickled): see ckptfs.values."""
+        decoding (nothing is unpickled): see ckptfs.values.
+
+        max_memory: the memory the decode may take, in bytes (ckpt_object_options.max_memory:
+        the stored bytes decompressed, the pickle, the decoded values and their tree together;
+        the Python objects built from them are not counted); a value needing more raises
+        LimitError naming the key and the budget.  None: the Checkpoint's max_value_memory
+        (default VALUE_MEMORY, 1 GiB); 0: only the reader's limits (max_pickle_memory...)."""
         from .values import load_value
         e = self.entry(name)
         if e.is_tensor:
             raise InvalidArgumentError(f"'{e.key}' is a tensor: use read_tensor")
-        return load_value(self, e)
+        budget = _budget(max_memory, "max_memory")
+        if budget is None:
+            budget = self.max_value_memory
+        if budget is None:
+            budget = self.VALUE_MEMORY
+        elif budget and not _lib.has_object_budget:  # asked for, and not to be had
+            raise UnsupportedError(
+                f"'{e.key}': a value's memory budget needs ckpt_object_load_with, which "
+                f"{_lib.path} lacks (max_memory=0 reads within the reader's limits)")
+        return load_value(self, e, budget)
 
-    def read(self, name, region=None, **kw):
-        """read_tensor for a tensor entry, read_value for a value."""
+    def read(self, name, region=None, *, max_memory=None, **kw):
+        """read_tensor for a tensor entry, read_value for a value (`max_memory` applies to a
+        value only)."""
         e = self.entry(name)
         if e.is_tensor:
             return self.read_tensor(e, region, **kw)
         if region is not None or kw:
             raise InvalidArgumentError(f"'{e.key}' is a value: no region, out or device")
-        return self.read_value(e)
+        return self.read_value(e, max_memory=max_memory)
 
     def __repr__(self):
         state = "" if self._ptr else ", closed"

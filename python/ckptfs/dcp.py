@@ -60,7 +60,8 @@ class StorageReader(_TorchStorageReader):
     rank reads its own ReadItems.
     process_group: the group dcp.load runs on (default: the default group); the collective
     reads need it to be that group.
-    limits: keyword arguments of ckptfs.Checkpoint (max_metadata_bytes, ...).
+    limits: keyword arguments of ckptfs.Checkpoint (max_metadata_bytes, ...; max_value_memory:
+    each value's decode budget, 1 GiB by default, LimitError past it).
 
     After a collective read_data, `stats` is this rank's ckptfs.LoadStats (else None)."""
 
@@ -241,7 +242,8 @@ class StorageReader(_TorchStorageReader):
         if st:
             raise from_status(st, err.message.decode("utf-8", "replace"))
         try:
-            ck = Checkpoint._borrow(lib.ckpt_load_reader(h), self.path)
+            ck = Checkpoint._borrow(lib.ckpt_load_reader(h), self.path,
+                                    self.limits.get("max_value_memory"))
             tensors, values, exc = [], [], None
             try:
                 for req in plan.items:

@@ -1,5 +1,5 @@
 """Non-tensor values as Python objects, built from libckpt's data-only decoding of the stored
-pickle (ckpt_object_load + ckpt_value_*): nothing is unpickled, no code runs.
+pickle (ckpt_object_load_with + ckpt_value_*): nothing is unpickled, no code runs.
 
   None, bool, int (big ones too), float, str, bytes    as themselves
   list, tuple, set, frozenset, dict (OrderedDict and defaultdict become dict)
@@ -152,11 +152,19 @@ class _Builder:
         return Object(name, args, state)
 
 
-def load_value(ckpt, entry):
-    """The value of non-tensor entry `entry` of Checkpoint `ckpt`."""
+def load_value(ckpt, entry, max_memory=0):
+    """The value of non-tensor entry `entry` of Checkpoint `ckpt`, decoded by libckpt within
+    `max_memory` bytes (ckpt_object_options.max_memory: LimitError past it; 0: the reader's
+    limits only).  A libckpt without ckpt_object_load_with decodes within the reader's limits;
+    the caller decides whether that will do (Checkpoint.read_value)."""
     err = _lib.Error()
     obj = c_void_p()
-    st = lib.ckpt_object_load(ckpt._handle(), entry._ptr, byref(obj), byref(err))
+    if _lib.has_object_budget:
+        opts = _lib.ObjectOptions(max_memory)
+        st = lib.ckpt_object_load_with(ckpt._handle(), entry._ptr, byref(opts), byref(obj),
+                                       byref(err))
+    else:
+        st = lib.ckpt_object_load(ckpt._handle(), entry._ptr, byref(obj), byref(err))
     _check(st, err)
     # libckpt bounds a value's nesting at 256 levels; building one level takes up to 4
     # Python frames (build, _build, _items, its comprehension)

@@ -268,3 +268,21 @@ def test_torch_save_file_loads_into_a_state_dict(tmp_path):
         assert ck.read_value("optim/param_groups/0/betas") == ref_sd["optim"]["param_groups"][0]["betas"]
         st = ref_sd["optim"]["state"][0]["exp_avg"]
         assert bits(ck.read_tensor("optim/state/0/exp_avg")) == bits(st)
+
+
+def test_value_items_within_the_memory_budget(tmp_path):
+    """Issue #22: StorageReader's value items are decoded within the Checkpoint's
+    max_value_memory (1 GiB by default): a list of 400 k small ints that dcp.save wrote loads
+    by default and fails at 8 MiB with ckptfs's LimitError naming the key and the budget."""
+    ints = [i % 100 for i in range(400_000)]
+    d = tmp_path / "c"
+    dcp.save({"w": torch.arange(4.0), "ints": (ints,)}, checkpoint_id=d, no_dist=True)
+    sd = {"w": torch.zeros(4), "ints": None}
+    dcp.load(sd, storage_reader=StorageReader(d), no_dist=True)
+    assert sd["ints"] == (ints,) and torch.equal(sd["w"], torch.arange(4.0))
+    sd = {"w": torch.zeros(4), "ints": None}
+    with pytest.raises(BaseException) as ei:  # torch wraps it in CheckpointException
+        dcp.load(sd, storage_reader=StorageReader(d, max_value_memory=8 << 20), no_dist=True)
+    text = error_text(ei)
+    assert "LimitError" in text and "'ints'" in text, text
+    assert f"memory budget of {8 << 20} bytes" in text, text

@@ -4,7 +4,8 @@
 test_dist.py, test_load.py) run by that venv's Python against the installed package.
 
 Environment (set by meson): CKPT_SOURCE_ROOT, CKPT_BUILD_ROOT; CKPT_FIXTURES(_DEFAULT) and
-CKPT_BIN are passed on to the suite."""
+CKPT_BIN are passed on to the suite; CKPT_PACKAGE_K=EXPR runs only the suite's tests pytest's
+`-k EXPR` selects (a check by hand; the install is the same)."""
 
 import os
 import shutil
@@ -67,13 +68,15 @@ def test_the_system_python_does_not_see_it():
 def test_suite_against_the_installed_package(installed):
     files = [HERE / f for f in ("test_reader.py", "test_dcp.py", "test_dist.py",
                                 "test_load.py", "test_torch_checkpointing.py")]
+    k = os.environ.get("CKPT_PACKAGE_K")
+    select = ["-k", k] if k else []
     # -p no:warnings and --tb=short keep the failures, not torch's warnings, in the tail that
     # a CI log shows; the failing tests' summary lines go into the assertion message too.
     # --rootdir: pytest otherwise collects from the common ancestor of the cwd and the files
     # (/tmp for a checkout under /tmp), stat'ing every directory there: one dead FUSE mount
     # in /tmp failed the whole collection ("found no collectors")
     p = subprocess.run([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:warnings",
-                        "-rfEs", "--tb=short", f"--rootdir={HERE}"] + files,
+                        "-rfEs", "--tb=short", f"--rootdir={HERE}"] + select + files,
                        cwd=installed, env=venv_env(), capture_output=True, text=True,
                        timeout=900)
     print(p.stdout[-20000:])

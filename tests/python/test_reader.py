@@ -26,6 +26,7 @@ def test_installed_package_and_library():
     assert ckptfs.__file__.startswith(sys.prefix), (ckptfs.__file__, sys.prefix)
     assert os.path.dirname(ckptfs.library_path) == os.path.dirname(ckptfs.__file__)
     assert ckptfs.__version__ == ckptfs._lib.lib.ckpt_version().decode()
+    assert ckptfs._lib.has_loader and ckptfs._lib.has_object_budget  # the package's own
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -326,6 +327,45 @@ def test_deepest_value(tmp_path):
             assert (x, n) == (1, depth)
 
 
+def test_value_memory_budget(tmp_path):
+    """Issue #22: a value's decode is held to a memory budget.  A list of 400 k small ints
+    that torch's dcp.save pickles into ~0.8 MB (2 bytes an int) decodes into ~35 MB: at
+    max_memory=8 MiB read_value raises LimitError naming the key and the budget (read, and a
+    Checkpoint's max_value_memory, too); with the default (1 GiB) and with 0 (the reader's
+    limits only) it reads whole; a small dict reads within 1 MiB."""
+    import torch.distributed.checkpoint as dcp
+    ints = [i % 100 for i in range(400_000)]
+    small = {"lr": 0.001, "betas": (0.9, 0.999), "name": "adamw", "steps": [1, 2, 3]}
+    d = tmp_path / "c"
+    dcp.save({"w": torch.arange(4.0), "ints": (ints,), "cfg": (small,)}, checkpoint_id=d,
+             no_dist=True)
+    stored = sum(p.stat().st_size for p in d.glob("*.distcp"))
+    assert stored < 2 << 20, stored  # the pickle stays small
+    budget = 8 << 20
+    with ckptfs.open(d) as ck:
+        assert ck.VALUE_MEMORY == 1 << 30 and ck.max_value_memory is None
+        for read in (ck.read_value, ck.read):
+            with pytest.raises(ckptfs.LimitError) as ex:
+                read("ints", max_memory=budget)
+            msg = str(ex.value)
+            assert "'ints'" in msg and f"memory budget of {budget} bytes" in msg, msg
+            assert ex.value.status == "CKPT_E_LIMIT"
+        assert ck.read_value("ints") == (ints,)  # the default budget
+        assert ck.read("ints") == (ints,)
+        assert ck.read_value("ints", max_memory=0) == (ints,)  # the reader's limits only
+        assert ck.read_value("cfg", max_memory=1 << 20) == (small,)
+        assert ck.read("cfg", max_memory=1 << 20) == (small,)
+        assert torch.equal(ck.read("w", max_memory=1 << 20), torch.arange(4.0))  # (ignored)
+        for bad in (-1, 1.5, "8M", True):
+            with pytest.raises(ckptfs.InvalidArgumentError):
+                ck.read_value("cfg", max_memory=bad)
+    with ckptfs.open(d, max_value_memory=budget) as ck:  # the Checkpoint's default
+        with pytest.raises(ckptfs.LimitError, match="'ints'"):
+            ck.read_value("ints")
+        assert ck.read_value("ints", max_memory=64 << 20) == (ints,)
+        assert ck.read_value("cfg") == (small,)
+
+
 def test_reads_from_many_threads():
     """One Checkpoint read from 8 threads at once (the C calls release the GIL)."""
     from concurrent.futures import ThreadPoolExecutor
@@ -343,7 +383,7 @@ MIRRORS = {"Error": "ckpt_error", "Limits": "ckpt_limits", "OpenOptions": "ckpt_
            "ReaderInfo": "ckpt_reader_info", "ChunkInfo": "ckpt_chunk_info",
            "Placement": "ckpt_placement", "Layout": "ckpt_layout",
            "Transport": "ckpt_transport", "LoadOptions": "ckpt_load_options",
-           "LoadStats": "ckpt_load_stats"}
+           "LoadStats": "ckpt_load_stats", "ObjectOptions": "ckpt_object_options"}
 
 
 def c_fields(text, name):
