@@ -308,10 +308,17 @@ ckpt_status ckpt_save_leftovers(const char *parent, ckpt_save_leftover_fn fn, vo
  *
  * Records: data.pkl, .format_version, .storage_alignment, byteorder, data/<N>..., version,
  * .data/serialization_id (derived from the content, so the same entries give the same
- * bytes), stored, Zip64 where needed, byte for byte as torch's writer lays them out.  The
- * CRC-32 of a tensor record is 0 in ranges from ckpt_torchsave_read/_map (it is unknown
- * until every byte is read; torch never checks it, as with torch.save under
- * torch.serialization.set_crc32_options(False)) and the real one from ckpt_torchsave_write.
+ * bytes), stored, Zip64 where needed, byte for byte as torch's writer lays them out, with
+ * data descriptors: a record's CRC-32 is in its descriptor (after its data) and its central
+ * directory entry, never in its local header.  Ranges (ckpt_torchsave_read/_map) carry the
+ * same real CRC-32s as ckpt_torchsave_write: a tensor record's is computed the first time a
+ * range covers part of its descriptor or central directory entry — reading the whole tensor
+ * then, TS_CRC_BLOCK (4 MiB) at a time — and kept in the handle, so a range of the central
+ * directory costs one read of every tensor it names, once per handle (torch.load reads the
+ * whole directory when it opens an archive, mmap=True included: it then costs a read of all
+ * the archive's tensor bytes); local headers and data never need it.  With zero_crc the
+ * ranges carry 0 instead and read nothing (torch never checks it, as with torch.save under
+ * torch.serialization.set_crc32_options(False); `unzip -t` and zipfile's testzip do).
  */
 typedef struct ckpt_torchsave ckpt_torchsave;
 
@@ -335,6 +342,9 @@ typedef struct ckpt_torchsave_options {
      * e.g. the model keys of a torchtitan checkpoint beside `optimizer/`...
      * (`.torch/@root.pt`). */
     bool root_only;
+    /* Ranges (ckpt_torchsave_read/_map) carry CRC-32 0 for the entries' tensor records
+     * instead of computing them (ckpt_torchsave_write's are real regardless). */
+    bool zero_crc;
 } ckpt_torchsave_options;
 
 /* Lays out the archive: decodes the non-tensor values under `under` (reading their stored
@@ -365,8 +375,10 @@ typedef struct ckpt_torchsave_span {
 typedef ckpt_status (*ckpt_torchsave_span_fn)(void *ctx, const ckpt_torchsave_span *s,
                                               ckpt_error *err);
 
-/* Calls fn for the pieces of [off, off+len) in order (clipped to the archive); reads
- * nothing.  Stops at fn's first failure and returns it.  Thread-safe. */
+/* Calls fn for the pieces of [off, off+len) in order (clipped to the archive); reads no
+ * tensor bytes for fn, only those that a CRC-32 not yet known needs (see above; a read
+ * failure there is returned, CKPT_E_IO, and tried again by a later call).  Stops at fn's
+ * first failure and returns it.  Thread-safe. */
 ckpt_status ckpt_torchsave_map(const ckpt_torchsave *t, uint64_t off, uint64_t len,
                                ckpt_torchsave_span_fn fn, void *ctx, ckpt_error *err);
 /* Copies bytes [off, off+len) into dst (len clipped to the archive: *got, may be NULL, says

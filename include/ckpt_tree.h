@@ -81,6 +81,9 @@ typedef struct ckpt_tree_options {
      * together (0: 64 MiB).  Past it the least recently used are dropped and rendered again
      * when next read; their sizes stay known. */
     uint64_t value_cache;
+    /* `.torch/` archives carry CRC-32 0 for their tensor records (ckpt_torchsave_options'
+     * zero_crc) instead of the real ones, computed when a read first covers one. */
+    bool torch_zero_crc;
 } ckpt_tree_options;
 
 /* Opens `dir`: a checkpoint (it has `.metadata` or `__0.metadata`), or a directory whose

@@ -16,6 +16,7 @@
 #include "util/htab.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,9 @@ typedef unsigned long long ull;
 /* Tensors inside non-tensor values are kept in memory (read when the archive is laid out):
  * at most this many bytes of them per archive; a value over the budget is left out. */
 #define TS_MAX_EMBEDDED ((uint64_t)64 << 20)
+/* A tensor record's CRC-32 for ranges (ckpt_torchsave_map) is computed reading this many
+ * bytes at a time. */
+#define TS_CRC_BLOCK ((size_t)4 << 20)
 
 /* ------------------------------------------------------------------ records */
 
@@ -47,10 +51,13 @@ typedef struct ts_rec {
     uint64_t cdo;        /* central directory entry offset */
     const ckpt_entry *e; /* tensor records: data/<key> */
     const uint8_t *mem;  /* small records */
-    uint32_t crc;        /* small records: the real one; storages: 0 */
+    uint32_t crc;        /* valid when crc_state is CRC_KNOWN (under crc_lock for e records) */
     uint32_t key;        /* storages: the key; small: index in small_names */
     bool storage;        /* data/<key>: an entry's tensor (e), or an embedded one (mem) */
+    uint8_t crc_state;   /* CRC_*: records in memory are known from the layout on */
 } ts_rec;
+
+enum { CRC_UNKNOWN, CRC_BUSY, CRC_KNOWN };
 
 typedef struct ts_skip {
     const ckpt_entry *e;
@@ -73,6 +80,13 @@ struct ckpt_torchsave {
     uint8_t **owned; /* the bytes of embedded tensors */
     size_t nowned;
     uint64_t embedded_bytes;
+    /* The CRC-32s of the entries' tensor records, computed when a range first needs one
+     * (its data descriptor or central directory entry) and kept: crc_state and crc of those
+     * records change under crc_lock; a thread that finds one CRC_BUSY waits on crc_cond. */
+    pthread_mutex_t crc_lock;
+    pthread_cond_t crc_cond;
+    bool crc_sync; /* crc_lock and crc_cond were initialised */
+    bool zero_crc; /* ckpt_torchsave_options.zero_crc */
 };
 
 static size_t rec_name(const ts_rec *r, bool tensor, char *out) {
@@ -801,7 +815,13 @@ static ckpt_status lay_out(ckpt_torchsave *t, ts_rec *tensors, size_t ntensors, 
     char name[ZW_NAME_MAX + 1];
     for (size_t i = 0; i < t->nrecs; i++) {
         ts_rec *r = &t->recs[i];
-        if (!r->storage) r->crc = save_crc32(0, r->mem, (size_t)r->size);
+        if (r->mem) { /* small records and embedded tensors: in memory already */
+            r->crc = save_crc32(0, r->mem, (size_t)r->size);
+            r->crc_state = CRC_KNOWN;
+        } else if (t->zero_crc) {
+            r->crc = 0;
+            r->crc_state = CRC_KNOWN;
+        }
         size_t nl = rec_name(r, rec_is_tensor(r), name);
         r->lho = cursor;
         r->data = cursor + zw_local_header(NULL, name, nl, cursor, r->size);
@@ -839,6 +859,17 @@ ckpt_status ckpt_torchsave_create(ckpt_reader *r, const ckpt_torchsave_options *
     ckpt_torchsave *t = calloc(1, sizeof *t);
     if (!t) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     t->r = r;
+    t->zero_crc = opts && opts->zero_crc;
+    if (pthread_mutex_init(&t->crc_lock, NULL) != 0) {
+        free(t);
+        return ck_fail(err, CKPT_E_NOMEM, "out of memory (a mutex)");
+    }
+    if (pthread_cond_init(&t->crc_cond, NULL) != 0) {
+        pthread_mutex_destroy(&t->crc_lock);
+        free(t);
+        return ck_fail(err, CKPT_E_NOMEM, "out of memory (a condition variable)");
+    }
+    t->crc_sync = true;
     builder b = {.t = t, .root = UINT32_MAX};
     elem *el = NULL;
     size_t elcap = 0, nsel = 0;
@@ -941,6 +972,10 @@ void ckpt_torchsave_free(ckpt_torchsave *t) {
     for (size_t i = 0; i < t->nowned; i++)
         free(t->owned[i]);
     free(t->owned);
+    if (t->crc_sync) {
+        pthread_cond_destroy(&t->crc_cond);
+        pthread_mutex_destroy(&t->crc_lock);
+    }
     free(t);
 }
 
@@ -996,6 +1031,62 @@ static size_t find_rec(const ckpt_torchsave *t, uint64_t off, bool central) {
     return lo;
 }
 
+static ckpt_status tensor_bytes(ckpt_reader *r, const ckpt_entry *e, uint64_t off, uint64_t len,
+                                uint8_t *dst, ckpt_error *err);
+
+/* CRC-32 of tensor e's C-order bytes, read TS_CRC_BLOCK bytes at a time. */
+static ckpt_status hash_tensor(const ckpt_torchsave *t, const ts_rec *r, uint32_t *out,
+                               ckpt_error *err) {
+    size_t bs = (size_t)(r->size < TS_CRC_BLOCK ? r->size : TS_CRC_BLOCK);
+    uint8_t *buf = malloc(bs ? bs : 1);
+    if (!buf) return ck_fail(err, CKPT_E_NOMEM, "out of memory (a %zu-byte block)", bs);
+    uint32_t crc = 0;
+    ckpt_status st = CKPT_OK;
+    for (uint64_t done = 0; done < r->size;) {
+        size_t n = (size_t)(r->size - done < bs ? r->size - done : bs);
+        st = tensor_bytes(t->r, r->e, done, n, buf, err);
+        if (st != CKPT_OK) {
+            ck_error_prefix(err, "'%s' (its CRC-32): ", ckpt_entry_path(r->e));
+            break;
+        }
+        crc = save_crc32(crc, buf, n);
+        done += n;
+    }
+    free(buf);
+    *out = crc;
+    return st;
+}
+
+/* The CRC-32 of record i: known from the layout, or computed now (once: the result is kept;
+ * a failure is not, so a later range tries again). */
+static ckpt_status rec_crc(const ckpt_torchsave *ct, size_t i, uint32_t *out, ckpt_error *err) {
+    ckpt_torchsave *t = (ckpt_torchsave *)ct; /* the cache is the handle's own, under its lock */
+    ts_rec *r = &t->recs[i];
+    if (!r->e) { /* in memory: set by lay_out, never changed */
+        *out = r->crc;
+        return CKPT_OK;
+    }
+    pthread_mutex_lock(&t->crc_lock);
+    while (r->crc_state == CRC_BUSY)
+        pthread_cond_wait(&t->crc_cond, &t->crc_lock);
+    if (r->crc_state == CRC_KNOWN) {
+        *out = r->crc;
+        pthread_mutex_unlock(&t->crc_lock);
+        return CKPT_OK;
+    }
+    r->crc_state = CRC_BUSY;
+    pthread_mutex_unlock(&t->crc_lock);
+    uint32_t crc = 0;
+    ckpt_status st = hash_tensor(t, r, &crc, err);
+    pthread_mutex_lock(&t->crc_lock);
+    if (st == CKPT_OK) r->crc = crc;
+    r->crc_state = st == CKPT_OK ? CRC_KNOWN : CRC_UNKNOWN;
+    pthread_cond_broadcast(&t->crc_cond);
+    pthread_mutex_unlock(&t->crc_lock);
+    *out = crc;
+    return st;
+}
+
 ckpt_status ckpt_torchsave_map(const ckpt_torchsave *t, uint64_t off, uint64_t len,
                                ckpt_torchsave_span_fn fn, void *ctx, ckpt_error *err) {
     CK_ERR_OR_LOCAL(err);
@@ -1015,7 +1106,9 @@ ckpt_status ckpt_torchsave_map(const ckpt_torchsave *t, uint64_t off, uint64_t l
                 CK_TRY(emit_piece(&x, r->data, r->size, r->mem, r->e, err));
             uint64_t dend = i + 1 < t->nrecs ? t->recs[i + 1].lho : t->cd_off;
             if (x.off < dend && x.off < x.end) {
-                size_t dl = zw_descriptor(buf, r->lho, r->size, r->crc);
+                uint32_t crc;
+                CK_TRY(rec_crc(t, i, &crc, err));
+                size_t dl = zw_descriptor(buf, r->lho, r->size, crc);
                 CK_TRY(emit_piece(&x, r->data + r->size, dl, buf, NULL, err));
             }
         }
@@ -1024,7 +1117,9 @@ ckpt_status ckpt_torchsave_map(const ckpt_torchsave *t, uint64_t off, uint64_t l
         for (size_t i = find_rec(t, x.off, true); i < t->nrecs && x.off < x.end; i++) {
             const ts_rec *r = &t->recs[i];
             size_t nl = rec_name(r, rec_is_tensor(r), name);
-            size_t cl = zw_central(buf, name, nl, r->lho, r->size, r->crc);
+            uint32_t crc;
+            CK_TRY(rec_crc(t, i, &crc, err));
+            size_t cl = zw_central(buf, name, nl, r->lho, r->size, crc);
             CK_TRY(emit_piece(&x, r->cdo, cl, buf, NULL, err));
         }
     }
@@ -1146,7 +1241,6 @@ ckpt_status ckpt_torchsave_write(const ckpt_torchsave *t, uint64_t block,
         CK_TRY_GOTO(st, put(&w, hb, hl, err), done);
         uint32_t crc = r->crc;
         if (r->mem) {
-            if (r->storage) crc = save_crc32(0, r->mem, (size_t)r->size);
             CK_TRY_GOTO(st, put(&w, r->mem, (size_t)r->size, err), done);
         } else {
             crc = 0;

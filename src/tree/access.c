@@ -428,7 +428,7 @@ static tree_access *access_make(const tree_ckpt *c, ckpt_error *err) {
     for (uint32_t i = 0; i < c->nraw; i++)
         if (c->raw[i].file_id < 0) {
             metadata_path(c, i, path, sizeof path);
-            a->raw[i] = path_mask(a, path, 4);
+            a->raw[i] = path_mask(a, path, c->raw[i].dir ? 5 : 4);
             if (!c->raw[i].other) a->base |= a->raw[i];
         }
     /* shards side by side share their directories' rules: read them once per directory */

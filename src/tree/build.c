@@ -169,6 +169,53 @@ uint32_t tree_find_kid(const tree_ckpt *c, uint32_t dir, const char *name, size_
 
 /* ------------------------------------------------------------------ raw files */
 
+/* Index (1-based, as `.raw` nodes count) of the raw object named `name` (its first len
+ * bytes), or 0. */
+static uint32_t raw_find(const tree_ckpt *c, const char *name, size_t len) {
+    for (uint32_t i = 0; i < c->nraw; i++)
+        if (strlen(c->raw[i].name) == len && memcmp(c->raw[i].name, name, len) == 0) return i + 1;
+    return 0;
+}
+
+static bool raw_has(const tree_ckpt *c, const char *name) {
+    return raw_find(c, name, strlen(name)) != 0;
+}
+
+static ckpt_status raw_push(tree_ckpt *c, const char *name, size_t len, uint32_t parent, raw_file f,
+                            ckpt_error *err) {
+    raw_file *n = realloc(c->raw, ((size_t)c->nraw + 1) * sizeof *n);
+    if (!n) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
+    c->raw = n;
+    char *copy = strndup(name, len);
+    if (!copy) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
+    const char *slash = memrchr(copy, '/', len);
+    f.name = copy;
+    f.base = slash ? (uint32_t)(slash + 1 - copy) : 0;
+    f.parent = parent;
+    c->raw[c->nraw++] = f;
+    return CKPT_OK;
+}
+
+/* The `.raw` node of subdirectory `rel` (its first len bytes; 0 for none: `.raw` itself),
+ * added with the directories above it when not yet shown. */
+static ckpt_status raw_dir(tree_ckpt *c, const char *rel, size_t len, uint32_t *out,
+                           ckpt_error *err) {
+    *out = 0;
+    for (size_t at = 0; at < len;) {
+        const char *slash = memchr(rel + at, '/', len - at);
+        size_t end = slash ? (size_t)(slash - rel) : len;
+        uint32_t k = raw_find(c, rel, end);
+        if (!k) {
+            CK_TRY(raw_push(c, rel, end, *out,
+                            (raw_file){.fd = -1, .file_id = -1, .other = true, .dir = true}, err));
+            k = c->nraw;
+        }
+        *out = k;
+        at = end + 1;
+    }
+    return CKPT_OK;
+}
+
 static ckpt_status add_raw(tree_ckpt *c, const char *name, int fd, int32_t file_id,
                            const ckpt_tree_options *o, ckpt_error *err) {
     struct stat st;
@@ -176,50 +223,46 @@ static ckpt_status add_raw(tree_ckpt *c, const char *name, int fd, int32_t file_
         tree_log(o, "%s/%s: not shown under .raw: cannot open it", c->dir, name);
         return CKPT_OK;
     }
-    raw_file *n = realloc(c->raw, ((size_t)c->nraw + 1) * sizeof *n);
-    if (!n) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
-    c->raw = n;
-    char *copy = strdup(name);
-    if (!copy) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
-    c->raw[c->nraw++] = (raw_file){.name = copy,
-                                   .fd = file_id < 0 ? fd : -1,
-                                   .file_id = file_id,
-                                   .size = (uint64_t)st.st_size};
-    return CKPT_OK;
-}
-
-static bool raw_has(const tree_ckpt *c, const char *name) {
-    for (uint32_t i = 0; i < c->nraw; i++)
-        if (strcmp(c->raw[i].name, name) == 0) return true;
-    return false;
+    const char *slash = strrchr(name, '/');
+    uint32_t parent = 0;
+    if (slash) CK_TRY(raw_dir(c, name, (size_t)(slash - name), &parent, err));
+    return raw_push(
+        c, name, strlen(name), parent,
+        (raw_file){.fd = file_id < 0 ? fd : -1, .file_id = file_id, .size = (uint64_t)st.st_size},
+        err);
 }
 
 static int name_cmp(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Every other regular file of the checkpoint directory (Megatron's common.pt and
- * metadata.json, HuggingFace's config.json and tokenizer files, the manifest), so that a copy
- * through `.raw/` is a checkpoint its framework loads; sorted by name, at most
- * TREE_RAW_OTHERS_MAX.  Subdirectories are not shown; FIFOs, devices and sockets are never
- * opened for reading (ck_open_regular) and are logged. */
-static ckpt_status list_raw_others(tree_ckpt *c, const ckpt_tree_options *o, ckpt_error *err) {
-    DIR *d = opendir(c->dir);
+typedef struct raw_walk {
+    tree_ckpt *c;
+    const ckpt_tree_options *o;
+    size_t shown;  /* other files and directories so far */
+    bool capped;   /* TREE_RAW_OTHERS_MAX reached */
+    bool too_deep; /* a directory below TREE_RAW_DEPTH_MAX left out (logged once) */
+} raw_walk;
+
+/* The names in directory dfd (closed here), sorted; "." and ".." left out; at most max
+ * (*capped then). */
+static ckpt_status dir_names(int dfd, size_t max, char ***out, size_t *nout, bool *capped,
+                             ckpt_error *err) {
+    *out = NULL;
+    *nout = 0;
+    DIR *d = fdopendir(dfd);
     if (!d) {
-        tree_log(o, "%s: .raw shows only the checkpoint's files: %s", c->dir, strerror(errno));
-        return CKPT_OK;
+        close(dfd);
+        return ck_fail(err, CKPT_E_IO, "%s", strerror(errno));
     }
     char **names = NULL;
     size_t n = 0, cap = 0;
-    bool capped = false;
     ckpt_status s = CKPT_OK;
     struct dirent *de;
     while ((de = readdir(d))) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") || raw_has(c, de->d_name))
-            continue;
-        if (de->d_type == DT_DIR) continue;
-        if (n == TREE_RAW_OTHERS_MAX) {
-            capped = true;
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        if (n == max) {
+            *capped = true;
             break;
         }
         if (n == cap) {
@@ -238,31 +281,130 @@ static ckpt_status list_raw_others(tree_ckpt *c, const ckpt_tree_options *o, ckp
         n++;
     }
     closedir(d);
-    if (capped)
-        tree_log(o, "%s: .raw shows the first %d other files only", c->dir, TREE_RAW_OTHERS_MAX);
     if (n) qsort(names, n, sizeof *names, name_cmp);
-    for (size_t i = 0; i < n && s == CKPT_OK; i++) {
-        char path[4096];
-        if ((size_t)snprintf(path, sizeof path, "%s/%s", c->dir, names[i]) >= sizeof path) continue;
+    *out = names;
+    *nout = n;
+    return s;
+}
+
+/* Every regular file and subdirectory of directory dfd (closed here), the checkpoint
+ * directory's subdirectory `rel` ("" for the directory itself) at `depth` (0 for it), not
+ * shown yet.  In the checkpoint directory itself a symbolic link to a regular file is shown
+ * as that file (as ever); below it, and for directories anywhere, no symbolic link is
+ * followed (ck_open_regular_below, O_NOFOLLOW), so nothing outside the directory shows. */
+static ckpt_status walk_raw(raw_walk *w, int dfd, const char *rel, unsigned depth,
+                            ckpt_error *err) {
+    tree_ckpt *c = w->c;
+    int own = dup(dfd);
+    if (own < 0) {
+        close(dfd);
+        tree_log(w->o, "%s/%s: .raw does not show its files: %s", c->dir, rel, strerror(errno));
+        return CKPT_OK;
+    }
+    char **names;
+    size_t n;
+    ckpt_error lerr = {0};
+    /* (the checkpoint's own files are among them, and are not counted) */
+    ckpt_status s =
+        dir_names(own, TREE_RAW_OTHERS_MAX + (size_t)c->nraw, &names, &n, &w->capped, &lerr);
+    if (s == CKPT_E_NOMEM) {
+        for (size_t i = 0; i < n; i++)
+            free(names[i]);
+        free(names);
+        close(dfd);
+        if (err) *err = lerr;
+        return s;
+    }
+    if (s != CKPT_OK)
+        tree_log(w->o, "%s%s%s: .raw does not show all its files: %s", c->dir, *rel ? "/" : "", rel,
+                 lerr.message);
+    s = CKPT_OK;
+    size_t i = 0;
+    for (; i < n && s == CKPT_OK && w->shown < TREE_RAW_OTHERS_MAX; i++) {
+        char relp[4096];
+        if ((size_t)snprintf(relp, sizeof relp, "%s%s%s", rel, *rel ? "/" : "", names[i]) >=
+            sizeof relp)
+            continue;
+        char path[8192];
+        snprintf(path, sizeof path, "%s/%s", c->dir, relp);
+        struct stat ls;
+        if (fstatat(dfd, names[i], &ls, AT_SYMLINK_NOFOLLOW) != 0) continue;
+        if (S_ISDIR(ls.st_mode)) {
+            uint32_t k = raw_find(c, relp, strlen(relp));
+            if (k && !c->raw[k - 1].dir) continue;
+            if (depth + 1 >= TREE_RAW_DEPTH_MAX) {
+                if (!w->too_deep)
+                    tree_log(w->o, "%s: not shown under .raw: more than %d directories deep", path,
+                             TREE_RAW_DEPTH_MAX);
+                w->too_deep = true;
+                continue;
+            }
+            if (!k) {
+                uint32_t parent;
+                s = raw_dir(c, relp, strlen(relp), &parent, err);
+                if (s != CKPT_OK) break;
+                w->shown++;
+            }
+            int sub = openat(dfd, names[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (sub < 0) {
+                tree_log(w->o, "%s: .raw does not show its files: %s", path, strerror(errno));
+                continue;
+            }
+            s = walk_raw(w, sub, relp, depth + 1, err);
+            continue;
+        }
+        if (raw_has(c, relp)) continue;
+        if (S_ISLNK(ls.st_mode) && depth) {
+            tree_log(w->o,
+                     "%s: not shown under .raw: a symbolic link below the checkpoint "
+                     "directory",
+                     path);
+            continue;
+        }
         struct stat st = {0};
-        int fd = ck_open_regular(path, &st);
+        int fd = depth ? ck_open_regular_below(c->dir, relp, &st) : ck_open_regular(path, &st);
         if (fd < 0) {
-            /* a link to a directory is left out silently, as directories are */
+            /* a link to a directory is left out silently, as it is not followed */
             if (!(errno == CK_ENOTREG && S_ISDIR(st.st_mode)))
-                tree_log(o, "%s: not shown under .raw: %s", path, ck_open_strerror(errno));
+                tree_log(w->o, "%s: not shown under .raw: %s", path, ck_open_strerror(errno));
             continue;
         }
         uint32_t before = c->nraw;
-        s = add_raw(c, names[i], fd, -1, o, err);
-        if (c->nraw == before)
+        s = add_raw(c, relp, fd, -1, w->o, err);
+        if (c->nraw == before) {
             close(fd);
-        else
+        } else {
             c->raw[c->nraw - 1].other = true;
+            w->shown++;
+        }
     }
-    for (size_t i = 0; i < n; i++)
+    if (i < n && s == CKPT_OK) w->capped = true;
+    for (i = 0; i < n; i++)
         free(names[i]);
     free(names);
+    close(dfd);
     return s;
+}
+
+/* Every other regular file of the checkpoint directory and of its subdirectories, at any
+ * depth up to TREE_RAW_DEPTH_MAX (Megatron's common.pt and metadata.json, HuggingFace's
+ * config.json and tokenizer files, the manifest, torch-checkpointing's item files in
+ * subdirectories and what lies beside them), so that a copy through `.raw/` is a checkpoint
+ * its framework loads; sorted by name within a directory, at most TREE_RAW_OTHERS_MAX files
+ * and directories.  FIFOs, devices and sockets are never opened for reading
+ * (ck_open_regular) and are logged. */
+static ckpt_status list_raw_others(tree_ckpt *c, const ckpt_tree_options *o, ckpt_error *err) {
+    int d = open(c->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (d < 0) {
+        tree_log(o, "%s: .raw shows only the checkpoint's files: %s", c->dir, strerror(errno));
+        return CKPT_OK;
+    }
+    raw_walk w = {.c = c, .o = o};
+    CK_TRY(walk_raw(&w, d, "", 0, err));
+    if (w.capped)
+        tree_log(o, "%s: .raw shows the first %d other files and directories only", c->dir,
+                 TREE_RAW_OTHERS_MAX);
+    return CKPT_OK;
 }
 
 static ckpt_status list_raw(tree_ckpt *c, const ckpt_tree_options *o, ckpt_error *err) {
@@ -308,12 +450,8 @@ data:
         ckpt_error ferr = {0};
         int fd = ckpt_reader_file_fd(c->r, i, &ferr);
         if (fd < 0) tree_log(o, "%s", ferr.message);
-        const char *name = ckpt_reader_file_name(c->r, i);
-        if (strchr(name, '/')) { /* a torch-checkpointing item file in a subdirectory */
-            tree_log(o, "%s/%s: not shown under .raw: in a subdirectory", c->dir, name);
-            continue;
-        }
-        CK_TRY(add_raw(c, name, fd, (int32_t)i, o, err));
+        /* (a torch-checkpointing item file may be in a subdirectory: shown there) */
+        CK_TRY(add_raw(c, ckpt_reader_file_name(c->r, i), fd, (int32_t)i, o, err));
     }
     /* a torch.save file's directory is not the checkpoint's own */
     if (!info.num_metadata_files && !info.hf_storage) return CKPT_OK;

@@ -513,8 +513,9 @@ typedef enum obj_kind {
     O_LATEST,  /* multi: the `latest` symlink */
     O_DIR,     /* a directory of the plain tree in a view (plain, npy, layout rank) */
     O_ENTRY,   /* an entry's file in a view */
-    O_RAWDIR,
-    O_RAWFILE,
+    O_RAWDIR,  /* `.raw` */
+    O_RAWFILE, /* a file under `.raw` */
+    O_RAWSUB,  /* a subdirectory under `.raw` */
     O_STDIR,
     O_STFILE,
     O_PTDIR,     /* `.torch` */
@@ -587,7 +588,7 @@ static ckpt_status resolve_in(ckpt_tree *t, ckpt_ino ino, obj *o, ckpt_error *er
         case INST_NPY: o->view = V_NPY; break;
         case INST_RAW:
             if (o->node > c->nraw) return not_found(err);
-            o->kind = o->node ? O_RAWFILE : O_RAWDIR;
+            o->kind = !o->node ? O_RAWDIR : c->raw[o->node - 1].dir ? O_RAWSUB : O_RAWFILE;
             return CKPT_OK;
         case INST_ST:
             if (o->node > c->nst) return not_found(err);
@@ -701,7 +702,8 @@ static void obj_acl_in(void *ctx, const tree_access *a) {
     uint64_t m = a->base;
     switch (o->kind) {
     case O_ENTRY: m = entry_mask(c, a, o->e); break;
-    case O_RAWFILE: m |= a->raw[o->node - 1]; break;
+    case O_RAWFILE:
+    case O_RAWSUB: m |= a->raw[o->node - 1]; break;
     case O_STFILE: /* a view over shards: every shard */
     case O_PTFILE:
         for (size_t i = 0; i < ckpt_reader_num_files(c->r); i++)
@@ -793,6 +795,10 @@ static ckpt_status stat_obj_raw(ckpt_tree *t, const obj *o, ckpt_ino ino, ckpt_t
     case O_RAWFILE:
         st->type = CKPT_NODE_FILE;
         st->size = o->c->raw[o->node - 1].size;
+        return CKPT_OK;
+    case O_RAWSUB:
+        st->type = CKPT_NODE_DIR;
+        st->nlink = 2;
         return CKPT_OK;
     case O_STDIR:
         st->type = CKPT_NODE_DIR;
@@ -940,11 +946,14 @@ static ckpt_status lookup_ino(ckpt_tree *t, const obj *p, const char *name, ckpt
         return CKPT_OK;
     }
     case O_RAWDIR:
-        for (uint32_t i = 0; i < p->c->nraw; i++)
-            if (strcmp(p->c->raw[i].name, name) == 0) {
+    case O_RAWSUB: /* the objects whose parent is this directory */
+        for (uint32_t i = 0; i < p->c->nraw; i++) {
+            const raw_file *f = &p->c->raw[i];
+            if (f->parent == p->node && strcmp(f->name + f->base, name) == 0) {
                 *out = tree_ino(p->slot, INST_RAW, i + 1);
                 return CKPT_OK;
             }
+        }
         return not_found(err);
     case O_STDIR:
         for (uint32_t i = 0; i < p->c->nst; i++)
@@ -1059,10 +1068,14 @@ static ckpt_status readdir_obj(ckpt_tree *t, const obj *po, uint64_t cookie, ckp
         return s;
     }
     case O_RAWDIR:
-        for (uint64_t i = cookie; i < p.c->nraw; i++)
-            if (!emit(t, fn, ctx, p.c->raw[i].name, tree_ino(p.slot, INST_RAW, (uint32_t)i + 1),
+    case O_RAWSUB:
+        for (uint64_t i = cookie; i < p.c->nraw; i++) {
+            const raw_file *f = &p.c->raw[i];
+            if (f->parent != p.node) continue;
+            if (!emit(t, fn, ctx, f->name + f->base, tree_ino(p.slot, INST_RAW, (uint32_t)i + 1),
                       i + 1))
                 return s;
+        }
         return s;
     case O_STDIR:
         for (uint64_t i = cookie; i < p.c->nst; i++)
@@ -1168,6 +1181,7 @@ static ckpt_status sources_obj(ckpt_tree *t, const obj *po, ckpt_tree_source_fn 
     bool is_dir =
         o.kind != O_ENTRY && o.kind != O_RAWFILE && o.kind != O_STFILE && o.kind != O_PTFILE;
     if (is_dir) emit_path(&w, src_dir, NULL);
+    if (o.kind == O_RAWSUB) emit_path(&w, src_dir, c->raw[o.node - 1].name); /* and itself */
     int32_t raw_id = o.kind == O_RAWFILE ? c->raw[o.node - 1].file_id : -1;
     /* a data file under .raw draws from itself only; everything else from the metadata */
     if (o.kind != O_RAWFILE || raw_id < 0)

@@ -28,8 +28,10 @@ static ckpt_status verify_values(tree_ckpt *c, const pt_file *f, ckpt_error *err
 
 static ckpt_status build(tree_ckpt *c, pt_file *f, const ckpt_tree_options *o, ckpt_error *err) {
     CK_TRY(verify_values(c, f, err));
-    ckpt_torchsave_options to = {
-        .under = f->top ? c->nodes[f->top].name : "", .by_id = f->by_id, .root_only = f->root_only};
+    ckpt_torchsave_options to = {.under = f->top ? c->nodes[f->top].name : "",
+                                 .by_id = f->by_id,
+                                 .root_only = f->root_only,
+                                 .zero_crc = o && o->torch_zero_crc};
     CK_TRY(ckpt_torchsave_create(c->r, &to, &f->ts, err));
     for (size_t i = 0; i < ckpt_torchsave_num_skipped(f->ts); i++) {
         const char *why;

@@ -119,17 +119,26 @@ typedef struct pt_file {
     ckpt_torchsave *ts;
 } pt_file;
 
-/* The most files besides its own that `.raw/` shows of a checkpoint directory. */
+/* The most files and subdirectories besides its own that `.raw/` shows of a checkpoint
+ * directory, and the deepest subdirectory it shows (1: a directory of the checkpoint's). */
 #define TREE_RAW_OTHERS_MAX 4096
+#define TREE_RAW_DEPTH_MAX 32
 
+/* An object under `.raw/`: a file, or a subdirectory of the checkpoint directory (the
+ * directories of torch-checkpointing's item files, or any other). */
 typedef struct raw_file {
-    char *name;
-    int fd;          /* metadata and other files: owned here; data files: -1 (the reader's fd) */
+    char *name;      /* the path relative to the checkpoint directory ('/'-separated) */
+    uint32_t base;   /* where its last element begins in name */
+    uint32_t parent; /* 0: `.raw` itself; k: the subdirectory raw[k-1] */
+    int fd;          /* metadata and other files: owned here; data files and directories: -1 (a data
+                      * file's is the reader's) */
     int32_t file_id; /* data files: the reader's file; -1 otherwise */
     uint64_t size;
     /* another regular file of the checkpoint directory (config.json, common.pt, a
-     * manifest...): a source of itself only, readable by the classes its own mode allows */
+     * manifest...) or a subdirectory: a source of itself only, readable by the classes its
+     * own mode allows */
     bool other;
+    bool dir; /* a subdirectory (other too) */
 } raw_file;
 
 /* A rendered value text (with its final newline), shared by reference: the cache holds

@@ -510,6 +510,98 @@ def _tc_manager():
     return gen
 
 
+@pytest.mark.skipif(not FS_BIN, reason="ckptfs not built")
+def test_raw_copy_with_items_in_subdirectories(tmp_path):
+    """A checkpoint real torch-checkpointing 0.1.1 saved with item files in subdirectories
+    (LayoutInfo file paths holding '/', two levels deep, a README beside them, an empty
+    directory): `.raw/` shows those subdirectories and every regular file below, with the
+    sources' permissions (a 0700 subdirectory and a 0600 file there stay closed to others),
+    `cp -r .raw copy` gives the same tree, byte for byte, and the copy loads with
+    torch-checkpointing and reads with ckpt as the original; a symbolic link below the
+    checkpoint directory (to a file or a directory) is not followed, only logged."""
+    pytest.importorskip("torch_checkpointing")
+    import torch
+    gen = _tc_manager()
+    d = tmp_path / "ckpt"
+    g = torch.Generator().manual_seed(12)
+    payload = {"model": {"w": torch.randn(5, 4, generator=g), "b": torch.arange(5)},
+               "optim": {"state": {0: {"m": torch.randn(4, generator=g)}}},
+               "config": {"steps": [3, 4], "name": "raw"}}
+    layouts = {"model": ("torch", "rank_{rank}/model.pt"),
+               "optim": ("safetensors", "opt/deep/o_{rank}.sft"),
+               "config": ("json", "cfg/config_{rank}.json")}
+    m = gen._manager(["model", "optim"], layouts)
+    m.save(str(d), payload)
+    m.close()
+    (d / "opt" / "deep" / "README").write_text("beside an item\n")
+    (d / "opt" / "private").mkdir(mode=0o700)
+    (d / "opt" / "private" / "key").write_text("k")
+    os.chmod(d / "opt" / "private" / "key", 0o600)
+    (d / "empty").mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_text("not a checkpoint's\n")
+    (d / "cfg" / "link").symlink_to(outside / "secret")
+    (d / "cfg" / "dirlink").symlink_to(outside)
+    want = sorted(str(p.relative_to(d)) for p in d.rglob("*") if not p.is_symlink())
+    mnt = Path(tempfile.mkdtemp(prefix="ckpt-tc-mnt-"))
+    err = tempfile.TemporaryFile()
+    proc = subprocess.Popen([FS_BIN, "-f", str(d), str(mnt)], stderr=err)
+    copy = tmp_path / "copy"
+    try:
+        deadline = time.time() + 30
+        while not os.path.ismount(mnt):
+            assert proc.poll() is None and time.time() < deadline
+            time.sleep(0.05)
+        raw = mnt / ".raw"
+        assert sorted(p.name for p in raw.iterdir()) == sorted(p.name for p in d.iterdir())
+        assert (raw / "rank_0").is_dir() and (raw / "opt" / "deep").is_dir()
+        assert sorted(os.listdir(raw / "cfg")) == ["config_0.json"]
+        assert not (raw / "cfg" / "link").exists() and not (raw / "cfg" / "dirlink").exists()
+        assert os.stat(raw / "opt" / "private").st_mode & 0o077 == 0
+        assert os.stat(raw / "opt" / "private" / "key").st_mode & 0o077 == 0
+        def mode(p):
+            return os.stat(p).st_mode & 0o777
+        assert mode(raw / "opt" / "deep" / "README") == mode(raw / "metadata.pkl")
+        assert mode(raw / "rank_0" / "model.pt") == mode(raw / "metadata.pkl")
+        assert mode(raw / "opt" / "deep") == mode(raw)
+        r = subprocess.run(["cp", "-r", str(raw), str(copy)], capture_output=True)
+        assert r.returncode == 0, r.stderr
+    finally:
+        subprocess.run(["fusermount3", "-u", str(mnt)])
+        proc.wait(timeout=60)
+        os.rmdir(mnt)
+    err.seek(0)
+    log = err.read().decode(errors="replace")
+    assert "cfg/link: not shown under .raw: a symbolic link" in log, log
+    assert "cfg/dirlink: not shown under .raw: a symbolic link" in log, log
+    assert sorted(str(p.relative_to(copy)) for p in copy.rglob("*")) == want
+    for f in want:
+        if (d / f).is_file():
+            assert (copy / f).read_bytes() == (d / f).read_bytes(), f
+    # the copy is the checkpoint: torch-checkpointing loads it, ckpt reads it, the same
+    templ = {"model": {"w": torch.zeros(5, 4), "b": torch.zeros(5, dtype=torch.int64)},
+             "optim": {"state": {0: {"m": torch.zeros(4)}}}}
+    loaded = {}
+    for name, src in (("orig", d), ("copy", copy)):
+        m = gen._manager(["model", "optim"], {k: v for k, v in layouts.items() if k != "config"})
+        loaded[name] = m.load(str(src), {k: {**v} for k, v in templ.items()})
+        m.close()
+    for k in ("w", "b"):
+        assert torch.equal(loaded["copy"]["model"][k], payload["model"][k])
+        assert torch.equal(loaded["copy"]["model"][k], loaded["orig"]["model"][k])
+    assert torch.equal(loaded["copy"]["optim"]["state"][0]["m"], payload["optim"]["state"][0]["m"])
+    a, b = ckpt("ls", "-R", "-l", d), ckpt("ls", "-R", "-l", copy)
+    assert a.returncode == 0 and b.returncode == 0 and a.stdout == b.stdout, b.stderr
+    # (config: metadata.pkl names no JSON item, and cfg/ is no `<item>_0` file of the
+    # directory's own, so ckpt finds none, in either; .raw copied its file all the same)
+    for path in ("model/w", "model/b", "optim/state/0/m"):
+        x, y = ckpt("cat", "-f", "--path", d, path), ckpt("cat", "-f", "--path", copy, path)
+        assert x.returncode == 0 and y.returncode == 0 and x.stdout == y.stdout, (path, y.stderr)
+    assert ckpt("cat", "-f", "--path", copy, "model/w").stdout == \
+        payload["model"]["w"].numpy().tobytes()
+
+
 BIG = {"big": 2 ** 100, "neg": -(2 ** 80) - 7, "edge": 2 ** 63, "low": -(2 ** 63) - 1,
        "huge": 10 ** 400 + 1, "small": 5, "list": [2 ** 64, -(2 ** 64), 1], "f": 1.5}
 

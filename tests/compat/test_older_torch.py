@@ -237,7 +237,7 @@ def _same(a, b):
 
 
 def test_loads_ckpt_export_format_torch(tmp_path):
-    """`ckpt export --format torch` (the mount's `.torch/` view, CRCs aside) of what this torch
+    """`ckpt export --format torch` (the bytes of the mount's `.torch/` view) of what this torch
     saved with dcp.save: this torch's torch.load(weights_only=True, mmap=True) gives the state
     dict back; `--by-id` loads into this torch's AdamW."""
     g = torch.Generator().manual_seed(4)

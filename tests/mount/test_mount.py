@@ -338,13 +338,20 @@ def test_layout_view(mounted):
 
 
 def test_raw_view(mounted):
+    """`.raw/` is the checkpoint directory: every regular file, and every subdirectory with
+    the files below it (hf_consolidated's `sharded/`), each file as stored."""
     m, ref, fixture = mounted
     raw = m.dir / ".raw"
-    names = sorted(os.listdir(raw))
     src = fixture / "ckpt"
-    assert names and all((src / n).is_file() for n in names)
+    names = sorted(str(p.relative_to(raw)) for p in raw.rglob("*"))
+    want = sorted(str(p.relative_to(src)) for p in src.rglob("*")
+                  if not p.is_symlink() and (p.is_file() or p.is_dir()))
+    assert names and names == want
     for n in names:
-        assert (raw / n).read_bytes() == (src / n).read_bytes(), n
+        if (src / n).is_file():
+            assert (raw / n).read_bytes() == (src / n).read_bytes(), n
+        else:
+            assert (raw / n).is_dir(), n
 
 
 def test_concurrent_preads(mounted):

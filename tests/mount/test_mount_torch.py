@@ -5,9 +5,12 @@ dcp_to_torch_save of the same checkpoint (or, where torch cannot read it, its re
 tensors), bit for bit, nested dicts, lists, values holding tensors and the optimizer state included,
 and each
 `.torch/<top>.pt` equals that top-level value; torch's own record-offset arithmetic agrees
-with the layout; the view's bytes are `ckpt export --format torch`'s except the CRC-32 fields
-of the tensor records (0 in the view), also under concurrent unaligned preads; nothing is
-left out of them (the log says so); an optimizer state_dict keyed by FQN also shows as
+with the layout; the view's bytes are `ckpt export --format torch`'s, real CRC-32s of the
+tensor records included (computed when first read), also under concurrent unaligned preads,
+and every `.torch/` archive of a checkpoint saved by real dcp.save passes zipfile's CRC
+check (`-o torch_zero_crc` gives 0 instead, and a shard that fails to read fails the read
+of a CRC with EIO); nothing is left out of them (the log says so); an optimizer state_dict
+keyed by FQN also shows as
 `<top>.by-id.pt` (torch.optim's form, as `ckpt export --by-id`), which a plain optimizer
 loads; a 4 GiB tensor (a sparse safetensors file) gives a Zip64 archive that torch maps.
 
@@ -64,9 +67,9 @@ def escape(element: str) -> str:
                    for c in element)
 
 
-def view_bytes_of(export: bytes) -> bytes:
-    """The bytes the view serves for an exported archive: the same, with the CRC-32 of every
-    tensor record (data/N) zeroed in its data descriptor and central directory entry."""
+def zeroed_crcs(export: bytes) -> bytes:
+    """An exported archive with the CRC-32 of every tensor record (data/N) zeroed in its data
+    descriptor and central directory entry: what the view serves under -o torch_zero_crc."""
     out = bytearray(export)
     import io
     z = zipfile.ZipFile(io.BytesIO(export))
@@ -75,6 +78,7 @@ def view_bytes_of(export: bytes) -> bytes:
             continue
         h = i.header_offset
         nl, xl = struct.unpack("<HH", export[h + 26:h + 30])
+        assert export[h + 14:h + 18] == bytes(4)  # the local header's: in the descriptor
         if i.file_size:
             d = h + 30 + nl + xl + i.file_size
             assert export[d:d + 4] == b"PK\x07\x08"
@@ -134,7 +138,7 @@ def test_optimizer_state_keeps_its_shape(mounted):
 
 def test_by_id_view_is_torch_optims_form(mounted, monkeypatch):
     """`.torch/<top>.by-id.pt` for an FQN-keyed optimizer state_dict: the bytes of `ckpt
-    export --by-id --keys <top>` (tensor CRCs aside), ids in param_groups order, loaded by a
+    export --by-id --keys <top>`, ids in param_groups order, loaded by a
     plain optimizer over parameters in that order."""
     m, fixture, want, tmp = mounted
     tops = [p.name[:-len(".by-id.pt")] for p in (m.dir / ".torch").iterdir()
@@ -147,7 +151,7 @@ def test_by_id_view_is_torch_optims_form(mounted, monkeypatch):
                             str(fixture / "ckpt"), str(out)], capture_output=True)
         assert r.returncode == 0, r.stderr
         f = m.dir / ".torch" / f"{top}.by-id.pt"
-        assert f.read_bytes() == view_bytes_of(out.read_bytes())
+        assert f.read_bytes() == out.read_bytes()
         sd = load_checked(f, monkeypatch)
         fqns = [p for g in want[top]["param_groups"] for p in g["params"]] if want else None
         ids = [i for g in sd["param_groups"] for i in g["params"]]
@@ -209,7 +213,7 @@ def test_view_bytes_are_the_exports(mounted):
     r = subprocess.run([CKPT, "export", "-q", "--format", "torch", str(fixture / "ckpt"),
                         str(out)], capture_output=True)
     assert r.returncode == 0, r.stderr
-    want = view_bytes_of(out.read_bytes())
+    want = out.read_bytes()
     f = m.dir / ".torch" / "@all.pt"
     assert f.stat().st_size == len(want)
     assert f.read_bytes() == want
@@ -278,3 +282,114 @@ def test_zip64_past_4_gib(tmp_path, monkeypatch):
         import gc
         gc.collect()
         m.close()
+
+
+def crc_checked(pt: Path) -> dict:
+    """zipfile's CRC check of every record of pt, and each tensor record's central directory
+    and data descriptor CRC-32 against zlib.crc32 of the record's data; returns the CRCs."""
+    import zlib
+    with zipfile.ZipFile(pt) as z:
+        assert z.testzip() is None, pt.name
+        crcs = {}
+        raw = pt.read_bytes()
+        for i in z.infolist():
+            data = z.read(i)  # (checked against i.CRC by zipfile too)
+            assert i.CRC == zlib.crc32(data), (pt.name, i.filename)
+            crcs[i.filename] = i.CRC
+            if i.filename.startswith("archive/data/") and i.file_size:
+                h = i.header_offset
+                nl, xl = struct.unpack("<HH", raw[h + 26:h + 30])
+                d = h + 30 + nl + xl + i.file_size
+                assert raw[d:d + 4] == b"PK\x07\x08"
+                assert struct.unpack("<I", raw[d + 4:d + 8])[0] == i.CRC, (pt.name, i.filename)
+    return crcs
+
+
+def saved_by_dcp(tmp_path: Path) -> tuple[Path, dict]:
+    """A model + AdamW state (an optimizer keyed by FQN, a list, scalars, an empty tensor)
+    saved by real dcp.save."""
+    import torch.distributed.checkpoint as dcp
+    g = torch.Generator().manual_seed(23)
+    model = {"emb": torch.randn(64, 16, generator=g),
+             "layers": {"0": {"w": torch.randn(16, 16, generator=g).to(torch.bfloat16),
+                              "b": torch.arange(16, dtype=torch.int64)}},
+             "empty": torch.zeros(0, 3)}
+    optim = {"state": {"emb": {"step": torch.tensor(3.0),
+                               "exp_avg": torch.randn(64, 16, generator=g)}},
+             "param_groups": [{"lr": 1e-3, "betas": (0.9, 0.999), "params": ["emb"]}]}
+    sd = {"model": model, "optim": optim, "step": 7, "big": torch.randn(300_000, generator=g)}
+    dcp.save(sd, checkpoint_id=str(tmp_path / "ck"), no_dist=True)
+    return tmp_path / "ck", sd
+
+
+def test_view_crcs_are_real(tmp_path, monkeypatch):
+    """Every `.torch/` archive of a checkpoint real dcp.save wrote passes zipfile's testzip,
+    its tensor records' CRC-32s (central directory and data descriptor) are zlib's of their
+    data, read cold (central directory first, as torch.load reads it) and again, and torch
+    still loads it bit for bit; the export's CRCs are the same."""
+    ck, sd = saved_by_dcp(tmp_path)
+    m = tm.Mount(ck)
+    try:
+        tdir = m.dir / ".torch"
+        names = sorted(p.name for p in tdir.iterdir())
+        assert names == ["@all.pt", "@root.pt", "model.pt", "optim.by-id.pt", "optim.pt"]
+        for name in names:
+            pt = tdir / name
+            # cold: the central directory alone first (torch.load's first read)
+            with zipfile.ZipFile(pt) as z:
+                cd = {i.filename: i.CRC for i in z.infolist()}
+            assert crc_checked(pt) == cd, name
+
+        def differs(want, name):  # the mapped archive dies with this frame
+            return diff(want, load_checked(tdir / name, monkeypatch))
+        d = differs(sd, "@all.pt")
+        assert not d, d[:5]
+        d = differs(sd["model"], "model.pt")
+        assert not d, d[:5]
+        out = tmp_path / "export.pt"
+        r = subprocess.run([CKPT, "export", "-q", "--format", "torch", str(ck), str(out)],
+                           capture_output=True)
+        assert r.returncode == 0, r.stderr
+        assert (tdir / "@all.pt").read_bytes() == out.read_bytes()
+        gc.collect()
+    finally:
+        m.close()
+
+
+def test_view_zero_crc_option_and_read_errors(tmp_path):
+    """-o torch_zero_crc: the tensor records carry CRC-32 0 (zipfile's testzip names one),
+    every other byte as the export; without it, a shard that can no longer be read fails the
+    read of a CRC with EIO (the log names the tensor), while bytes needing none still read."""
+    ck, _ = saved_by_dcp(tmp_path)
+    out = tmp_path / "export.pt"
+    r = subprocess.run([CKPT, "export", "-q", "--format", "torch", str(ck), str(out)],
+                       capture_output=True)
+    assert r.returncode == 0, r.stderr
+    m = tm.Mount(ck, "torch_zero_crc")
+    try:
+        pt = m.dir / ".torch" / "@all.pt"
+        assert pt.read_bytes() == zeroed_crcs(out.read_bytes())
+        with zipfile.ZipFile(pt) as z:
+            assert z.testzip() is not None
+    finally:
+        m.close()
+    shard = next(ck.glob("*.distcp"))
+    kept = shard.read_bytes()
+    m = tm.Mount(ck)
+    try:
+        pt = m.dir / ".torch" / "@all.pt"
+        size = pt.stat().st_size  # laid out: values read, no tensor byte yet
+        cd = zipfile.ZipFile(out).start_dir
+        shard.write_bytes(kept[:len(kept) // 2])
+        fd = os.open(pt, os.O_RDONLY)
+        try:
+            with pytest.raises(OSError) as e:
+                os.pread(fd, size - cd, cd)
+            assert e.value.errno == 5  # EIO
+            assert os.pread(fd, 64, 0) == out.read_bytes()[:64]  # no CRC needed there
+        finally:
+            os.close(fd)
+            shard.write_bytes(kept)
+    finally:
+        m.close()
+    assert "'big' (its CRC-32)" in m.log()

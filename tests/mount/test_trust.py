@@ -732,8 +732,9 @@ def test_fifo_shard_does_not_hang(base):
 def test_raw_shows_every_regular_file(users, base):
     """Issue #23 item 6: `.raw/` shows every regular file of the checkpoint directory (a
     framework's config.json, common.pt, ...) so a copy through it loads; each keeps its own
-    permissions and is a source of nothing else; subdirectories are not shown, and a FIFO or
-    a link to a device is never opened (logged, no hang)."""
+    permissions and is a source of nothing else; subdirectories are shown with every regular
+    file below them (a symbolic link there is not followed), and a FIFO or a link to a device
+    is never opened (logged, no hang)."""
     ck = base / "ck"
     shutil.copytree(FIXTURES / "fsdp2_ws2" / "ckpt", ck)
     own = sorted(os.listdir(ck))
@@ -743,6 +744,11 @@ def test_raw_shows_every_regular_file(users, base):
     os.chmod(ck / "secret.txt", 0o600)
     (ck / "sub").mkdir()
     (ck / "sub" / "x").write_text("x")
+    (ck / "sub" / "deeper").mkdir()
+    (ck / "sub" / "deeper" / "y").write_text("yy")
+    os.chmod(ck / "sub" / "deeper", 0o700)
+    os.symlink("../config.json", ck / "sub" / "link.json")
+    os.mkfifo(ck / "sub" / "pipe")
     os.mkfifo(ck / "pipe")
     os.symlink("config.json", ck / "link.json")
     os.symlink("/dev/zero", ck / "zero")
@@ -750,11 +756,20 @@ def test_raw_shows_every_regular_file(users, base):
     try:
         r = run_or_unblock(["ls", "-A", str(m.dir / ".raw")], ck / "pipe")
         assert r.returncode == 0, r.stderr
-        want = sorted(own + ["config.json", "common.pt", "secret.txt", "link.json"])
+        want = sorted(own + ["config.json", "common.pt", "secret.txt", "link.json", "sub"])
         assert sorted(r.stdout.split()) == want, r.stdout
         for n in want:
-            assert (m.dir / ".raw" / n).read_bytes() == (ck / n).read_bytes(), n
+            if n != "sub":
+                assert (m.dir / ".raw" / n).read_bytes() == (ck / n).read_bytes(), n
+        assert sorted(os.listdir(m.dir / ".raw" / "sub")) == ["deeper", "x"]
+        assert (m.dir / ".raw" / "sub" / "x").read_text() == "x"
+        assert (m.dir / ".raw" / "sub" / "deeper" / "y").read_text() == "yy"
+        assert os.stat(m.dir / ".raw" / "sub" / "deeper").st_mode & 0o077 == 0
+        assert reads(USERS[0], m.dir / ".raw" / "sub" / "x",
+                     m.dir / ".raw" / "sub" / "deeper" / "y") == ["OK", "EACCES"]
         log = m.log()
+        assert "sub/link.json: not shown under .raw: a symbolic link" in log, log
+        assert "sub/pipe: not shown under .raw: not a regular file" in log, log
         assert "pipe: not shown under .raw: not a regular file" in log, log
         assert "zero: not shown under .raw: not a regular file" in log, log
         assert os.stat(m.dir / ".raw" / "secret.txt").st_mode & 0o077 == 0
@@ -764,6 +779,7 @@ def test_raw_shows_every_regular_file(users, base):
                      tensor) == ["OK", "EACCES", "OK"]
     finally:
         unblock(ck / "pipe")
+        unblock(ck / "sub" / "pipe")
         m.close()
 
 

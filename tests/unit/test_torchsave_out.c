@@ -1,7 +1,8 @@
 /* test_torchsave_out.c — torch.save files of a reader's entries (ckpt_torchsave): for every
- * fixture, the streamed archive (real CRC-32s) and the one read by ranges are the same bytes
- * except the tensor records' CRC fields, whatever the ranges (unaligned, across records, past
- * the end), and map's pieces tile each range in order; tensor bytes inside the archive are
+ * fixture, the streamed archive and the one read by ranges are the same bytes, real CRC-32s
+ * of the tensor records included (computed by the ranges when first needed, also by threads
+ * at once; zero_crc: the entries' tensors' 0), whatever the ranges (unaligned, across records,
+ * past the end), and map's pieces tile each range in order; tensor bytes inside the archive are
  * the reference's; `under` selects a subtree (unknown: CKPT_E_NOTFOUND); what is left out is
  * listed with a reason; the zip writer's pieces have miniz's lengths (no data descriptor after
  * an empty record, 64-bit sizes from a 4 GiB offset or size on). */
@@ -12,6 +13,7 @@
 #include "fixture_ref.h"
 #include "save/zip_writer.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,7 +40,7 @@ static uint32_t le32(const uint8_t *p) {
 static uint16_t le16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
 
 /* Zeroes the CRC of every data/N record in a streamed archive (data descriptor and central
- * directory), which is what the ranges serve. */
+ * directory), which is what the ranges serve with zero_crc. */
 static void zero_tensor_crcs(uint8_t *a, size_t n) {
     for (size_t at = 0; at + 46 <= n; at++) {
         if (le32(a + at) != 0x02014b50u) continue;
@@ -73,6 +75,23 @@ static ckpt_status check_tile(void *ctx, const ckpt_torchsave_span *s, ckpt_erro
     return CKPT_OK;
 }
 
+typedef struct crc_reader {
+    ckpt_torchsave *t;
+    uint8_t *out;
+    size_t n, from;
+    ckpt_status st;
+    ckpt_error err;
+} crc_reader;
+
+/* Bytes [from, n) (the tail: the central directory, and descriptors) into out. */
+static void *read_half(void *arg) {
+    crc_reader *c = arg;
+    size_t got = 0;
+    c->st = ckpt_torchsave_read(c->t, c->from, c->out, c->n - c->from, &got, &c->err);
+    if (c->st == CKPT_OK && got != c->n - c->from) c->st = CKPT_E_IO;
+    return NULL;
+}
+
 Test(torchsave_out, stream_and_ranges_agree_on_every_fixture) {
     char **names;
     size_t nf = ref_list(&names);
@@ -96,12 +115,38 @@ Test(torchsave_out, stream_and_ranges_agree_on_every_fixture) {
             cr_assert_not_null(memmem(out.p, out.n, fx.bin + e->offset, e->nbytes), "%s: %s",
                                names[f], e->path);
         }
-        zero_tensor_crcs(out.p, out.n);
         uint8_t *got = malloc(out.n + 64);
         size_t n = 0;
+        /* the ranges' CRCs: the central directory read first (the CRCs computed), by threads */
+        crc_reader cr[4];
+        pthread_t th[4];
+        for (int k = 0; k < 4; k++) {
+            cr[k] = (crc_reader){.t = t, .out = malloc(out.n), .n = out.n, .from = out.n / 2};
+            cr_assert_eq(pthread_create(&th[k], NULL, read_half, &cr[k]), 0);
+        }
+        for (int k = 0; k < 4; k++) {
+            pthread_join(th[k], NULL);
+            cr_assert_eq(cr[k].st, CKPT_OK, "%s: %s", names[f], cr[k].err.message);
+            cr_assert_eq(memcmp(cr[k].out, out.p + out.n / 2, out.n - out.n / 2), 0, "%s",
+                         names[f]);
+            free(cr[k].out);
+        }
         cr_assert_eq(ckpt_torchsave_read(t, 0, got, out.n + 64, &n, &err), CKPT_OK);
         cr_assert_eq(n, out.n);
         cr_assert_eq(memcmp(got, out.p, out.n), 0, "%s", names[f]);
+        /* zero_crc: the same bytes but the CRCs of the entries' tensor records (0; embedded
+         * tensors, in memory, keep theirs: both sides zeroed here) */
+        ckpt_torchsave *t0;
+        ckpt_torchsave_options zo = {.zero_crc = true};
+        cr_assert_eq(ckpt_torchsave_create(r, &zo, &t0, &err), CKPT_OK, "%s", err.message);
+        uint8_t *zeroed = malloc(out.n);
+        memcpy(zeroed, out.p, out.n);
+        zero_tensor_crcs(zeroed, out.n);
+        cr_assert_eq(ckpt_torchsave_read(t0, 0, got, out.n, &n, &err), CKPT_OK);
+        zero_tensor_crcs(got, out.n);
+        cr_assert_eq(memcmp(got, zeroed, out.n), 0, "%s", names[f]);
+        free(zeroed);
+        ckpt_torchsave_free(t0);
         srand(7 + (unsigned)f);
         for (int k = 0; k < 300; k++) {
             uint64_t a = (uint64_t)rand() % out.n;

@@ -4,6 +4,7 @@ checkpoint into a model (issue 23), one process each, side by side in one run:
 
   python3 tools/bench/bench_torch_view.py [--build build] [--work /tmp/ckptfs-torch-bench]
                                           [--gib 1.0] [--runs 3] [--export-dir /dev/shm]
+                                          [--mount-opt torch_zero_crc]
 
 The checkpoint (made on the first run under --work, dcp.save by this script, no process
 group): an MLP of float32 Linear layers and its AdamW state after one step, as
@@ -143,9 +144,10 @@ def child(a):
 # ------------------------------------------------------------------ the driver
 
 class Mount:
-    def __init__(self, daemon, src, work):
+    def __init__(self, daemon, src, work, opts=()):
         self.dir = Path(tempfile.mkdtemp(prefix="mnt-", dir=work))
-        self.proc = subprocess.Popen([daemon, "-f", str(src), str(self.dir)],
+        extra = [x for o in opts for x in ("-o", o)]
+        self.proc = subprocess.Popen([daemon, "-f", *extra, str(src), str(self.dir)],
                                      stderr=subprocess.DEVNULL)
         deadline = time.time() + 30
         while not os.path.ismount(self.dir):
@@ -179,6 +181,8 @@ def main():
     ap.add_argument("--gib", type=float, default=1.0)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--export-dir", default="/dev/shm")
+    ap.add_argument("--mount-opt", action="append", default=[],
+                    help="a -o option for the view's mounts (e.g. torch_zero_crc)")
     ap.add_argument("--child", action="store_true")
     ap.add_argument("--scenario")
     ap.add_argument("--method")
@@ -208,7 +212,7 @@ def main():
     for run in range(a.runs):
         for scenario in ("model", "resume"):
             for method in ("view", "convert", "dcp.load"):
-                m = Mount(daemon, a.ckpt, work) if method == "view" else None
+                m = Mount(daemon, a.ckpt, work, a.mount_opt) if method == "view" else None
                 try:
                     r = run_child(a, scenario, method, m.dir if m else "")
                 finally:
@@ -221,7 +225,7 @@ def main():
                 print(f"  run {run}: {scenario:6} {method:8} {r['seconds']:.3f} s, "
                       f"peak RSS {r['maxrss_mib']:.0f} MiB", flush=True)
         # cp of @all.pt through a fresh mount vs dcp_to_torch_save alone
-        m = Mount(daemon, a.ckpt, work)
+        m = Mount(daemon, a.ckpt, work, a.mount_opt)
         dst = Path(a.export_dir) / "ckptfs-bench-all.pt"
         try:
             t0 = time.perf_counter()

@@ -43,6 +43,7 @@ typedef struct ckptfs_config {
     double attr_timeout;   /* -o attr_timeout= attribute cache seconds (at most timeout): the
                             * shown owners and modes follow the sources within it */
     int verify;            /* -o verify: check items against the manifest on first read */
+    int torch_zero_crc;    /* -o torch_zero_crc: .torch/ tensor records carry CRC-32 0 */
     int no_listxattr;      /* -o no_listxattr: LISTXATTR answers ENOSYS (getxattr still works) */
     int acl;               /* -o acl: ask for FUSE_CAP_POSIX_ACL even where no object needs an
                             * ACL at mount (a setfacl of a source later then shows) */

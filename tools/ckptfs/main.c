@@ -57,6 +57,10 @@ static void usage(const char *prog) {
            "    -o verify              check each stored item against the checkpoint's\n"
            "                           manifest (ckpt seal) the first time it is read;\n"
            "                           mismatches read as EIO\n"
+           "    -o torch_zero_crc      .torch/ archives carry CRC-32 0 for tensor records\n"
+           "                           (torch never checks it) instead of computing it\n"
+           "                           when first read: opening one then reads no tensor\n"
+           "                           bytes (torch.load reads the central directory)\n"
            "    -o no_listxattr        listxattr is not supported (getxattr of the\n"
            "                           user.ckpt.* names still is): `ls -l` of coreutils\n"
            "                           whose ACL check lists every file's xattrs then makes\n"
@@ -80,6 +84,7 @@ static const struct fuse_opt option_spec[] = {CKPTFS_OPT("direct_io", direct_io,
                                               CKPTFS_OPT("timeout=%lf", timeout, 0),
                                               CKPTFS_OPT("attr_timeout=%lf", attr_timeout, 0),
                                               CKPTFS_OPT("verify", verify, 1),
+                                              CKPTFS_OPT("torch_zero_crc", torch_zero_crc, 1),
                                               CKPTFS_OPT("no_pipe_probe", no_pipe_probe, 1),
                                               CKPTFS_OPT("no_listxattr", no_listxattr, 1),
                                               CKPTFS_OPT("acl", acl, 1),
@@ -295,8 +300,11 @@ int main(int argc, char **argv) {
         }
         if (!values) values = 1; /* keep none: every text is at least its newline */
     }
-    ckpt_tree_options topts = {
-        .log = log_to_stderr, .log_ctx = &fs, .verify = fs.cfg.verify, .value_cache = values};
+    ckpt_tree_options topts = {.log = log_to_stderr,
+                               .log_ctx = &fs,
+                               .verify = fs.cfg.verify,
+                               .value_cache = values,
+                               .torch_zero_crc = fs.cfg.torch_zero_crc};
     ckpt_error err = {0};
     if (ckpt_tree_open(fs.cfg.source, &topts, &fs.tree, &err) != CKPT_OK) {
         fprintf(stderr, "ckptfs: cannot mount %s: %s\n", fs.cfg.source, err.message);
