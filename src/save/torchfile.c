@@ -294,10 +294,8 @@ static ckpt_status skip(ckpt_torchsave *t, const ckpt_entry *e, const char *fmt,
         t->skips = m;
         t->skips_cap = cap;
     }
-    int n = snprintf(NULL, 0, fmt, arg);
-    char *why = malloc((size_t)n + 1);
-    if (!why) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
-    snprintf(why, (size_t)n + 1, fmt, arg);
+    char *why = NULL;
+    if (asprintf(&why, fmt, arg) < 0) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     t->skips[t->nskips++] = (ts_skip){e, why};
     return CKPT_OK;
 }

@@ -177,7 +177,7 @@ Test(pickle_split, a_container_changed_after_a_batch_referred_to_it) {
     memoize(&p);
     for (int k = 0; k < 4; k++) {
         MARK(&p);
-        char key[8];
+        char key[16];
         snprintf(key, sizeof key, "k%d", k);
         str(&p, key);
         binget(&p, lst); /* the list, no longer on the stack */
@@ -276,7 +276,7 @@ Test(pickle_split, errors_are_the_plain_decoders) {
     begin_storage_data(&q);
     for (int k = 0; k < 6; k++) {
         MARK(&q);
-        char key[8];
+        char key[16];
         snprintf(key, sizeof key, "k%d", k);
         str(&q, key);
         int1(&q, (uint8_t)k);
