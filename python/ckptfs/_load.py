@@ -368,6 +368,30 @@ def _agree(tr, exc):
             raise e from (exc if r == tr.rank else None)
 
 
+def _open(tr, path, opts):
+    """A load handle over transport `tr` (collective: the same status on every rank)."""
+    err = _lib.Error()
+    h = c_void_p()
+    st = lib.ckpt_load_open_transport(byref(tr.struct), os.fsencode(path),
+                                      byref(opts) if opts is not None else None, byref(h),
+                                      byref(err))
+    if st:
+        raise from_status(st, err.message.decode("utf-8", "replace"))
+    return h
+
+
+def _execute(h, opts):
+    """Runs the load's requests (ckpt_load_execute, collective) and returns this rank's
+    LoadStats."""
+    err = _lib.Error()
+    st = lib.ckpt_load_execute(h, byref(opts), byref(err))
+    if st:
+        raise from_status(st, err.message.decode("utf-8", "replace"))
+    s = _lib.LoadStats()
+    lib.ckpt_load_get_stats(h, byref(s), ctypes.sizeof(s))
+    return LoadStats(s)
+
+
 def _group(process_group):
     try:
         import torch.distributed as dist
@@ -405,13 +429,7 @@ def load(state_dict, checkpoint_id, *, process_group=None, mode="collective",
     path = os.fspath(checkpoint_id)
     tr = _Transport(_group(process_group))
     flat, mapping = flatten_state_dict(state_dict)
-    err = _lib.Error()
-    h = c_void_p()
-    # collective: the same status on every rank
-    st = lib.ckpt_load_open_transport(byref(tr.struct), os.fsencode(path), None, byref(h),
-                                      byref(err))
-    if st:
-        raise from_status(st, err.message.decode("utf-8", "replace"))
+    h = _open(tr, path, None)
     try:
         ck = Checkpoint._borrow(lib.ckpt_load_reader(h), path)
         plan = _Plan(h, ck)
@@ -437,12 +455,7 @@ def load(state_dict, checkpoint_id, *, process_group=None, mode="collective",
         opts.staging_bytes = staging_bytes
         opts.io_threads = io_threads
         opts.transport = 1  # the handle's (this) transport through host memory
-        st = lib.ckpt_load_execute(h, byref(opts), byref(err))  # collective
-        if st:
-            raise from_status(st, err.message.decode("utf-8", "replace"))
-        s = _lib.LoadStats()
-        lib.ckpt_load_get_stats(h, byref(s), ctypes.sizeof(s))
-        stats = LoadStats(s)
+        stats = _execute(h, opts)
 
         exc = None
         try:

@@ -29,7 +29,7 @@ import dataclasses
 import io
 import os
 import uuid
-from ctypes import byref, c_void_p
+from ctypes import byref
 
 import torch
 from torch.distributed.checkpoint.metadata import (BytesStorageMetadata, ChunkStorageMetadata,
@@ -216,7 +216,7 @@ class StorageReader(_TorchStorageReader):
         stored dtype, else into staging tensors copied in afterwards; values are read here."""
         import torch.distributed as dist
 
-        from ._load import LoadStats, _agree, _Transport
+        from ._load import _agree, _execute, _open, _Transport
         if not _lib.has_loader:
             raise UnsupportedError(f"{_lib.path} has no collective loader (ckpt_load_*): use "
                                    "mode='independent' or the package's libckpt_load.so.0")
@@ -233,14 +233,7 @@ class StorageReader(_TorchStorageReader):
         self.stats = None
         names = [f for f, _ in _lib.Limits._fields_]
         limits = _lib.Limits(*[self.limits.get(n, 0) for n in names])
-        opts = _lib.OpenOptions(ctypes.pointer(limits))
-        err = _lib.Error()
-        h = c_void_p()
-        # collective: the same status on every rank
-        st = lib.ckpt_load_open_transport(byref(tr.struct), os.fsencode(self.path), byref(opts),
-                                          byref(h), byref(err))
-        if st:
-            raise from_status(st, err.message.decode("utf-8", "replace"))
+        h = _open(tr, self.path, _lib.OpenOptions(ctypes.pointer(limits)))
         try:
             ck = Checkpoint._borrow(lib.ckpt_load_reader(h), self.path,
                                     self.limits.get("max_value_memory"))
@@ -261,12 +254,7 @@ class StorageReader(_TorchStorageReader):
             lo = _lib.LoadOptions()
             lo.mode = 0  # collective
             lo.transport = 1  # the handle's (this) transport through host memory
-            st = lib.ckpt_load_execute(h, byref(lo), byref(err))  # collective
-            if st:
-                raise from_status(st, err.message.decode("utf-8", "replace"))
-            s = _lib.LoadStats()
-            lib.ckpt_load_get_stats(h, byref(s), ctypes.sizeof(s))
-            self.stats = LoadStats(s)
+            self.stats = _execute(h, lo)
 
             exc = None
             try:

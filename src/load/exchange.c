@@ -101,6 +101,20 @@ static void pack(void *ctx, const gpiece *q, const wpart *w, uint64_t lo, uint64
     c->out += n;
 }
 
+/* Bytes of request `req` arriving from host memory (`src`, n) at its offset `to`: a host
+ * destination is copied into, a device one goes through the device sink (the first failed
+ * device copy kept in *s; later pieces then skipped). */
+static void deliver(ckpt_load *l, uint32_t req, uint64_t to, const uint8_t *src, uint64_t n,
+                    ckpt_status *s, ckpt_error *err) {
+    const lreq *r = &l->reqs[req];
+    if (!r->device) {
+        memcpy(r->dst + to, src, n);
+    } else if (*s == CKPT_OK) {
+        *s = dev_sink_put(l->dev, r->dst, r->dst + to, src, n, err);
+        l->stats.bytes_device += n;
+    }
+}
+
 typedef struct unpack_ctx {
     ckpt_load *l;
     const uint8_t *in;
@@ -112,14 +126,7 @@ static void unpack(void *ctx, const gpiece *q, const wpart *w, uint64_t lo, uint
     (void)w;
     (void)lo;
     unpack_ctx *c = ctx;
-    const lreq *r = &c->l->reqs[q->req];
-    uint8_t *dst = r->dst + to;
-    if (!r->device) {
-        memcpy(dst, c->in, n);
-    } else if (c->s == CKPT_OK) {
-        c->s = dev_sink_put(c->l->dev, r->dst, dst, c->in, n, c->err);
-        c->l->stats.bytes_device += n;
-    }
+    deliver(c->l, q->req, to, c->in, n, &c->s, c->err);
     c->in += n;
 }
 
@@ -134,14 +141,7 @@ typedef struct own_ctx {
 static void place_own(void *ctx, const gpiece *q, const wpart *w, uint64_t lo, uint64_t n,
                       uint64_t to) {
     own_ctx *c = ctx;
-    const lreq *r = &c->l->reqs[q->req];
-    const uint8_t *src = c->stage + w->stage + (lo - w->r.off);
-    if (!r->device) {
-        memcpy(r->dst + to, src, n);
-    } else if (c->s == CKPT_OK) {
-        c->s = dev_sink_put(c->l->dev, r->dst, r->dst + to, src, n, c->err);
-        c->l->stats.bytes_device += n;
-    }
+    deliver(c->l, q->req, to, c->stage + w->stage + (lo - w->r.off), n, &c->s, c->err);
 }
 
 /* NCCL: the overlaps of one requester's pieces with this rank's window, copied device to
