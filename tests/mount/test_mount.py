@@ -27,6 +27,7 @@ import json
 import os
 import random
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -912,6 +913,33 @@ def daemon_fds_into(pid: int, d: Path) -> int:
         if target.startswith(str(d) + "/"):
             n += 1
     return n
+
+
+def test_open_files_limit_raised_for_many_raw_files(tmp_path):
+    """Every file .raw/ lists is a descriptor the daemon holds from indexing on: started with
+    a soft limit of 128 open files (the hard one above), the daemon raises its soft limit to
+    the hard one, so a checkpoint with 300 more regular files (in a subdirectory) shows them
+    all under .raw/ and they read back (with the soft limit kept, files past it were left out
+    with a log line)."""
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and hard < 1024:
+        pytest.skip(f"hard limit of open files is {hard}")
+    ck = tmp_path / "ckpt"
+    shutil.copytree(FIXTURES / "fsdp2_ws2" / "ckpt", ck)
+    (ck / "extra").mkdir()
+    for i in range(300):
+        (ck / "extra" / f"note{i:03d}.txt").write_text(f"note {i}\n")
+    m = Mount(ck, wrapper=("prlimit", "--nofile=128:", "--"))
+    try:
+        limits = Path(f"/proc/{m.proc.pid}/limits").read_text()
+        soft, hard_shown = re.search(r"Max open files\s+(\S+)\s+(\S+)", limits).groups()
+        assert soft == hard_shown, limits
+        names = sorted(os.listdir(m.dir / ".raw" / "extra"))
+        assert names == [f"note{i:03d}.txt" for i in range(300)], (len(names), m.log()[-2000:])
+        for i in (0, 150, 299):
+            assert (m.dir / ".raw" / "extra" / f"note{i:03d}.txt").read_text() == f"note {i}\n"
+    finally:
+        m.close()
 
 
 def test_removed_step_is_freed_after_its_last_close(tmp_path):

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
 #include <syslog.h>
@@ -212,6 +213,14 @@ int main(int argc, char **argv) {
      * MiB values held 215 MiB where -o value_cache allowed 64). */
     mallopt(M_MMAP_THRESHOLD, 1 << 20);
 #endif
+    /* Every shard and every regular file .raw/ lists is an open descriptor of the daemon
+     * from indexing on (up to 4096 per checkpoint): the soft limit of open files (1024 by
+     * default) raised to the hard one, as file servers do. */
+    struct rlimit nofile;
+    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+        nofile.rlim_cur = nofile.rlim_max;
+        (void)setrlimit(RLIMIT_NOFILE, &nofile);
+    }
     struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
     ckptfs fs;
     memset(&fs, 0, sizeof fs);
