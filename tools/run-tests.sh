@@ -2,9 +2,11 @@
 # run-tests.sh — the one command that runs every ckptfs test on a fresh Debian 12 machine:
 # installs dependencies (apt + the Python packages of the interop tests), builds twice
 # (optimised, and ASan+UBSan) and runs every suite in both (the Python package's in the
-# optimised one only: pip builds its own library), the unit suite also under valgrind.  With torch installed it first regenerates every fixture with real torch: the
-# optimised build's fixture-reading suites (cli, reader, mount, python) check the reader
-# against those fresh files, the ASan+UBSan and valgrind runs against the committed ones.
+# optimised one only: pip builds its own library), the unit suite also under valgrind.  With
+# torch installed it regenerates every fixture with real torch (while the optimised build's
+# other suites run): that build's fixture-reading suites (cli, reader, mount, python) check
+# the reader against those fresh files, the ASan+UBSan and valgrind runs against the committed
+# ones.  Sanitizer builds run the long sweeps short (tests/lib/sweep.py).
 # Last, compiles the tree at -O3 (release) with gcc and with clang, so neither compiler nor
 # optimisation level breaks -Werror.
 # Ends with a line "N passed, N failed".
@@ -45,40 +47,60 @@ ninja -C build || exit 1
 # Fixtures made afresh with the real torch installed here: the debugoptimized run reads them
 # (the suites that read fixtures: cli, reader, mount, python), the ASan+UBSan and valgrind
 # runs read the committed ones, so both sets are checked and no suite runs twice in one build.
+# The generators (one core, mostly torch) run while the other suites' tests do.
 fresh=""
+regen=""
 if python3 -c "import torch" 2>/dev/null; then
-  step "fixtures regenerated with real torch $(python3 -c 'import torch; print(torch.__version__)')"
+  step "fixtures regenerated with real torch $(python3 -c 'import torch; print(torch.__version__)'), beside the tests below"
   fresh=$(mktemp -d)
+  regen_log="$fresh.log"
   # torch-checkpointing's fixtures too, when it is installed (the generator skips, exit 0,
   # without it: the committed ones are then what the suites test)
-  if python3 tests/fixtures/generate.py --out "$fresh" >"$fresh.log" 2>&1 &&
-    python3 tests/fixtures/generate_torch_checkpointing.py --out "$fresh/tc" >>"$fresh.log" 2>&1; then
-    echo "fixtures: $(ls "$fresh" | wc -l) written to $fresh"
-  else
-    tail -30 "$fresh.log"
-    echo "run-tests: fixture regeneration FAILED (the suites below read the committed fixtures)"
-    failed=$((failed + 1))
-    rm -rf "$fresh"
-  fi
-  rm -f "$fresh.log"
-  [ -d "$fresh" ] || fresh=""
+  (python3 tests/fixtures/generate.py --out "$fresh" &&
+    python3 tests/fixtures/generate_torch_checkpointing.py --out "$fresh/tc") >"$regen_log" 2>&1 &
+  regen=$!
 else
   echo "run-tests: torch not importable; skipped the cross-check against fresh fixtures"
 fi
 
-fixture_suites=(--suite cli --suite reader --suite mount --suite python)
-if [ -n "$fresh" ]; then
+if [ -n "$regen" ]; then
   step "tests (debugoptimized), all but the fixture-reading suites"
   meson test -C build --print-errorlogs --num-processes 2 \
     --no-suite cli --no-suite reader --no-suite mount --no-suite python
   tally build
+  if wait "$regen"; then
+    echo "fixtures: $(ls "$fresh" | wc -l) written to $fresh"
+  else
+    tail -30 "$regen_log"
+    echo "run-tests: fixture regeneration FAILED (the suites below read the committed fixtures)"
+    failed=$((failed + 1))
+    rm -rf "$fresh"
+    fresh=""
+  fi
+  rm -f "$regen_log"
+fi
+
+fixture_suites=(--suite cli --suite reader --suite mount --suite python)
+if [ -n "$fresh" ]; then
   tc_fresh=tests/fixtures/torch-checkpointing
   [ -d "$fresh/tc" ] && tc_fresh="$fresh/tc"
   step "tests (debugoptimized), the fixture-reading suites against the fresh fixtures"
+  # the Python package's suite (a wheel build, then torch jobs) as a second meson run beside
+  # the others (its own log), so the mount tests, which run one at a time, need not wait
   CKPT_FIXTURES="$fresh" CKPT_TC_FIXTURES="$(realpath "$tc_fresh")" \
-    meson test -C build --print-errorlogs --num-processes 2 "${fixture_suites[@]}"
+    meson test -C build --no-rebuild --print-errorlogs --suite python --logbase testlog-python &
+  py=$!
+  CKPT_FIXTURES="$fresh" CKPT_TC_FIXTURES="$(realpath "$tc_fresh")" \
+    meson test -C build --no-rebuild --print-errorlogs --num-processes 2 --no-suite python \
+    "${fixture_suites[@]}"
   tally build
+  wait "$py"
+  tally build testlog-python
   rm -rf "$fresh"
+elif [ -n "$regen" ]; then
+  step "tests (debugoptimized), the fixture-reading suites against the committed fixtures"
+  meson test -C build --print-errorlogs --num-processes 2 "${fixture_suites[@]}"
+  tally build
 else
   step "tests (debugoptimized)"
   meson test -C build --print-errorlogs --num-processes 2

@@ -32,6 +32,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
+import sweep  # noqa: E402
+
 BIN = os.environ.get("CKPT_BIN")
 FIXTURES = Path(os.environ.get("CKPT_FIXTURES") or os.environ.get("CKPT_FIXTURES_DEFAULT")
                 or Path(__file__).resolve().parents[1] / "fixtures" / "data")
@@ -367,9 +370,9 @@ def slice_specs(shape: list[int]) -> list[str]:
 def test_cat_tensor_bytes(name):
     r = ref(name)
     fails = []
-    for e in r.tensors:
+    for i, e in enumerate(r.tensors):
         want = r.data(e)
-        for k in dict.fromkeys([e.key, e.path]):
+        for k in sweep.rotate(dict.fromkeys([e.key, e.path]), i, 1):  # short: one name each
             p = run("cat", r.dir, k, ok=None)
             if p.returncode != 0:
                 fails.append(f"{e.key} (as {k!r}): exit {p.returncode}: {err_text(p).strip()}")
@@ -383,8 +386,9 @@ def test_cat_tensor_bytes(name):
 def test_cat_objects(name):
     r = ref(name)
     fails = []
-    for e in r.objects:
-        for k in dict.fromkeys([e.key, e.path]):
+    for i, e in enumerate(r.objects):
+        # a short sweep: each object by one name and one text form, in turn
+        for k in sweep.rotate(dict.fromkeys([e.key, e.path]), i, 1):
             p = run("cat", "--json", r.dir, k, ok=None)
             if p.returncode != 0:
                 fails.append(f"{e.key} --json: exit {p.returncode}: {err_text(p).strip()}")
@@ -392,7 +396,7 @@ def test_cat_objects(name):
             got = json.loads(out_text(p))
             if canon(got) != canon(json.loads(e.json)):
                 fails.append(f"{e.key} --json: got {out_text(p).strip()!r}, want {e.json!r}")
-        for flag in ("--text", None):
+        for flag in sweep.rotate(("--text", None), i, 1):
             p = run("cat", *([flag] if flag else []), r.dir, e.key, ok=None)
             if p.returncode != 0:
                 fails.append(f"{e.key} {flag}: exit {p.returncode}: {err_text(p).strip()}")
@@ -405,9 +409,11 @@ def test_cat_objects(name):
 def test_cat_slices(name):
     r = ref(name)
     fails = []
-    for e in pick_tensors(r):
+    for i, e in enumerate(pick_tensors(r)):
         arr = r.raw_array(e)
-        for spec in slice_specs(e.shape):
+        specs = slice_specs(e.shape)
+        # a short sweep: each tensor a third of the specs, in turn
+        for spec in sweep.rotate(specs, i, (len(specs) + 2) // 3):
             try:
                 want = np.ascontiguousarray(arr[py_index(spec)]).tobytes()
             except IndexError:
