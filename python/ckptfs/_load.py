@@ -19,7 +19,7 @@ import torch
 
 from . import _lib
 from ._lib import lib
-from ._reader import Checkpoint
+from ._reader import Checkpoint, _budget
 from .errors import CkptError, InvalidArgumentError, NotFoundError, UnsupportedError, from_status
 
 __all__ = ["load", "LoadStats"]
@@ -406,7 +406,7 @@ def _group(process_group):
 
 
 def load(state_dict, checkpoint_id, *, process_group=None, mode="collective",
-         staging_bytes=0, io_threads=0):
+         staging_bytes=0, io_threads=0, max_value_memory=None):
     """Loads `checkpoint_id` (a directory libckpt reads) into `state_dict` in place, like
     `torch.distributed.checkpoint.load`; collective over `process_group` (default: the
     default group; without an initialized torch.distributed, this process alone).
@@ -416,10 +416,13 @@ def load(state_dict, checkpoint_id, *, process_group=None, mode="collective",
     (nothing is unpickled).  Nested dicts and lists are flattened as DCP does, so keys are
     the checkpoint's flat keys (`model.layers.0.attention.wq.weight`).  mode="collective"
     reads each needed stored byte once across the group; "independent" has every rank read
-    its own.  Returns this rank's LoadStats.  Any failure raises the same CkptError subclass
-    on every rank (the lowest failing rank's)."""
+    its own.  max_value_memory: the memory budget of each non-tensor value's decode, as
+    Checkpoint's (None: 1 GiB; 0: the reader's limits only); a value needing more raises
+    LimitError naming its key and the budget.  Returns this rank's LoadStats.  Any failure
+    raises the same CkptError subclass on every rank (the lowest failing rank's)."""
     if mode not in _MODES:
         raise InvalidArgumentError(f"mode {mode!r}: 'collective' or 'independent'")
+    _budget(max_value_memory, "max_value_memory")  # checked before any collective call
     if not _lib.has_loader:
         raise UnsupportedError(f"{_lib.path} has no collective loader (ckpt_load_*): use the "
                                "package's own libckpt_load.so.0")
@@ -431,7 +434,7 @@ def load(state_dict, checkpoint_id, *, process_group=None, mode="collective",
     flat, mapping = flatten_state_dict(state_dict)
     h = _open(tr, path, None)
     try:
-        ck = Checkpoint._borrow(lib.ckpt_load_reader(h), path)
+        ck = Checkpoint._borrow(lib.ckpt_load_reader(h), path, max_value_memory)
         plan = _Plan(h, ck)
         exc = None
         try:

@@ -161,6 +161,26 @@ def test_errors_without_a_process_group(tmp_path):
         ckptfs.load({}, r.dir, mode="fast")
 
 
+def test_values_within_the_memory_budget(tmp_path):
+    """Issue #22: ckptfs.load decodes each value within max_value_memory (1 GiB by default):
+    a list of 400 k small ints that dcp.save wrote loads by default and fails at 8 MiB with
+    LimitError naming the key and the budget; a bad budget fails before anything is read."""
+    import ckptfs
+    import torch.distributed.checkpoint as dcp
+    ints = [i % 100 for i in range(400_000)]
+    d = tmp_path / "c"
+    dcp.save({"w": torch.arange(4.0), "ints": ints}, checkpoint_id=d, no_dist=True)
+    sd = {"w": torch.zeros(4), "ints": None}
+    ckptfs.load(sd, d)
+    assert sd["ints"] == ints and torch.equal(sd["w"], torch.arange(4.0))
+    with pytest.raises(ckptfs.LimitError) as ei:
+        ckptfs.load({"w": torch.zeros(4), "ints": None}, d, max_value_memory=8 << 20)
+    msg = str(ei.value)
+    assert "'ints'" in msg and f"memory budget of {8 << 20} bytes" in msg, msg
+    with pytest.raises(ckptfs.InvalidArgumentError):
+        ckptfs.load({"w": torch.zeros(4)}, d, max_value_memory=-1)
+
+
 # ---- ckptfs.dcp.StorageReader under torchrun: dcp.load's reads collective (read once)
 
 @pytest.mark.parametrize("n", [2, 3, 4])
