@@ -511,12 +511,12 @@ ckpt_status ckpt_object_load(ckpt_reader *r, const ckpt_entry *e, ckpt_object **
 /* How one value is loaded (ckpt_object_load_with); zero fields take the defaults. */
 typedef struct ckpt_object_options {
     /* The memory loading the value may take, in bytes: its stored bytes decoded into memory
-     * (transforms such as zstd), its pickle while it is decoded, the decoded values and the
-     * ckpt_value tree made of them, together (the pickle decoder's transient stack and memo are
-     * bounded by the same figure beside it).  A value that needs more fails with CKPT_E_LIMIT,
-     * the message naming the key and this figure; a small pickle can decode into far more (a
-     * list of small ints: 2 bytes each stored, ~80 decoded), so this bounds what a value costs
-     * whatever it holds.  0: only the reader's limits (max_object_bytes, max_pickle_memory). */
+     * (transforms such as zstd), its pickle while it is decoded, the decoded values, the
+     * decoder's working memory (stack, memo) and the ckpt_value tree made of them, together.  A
+     * value that needs more fails with CKPT_E_LIMIT, the message naming the key and this figure; a
+     * small pickle can decode into far more (a list of small ints: 2 bytes each stored, ~80
+     * decoded), so this bounds what a value costs whatever it holds.  0: only the reader's limits
+     * (max_object_bytes, max_pickle_memory). */
     uint64_t max_memory;
 } ckpt_object_options;
 /* ckpt_object_load with options (NULL: as ckpt_object_load). */

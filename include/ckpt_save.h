@@ -345,6 +345,11 @@ typedef struct ckpt_torchsave_options {
     /* Ranges (ckpt_torchsave_read/_map) carry CRC-32 0 for the entries' tensor records
      * instead of computing them (ckpt_torchsave_write's are real regardless). */
     bool zero_crc;
+    /* Each non-tensor value is decoded within this many bytes (ckpt_object_options.max_memory);
+     * one needing more is left out, as a value torch.load(weights_only=True) refuses is
+     * (ckpt_torchsave_skipped says why; a `params` list of the by_id form fails the create
+     * with CKPT_E_LIMIT).  0: the reader's limits only. */
+    uint64_t max_value_memory;
 } ckpt_torchsave_options;
 
 /* Lays out the archive: decodes the non-tensor values under `under` (reading their stored

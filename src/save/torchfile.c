@@ -85,8 +85,9 @@ struct ckpt_torchsave {
      * records change under crc_lock; a thread that finds one CRC_BUSY waits on crc_cond. */
     pthread_mutex_t crc_lock;
     pthread_cond_t crc_cond;
-    bool crc_sync; /* crc_lock and crc_cond were initialised */
-    bool zero_crc; /* ckpt_torchsave_options.zero_crc */
+    bool crc_sync;             /* crc_lock and crc_cond were initialised */
+    bool zero_crc;             /* ckpt_torchsave_options.zero_crc */
+    uint64_t max_value_memory; /* ckpt_torchsave_options.max_value_memory */
 };
 
 static size_t rec_name(const ts_rec *r, bool tensor, char *out) {
@@ -367,7 +368,8 @@ static void load_value(ckpt_torchsave *t, const ckpt_entry *e, ckpt_save_value *
     *o = NULL;
     ckpt_object *obj = NULL;
     ckpt_error lerr = {0};
-    ckpt_status s = ckpt_object_load(t->r, e, &obj, &lerr);
+    ckpt_object_options oo = {.max_memory = t->max_value_memory};
+    ckpt_status s = ckpt_object_load_with(t->r, e, &oo, &obj, &lerr);
     if (s == CKPT_E_IO || s == CKPT_E_NOMEM) {
         if (err) *err = lerr;
         *st = s;
@@ -516,7 +518,8 @@ static ckpt_status number_params(builder *b, const char *under, ckpt_error *err)
             goto done;
         }
         ckpt_error lerr = {0};
-        s = ckpt_object_load(b->t->r, b->nodes[pi].e, &objs[nobj], &lerr);
+        ckpt_object_options oo = {.max_memory = b->t->max_value_memory};
+        s = ckpt_object_load_with(b->t->r, b->nodes[pi].e, &oo, &objs[nobj], &lerr);
         if (s != CKPT_OK) {
             if (err) *err = lerr;
             goto done;
@@ -858,6 +861,7 @@ ckpt_status ckpt_torchsave_create(ckpt_reader *r, const ckpt_torchsave_options *
     if (!t) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     t->r = r;
     t->zero_crc = opts && opts->zero_crc;
+    t->max_value_memory = opts ? opts->max_value_memory : 0;
     if (pthread_mutex_init(&t->crc_lock, NULL) != 0) {
         free(t);
         return ck_fail(err, CKPT_E_NOMEM, "out of memory (a mutex)");
@@ -1237,11 +1241,11 @@ ckpt_status ckpt_torchsave_write(const ckpt_torchsave *t, uint64_t block,
             break;
         }
         CK_TRY_GOTO(st, put(&w, hb, hl, err), done);
-        uint32_t crc = r->crc;
-        if (r->mem) {
+        uint32_t crc = 0;
+        if (r->mem) { /* its crc set by the layout, never changed (tensor records' are) */
+            crc = r->crc;
             CK_TRY_GOTO(st, put(&w, r->mem, (size_t)r->size, err), done);
         } else {
-            crc = 0;
             for (uint64_t done = 0; done < r->size;) {
                 size_t n = (size_t)(r->size - done < bufsize ? r->size - done : bufsize);
                 st = tensor_bytes(t->r, r->e, done, n, buf, err);

@@ -83,8 +83,12 @@ ckpt_status ts_item_open(const ck_source *src, const ts_open_options *opts, ts_i
     if (budget && budget - held < pmax) pmax = budget - held; /* transforms kept within it */
     CK_TRY_GOTO(st, zip_read_record(it->zip, pkl, pmax, &pbuf, &plen, err), fail_ctx);
     pk_limits lim = opts && opts->pickle_limits ? *opts->pickle_limits : (pk_limits){0};
-    if (budget) { /* the values get what is left (at least 1 byte: 0 would be the default) */
-        uint64_t left = budget - held - plen > 0 ? budget - held - plen : 1;
+    if (budget) {
+        /* what is left, halved: the decoder holds its values and, beside them, its working
+         * memory (stack, memo, hash) each within max_bytes, so both together stay within
+         * what is left (at least 1 byte: 0 would be the default) */
+        uint64_t left = budget > held + plen ? (budget - held - plen) / 2 : 0;
+        if (!left) left = 1;
         if (!lim.max_bytes || left < lim.max_bytes) lim.max_bytes = left;
     }
     st = pk_decode(pbuf, plen, &lim, &it->doc, err);

@@ -332,7 +332,7 @@ static ckpt_status walk_raw(raw_walk *w, int dfd, const char *rel, unsigned dept
         if (S_ISDIR(ls.st_mode)) {
             uint32_t k = raw_find(c, relp, strlen(relp));
             if (k && !c->raw[k - 1].dir) continue;
-            if (depth + 1 >= TREE_RAW_DEPTH_MAX) {
+            if (depth + 1 > TREE_RAW_DEPTH_MAX) {
                 if (!w->too_deep)
                     tree_log(w->o, "%s: not shown under .raw: more than %d directories deep", path,
                              TREE_RAW_DEPTH_MAX);

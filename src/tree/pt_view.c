@@ -28,11 +28,17 @@ static ckpt_status verify_values(tree_ckpt *c, const pt_file *f, ckpt_error *err
 
 static ckpt_status build(tree_ckpt *c, pt_file *f, const ckpt_tree_options *o, ckpt_error *err) {
     CK_TRY(verify_values(c, f, err));
+    /* the values decoded to lay the archive out, one at a time, each within what the value
+     * cache sets aside for it (a value needing more is left out, logged) */
+    uint64_t decode = tree_values_reserve_decode(c->values);
     ckpt_torchsave_options to = {.under = f->top ? c->nodes[f->top].name : "",
                                  .by_id = f->by_id,
                                  .root_only = f->root_only,
-                                 .zero_crc = o && o->torch_zero_crc};
-    CK_TRY(ckpt_torchsave_create(c->r, &to, &f->ts, err));
+                                 .zero_crc = o && o->torch_zero_crc,
+                                 .max_value_memory = decode};
+    ckpt_status st = ckpt_torchsave_create(c->r, &to, &f->ts, err);
+    tree_values_unreserve(c->values, decode);
+    CK_TRY(st);
     for (size_t i = 0; i < ckpt_torchsave_num_skipped(f->ts); i++) {
         const char *why;
         const ckpt_entry *e = ckpt_torchsave_skipped(f->ts, i, &why);

@@ -362,6 +362,12 @@ void tree_value_put(tree_ckpt *c, const tree_text *t);
 ckpt_status tree_value_size(tree_ckpt *c, const ckpt_entry *e, uint64_t *size, ckpt_error *err);
 /* Drops every text of c the cache keeps (before c->objects is freed). */
 void tree_values_forget(tree_ckpt *c);
+/* Memory for value decodes beside the texts (the .torch/ view's layout): reserves, out of
+ * the budget, what one decode may take — the budget less a text's render reservation, at
+ * least TREE_DECODE_MIN — waiting (and dropping least recently used texts) until it fits or
+ * nothing else is in flight, and returns it; tree_values_unreserve gives it back. */
+uint64_t tree_values_reserve_decode(tree_values *v);
+void tree_values_unreserve(tree_values *v, uint64_t n);
 void tree_log(const ckpt_tree_options *o, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 

@@ -250,6 +250,31 @@ const tree_text *tree_value_get(tree_ckpt *c, const ckpt_entry *e, ckpt_error *e
     }
 }
 
+uint64_t tree_values_reserve_decode(tree_values *v) {
+    uint64_t text = (uint64_t)CK_VALUE_RENDER_MAX + 2;
+    uint64_t n = v->budget > text ? v->budget - text : 0;
+    if (n < TREE_DECODE_MIN) n = TREE_DECODE_MIN;
+    pthread_mutex_lock(&v->lock);
+    for (;;) {
+        while (v->lru && sat_add(in_use(v), n) > v->budget)
+            drop(v, v->lru);
+        if (sat_add(in_use(v), n) <= v->budget || (!v->held && !v->reserved)) break;
+        v->waits++;
+        pthread_cond_wait(&v->cond, &v->lock);
+    }
+    v->reserved = sat_add(v->reserved, n);
+    note_peak(v);
+    pthread_mutex_unlock(&v->lock);
+    return n;
+}
+
+void tree_values_unreserve(tree_values *v, uint64_t n) {
+    pthread_mutex_lock(&v->lock);
+    v->reserved -= n;
+    pthread_cond_broadcast(&v->cond);
+    pthread_mutex_unlock(&v->lock);
+}
+
 void tree_value_put(tree_ckpt *c, const tree_text *ct) {
     if (!ct) return;
     tree_values *v = c->values;

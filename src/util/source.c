@@ -55,7 +55,21 @@ ckpt_status ck_source_read(const ck_source *src, uint64_t off, void *buf, uint64
 
 static int regular_fd(int fd, struct stat *st);
 
+/* What a path names before it is opened: anything but a regular file is refused unopened
+ * (CK_ENOTREG, *st filled), so a device or FIFO in a checkpoint directory is never opened
+ * (opening some devices acts: a tape rewinds on close).  The opened file is checked again
+ * (regular_fd): it may have been swapped since. */
+static bool not_regular(int r, const struct stat *pre, struct stat *st) {
+    if (r != 0 || S_ISREG(pre->st_mode)) return false;
+    if (st) *st = *pre;
+    errno = S_ISLNK(pre->st_mode) ? ELOOP : CK_ENOTREG; /* a link: as O_NOFOLLOW says */
+    return true;
+}
+
 static int open_regular(const char *path, int flags, struct stat *st) {
+    struct stat pre;
+    int r = flags & O_NOFOLLOW ? lstat(path, &pre) : stat(path, &pre);
+    if (not_regular(r, &pre, st)) return -1;
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC | flags);
     return fd < 0 ? -1 : regular_fd(fd, st);
 }
@@ -86,6 +100,13 @@ int ck_open_regular_below(const char *dir, const char *rel, struct stat *st) {
             return -1;
         }
         d = nd;
+    }
+    struct stat pre;
+    if (not_regular(fstatat(d, p, &pre, AT_SYMLINK_NOFOLLOW), &pre, st)) {
+        int e = errno;
+        close(d);
+        errno = e;
+        return -1;
     }
     int fd = openat(d, p, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC | O_NOFOLLOW);
     int e = errno;

@@ -752,14 +752,27 @@ def test_raw_shows_every_regular_file(users, base):
     os.mkfifo(ck / "pipe")
     os.symlink("config.json", ck / "link.json")
     os.symlink("/dev/zero", ck / "zero")
+    deep = ck / "deep"  # 33 levels: the 32 of TREE_RAW_DEPTH_MAX shown, not the last
+    for k in range(1, 34):
+        deep = deep / f"d{k}" if k > 1 else deep
+        deep.mkdir()
+        (deep / "f").write_text(str(k))
+    watch = _OpenWatch([ck / "pipe", ck / "sub" / "pipe"])  # nothing may open the FIFOs
     m = Mount(ck, "allow_other")
     try:
         r = run_or_unblock(["ls", "-A", str(m.dir / ".raw")], ck / "pipe")
         assert r.returncode == 0, r.stderr
-        want = sorted(own + ["config.json", "common.pt", "secret.txt", "link.json", "sub"])
+        want = sorted(own + ["config.json", "common.pt", "secret.txt", "link.json", "sub",
+                             "deep"])
         assert sorted(r.stdout.split()) == want, r.stdout
+        shown = m.dir / ".raw" / "deep"
+        for k in range(2, 33):
+            shown = shown / f"d{k}"
+        assert (shown / "f").read_text() == "32" and os.listdir(shown) == ["f"], \
+            os.listdir(shown)
+        assert watch.opened() == [], watch.opened()
         for n in want:
-            if n != "sub":
+            if n not in ("sub", "deep"):
                 assert (m.dir / ".raw" / n).read_bytes() == (ck / n).read_bytes(), n
         assert sorted(os.listdir(m.dir / ".raw" / "sub")) == ["deeper", "x"]
         assert (m.dir / ".raw" / "sub" / "x").read_text() == "x"
@@ -778,9 +791,44 @@ def test_raw_shows_every_regular_file(users, base):
         assert reads(USERS[0], m.dir / ".raw" / "config.json", m.dir / ".raw" / "secret.txt",
                      tensor) == ["OK", "EACCES", "OK"]
     finally:
+        watch.close()
         unblock(ck / "pipe")
         unblock(ck / "sub" / "pipe")
         m.close()
+
+
+class _OpenWatch:
+    """inotify IN_OPEN watches on some paths: which of them anything opened since."""
+
+    IN_OPEN, IN_NONBLOCK = 0x20, 0o4000
+
+    def __init__(self, paths):
+        import ctypes
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        self.fd = self._libc.inotify_init1(self.IN_NONBLOCK)
+        assert self.fd >= 0, ctypes.get_errno()
+        self.wd = {}
+        for p in paths:
+            wd = self._libc.inotify_add_watch(self.fd, os.fsencode(p), self.IN_OPEN)
+            assert wd >= 0, (p, ctypes.get_errno())
+            self.wd[wd] = str(p)
+
+    def opened(self):
+        seen = []
+        try:
+            buf = os.read(self.fd, 1 << 16)
+        except BlockingIOError:
+            return seen
+        off = 0
+        while off + 16 <= len(buf):
+            wd, mask, _, n = struct.unpack_from("iIII", buf, off)
+            if mask & self.IN_OPEN:
+                seen.append(self.wd.get(wd, wd))
+            off += 16 + n
+        return seen
+
+    def close(self):
+        os.close(self.fd)
 
 
 @pytest.mark.skipif(not CLI, reason="CKPT_BIN is not set")
@@ -1151,6 +1199,9 @@ def test_value_decode_memory_bounded(tmp_path):
             assert data == want[name], name
         assert all(e == errno.EIO for _, e in errors), errors
         refused = {name for name, _ in errors}
+        # (deterministic: ~180 MB decoded each against a 48 MiB cap; the budget off, every
+        # read would get its text)
+        assert refused == set(names), (refused, names)
         for name in names:
             size = os.stat(m.dir / "ints" / name).st_size
             assert size == (0 if name in refused else len(want[name])), (name, size)
@@ -1162,6 +1213,30 @@ def test_value_decode_memory_bounded(tmp_path):
             assert f"'ints.{name}'" in log, log[-2000:]
         if refused:
             assert "memory budget of" in log and "value_cache" in log, log[-2000:]
+        # the .torch/ view lays its archives out decoding the values within what the value
+        # cache sets aside for one decode: the lists are left out (logged), the rest loads
+        stop.clear()
+        peak = [base]
+        mon = threading.Thread(target=sample)
+        mon.start()
+        try:
+            tv = m.dir / ".torch"
+            sizes = {p.name: p.stat().st_size for p in tv.iterdir()}
+            assert sizes and all(sizes.values()), sizes
+            sd = torch.load(tv / "@all.pt", weights_only=True)
+        finally:
+            stop.set()
+            mon.join()
+        hwm = _status_kib(pid, "VmHWM")
+        grown = max(hwm, max(peak)) - base
+        print(f".torch/: peak {max(peak)} KiB, VmHWM {hwm} KiB, grown {grown} KiB")
+        if "libasan" not in Path(f"/proc/{pid}/maps").read_text():
+            assert grown <= bound and hwm <= 256 << 10, (base, max(peak), hwm, bound)
+        assert torch.equal(sd["w"], torch.frombuffer(bytearray(w_bytes), dtype=torch.float32))
+        assert sd["cfg"]["betas"] == (0.9, 0.99) and "ints" not in sd, sorted(sd)
+        log = m.log()
+        for name in names:
+            assert f"'ints/{name}' left out" in log, log[-2000:]
     finally:
         m.close()
     name = names[0]
