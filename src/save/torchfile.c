@@ -1036,26 +1036,46 @@ static size_t find_rec(const ckpt_torchsave *t, uint64_t off, bool central) {
 static ckpt_status tensor_bytes(ckpt_reader *r, const ckpt_entry *e, uint64_t off, uint64_t len,
                                 uint8_t *dst, ckpt_error *err);
 
-/* CRC-32 of tensor e's C-order bytes, read TS_CRC_BLOCK bytes at a time. */
+typedef struct write_ctx {
+    ckpt_torchsave_write_fn fn;
+    void *ctx;
+} write_ctx;
+
+static ckpt_status put(write_ctx *w, const void *p, size_t n, ckpt_error *err) {
+    if (n && !w->fn(w->ctx, p, n))
+        return ck_fail(err, CKPT_E_IO, "writing the torch.save archive failed");
+    return CKPT_OK;
+}
+
+/* Tensor record r's C-order bytes read into buf (bufsize bytes, > 0) a block at a time: their
+ * CRC-32 in *crc, and each block handed on to w unless w is NULL.  A failed read's message
+ * names the tensor (and `what` it was read for). */
+static ckpt_status tensor_blocks(const ckpt_torchsave *t, const ts_rec *r, uint8_t *buf,
+                                 size_t bufsize, write_ctx *w, const char *what, uint32_t *crc,
+                                 ckpt_error *err) {
+    *crc = 0;
+    for (uint64_t done = 0; done < r->size;) {
+        size_t n = (size_t)(r->size - done < bufsize ? r->size - done : bufsize);
+        ckpt_status st = tensor_bytes(t->r, r->e, done, n, buf, err);
+        if (st != CKPT_OK) {
+            ck_error_prefix(err, "'%s'%s: ", ckpt_entry_path(r->e), what);
+            return st;
+        }
+        *crc = save_crc32(*crc, buf, n);
+        if (w) CK_TRY(put(w, buf, n, err));
+        done += n;
+    }
+    return CKPT_OK;
+}
+
+/* CRC-32 of tensor record r, read TS_CRC_BLOCK bytes at a time. */
 static ckpt_status hash_tensor(const ckpt_torchsave *t, const ts_rec *r, uint32_t *out,
                                ckpt_error *err) {
     size_t bs = (size_t)(r->size < TS_CRC_BLOCK ? r->size : TS_CRC_BLOCK);
     uint8_t *buf = malloc(bs ? bs : 1);
     if (!buf) return ck_fail(err, CKPT_E_NOMEM, "out of memory (a %zu-byte block)", bs);
-    uint32_t crc = 0;
-    ckpt_status st = CKPT_OK;
-    for (uint64_t done = 0; done < r->size;) {
-        size_t n = (size_t)(r->size - done < bs ? r->size - done : bs);
-        st = tensor_bytes(t->r, r->e, done, n, buf, err);
-        if (st != CKPT_OK) {
-            ck_error_prefix(err, "'%s' (its CRC-32): ", ckpt_entry_path(r->e));
-            break;
-        }
-        crc = save_crc32(crc, buf, n);
-        done += n;
-    }
+    ckpt_status st = tensor_blocks(t, r, buf, bs ? bs : 1, NULL, " (its CRC-32)", out, err);
     free(buf);
-    *out = crc;
     return st;
 }
 
@@ -1200,17 +1220,6 @@ ckpt_status ckpt_torchsave_read(const ckpt_torchsave *t, uint64_t off, void *dst
 
 /* ------------------------------------------------------------------ streaming */
 
-typedef struct write_ctx {
-    ckpt_torchsave_write_fn fn;
-    void *ctx;
-} write_ctx;
-
-static ckpt_status put(write_ctx *w, const void *p, size_t n, ckpt_error *err) {
-    if (n && !w->fn(w->ctx, p, n))
-        return ck_fail(err, CKPT_E_IO, "writing the torch.save archive failed");
-    return CKPT_OK;
-}
-
 ckpt_status ckpt_torchsave_write(const ckpt_torchsave *t, uint64_t block,
                                  ckpt_torchsave_write_fn fn, void *ctx, ckpt_error *err) {
     CK_ERR_OR_LOCAL(err);
@@ -1246,17 +1255,7 @@ ckpt_status ckpt_torchsave_write(const ckpt_torchsave *t, uint64_t block,
             crc = r->crc;
             CK_TRY_GOTO(st, put(&w, r->mem, (size_t)r->size, err), done);
         } else {
-            for (uint64_t done = 0; done < r->size;) {
-                size_t n = (size_t)(r->size - done < bufsize ? r->size - done : bufsize);
-                st = tensor_bytes(t->r, r->e, done, n, buf, err);
-                if (st != CKPT_OK) {
-                    ck_error_prefix(err, "'%s': ", ckpt_entry_path(r->e));
-                    goto done;
-                }
-                crc = save_crc32(crc, buf, n);
-                CK_TRY_GOTO(st, put(&w, buf, n, err), done);
-                done += n;
-            }
+            CK_TRY_GOTO(st, tensor_blocks(t, r, buf, bufsize, &w, "", &crc, err), done);
         }
         crcs[i] = crc;
         size_t dl = zw_descriptor(hb, r->lho, r->size, crc);

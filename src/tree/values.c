@@ -85,20 +85,35 @@ void tree_values_forget(tree_ckpt *c) {
 
 static uint64_t sat_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
 
-/* The text's part of a render's reservation: the length an earlier render found, else the
- * render budget. */
+/* A text of unknown length is reserved as the render budget allows (and its newline). */
+#define TEXT_UNKNOWN ((uint64_t)CK_VALUE_RENDER_MAX + 2)
+
+/* The text's part of a render's reservation: the length an earlier render found, else
+ * TEXT_UNKNOWN. */
 static uint64_t text_reservation(const object_text *ot) {
     uint64_t known = atomic_load_explicit(&ot->size, memory_order_acquire);
-    return known ? known : (uint64_t)CK_VALUE_RENDER_MAX + 2;
+    return known ? known : TEXT_UNKNOWN;
 }
 
-/* The most memory one decode gets: what the budget leaves beside the text's reservation, at
+/* The most memory one decode gets beside `text` bytes of text: what the budget leaves, at
  * least TREE_DECODE_MIN (a small budget still decodes what it renders; such a render runs
  * alone). */
-static uint64_t decode_cap(const tree_values *v, const object_text *ot) {
-    uint64_t text = text_reservation(ot);
+static uint64_t cap_beside(const tree_values *v, uint64_t text) {
     uint64_t cap = v->budget > text ? v->budget - text : 0;
     return cap > TREE_DECODE_MIN ? cap : TREE_DECODE_MIN;
+}
+
+static uint64_t decode_cap(const tree_values *v, const object_text *ot) {
+    return cap_beside(v, text_reservation(ot));
+}
+
+/* Under v->lock: drops least recently used texts until `need` more fits beside what is kept,
+ * held and reserved; whether it fits, or nothing else is in flight (one larger than the
+ * budget alone then runs). */
+static bool make_room(tree_values *v, uint64_t need) {
+    while (v->lru && sat_add(in_use(v), need) > v->budget)
+        drop(v, v->lru);
+    return sat_add(in_use(v), need) <= v->budget || (!v->held && !v->reserved);
 }
 
 /* The memory budget of e's decode: at first what its last render succeeded with, else twice
@@ -206,9 +221,7 @@ const tree_text *tree_value_get(tree_ckpt *c, const ckpt_entry *e, ckpt_error *e
                 cap = decode_cap(v, ot);
                 decode = decode_budget(v, e, ot, retry);
                 need = sat_add(text_reservation(ot), decode);
-                while (v->lru && sat_add(in_use(v), need) > v->budget)
-                    drop(v, v->lru);
-                if (sat_add(in_use(v), need) <= v->budget || (!v->held && !v->reserved)) break;
+                if (make_room(v, need)) break;
             }
             v->waits++;
             pthread_cond_wait(&v->cond, &v->lock);
@@ -251,14 +264,9 @@ const tree_text *tree_value_get(tree_ckpt *c, const ckpt_entry *e, ckpt_error *e
 }
 
 uint64_t tree_values_reserve_decode(tree_values *v) {
-    uint64_t text = (uint64_t)CK_VALUE_RENDER_MAX + 2;
-    uint64_t n = v->budget > text ? v->budget - text : 0;
-    if (n < TREE_DECODE_MIN) n = TREE_DECODE_MIN;
+    uint64_t n = cap_beside(v, TEXT_UNKNOWN);
     pthread_mutex_lock(&v->lock);
-    for (;;) {
-        while (v->lru && sat_add(in_use(v), n) > v->budget)
-            drop(v, v->lru);
-        if (sat_add(in_use(v), n) <= v->budget || (!v->held && !v->reserved)) break;
+    while (!make_room(v, n)) {
         v->waits++;
         pthread_cond_wait(&v->cond, &v->lock);
     }
