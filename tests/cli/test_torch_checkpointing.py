@@ -510,6 +510,27 @@ def _tc_manager():
     return gen
 
 
+# Item files in subdirectories: LayoutInfo file paths holding '/' (two levels deep for the
+# optimizer), as torch-checkpointing 0.1.1 writes them.
+SUBDIR_LAYOUTS = {"model": ("torch", "rank_{rank}/model.pt"),
+                  "optim": ("safetensors", "opt/deep/o_{rank}.sft"),
+                  "config": ("json", "cfg/config_{rank}.json")}
+
+
+def _save_with_subdirectory_items(gen, d, seed, rows, steps, name):
+    """Saves a model (w: [rows, 4], b), an optimizer state and a JSON config to d with
+    torch-checkpointing under SUBDIR_LAYOUTS; returns what it saved."""
+    import torch
+    g = torch.Generator().manual_seed(seed)
+    payload = {"model": {"w": torch.randn(rows, 4, generator=g), "b": torch.arange(rows)},
+               "optim": {"state": {0: {"m": torch.randn(4, generator=g)}}},
+               "config": {"steps": steps, "name": name}}
+    m = gen._manager(["model", "optim"], SUBDIR_LAYOUTS)
+    m.save(str(d), payload)
+    m.close()
+    return payload
+
+
 @pytest.mark.skipif(not FS_BIN, reason="ckptfs not built")
 def test_raw_copy_with_items_in_subdirectories(tmp_path):
     """A checkpoint real torch-checkpointing 0.1.1 saved with item files in subdirectories
@@ -523,16 +544,7 @@ def test_raw_copy_with_items_in_subdirectories(tmp_path):
     import torch
     gen = _tc_manager()
     d = tmp_path / "ckpt"
-    g = torch.Generator().manual_seed(12)
-    payload = {"model": {"w": torch.randn(5, 4, generator=g), "b": torch.arange(5)},
-               "optim": {"state": {0: {"m": torch.randn(4, generator=g)}}},
-               "config": {"steps": [3, 4], "name": "raw"}}
-    layouts = {"model": ("torch", "rank_{rank}/model.pt"),
-               "optim": ("safetensors", "opt/deep/o_{rank}.sft"),
-               "config": ("json", "cfg/config_{rank}.json")}
-    m = gen._manager(["model", "optim"], layouts)
-    m.save(str(d), payload)
-    m.close()
+    payload = _save_with_subdirectory_items(gen, d, 12, 5, [3, 4], "raw")
     (d / "opt" / "deep" / "README").write_text("beside an item\n")
     (d / "opt" / "private").mkdir(mode=0o700)
     (d / "opt" / "private" / "key").write_text("k")
@@ -584,7 +596,8 @@ def test_raw_copy_with_items_in_subdirectories(tmp_path):
              "optim": {"state": {0: {"m": torch.zeros(4)}}}}
     loaded = {}
     for name, src in (("orig", d), ("copy", copy)):
-        m = gen._manager(["model", "optim"], {k: v for k, v in layouts.items() if k != "config"})
+        m = gen._manager(["model", "optim"],
+                         {k: v for k, v in SUBDIR_LAYOUTS.items() if k != "config"})
         loaded[name] = m.load(str(src), {k: {**v} for k, v in templ.items()})
         m.close()
     for k in ("w", "b"):
@@ -702,15 +715,7 @@ def test_item_files_in_subdirectories(tmp_path):
     import torch
     gen = _tc_manager()
     d = tmp_path / "ckpt"
-    g = torch.Generator().manual_seed(11)
-    payload = {"model": {"w": torch.randn(3, 4, generator=g), "b": torch.arange(3)},
-               "optim": {"state": {0: {"m": torch.randn(4, generator=g)}}},
-               "config": {"steps": [1, 2], "name": "sub"}}
-    m = gen._manager(["model", "optim"], {"model": ("torch", "rank_{rank}/model.pt"),
-                                          "optim": ("safetensors", "opt/deep/o_{rank}.sft"),
-                                          "config": ("json", "cfg/config_{rank}.json")})
-    m.save(str(d), payload)
-    m.close()
+    payload = _save_with_subdirectory_items(gen, d, 11, 3, [1, 2], "sub")
     assert (d / "rank_0" / "model.pt").is_file() and (d / "opt/deep/o_0.sft").is_file()
     loaded = gen._manager(["model", "optim"], {
         "model": ("torch", "rank_{rank}/model.pt"),

@@ -974,6 +974,29 @@ def _status_kib(pid: int, field: str) -> int:
     raise AssertionError(f"no {field} in /proc/{pid}/status")
 
 
+class _RssSampled:
+    """The daemon's VmRSS sampled every `every` seconds while a `with` block runs: `.peak`,
+    the samples, from `first` (its RSS before) on."""
+
+    def __init__(self, pid: int, first: int, every: float):
+        import threading
+        self.peak, self._stop = [first], threading.Event()
+
+        def sample():
+            while not self._stop.is_set():
+                self.peak.append(_status_kib(pid, "VmRSS"))
+                time.sleep(every)
+        self._mon = threading.Thread(target=sample)
+
+    def __enter__(self):
+        self._mon.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._mon.join()
+
+
 VALUES_N, VALUES_MIB, VALUES_BUDGET_MIB, VALUES_THREADS = 60, 3, 24, 8
 
 
@@ -1016,12 +1039,7 @@ def test_value_texts_bounded_by_value_cache(tmp_path):
         base = _status_kib(pid, "VmRSS")
         for key in want:  # sizes by stat (each rendered to learn it), before any read
             assert os.stat(m.dir / "vals" / key).st_size == len(want[key]), key
-        peak, stop, bad, errors = [base], threading.Event(), [], []
-
-        def sample():
-            while not stop.is_set():
-                peak.append(_status_kib(pid, "VmRSS"))
-                time.sleep(0.02)
+        bad, errors = [], []
 
         def reader(seed: int):
             rng = random.Random(seed)
@@ -1036,15 +1054,13 @@ def test_value_texts_bounded_by_value_cache(tmp_path):
             except OSError as e:
                 errors.append(e)
 
-        mon = threading.Thread(target=sample)
-        mon.start()
         threads = [threading.Thread(target=reader, args=(s,)) for s in range(VALUES_THREADS)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        stop.set()
-        mon.join()
+        with _RssSampled(pid, base, 0.02) as rss:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        peak = rss.peak
         hwm = _status_kib(pid, "VmHWM")
         assert not errors and not bad, (errors, sorted(set(bad)))
         for key in want:
@@ -1163,12 +1179,7 @@ def test_value_decode_memory_bounded(tmp_path):
         base = _status_kib(pid, "VmRSS")
         names = sorted(os.listdir(m.dir / "ints"))  # lookups never decode
         assert names == sorted(want), names
-        peak, stop, got, errors = [base], threading.Event(), [], []
-
-        def sample():
-            while not stop.is_set():
-                peak.append(_status_kib(pid, "VmRSS"))
-                time.sleep(0.01)
+        got, errors = [], []
 
         def reader(name: str):
             try:
@@ -1176,16 +1187,14 @@ def test_value_decode_memory_bounded(tmp_path):
             except OSError as e:
                 errors.append((name, e.errno))
 
-        mon = threading.Thread(target=sample)
-        mon.start()
         threads = [threading.Thread(target=reader, args=(n,))
                    for n in names for _ in range(INTS_THREADS)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        stop.set()
-        mon.join()
+        with _RssSampled(pid, base, 0.01) as rss:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        peak = rss.peak
         hwm = _status_kib(pid, "VmHWM")
         grown = max(hwm, max(peak)) - base
         bound = (64 + 32) << 10
@@ -1215,18 +1224,12 @@ def test_value_decode_memory_bounded(tmp_path):
             assert "memory budget of" in log and "value_cache" in log, log[-2000:]
         # the .torch/ view lays its archives out decoding the values within what the value
         # cache sets aside for one decode: the lists are left out (logged), the rest loads
-        stop.clear()
-        peak = [base]
-        mon = threading.Thread(target=sample)
-        mon.start()
-        try:
+        with _RssSampled(pid, base, 0.01) as rss:
             tv = m.dir / ".torch"
             sizes = {p.name: p.stat().st_size for p in tv.iterdir()}
             assert sizes and all(sizes.values()), sizes
             sd = torch.load(tv / "@all.pt", weights_only=True)
-        finally:
-            stop.set()
-            mon.join()
+        peak = rss.peak
         hwm = _status_kib(pid, "VmHWM")
         grown = max(hwm, max(peak)) - base
         print(f".torch/: peak {max(peak)} KiB, VmHWM {hwm} KiB, grown {grown} KiB")

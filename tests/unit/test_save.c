@@ -217,21 +217,29 @@ Test(save, values) {
     ckpt_save_value_free(NULL);
 }
 
-/* Saves `v` as the only entry "v" of a checkpoint in tmp and renders what the reader decodes
- * (Python-like text); the caller frees it. */
-static char *round_trip_text(ckpt_save_value *v) {
+/* Saves values vs[i] at paths[i] (freed) as a checkpoint of one file in tmp. */
+static void save_values(size_t n, const char *const *paths, ckpt_save_value *const *vs) {
     ckpt_error err;
     ckpt_save_file *f;
     cr_assert_eq(ckpt_save_file_open(tmp, 0, &nosync, &f, &err), CKPT_OK, "%s", err.message);
-    ckpt_save_key k = {.path = "v"};
-    cr_assert_eq(ckpt_save_file_add_value(f, &k, v, 0, &err), CKPT_OK, "%s", err.message);
-    ckpt_save_value_free(v);
+    for (size_t i = 0; i < n; i++) {
+        ckpt_save_key k = {.path = paths[i]};
+        cr_assert_eq(ckpt_save_file_add_value(f, &k, vs[i], 0, &err), CKPT_OK, "%s", err.message);
+        ckpt_save_value_free(vs[i]);
+    }
     ckpt_save_desc *d;
     cr_assert_eq(ckpt_save_file_finish(f, &d, &err), CKPT_OK);
     ckpt_save_file_free(f);
     const ckpt_save_desc *ds[1] = {d};
     cr_assert_eq(ckpt_save_write_metadata(tmp, ds, 1, &nosync, &err), CKPT_OK, "%s", err.message);
     ckpt_save_desc_free(d);
+}
+
+/* Saves `v` as the only entry "v" of a checkpoint in tmp and renders what the reader decodes
+ * (Python-like text); the caller frees it. */
+static char *round_trip_text(ckpt_save_value *v) {
+    ckpt_error err;
+    save_values(1, (const char *const[]){"v"}, &v);
     ckpt_reader *r;
     cr_assert_eq(ckpt_reader_open(tmp, NULL, &r, &err), CKPT_OK, "%s", err.message);
     ckpt_object *o;
@@ -252,25 +260,12 @@ static char *round_trip_text(ckpt_save_value *v) {
 Test(save, value_decode_within_memory_budget, .init = mk_tmp, .fini = rm_tmp) {
     enum { N = 400000 };
     ckpt_error err;
-    ckpt_save_file *f;
-    cr_assert_eq(ckpt_save_file_open(tmp, 0, &nosync, &f, &err), CKPT_OK, "%s", err.message);
     ckpt_save_value *l = ckpt_save_value_list();
     for (int i = 0; i < N; i++)
         cr_assert_eq(ckpt_save_value_append(l, ckpt_save_value_int(i % 200)), CKPT_OK);
-    ckpt_save_key k = {.path = "ints"};
-    cr_assert_eq(ckpt_save_file_add_value(f, &k, l, 0, &err), CKPT_OK, "%s", err.message);
-    ckpt_save_value_free(l);
     ckpt_save_value *d = ckpt_save_value_dict();
     cr_assert_eq(ckpt_save_value_set(d, "lr", ckpt_save_value_float(0.5)), CKPT_OK);
-    ckpt_save_key k2 = {.path = "cfg"};
-    cr_assert_eq(ckpt_save_file_add_value(f, &k2, d, 0, &err), CKPT_OK, "%s", err.message);
-    ckpt_save_value_free(d);
-    ckpt_save_desc *desc;
-    cr_assert_eq(ckpt_save_file_finish(f, &desc, &err), CKPT_OK);
-    ckpt_save_file_free(f);
-    const ckpt_save_desc *ds[1] = {desc};
-    cr_assert_eq(ckpt_save_write_metadata(tmp, ds, 1, &nosync, &err), CKPT_OK, "%s", err.message);
-    ckpt_save_desc_free(desc);
+    save_values(2, (const char *const[]){"ints", "cfg"}, (ckpt_save_value *const[]){l, d});
     ckpt_reader *r;
     cr_assert_eq(ckpt_reader_open(tmp, NULL, &r, &err), CKPT_OK, "%s", err.message);
     const ckpt_entry *ints = ckpt_reader_find(r, "ints"), *cfg = ckpt_reader_find(r, "cfg");
