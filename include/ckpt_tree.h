@@ -120,6 +120,13 @@ ckpt_status ckpt_tree_open_file(ckpt_tree *t, ckpt_ino ino, ckpt_error *err);
 /* Ends one successful ckpt_tree_open_file of `ino` (the kernel's RELEASE). */
 void ckpt_tree_release_file(ckpt_tree *t, ckpt_ino ino);
 
+/* The file descriptor holding `ino`'s bytes at the same offsets, the whole file and nothing
+ * else (a file under `.raw/`), and the size the tree shows for it; -1 for every other object,
+ * whose bytes are assembled from pieces.  Owned by the tree (do not close), valid while `ino`
+ * is open (ckpt_tree_open_file .. ckpt_tree_release_file).  For a front end that lets the
+ * kernel read such a file itself (FUSE passthrough). */
+int ckpt_tree_file_fd(ckpt_tree *t, ckpt_ino ino, uint64_t *size);
+
 /* ---------------------------------------------------------------- who may read what */
 
 /* Calls fn with the full path of every source file that `ino` draws bytes from, each once:

@@ -368,12 +368,19 @@ void tree_access_acl(const tree_access *a, uint64_t mask, tree_acl *out) {
     tree_acl_of(v, n, a->uid, a->gid, out);
 }
 
+/* dir/name, or "" where that does not fit in cap: a path that does not stat, so the source
+ * gets the rule nobody but root passes (a cut path could name another file). */
+static void join_path(char *path, size_t cap, const char *dir, const char *name) {
+    int n = snprintf(path, cap, "%s/%s", dir, name);
+    if (n < 0 || (size_t)n >= cap) path[0] = '\0';
+}
+
 static void metadata_path(const tree_ckpt *c, uint32_t i, char *path, size_t cap) {
-    snprintf(path, cap, "%s/%s", ckpt_reader_dir(c->r), c->raw[i].name);
+    join_path(path, cap, ckpt_reader_dir(c->r), c->raw[i].name);
 }
 
 static void data_path(const tree_ckpt *c, uint32_t id, char *path, size_t cap) {
-    snprintf(path, cap, "%s/%s", ckpt_reader_dir(c->r), ckpt_reader_file_name(c->r, id));
+    join_path(path, cap, ckpt_reader_dir(c->r), ckpt_reader_file_name(c->r, id));
 }
 
 void tree_access_free(tree_access *a) {

@@ -1148,6 +1148,20 @@ void ckpt_tree_release_file(ckpt_tree *t, ckpt_ino ino) {
     put_ckpt(t, c);
 }
 
+int ckpt_tree_file_fd(ckpt_tree *t, ckpt_ino ino, uint64_t *size) {
+    ckpt_error err = {0};
+    obj o;
+    if (!t || resolve(t, ino, &o, &err) != CKPT_OK) return -1;
+    int fd = -1;
+    if (o.kind == O_RAWFILE) {
+        const raw_file *f = &o.c->raw[o.node - 1];
+        fd = f->file_id >= 0 ? ckpt_reader_file_fd(o.c->r, (uint32_t)f->file_id, &err) : f->fd;
+        if (size) *size = f->size;
+    }
+    obj_put(t, &o);
+    return fd;
+}
+
 /* ------------------------------------------------------------------ sources */
 
 typedef struct src_walk {
@@ -1159,10 +1173,10 @@ typedef struct src_walk {
 static void emit_path(src_walk *w, const char *dir, const char *name) {
     if (w->stopped) return;
     char path[8192];
-    if (name)
-        snprintf(path, sizeof path, "%s/%s", dir, name);
-    else
-        snprintf(path, sizeof path, "%s", dir);
+    int n = name ? snprintf(path, sizeof path, "%s/%s", dir, name)
+                 : snprintf(path, sizeof path, "%s", dir);
+    /* a path cut short could name another file: "" is refused by every access check */
+    if (n < 0 || (size_t)n >= sizeof path) path[0] = '\0';
     if (!w->fn(w->ctx, path)) w->stopped = true;
 }
 

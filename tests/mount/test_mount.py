@@ -680,6 +680,58 @@ def read_path(counts: dict[str, int]) -> int:
     return sum(v for k, v in counts.items() if k not in NOT_ON_READ_PATH)
 
 
+def test_raw_files_read_by_the_kernel():
+    """Issue #25: where the kernel offers FUSE passthrough (Linux 6.9+) and the daemon may
+    register backing files (root), the kernel reads `.raw/` files from the source files
+    itself: no READ reaches the daemon (counted in its -d trace), and what read(2), a shared
+    and a private mmap and two opens of one file at once give is the source's bytes; every
+    open ends with a RELEASE, and a file opened again after its last close reads again (its
+    backing id was closed and is registered anew).  Under -o no_passthrough the same reads
+    reach the daemon.  (A daemon that may not register them, an ordinary user's, reads them
+    itself: test_trust.py's test_user_daemon reads `.raw/` files so.)"""
+    import mmap
+    src = FIXTURES / "fsdp2_ws2" / "ckpt"
+    files = sorted(p for p in src.iterdir() if p.is_file())
+    want = [p.read_bytes() for p in files]
+    big = max(files, key=lambda p: p.stat().st_size)
+    assert len(files) >= 3 and big.stat().st_size > 65536
+    m = Mount(src, "debug")
+    try:
+        if "FUSE passthrough asked for" not in m.log():
+            pytest.skip("the kernel offers no FUSE passthrough")
+        raw = [m.dir / ".raw" / p.name for p in files]
+        for f in raw:
+            f.stat()
+        for _ in range(2):  # the second time after every backing id was closed
+            c, _ = cat_all(m, raw, want)
+            assert c.get("OPEN") == len(raw) and "READ" not in c, c
+            assert c.get("RELEASE") == len(raw), c
+        at = len(m.log())
+        with open(m.dir / ".raw" / big.name, "rb") as a, open(m.dir / ".raw" / big.name, "rb") as b:
+            shared = mmap.mmap(a.fileno(), 0, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+            private = mmap.mmap(b.fileno(), 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ)
+            assert shared[:] == big.read_bytes() and private[-4096:] == big.read_bytes()[-4096:]
+            b.seek(12345)
+            assert b.read(40000) == big.read_bytes()[12345:52345]
+            shared.close()
+            private.close()
+        time.sleep(0.3)
+        c = request_counts(m, at)
+        assert c.get("OPEN") == 2 and c.get("RELEASE") == 2 and "READ" not in c, c
+    finally:
+        m.close()
+    m = Mount(src, "debug", "no_passthrough")
+    try:
+        assert "FUSE passthrough asked for" not in m.log()
+        raw = [m.dir / ".raw" / p.name for p in files]
+        for f in raw:
+            f.stat()
+        c, _ = cat_all(m, raw, want)
+        assert c.get("READ", 0) >= len(raw), c
+    finally:
+        m.close()
+
+
 def test_small_files_cost_one_read(tmp_path):
     """Issue #25: reading a small entry file costs at most two requests on the read path,
     OPEN and one READ, counted over every request in the daemon's trace (after a stat of
@@ -1509,7 +1561,8 @@ def test_max_read_follows_the_pipe_probe(tmp_path):
     cases = [((), big), (("no_pipe_probe",), 786432), (("max_read=524288",), 524288)]
     buf = mmap.mmap(-1, 1 << 20)  # page-aligned: a 1 MiB read(2) is 256 whole pages
     for opts, want in cases:
-        m = Mount(ck, "direct_io", "debug", *opts)
+        # (no_passthrough: the kernel would read .raw/ itself, test_raw_files_read_by_the_kernel)
+        m = Mount(ck, "direct_io", "debug", "no_passthrough", *opts)
         try:
             info = [ln.split()[-1] for ln in Path("/proc/self/mountinfo").read_text().splitlines()
                     if ln.split()[4] == str(m.dir)]

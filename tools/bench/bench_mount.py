@@ -65,6 +65,9 @@ what: stream (default all):
            tree vs `cp` of the shards out of .raw/ (into /dev/shm, removed after each copy).  The demo GPT model + AdamW (as realistic)
            and an FSDP2-like LLM with AdamW written by torch (make_llm_ckpt.py: vocab 32000,
            12 layers, 819 MiB), both under --work.  min / median / max of the rounds' ratios.
+  passthrough (not in the default set) the shard files of readers' two checkpoints read
+           directly, through .raw/ with FUSE passthrough (the kernel reads the source itself)
+           and through .raw/ with -o no_passthrough, --readers threads and `cp`, back to back.
 --opt O (repeatable) adds -o O to every mount (e.g. --opt max_read=1032192).
 All reads use tools/bench/bench_read (C, 1 MiB read(2) calls into a reused buffer). Best of
 --runs for every cell. The checkpoint is written once by make_big_ckpt.py (real torch).
@@ -1000,6 +1003,54 @@ def bench_readers(a, build, out):
                    f"{next(iter(v for k, v in res.items() if k[0] == name))[0][2]} entry files)")
 
 
+def bench_passthrough(a, build, out):
+    """The shard files read directly (no FUSE), through .raw/ with FUSE passthrough (the
+    default where the kernel offers it) and through .raw/ with -o no_passthrough (the daemon
+    splices every READ), 1, 2 and 8 readers (threads; 1 MiB preadv, the files cut into pieces
+    as in readers), each on a fresh mount, back to back in every round; and `cp` of the shards
+    out of each.  The demo model and the torch-written LLM of readers."""
+    import statistics
+    daemon = build / "tools/ckptfs/ckptfs"
+    work = Path(a.work)
+    ckpts = {"demo GPT + AdamW": make_demo(build, work), "LLM FSDP2 + AdamW": make_llm(work)}
+    counts = [int(x) for x in a.readers.split(",")]
+    cp_out = (Path("/dev/shm") if os.path.isdir("/dev/shm") else work) / f"ckptfs-cp-{os.getpid()}"
+    ways = (("direct", None), ("passthrough", ()), ("daemon", ("no_passthrough",)))
+    res: dict = {}
+    for rnd in range(a.runs):
+        for name, ckpt in ckpts.items():
+            shards = sorted(ckpt.glob("*.distcp"))
+            read_files(build / "tools/bench/bench_read", shards)  # source hot
+            for n in counts + ["cp"]:
+                row = []
+                for way, opts in ways:
+                    m = Mount(daemon, ckpt, *a.opt, *opts) if opts is not None else None
+                    try:
+                        files = [m.dir / ".raw" / s.name for s in shards] if m else shards
+                        if n == "cp":
+                            row.append(sum(f.stat().st_size for f in files) /
+                                       copy_time(files, cp_out) / 2**30)
+                        else:
+                            row.append(many_readers(raw_jobs(files, n), n, False))
+                    finally:
+                        if m:
+                            m.close()
+                res.setdefault((name, n), []).append(row)
+    out.append(f"\n.raw/ with and without FUSE passthrough: {a.runs} rounds, hot page cache, "
+               f"mount options: {' '.join(a.opt) or 'default'}\n")
+    out.append("| checkpoint | readers | direct GiB/s (best) | .raw passthrough GiB/s (best) | "
+               ".raw through the daemon GiB/s (best) | passthrough / direct: min, median, max | "
+               "daemon / direct: min, median, max |\n|---|---|---|---|---|---|---|")
+    for (name, n), v in res.items():
+        def span(i):
+            r = sorted(x[i] / x[0] for x in v)
+            return f"{r[0]:.2f}, {statistics.median(r):.2f}, {r[-1]:.2f}"
+        label = "`cp` to /dev/shm" if n == "cp" else f"{n} threads"
+        out.append(f"| {name} | {label} | {max(x[0] for x in v):.2f} | "
+                   f"{max(x[1] for x in v):.2f} | {max(x[2] for x in v):.2f} | {span(1)} | "
+                   f"{span(2)} |")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("what", nargs="*", default=["stream", "layout", "export"])
@@ -1024,7 +1075,7 @@ def main():
     build = Path(a.build).resolve()
     daemon, tool = build / "tools/ckptfs/ckptfs", build / "tools/bench/bench_read"
     ckpt = Path(a.work) / f"ckpt-{a.gib}g-{a.world}"
-    big = set(a.what) - {"listing", "realistic", "readers"}
+    big = set(a.what) - {"listing", "realistic", "readers", "passthrough"}
     if big and not (ckpt / ".metadata").exists():
         subprocess.run([sys.executable, str(HERE / "make_big_ckpt.py"), str(ckpt), str(a.gib),
                         str(a.world)], check=True)
@@ -1049,6 +1100,8 @@ def main():
         bench_realistic(a, build, tool, extra)
     if "readers" in a.what:
         bench_readers(a, build, extra)
+    if "passthrough" in a.what:
+        bench_passthrough(a, build, extra)
     if big:
         print(f"\ncheckpoint: {ckpt} ({sum(f.stat().st_size for f in ckpt.iterdir()) / 2**30:.2f} "
               f"GiB, {a.world} ranks); best of {a.runs}; extra mount options: "

@@ -47,6 +47,8 @@ typedef struct ckptfs_config {
     int no_listxattr;      /* -o no_listxattr: LISTXATTR answers ENOSYS (getxattr still works) */
     int acl;               /* -o acl: ask for FUSE_CAP_POSIX_ACL even where no object needs an
                             * ACL at mount (a setfacl of a source later then shows) */
+    int no_passthrough;    /* -o no_passthrough: .raw/ files are read through the daemon even
+                            * where the kernel could read them itself (passthrough.c) */
     int show_help, show_version;
 } ckptfs_config;
 
@@ -58,12 +60,20 @@ typedef struct ckptfs {
     size_t min_fd_run;
     scratch_pool pool;
     bool use_syslog;
-    bool debug;                   /* -d */
-    bool no_opendir;              /* the kernel opens directories itself (set by INIT) */
-    bool posix_acl;               /* the kernel evaluates the ACLs objects show (INIT) */
-    atomic_bool readahead_tuned;  /* set by the first open (see readahead.c) */
-    _Atomic uint64_t init_unique; /* the kernel's INIT request, while its reply is due */
-    atomic_bool direct_io_mmap;   /* INIT asked for shared mmap of direct-I/O files */
+    bool debug;                    /* -d */
+    bool no_opendir;               /* the kernel opens directories itself (set by INIT) */
+    bool posix_acl;                /* the kernel evaluates the ACLs objects show (INIT) */
+    atomic_bool readahead_tuned;   /* set by the first open (see readahead.c) */
+    _Atomic uint64_t init_unique;  /* the kernel's INIT request, while its reply is due */
+    atomic_bool direct_io_mmap;    /* INIT asked for shared mmap of direct-I/O files */
+    _Atomic uint32_t init_offered; /* what the kernel's INIT offered that init_ext.c asks for */
+    /* FUSE passthrough of `.raw/` files (passthrough.c): asked for in INIT and not refused */
+    atomic_bool passthrough;
+    unsigned pt_depth; /* the INIT reply's max_stack_depth: 2 where the source is on a stacked
+                        * file system (overlayfs), else 1 */
+    int dev_fd;        /* the session's /dev/fuse descriptor (backing-file ioctls) */
+    pthread_mutex_t pt_lock;
+    struct pt_inode **pt_table; /* per inode open in passthrough: its backing id and opens */
     /* the daemon's own credentials, read at start (access.c): a root daemon checks each open
      * with the caller's, switching its handling thread's fs credentials and back */
     uid_t uid;
@@ -100,9 +110,16 @@ void ckptfs_log(const ckptfs *fs, const char *fmt, ...) __attribute__((format(pr
  * either mode); once, after INIT. */
 void ckptfs_tune_readahead(ckptfs *fs);
 /* Routes the session's I/O through init_ext.c, which asks the kernel to allow shared mmap
- * of direct-I/O files (FUSE_DIRECT_IO_ALLOW_MMAP) when it offers that; 0 or -errno.  Call
+ * of direct-I/O files (FUSE_DIRECT_IO_ALLOW_MMAP) and FUSE passthrough (unless -o
+ * no_passthrough) when it offers them; 0 or -errno.  Call
  * after fuse_session_mount, before the loop. */
 int ckptfs_init_ext(struct fuse_session *se);
+/* Serves the OPEN of ino by passthrough when the kernel and the file allow it (a `.raw/` file,
+ * the caller already checked): true when the reply is sent, false to open it as usual. */
+bool ckptfs_passthrough_open(ckptfs *fs, fuse_req_t req, fuse_ino_t ino);
+/* Ends an open served by ckptfs_passthrough_open (any other fi is ignored). */
+void ckptfs_passthrough_release(ckptfs *fs, fuse_ino_t ino, const struct fuse_file_info *fi);
+void ckptfs_passthrough_free(ckptfs *fs);
 /* Reads the daemon's credentials into fs (before the loop); 0 or -1 (out of memory). */
 int ckptfs_access_init(ckptfs *fs);
 /* Whether the caller of req may read every source file of ino (docs/mount.md "Who can read

@@ -69,6 +69,9 @@ static void usage(const char *prog) {
            "    -o acl                 let the kernel evaluate POSIX ACLs even where no object\n"
            "                           needs one at mount (always for a directory of\n"
            "                           checkpoints)\n"
+           "    -o no_passthrough      read .raw/ files through the daemon even where the\n"
+           "                           kernel could read them from their sources itself\n"
+           "                           (FUSE passthrough: Linux 6.9+, a root daemon)\n"
            "    -V, --version          print the version\n\n",
            prog);
     fuse_cmdline_help();
@@ -89,6 +92,7 @@ static const struct fuse_opt option_spec[] = {CKPTFS_OPT("direct_io", direct_io,
                                               CKPTFS_OPT("no_pipe_probe", no_pipe_probe, 1),
                                               CKPTFS_OPT("no_listxattr", no_listxattr, 1),
                                               CKPTFS_OPT("acl", acl, 1),
+                                              CKPTFS_OPT("no_passthrough", no_passthrough, 1),
                                               CKPTFS_OPT("-h", show_help, 1),
                                               CKPTFS_OPT("--help", show_help, 1),
                                               CKPTFS_OPT("-V", show_version, 1),
@@ -155,6 +159,7 @@ static int parse_size(const char *s, unsigned long long *out) {
  * libfuse copies that and every later large reply through a fresh buffer (4-5x slower), so
  * the daemon asks once, here, with the same credentials the threads will have. */
 #define FUSE_SUPER_MAGIC 0x65735546
+#define OVERLAYFS_SUPER_MAGIC 0x794c7630
 
 /* Whether `mnt` is the root of a FUSE mount already (its device differs from its parent's):
  * mounting there again would stack a second daemon over the first. */
@@ -342,10 +347,16 @@ int main(int argc, char **argv) {
     snprintf(fsname, sizeof fsname, "-ofsname=%s", fs.cfg.source);
     if (!strchr(fs.cfg.source, ',')) fuse_opt_add_arg(&args, fsname);
 
+    /* passthrough's max_stack_depth: the backing files' file system must be shallower */
+    struct statfs ssf;
+    fs.pt_depth = statfs(fs.cfg.source, &ssf) == 0 && ssf.f_type == OVERLAYFS_SUPER_MAGIC ? 2 : 1;
+    pthread_mutex_init(&fs.pt_lock, NULL);
+
     se = fuse_session_new(&args, &ckptfs_ops, sizeof ckptfs_ops, &fs);
     if (!se) goto out;
     if (fuse_set_signal_handlers(se) != 0) goto out_session;
     if (fuse_session_mount(se, opts.mountpoint) != 0) goto out_signals;
+    fs.dev_fd = fuse_session_fd(se);
     int e = ckptfs_init_ext(se);
     if (e != 0) /* libfuse's own I/O stays: only shared mmap of direct-I/O files is lost */
         fprintf(stderr, "ckptfs: warning: cannot filter INIT (%s): no shared mmap with direct_io\n",
@@ -382,6 +393,7 @@ out_signals:
 out_session:
     fuse_session_destroy(se);
 out:
+    ckptfs_passthrough_free(&fs);
     ckpt_tree_free(fs.tree);
     if (fs.pool.items) pool_release(&fs.pool);
     free(opts.mountpoint);

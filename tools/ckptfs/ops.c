@@ -297,12 +297,14 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
         return;
     }
     if (!atomic_exchange(&fs->readahead_tuned, true)) ckptfs_tune_readahead(fs);
+    if (ckptfs_passthrough_open(fs, req, ino)) return; /* `.raw/`: the kernel reads it */
     fi->direct_io = ckptfs_direct_io_for(fs, st.size);
     /* a file's bytes never change: pages cached (page-cache reads, or mmap in either mode)
      * stay valid across opens */
     fi->keep_cache = 1;
     fi->noflush = 1;
-    fuse_reply_open(req, fi);
+    /* -ENOENT: the open was interrupted, no RELEASE will come */
+    if (fuse_reply_open(req, fi) == -ENOENT) ckpt_tree_release_file(fs->tree, ino);
 }
 
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -365,7 +367,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 /* Ends an open: a step removed from a directory of checkpoints is freed once its last open
  * file is released (ckpt_tree_open_file). */
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
-    (void)fi;
+    ckptfs_passthrough_release(fs_of(req), ino, fi);
     ckpt_tree_release_file(fs_of(req)->tree, ino);
     fuse_reply_err(req, 0);
 }
