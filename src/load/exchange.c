@@ -10,6 +10,7 @@
  * rank stops together. */
 #include "load/load_i.h"
 #include "util/error.h"
+#include "util/bigbuf.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -281,18 +282,19 @@ static ckpt_status move_host(rounds *x, uint64_t r, ckpt_status rs, ckpt_status 
     ckpt_status s = load_agree(l, rs, err);
     if (s != CKPT_OK) return s;
     /* the send and receive buffers are kept over the rounds (grown when a round needs more):
-     * fresh large blocks every round cost their page faults again */
+     * fresh large blocks every round cost their page faults again; on huge pages where the
+     * kernel has them (a first touch of 4 KiB pages was a third of a 2-rank exchange) */
     bool ok = true;
     if (x->stot + 1 > x->scap) {
         free(x->sbuf);
         x->scap = x->stot + 1;
-        ok = (x->sbuf = malloc(x->scap)) != NULL;
+        ok = (x->sbuf = ck_big_alloc(x->scap)) != NULL;
         if (!ok) x->scap = 0;
     }
     if (ok && x->rtot + 1 > x->rcap) {
         free(x->rbuf);
         x->rcap = x->rtot + 1;
-        ok = (x->rbuf = malloc(x->rcap)) != NULL;
+        ok = (x->rbuf = ck_big_alloc(x->rcap)) != NULL;
         if (!ok) x->rcap = 0;
     }
     uint8_t *sbuf = x->sbuf, *rbuf = x->rbuf;
@@ -421,7 +423,7 @@ ckpt_status load_exchange(ckpt_load *l, const load_plan *p, uint64_t staging_byt
                         : ck_fail(err, CKPT_E_NOMEM, "out of memory");
     if (s == CKPT_OK && l->use_nccl)
         s = nccl_link_stage(l->nccl, B, &x.stage, err);
-    else if (s == CKPT_OK && !(x.stage = malloc(B)))
+    else if (s == CKPT_OK && !(x.stage = ck_big_alloc(B)))
         s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
     s = load_agree(l, s, err);
     ckpt_status us = CKPT_OK; /* placing into device memory */
