@@ -162,6 +162,65 @@ static uint8_t *read_all(ckpt_tree *t, ckpt_ino ino, size_t *got) {
     return b;
 }
 
+/* ckpt_tree_file_fd: a `.raw/` file is its source file, all of it (the FUSE passthrough
+ * front end hands that descriptor to the kernel); nothing else is. */
+Test(tree, file_fd_only_for_whole_source_files) {
+    ref_fixture fx;
+    cr_assert_eq(ref_load("fsdp2_ws2", &fx), 0);
+    ckpt_tree *t = NULL;
+    ckpt_error err = {0};
+    cr_assert_eq(ckpt_tree_open(fx.ckpt_dir, NULL, &t, &err), CKPT_OK, "%s", err.message);
+    DIR *d = opendir(fx.ckpt_dir);
+    cr_assert_not_null(d);
+    int files = 0;
+    for (struct dirent *de; (de = readdir(d));) {
+        if (de->d_name[0] == '.' && strcmp(de->d_name, ".metadata") != 0) continue;
+        char src[4096], raw[512];
+        snprintf(src, sizeof src, "%s/%s", fx.ckpt_dir, de->d_name);
+        snprintf(raw, sizeof raw, ".raw/%s", de->d_name);
+        FILE *f = fopen(src, "rb");
+        cr_assert_not_null(f, "%s", src);
+        fseek(f, 0, SEEK_END);
+        long n = ftell(f);
+        uint8_t *want = malloc((size_t)n + 1), *got = malloc((size_t)n + 1);
+        rewind(f);
+        cr_assert_eq(fread(want, 1, (size_t)n, f), (size_t)n);
+        fclose(f);
+        ckpt_ino ino = lookup_path(t, raw);
+        cr_assert_eq(ckpt_tree_open_file(t, ino, &err), CKPT_OK, "%s", err.message);
+        uint64_t size = 0;
+        int fd = ckpt_tree_file_fd(t, ino, &size);
+        cr_assert_geq(fd, 0, "%s", raw);
+        cr_assert_eq(size, (uint64_t)n, "%s", raw);
+        /* the descriptor's bytes at the same offsets are the file's, all of them */
+        cr_assert_eq(pread(fd, got, (size_t)n + 1, 0), (ssize_t)n, "%s", raw);
+        cr_assert(memcmp(got, want, (size_t)n) == 0, "%s", raw);
+        ckpt_tree_release_file(t, ino);
+        free(want);
+        free(got);
+        files++;
+    }
+    closedir(d);
+    cr_assert_geq(files, 3, "the shards and .metadata");
+    /* entry files, views and directories are assembled: no descriptor */
+    const ref_entry *re = tensor_with_rows(&fx);
+    cr_assert_not_null(re);
+    const char *path = ckpt_entry_path(ckpt_reader_find(ckpt_tree_reader(t), re->key));
+    char p[512];
+    const char *const others[] = {"", ".raw", ".npy", ".safetensors"};
+    for (size_t i = 0; i < sizeof others / sizeof *others; i++)
+        cr_assert_eq(ckpt_tree_file_fd(t, i ? lookup_path(t, others[i]) : CKPT_TREE_ROOT, NULL),
+                     -1, "%s", others[i]);
+    cr_assert_eq(ckpt_tree_file_fd(t, lookup_path(t, path), NULL), -1, "%s", path);
+    snprintf(p, sizeof p, ".npy/%s.npy", path);
+    cr_assert_eq(ckpt_tree_file_fd(t, lookup_path(t, p), NULL), -1, "%s", p);
+    snprintf(p, sizeof p, ".layout/dim0-of-2/0/%s", path);
+    cr_assert_eq(ckpt_tree_file_fd(t, lookup_path(t, p), NULL), -1, "%s", p);
+    cr_assert_eq(ckpt_tree_file_fd(t, 0x7fffffffffffull, NULL), -1, "an unknown inode");
+    ckpt_tree_free(t);
+    ref_free(&fx);
+}
+
 Test(tree, layout_ranks_are_computed_not_stored) {
     ref_fixture fx;
     cr_assert_eq(ref_load("fsdp2_ws2", &fx), 0);
