@@ -68,6 +68,10 @@ what: stream (default all):
   passthrough (not in the default set) the shard files of readers' two checkpoints read
            directly, through .raw/ with FUSE passthrough (the kernel reads the source itself)
            and through .raw/ with -o no_passthrough, --readers threads and `cp`, back to back.
+  layoutranks (not in the default set) M = 2, 4 ranks at once, each reading every file of its
+           .layout/dim<d>-of-M/<r>/ (model and optimizer) vs the same ranks preading their
+           byte ranges from the shard files directly (bench_read ranges), readers' two
+           checkpoints, d = 0, 1.
 --opt O (repeatable) adds -o O to every mount (e.g. --opt max_read=1032192).
 All reads use tools/bench/bench_read (C, 1 MiB read(2) calls into a reused buffer). Best of
 --runs for every cell. The checkpoint is written once by make_big_ckpt.py (real torch).
@@ -1051,6 +1055,59 @@ def bench_passthrough(a, build, out):
                    f"{span(2)} |")
 
 
+def concurrent(cmds: list[list[str]]) -> tuple[int, float]:
+    """Runs every command at once (one process per rank, each printing "bytes seconds" as
+    bench_read does); the bytes of all and the wall time from the first start to the last
+    end (process start-up included, the same for every method)."""
+    t = time.perf_counter()
+    ps = [subprocess.Popen(c, stdout=subprocess.PIPE, text=True) for c in cmds]
+    outs = [p.communicate()[0] for p in ps]
+    dt = time.perf_counter() - t
+    if any(p.returncode for p in ps):
+        raise SystemExit(f"a rank failed: {cmds[0][:3]}")
+    return sum(int(o.split()[0]) for o in outs), dt
+
+
+def bench_layout_ranks(a, build, out):
+    """M ranks at once, each reading every file of its .layout/dim<d>-of-M/<r>/ directory
+    (the whole state: model and optimizer) through a fresh mount, against the same M ranks
+    preading their byte ranges straight from the shard files (bench_read ranges: libckpt's
+    plan of each tensor's box, no FUSE), back to back in every round; the demo model and the
+    torch-written LLM of readers (saved at 4 ranks), M = 2 and 4, d = 0 and 1."""
+    import statistics
+    daemon, tool = build / "tools/ckptfs/ckptfs", build / "tools/bench/bench_read"
+    work = Path(a.work)
+    ckpts = {"demo GPT + AdamW": make_demo(build, work), "LLM FSDP2 + AdamW": make_llm(work)}
+    res: dict = {}
+    for rnd in range(a.runs):
+        for name, ckpt in ckpts.items():
+            read_files(tool, sorted(ckpt.glob("*.distcp")))  # source hot
+            for m_ranks in (2, 4):
+                for dim in (0, 1):
+                    nd, td = concurrent([[str(tool), "ranges", str(ckpt), str(dim), str(m_ranks),
+                                          str(r), ""] for r in range(m_ranks)])
+                    m = Mount(daemon, ckpt, *a.opt)
+                    try:
+                        spec = m.dir / ".layout" / f"dim{dim}-of-{m_ranks}"
+                        lists = [sorted(str(f) for f in (spec / str(r)).rglob("*") if f.is_file())
+                                 for r in range(m_ranks)]
+                        nm, tm = concurrent([[str(tool), "files", *fs] for fs in lists])
+                    finally:
+                        m.close()
+                    res.setdefault((name, m_ranks, dim), []).append((nd / td, nm / tm, nd, nm))
+    out.append(f"\n.layout/ ranks at once: {a.runs} rounds, hot page cache, mount options: "
+               f"{' '.join(a.opt) or 'default'}\n")
+    out.append("| checkpoint | ranks | layout | byte ranges, direct GiB/s (best) | "
+               ".layout files GiB/s (best) | mount / direct: min, median, max | bytes per job "
+               "(direct, mount) |\n|---|---|---|---|---|---|---|")
+    for (name, m_ranks, dim), v in res.items():
+        r = sorted(x[1] / x[0] for x in v)
+        out.append(f"| {name} | {m_ranks} | dim{dim}-of-{m_ranks} | "
+                   f"{max(x[0] for x in v) / 2**30:.2f} | {max(x[1] for x in v) / 2**30:.2f} | "
+                   f"{r[0]:.2f}, {statistics.median(r):.2f}, {r[-1]:.2f} | "
+                   f"{v[0][2] / 2**20:.0f}, {v[0][3] / 2**20:.0f} MiB |")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("what", nargs="*", default=["stream", "layout", "export"])
@@ -1075,7 +1132,7 @@ def main():
     build = Path(a.build).resolve()
     daemon, tool = build / "tools/ckptfs/ckptfs", build / "tools/bench/bench_read"
     ckpt = Path(a.work) / f"ckpt-{a.gib}g-{a.world}"
-    big = set(a.what) - {"listing", "realistic", "readers", "passthrough"}
+    big = set(a.what) - {"listing", "realistic", "readers", "passthrough", "layoutranks"}
     if big and not (ckpt / ".metadata").exists():
         subprocess.run([sys.executable, str(HERE / "make_big_ckpt.py"), str(ckpt), str(a.gib),
                         str(a.world)], check=True)
@@ -1102,6 +1159,8 @@ def main():
         bench_readers(a, build, extra)
     if "passthrough" in a.what:
         bench_passthrough(a, build, extra)
+    if "layoutranks" in a.what:
+        bench_layout_ranks(a, build, extra)
     if big:
         print(f"\ncheckpoint: {ckpt} ({sum(f.stat().st_size for f in ckpt.iterdir()) / 2**30:.2f} "
               f"GiB, {a.world} ranks); best of {a.runs}; extra mount options: "
