@@ -15,6 +15,7 @@
 #endif
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/mman.h>
 
 void cmd_load_help(FILE *out) {
     fputs("Usage: mpirun -np M ckpt load [options] CHECKPOINT_DIR\n"
@@ -113,6 +114,8 @@ static int mkdirs(char *path) { /* mkdir -p of the directory part of path */
     return 0;
 }
 
+#define HUGE_PAGE ((size_t)2 << 20)
+
 /* Buffers in host or device memory (device only in CUDA builds). */
 static void *buf_alloc(size_t n, bool cuda) {
 #ifdef CKPT_WITH_CUDA
@@ -122,7 +125,15 @@ static void *buf_alloc(size_t n, bool cuda) {
     }
 #endif
     (void)cuda;
-    return malloc(n ? n : 1);
+    /* large host buffers on transparent huge pages where the kernel has them (THP's default
+     * "madvise" mode): filling a tensor then costs a fault per 2 MiB, not per 4 KiB */
+    void *p = NULL;
+    if (n < HUGE_PAGE) return malloc(n ? n : 1);
+    if (posix_memalign(&p, HUGE_PAGE, n) != 0) return NULL;
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, n & ~(HUGE_PAGE - 1), MADV_HUGEPAGE);
+#endif
+    return p;
 }
 static void buf_free(void *p, bool cuda) {
 #ifdef CKPT_WITH_CUDA
