@@ -704,6 +704,8 @@ def test_raw_files_read_by_the_kernel():
             f.stat()
         for _ in range(2):  # the second time after every backing id was closed
             c, _ = cat_all(m, raw, want)
+            if "passthrough not allowed" in m.log():  # (a sandbox refusing the ioctl)
+                pytest.skip("this daemon may not register backing files")
             assert c.get("OPEN") == len(raw) and "READ" not in c, c
             assert c.get("RELEASE") == len(raw), c
         at = len(m.log())
