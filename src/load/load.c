@@ -525,6 +525,7 @@ ckpt_status ckpt_load_execute(ckpt_load *l, const ckpt_load_options *opts, ckpt_
             s = CKPT_OK;
         }
     }
+    l->dx = s == CKPT_OK && l->use_nccl ? nccl_link_staging(l->nccl) : NULL;
     l->stats.transport = l->use_nccl ? CKPT_LOAD_TRANSPORT_NCCL : CKPT_LOAD_TRANSPORT_MPI;
     l->stats.io_threads = o.io_threads;
     double t_setup = now();
@@ -559,6 +560,7 @@ ckpt_status ckpt_load_execute(ckpt_load *l, const ckpt_load_options *opts, ckpt_
             load_plan_release(&p, l->size);
         }
         if (l->use_nccl) nccl_link_release(l->nccl); /* waits for its stream */
+        l->dx = NULL;
         ckpt_status ls = CKPT_OK;
         for (size_t i = 0; s == CKPT_OK && ls == CKPT_OK && i < l->nreqs; i++) {
             lreq *q = &l->reqs[i];
