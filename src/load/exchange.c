@@ -6,8 +6,9 @@
  * same order straight into the destination buffers.  Device to device (l->dx: every destination
  * is device memory) the same round uploads the window to the device, packs and places with
  * device-to-device copies (devstage.c) and moves the packs with one ncclSend/ncclRecv group
- * (nccl.c).  Failures (a missing file, a short read) are agreed on before the exchange, so
- * every rank stops together. */
+ * (nccl.c) or one all-to-all of the transport's device hooks (transport.c).  Failures (a
+ * missing file, a short read) are agreed on before the exchange, so every rank stops
+ * together. */
 #include "load/load_i.h"
 #include "util/error.h"
 
@@ -341,10 +342,41 @@ static ckpt_status move_host(rounds *x, uint64_t r, ckpt_status rs, ckpt_status 
     return s;
 }
 
+/* The device hooks' transfer of a round: one device all-to-all of the packs on the stage's
+ * stream, deliveries queued behind it, the hooks' sync (after a failed all-to-all too: it
+ * waits for whatever was queued), then a wait for the stream.  Every rank makes both calls,
+ * whatever failed here (the peers are in them); this rank's status goes to *us, agreed at
+ * the next round's start or after the rounds, as a host all-to-all's. */
+static void hooks_transfer(rounds *x, uint64_t r, ckpt_status *us, ckpt_error *err) {
+    ckpt_load *l = x->l;
+    dev_stage *st = l->dx;
+    void *stream = dev_stage_stream(st);
+    zcounts(x);
+    ckpt_status ts = dev_stage_flush(st, err); /* the packs, before the transfer reads them */
+    ckpt_status as = load_dev_alltoallv(l, dev_stage_send(st), x->zsc, x->zsd, dev_stage_recv(st),
+                                        x->zrc, x->zrd, stream, ts == CKPT_OK ? err : NULL);
+    if (ts == CKPT_OK) ts = as;
+    for (int k = 0; ts == CKPT_OK && k < l->size; k++) {
+        if (k == l->rank) continue;
+        size_t nt = window(x->p, k, r * x->B, x->B, x->theirs, x->wcap);
+        ddeliver_ctx dc = {l, (uint64_t)x->rd[k], CKPT_OK, err};
+        overlaps(x->p, l->rank, x->theirs, nt, ddeliver, &dc);
+        ts = dc.s;
+    }
+    ckpt_status fs = dev_stage_flush(st, ts == CKPT_OK ? err : NULL);
+    if (ts == CKPT_OK) ts = fs;
+    ckpt_status ws = load_dev_sync(l, stream, ts == CKPT_OK ? err : NULL);
+    if (ts == CKPT_OK) ts = ws;
+    ws = dev_stage_wait(st, ts == CKPT_OK ? err : NULL);
+    if (ts == CKPT_OK) ts = ws;
+    if (ts != CKPT_OK && *us == CKPT_OK) *us = ts;
+}
+
 /* One round's movement device to device: the window up to the device, packs and this rank's
  * own bytes by device-to-device copies, one transfer, deliveries, then a wait for the stream
- * (the host window is reread next round).  Agreed before the group (no rank enters it alone)
- * and after it (a failed group aborts the communicator everywhere). */
+ * (the host window is reread next round).  Agreed before the transfer (no rank enters it
+ * alone).  Over NCCL, agreed after the group too (a failed group aborts the communicator
+ * everywhere); over the device hooks, as a host all-to-all (hooks_transfer). */
 static ckpt_status move_device(rounds *x, uint64_t r, ckpt_status rs, ckpt_status *us,
                                ckpt_error *err) {
     ckpt_load *l = x->l;
@@ -365,6 +397,12 @@ static ckpt_status move_device(rounds *x, uint64_t r, ckpt_status rs, ckpt_statu
     ckpt_status s = load_agree(l, rs, err);
     if (s != CKPT_OK) return s;
     uint64_t sent = x->stot - (uint64_t)x->sc[me], received = x->rtot - (uint64_t)x->rc[me];
+    if (l->use_hooks) {
+        hooks_transfer(x, r, us, err);
+        l->stats.bytes_sent += sent;
+        l->stats.bytes_received += received;
+        return CKPT_OK;
+    }
     s = load_agree(l, nccl_link_exchange(l->nccl, x->sc, x->sd, x->rc, x->rd, err), err);
     if (s != CKPT_OK) {
         nccl_link_abort(l->nccl);

@@ -116,7 +116,7 @@ ckpt_status dev_sink_put(dev_sink *s, const uint8_t *buf, uint8_t *dst, const ui
 ckpt_status dev_sink_finish(dev_sink *s, ckpt_error *err);
 
 /* devstage.c (cuda builds) or nodevice.c: the device side of a device-to-device exchange,
- * used by the NCCL link.  A stage holds one non-blocking
+ * shared by the NCCL link and the transport's device hooks.  A stage holds one non-blocking
  * stream and the staging of an execute: a pinned host window (what a reader preads), its
  * device copy, and device send and receive buffers.  Copies are queued on the stream in
  * order (runs merged as copy_run says); dev_stage_wait waits for all of them. */
@@ -147,6 +147,8 @@ ckpt_status dev_stage_deliver(dev_stage *x, const uint8_t *buf, uint8_t *dst, ui
 ckpt_status dev_stage_flush(dev_stage *x, ckpt_error *err);
 /* Queues them and waits for everything queued. */
 ckpt_status dev_stage_wait(dev_stage *x, ckpt_error *err);
+/* The device the caller runs on (cudaGetDevice), -1 when there is none. */
+int dev_current(void);
 
 /* nccl.c (cuda + nccl builds) or nonccl.c: the NCCL transport of the exchange.  A link holds
  * the NCCL communicator (made over the handle's transport) and a device stage, whose stream
@@ -172,7 +174,8 @@ void nccl_link_release(nccl_link *x);
 void nccl_link_abort(nccl_link *x);
 
 struct ckpt_load {
-    ckpt_transport t; /* the caller's (a copy); t.ctx is destroyed by ckpt_load_free */
+    ckpt_transport t;           /* the caller's (a copy); t.ctx is destroyed by ckpt_load_free */
+    ckpt_transport_device tdev; /* a copy of *t.device, which then points here */
     int rank, size;
     /* transport.c's scratch: counts and displacements (size each), the gathered minimum
      * (size * LOAD_MIN_MAX, when the transport has no allreduce_min_u64) */
@@ -186,9 +189,11 @@ struct ckpt_load {
     uint64_t io_piece;        /* of the current execute */
     dev_sink *dev;            /* made by an execute with device destinations, kept while it fits */
     nccl_link *nccl;          /* made by the first execute over NCCL, kept until ckpt_load_free */
-    bool use_nccl; /* the current execute's exchange goes over NCCL (same on every rank) */
-    dev_stage *dx; /* the stage of the current execute's device exchange (NCCL's), NULL when
-                      the exchange goes through host memory */
+    dev_stage *hooks;         /* made by the first execute over the device hooks, kept */
+    bool use_nccl;  /* the current execute's exchange goes over NCCL (same on every rank) */
+    bool use_hooks; /* ... over the transport's device hooks (same on every rank) */
+    dev_stage *dx;  /* the stage of the current execute's device exchange (NCCL's or hooks),
+                       NULL when the exchange goes through host memory */
     lreq *reqs;
     size_t nreqs, reqs_cap;
     ckpt_load_stats stats;
@@ -213,6 +218,13 @@ ckpt_status load_alltoallv(ckpt_load *l, const void *send, const size_t *sc, con
                            ckpt_error *err);
 ckpt_status load_bcast(ckpt_load *l, void *buf, size_t n, int root, const char *what,
                        ckpt_error *err);
+/* The device hooks (t.device): an all-to-all of device buffers queued on `stream`, and the wait
+ * for it (called after every device all-to-all, also a failed one); this rank's status, to be
+ * agreed, as load_alltoallv's. */
+ckpt_status load_dev_alltoallv(ckpt_load *l, const void *send, const size_t *sc, const size_t *sd,
+                               void *recv, const size_t *rc, const size_t *rd, void *stream,
+                               ckpt_error *err);
+ckpt_status load_dev_sync(ckpt_load *l, void *stream, ckpt_error *err);
 /* Element-wise minimum over the ranks, in place (n <= LOAD_MIN_MAX); all-or-nothing: a failure
  * breaks the handle. */
 ckpt_status load_min_u64(ckpt_load *l, uint64_t *v, size_t n, const char *what, ckpt_error *err);

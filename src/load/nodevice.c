@@ -53,6 +53,8 @@ ckpt_status dev_sink_finish(dev_sink *s, ckpt_error *err) {
     return CKPT_OK;
 }
 
+int dev_current(void) { return -1; }
+
 static ckpt_status no_cuda(ckpt_error *err) {
     return ck_fail(err, CKPT_E_UNSUPPORTED, "this build has no CUDA support");
 }
