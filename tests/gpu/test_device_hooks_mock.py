@@ -173,6 +173,19 @@ def test_the_choice_of_transport(tmp_path):
                              *args)
     assert "transport device: every destination must be device memory" in \
         tt.same_everywhere(ranks, E_UNSUPPORTED)
+    # hooks naming another device than the current one: auto falls back to the host
+    # transport (the same bytes), forced DEVICE fails on every rank
+    rc, ranks, stats, _ = tt.run(fx, spec, tmp_path / "h", "--device", "--hooks",
+                                 "--hooks-device", "1", *args)
+    assert rc == 0 and all(s[8] == HOST and s[10] == 0 for s in stats), (ranks, stats)
+    for f in (tmp_path / "a").rglob("*"):
+        if f.is_file():
+            rel = f.relative_to(tmp_path / "a")
+            assert f.read_bytes() == (tmp_path / "h" / rel).read_bytes(), rel
+    rc, ranks, _, _ = tt.run(fx, spec, tmp_path / "i", "--device", "--hooks", "--hooks-device",
+                             "1", "--transport", "device", *args)
+    assert "rank 0: transport device hooks: their device is 1, the current device is 0" in \
+        tt.same_everywhere(ranks, E_INVAL)
     # forced DEVICE with hooks: as auto; the independent mode reads in place, no exchange
     rc, ranks, stats, _ = tt.run(fx, spec, tmp_path / "f", "--device", "--hooks",
                                  "--transport", "device", *args)

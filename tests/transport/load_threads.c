@@ -7,7 +7,7 @@
  *   load_threads DIR SPEC OUTDIR [--mode collective|independent] [--direct-min N]
  *                [--budget N] [--derived] [--timeout-ms N] [--dir-of K:DIR]
  *                [--fault K:OP:N:KIND] [--transport auto|host|nccl|device]
- *                [--device] [--hooks] [--corrupt-hooks]
+ *                [--device] [--hooks] [--hooks-device N] [--corrupt-hooks]
  *   load_threads --check-open DIR
  *
  * --derived leaves bcast and allreduce_min_u64 NULL (the loader builds them from allgatherv).
@@ -16,7 +16,8 @@
  * --device requests every shard into device memory (copied back to be dumped), --hooks gives
  * the transport device hooks (ckpt_transport.device: dalltoallv copies device to device
  * between the threads' buffers, cudaMemcpyAsync on the loader's stream; dsync waits for the
- * stream, then for every rank's), and --corrupt-hooks makes each block the hooks receive
+ * stream, then for every rank's; --hooks-device: the device they name, default 0, the
+ * stand-in's current device), and --corrupt-hooks makes each block the hooks receive
  * start with its second byte (a planted bug the comparison must catch).
  * --fault: rank K's N-th call (1-based) of OP (allgatherv, alltoallv, bcast, min, and the
  * device hooks' dalltoallv and dsync) fails:
@@ -379,6 +380,7 @@ typedef struct args {
     ckpt_load_options o;
     bool derived;
     bool device, hooks; /* device destinations; device hooks (LOAD_THREADS_CUDA builds) */
+    int hooks_device;   /* the hooks' device (--hooks-device; the stand-in's current: 0) */
     int dir_of_rank;
     const char *dir_of;
 } args;
@@ -456,7 +458,7 @@ static void *rank_main(void *p) {
     };
 #ifdef LOAD_THREADS_CUDA
     const ckpt_transport_device hooks = {
-        .device = 0, .alltoallv = t_dev_alltoallv, .sync = t_dev_sync};
+        .device = a->hooks_device, .alltoallv = t_dev_alltoallv, .sync = t_dev_sync};
     if (a->hooks) t.device = &hooks;
 #endif
     ckpt_layout lay;
@@ -612,7 +614,7 @@ static int usage(void) {
     fprintf(stderr, "usage: load_threads DIR SPEC OUTDIR [--mode collective|independent] "
                     "[--direct-min N] [--budget N] [--derived] [--timeout-ms N] "
                     "[--dir-of K:DIR] [--fault K:OP:N:lone|op|down] "
-                    "[--transport auto|host|nccl|device] [--device] [--hooks] "
+                    "[--transport auto|host|nccl|device] [--device] [--hooks] [--hooks-device N] "
                     "[--corrupt-hooks]\n");
     return 2;
 }
@@ -652,6 +654,8 @@ int main(int argc, char **argv) {
                             : !strcmp(v, "nccl")   ? CKPT_LOAD_TRANSPORT_NCCL
                             : !strcmp(v, "device") ? CKPT_LOAD_TRANSPORT_DEVICE
                                                    : CKPT_LOAD_TRANSPORT_AUTO;
+        } else if (!strcmp(argv[i - 1], "--hooks-device")) {
+            a.hooks_device = atoi(v);
         } else if (!strcmp(argv[i - 1], "--timeout-ms")) {
             h.timeout_ms = atoi(v);
         } else if (!strcmp(argv[i - 1], "--dir-of")) {
