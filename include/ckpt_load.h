@@ -5,8 +5,8 @@
  * semantics, or the whole tensor) and where it goes; one collective call plans who reads what
  * (the union of all requests split into contiguous, byte-balanced ranges of the shard files),
  * reads it with large preads, and moves every piece to the ranks that need it over the
- * handle's transport (or, between device buffers in builds with NCCL, over NCCL), in rounds
- * bounded by a staging budget.
+ * handle's transport (or, between device buffers, over the transport's device hooks or, in
+ * builds with NCCL, over NCCL), in rounds bounded by a staging budget.
  *
  * The ranks talk through a transport (ckpt_transport.h): the caller's, with
  * ckpt_load_open_transport (no MPI needed: this header does not include mpi.h), or MPI's, with
@@ -35,16 +35,25 @@ typedef enum ckpt_load_mode {
 
 /* How exchanged bytes travel between ranks. */
 typedef enum ckpt_load_transport {
-    CKPT_LOAD_TRANSPORT_AUTO = 0, /* NCCL when the build has it and every rank has device
-                                     destinations only (at least one); HOST otherwise, and
-                                     when the NCCL communicator cannot be made */
+    CKPT_LOAD_TRANSPORT_AUTO = 0, /* device to device when every rank has device destinations
+                                     only (at least one): over the transport's device hooks
+                                     when every rank's transport has them (DEVICE), else over
+                                     NCCL when the build has it; HOST otherwise, and when the
+                                     hooks' stage or the NCCL communicator cannot be made */
     CKPT_LOAD_TRANSPORT_HOST = 1, /* the handle's transport (ckpt_transport.h: MPI's
                                      MPI_Alltoallv, or the caller's) through host memory */
     CKPT_LOAD_TRANSPORT_MPI = CKPT_LOAD_TRANSPORT_HOST, /* (its name before transports) */
-    CKPT_LOAD_TRANSPORT_NCCL = 2, /* ncclSend/ncclRecv device to device: every destination
-                                     of every rank must be device memory (a rank with no
-                                     requests uses its current device); CKPT_E_UNSUPPORTED
-                                     without the nccl feature */
+    CKPT_LOAD_TRANSPORT_NCCL = 2,   /* ncclSend/ncclRecv device to device over the loader's own
+                                       NCCL communicator: every destination of every rank must
+                                       be device memory (a rank with no requests uses its
+                                       current device); CKPT_E_UNSUPPORTED without the nccl
+                                       feature */
+    CKPT_LOAD_TRANSPORT_DEVICE = 3, /* device to device over the transport's device hooks
+                                       (ckpt_transport.device), as NCCL's rounds but one hooks'
+                                       alltoallv per round: every destination device memory,
+                                       every rank's transport with hooks, their device the
+                                       current one (CKPT_E_UNSUPPORTED without the cuda
+                                       feature or without hooks on some rank) */
 } ckpt_load_transport;
 
 typedef struct ckpt_load_options {
@@ -65,7 +74,9 @@ typedef struct ckpt_load_options {
     /* Ranges longer than two pieces are read in pieces of this many bytes spread over the
      * threads (default 4 MiB; smaller values are for tests). */
     uint64_t io_piece_bytes;
-    /* Between ranks: the handle's transport or NCCL (default auto).  The NCCL communicator is
+    /* Between ranks: the handle's transport, its device hooks or NCCL (default auto).  The
+     * hooks' stream and staging are made by the first execute that uses them, kept until
+     * ckpt_load_free (the buffers are freed after each execute).  The NCCL communicator is
      * made by the first execute that uses it (collective: rank 0's ncclGetUniqueId goes to
      * every rank over the handle's transport) and kept until ckpt_load_free; it belongs to the
      * device current then. */
@@ -91,9 +102,9 @@ typedef struct ckpt_load_stats {
      * planning, reading (in-place runs and windows), moving and placing; total: all */
     double seconds_plan, seconds_read, seconds_exchange, seconds_total;
     uint64_t bytes_device;         /* placed in CUDA destinations: host-to-device through the pinned
-                                      staging, or device-to-device from the NCCL transport */
+                                      staging, or device-to-device from a device exchange */
     ckpt_load_transport transport; /* what the exchange used: HOST (MPI's or the caller's
-                                      transport) or NCCL */
+                                      transport), NCCL or DEVICE (the transport's hooks) */
     uint64_t bytes_sent_nccl;      /* of bytes_sent, sent with ncclSend */
     uint64_t bytes_received_nccl;  /* of bytes_received, received with ncclRecv */
     double seconds_nccl_init;      /* making the NCCL communicator (0 when cached) */
@@ -144,9 +155,10 @@ bool ckpt_load_has_nccl(void);
 /* Collective over the transport `t` (ckpt_transport.h; copied, its ctx kept until
  * ckpt_load_free, which calls t->destroy when set): every rank opens and indexes `dir`, and
  * the ranks check they see the same data files.  A bad transport (wrong version, rank out of
- * range, a required callback NULL, device hooks) fails with CKPT_E_INVAL or
- * CKPT_E_UNSUPPORTED on this rank alone, before any callback is made; t->destroy is called
- * before any failure returns.  MPI programs: ckpt_load_open (ckpt_load_mpi.h). */
+ * range, a required callback NULL, device hooks without alltoallv or sync) fails with
+ * CKPT_E_INVAL or CKPT_E_UNSUPPORTED on this rank alone, before any callback is made;
+ * t->destroy is called before any failure returns.  MPI programs: ckpt_load_open (ckpt_load_mpi.h).
+ */
 ckpt_status ckpt_load_open_transport(const ckpt_transport *t, const char *dir,
                                      const ckpt_open_options *opts, ckpt_load **out,
                                      ckpt_error *err);

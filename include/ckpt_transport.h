@@ -3,7 +3,8 @@
  * ckpt_load_mpi.h; a torch.distributed process group, a test's threads are others).  The
  * loader needs only these four things from a runtime: the rank and the size, an all-gather of
  * variable-size host blocks, an all-to-all of host buffers with variable counts, and — built
- * from those when the runtime has nothing better — a broadcast and an element-wise minimum.
+ * from those when the runtime has nothing better — a broadcast and an element-wise minimum;
+ * optionally, an all-to-all of device buffers (the device hooks).
  * Errors are agreed with them (docs/loader.md "Transports").
  *
  * Conventions as in ckpt.h.  No MPI, CUDA or NCCL header is needed.
@@ -53,25 +54,38 @@ extern "C" {
 /* The layout version of ckpt_transport this header describes: set .version to it. */
 #define CKPT_TRANSPORT_VERSION 1
 
-/* Device hooks (reserved: a transport sets ckpt_transport.device to NULL in this version, and
- * ckpt_load_open_transport refuses anything else with CKPT_E_UNSUPPORTED).  A runtime that
- * moves bytes between device buffers (NCCL through torch, UCX) will drive the loader's device
- * exchange through this: one call per round, shaped like ncclGroupStart, ncclSend/ncclRecv to
- * each peer, ncclGroupEnd.  Until then the loader's NCCL transport (CKPT_LOAD_TRANSPORT_NCCL)
- * makes its own NCCL communicator from the host transport (rank 0's ncclGetUniqueId sent with
- * bcast). */
+/* Device hooks (optional: NULL when the runtime moves host buffers only).  A runtime that moves
+ * bytes between device buffers (NCCL through torch.distributed, UCX) drives the loader's
+ * device-to-device exchange through them: loads whose every destination on every rank is CUDA
+ * memory (ckpt_load_options.transport AUTO or DEVICE, ckpt_load.h) upload each round's read
+ * window to the device, pack what each peer needs there, make ONE alltoallv call per round on
+ * the loader's own stream in place of the host alltoallv, call sync, and place what arrived
+ * with device-to-device copies.  The loader calls sync after every device alltoallv, also one
+ * that failed; both are data calls under T1 and T2 (a failure on some ranks is agreed, every
+ * rank failing with "rank K: transport device all-to-all failed: ..." or "... device sync
+ * failed: ..."), and T4 (the loader's thread).  Buffers are the loader's device memory
+ * (cudaMalloc on the hooks' device), never overlapping; this rank's own entry has count 0 (the
+ * loader places its own bytes itself).  The hooks are copied by ckpt_load_open_transport with
+ * the struct.  Without them, the loader's NCCL transport (CKPT_LOAD_TRANSPORT_NCCL) makes its
+ * own NCCL communicator from the host transport (rank 0's ncclGetUniqueId sent with bcast). */
 typedef struct ckpt_transport_device {
-    /* The CUDA device its transfers use (the loader's buffers are made there). */
+    /* The CUDA device its transfers use: it must be the current device at ckpt_load_execute,
+     * where the loader's buffers and stream are made. */
     int device;
     /* To every rank j, send_bytes[j] device bytes at send + send_displs[j]; from every rank j,
      * recv_bytes[j] into recv + recv_displs[j] (this rank's own entry included), queued on
      * `stream` (a cudaStream_t) after the work already queued there; the bytes are in place
-     * once that stream is synchronized.  0, or the transport's error code; a failure the
-     * transport only learns of later is returned by sync. */
+     * once that stream is synchronized (what the loader queued on the stream before the call
+     * has to complete before the bytes at send are read: the packs).  0, or the transport's
+     * error code; a failure the transport only learns of later is returned by sync. */
     int (*alltoallv)(void *ctx, const void *send, const size_t *send_bytes,
                      const size_t *send_displs, void *recv, const size_t *recv_bytes,
                      const size_t *recv_displs, void *stream);
-    /* Waits for what alltoallv queued on `stream`: 0, or an error code. */
+    /* Waits for what alltoallv queued on `stream` (after it, the peers may reuse their send
+     * buffers and this rank its receive buffer): 0, or an error code.  Whatever it returns,
+     * nothing of the transfer is left pending on `stream` (a transport that cannot complete it
+     * cancels it, as ncclCommAbort does): the loader waits for the stream next, and frees its
+     * buffers when the load fails. */
     int (*sync)(void *ctx, void *stream);
 } ckpt_transport_device;
 
@@ -110,7 +124,7 @@ typedef struct ckpt_transport {
      * caller frees ctx after ckpt_load_free. */
     void (*destroy)(void *ctx);
 
-    /* Reserved, NULL (above). */
+    /* Optional: the device hooks (above), NULL without. */
     const ckpt_transport_device *device;
 } ckpt_transport;
 

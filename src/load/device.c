@@ -28,6 +28,15 @@ bool dev_supported(void) { return true; }
 
 bool dev_pointer_is_device(const void *p) { return ck_cuda_is_device_ptr(p); }
 
+int dev_current(void) {
+    int d = -1;
+    if (cudaGetDevice(&d) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    return d;
+}
+
 ckpt_status dev_sink_create(uint64_t bytes, dev_sink **out, ckpt_error *err) {
     *out = NULL;
     dev_sink *s = calloc(1, sizeof *s);

@@ -3,11 +3,12 @@
  * from the shared plan, which parts of every reader's window each rank needs, so counts need
  * no extra messages: senders pack the overlaps of each requester's pieces in (file, offset)
  * order, one all-to-all of the transport (ckpt_transport.h) moves them, and receivers unpack in the
- * same order straight into the destination buffers.  Over NCCL (l->use_nccl: every destination is
- * device memory) the same round uploads the window to the device, packs and places with
- * device-to-device copies and moves the packs with one ncclSend/ncclRecv group (the calls are
- * nccl.c's).  Failures (a missing file, a short read) are agreed on before the exchange, so every
- * rank stops together. */
+ * same order straight into the destination buffers.  Device to device (l->dx: every destination
+ * is device memory) the same round uploads the window to the device, packs and places with
+ * device-to-device copies (devstage.c) and moves the packs with one ncclSend/ncclRecv group
+ * (nccl.c) or one all-to-all of the transport's device hooks (transport.c).  Failures (a
+ * missing file, a short read) are agreed on before the exchange, so every rank stops
+ * together. */
 #include "load/load_i.h"
 #include "util/error.h"
 #include "util/bigbuf.h"
@@ -145,8 +146,8 @@ static void place_own(void *ctx, const gpiece *q, const wpart *w, uint64_t lo, u
     deliver(c->l, q->req, to, c->stage + w->stage + (lo - w->r.off), n, &c->s, c->err);
 }
 
-/* NCCL: the overlaps of one requester's pieces with this rank's window, copied device to
- * device from the device window into the send buffer (from `to` on), or straight into this
+/* Device exchange: the overlaps of one requester's pieces with this rank's window, copied device
+ * to device from the device window into the send buffer (from `to` on), or straight into this
  * rank's own destinations. */
 typedef struct dpack_ctx {
     ckpt_load *l;
@@ -162,16 +163,16 @@ static void dpack(void *ctx, const gpiece *q, const wpart *w, uint64_t lo, uint6
     if (c->s != CKPT_OK) return;
     if (c->self) {
         const lreq *r = &c->l->reqs[q->req];
-        c->s = nccl_link_place(c->l->nccl, r->dst, r->dst + dst, from, n, c->err);
+        c->s = dev_stage_place(c->l->dx, r->dst, r->dst + dst, from, n, c->err);
         c->l->stats.bytes_device += n;
     } else {
-        c->s = nccl_link_pack(c->l->nccl, c->to, from, n, c->err);
+        c->s = dev_stage_pack(c->l->dx, c->to, from, n, c->err);
         c->to += n;
     }
 }
 
-/* NCCL: what arrived from one reader (from `from` in the receive buffer), device to device
- * into the destinations, in the order it was packed. */
+/* Device exchange: what arrived from one reader (from `from` in the receive buffer), device to
+ * device into the destinations, in the order it was packed. */
 typedef struct ddeliver_ctx {
     ckpt_load *l;
     uint64_t from;
@@ -185,7 +186,7 @@ static void ddeliver(void *ctx, const gpiece *q, const wpart *w, uint64_t lo, ui
     ddeliver_ctx *c = ctx;
     const lreq *r = &c->l->reqs[q->req];
     if (c->s == CKPT_OK)
-        c->s = nccl_link_deliver(c->l->nccl, r->dst, r->dst + dst, c->from, n, c->err);
+        c->s = dev_stage_deliver(c->l->dx, r->dst, r->dst + dst, c->from, n, c->err);
     c->l->stats.bytes_device += n;
     c->from += n;
 }
@@ -240,7 +241,7 @@ typedef struct rounds {
     size_t wcap;
     wpart *mine, *theirs;
     size_t nmine;
-    uint8_t *stage; /* the window as read: host memory, pinned for NCCL */
+    uint8_t *stage; /* the window as read: host memory, pinned for a device exchange */
     int *sc, *sd, *rc, *rd;
     size_t *zsc, *zsd, *zrc, *zrd; /* the same as size_t, for the transport */
     uint64_t stot, rtot;
@@ -271,6 +272,18 @@ static ckpt_status count(rounds *x, uint64_t r, ckpt_error *err) {
         x->rtot += m;
     }
     return s;
+}
+
+/* The round's counts as the transport takes them, this rank's own block left out (it goes
+ * straight into place). */
+static void zcounts(rounds *x) {
+    for (int j = 0; j < x->l->size; j++) {
+        bool me = j == x->l->rank;
+        x->zsc[j] = me ? 0 : (size_t)x->sc[j];
+        x->zsd[j] = (size_t)x->sd[j];
+        x->zrc[j] = me ? 0 : (size_t)x->rc[j];
+        x->zrd[j] = (size_t)x->rd[j];
+    }
 }
 
 /* One round's movement over the handle's transport (host memory); `rs` is this rank's status so far
@@ -307,16 +320,11 @@ static ckpt_status move_host(rounds *x, uint64_t r, ckpt_status rs, ckpt_status 
             overlaps(p, j, x->mine, x->nmine, pack, &pc);
         }
         /* this rank's own bytes go from the window straight into place (two copies fewer
-         * of each: no pack, self block or unpack; as move_nccl does) */
+         * of each: no pack, self block or unpack; as move_device does) */
         own_ctx oc = {l, x->stage, CKPT_OK, err};
         overlaps(p, me, x->mine, x->nmine, place_own, &oc);
         if (oc.s != CKPT_OK && *us == CKPT_OK) *us = oc.s;
-        for (int j = 0; j < l->size; j++) {
-            x->zsc[j] = j == me ? 0 : (size_t)x->sc[j];
-            x->zsd[j] = (size_t)x->sd[j];
-            x->zrc[j] = j == me ? 0 : (size_t)x->rc[j];
-            x->zrd[j] = (size_t)x->rd[j];
-        }
+        zcounts(x);
         /* a failed all-to-all fails the next agreement (the next round's, or the one after
          * the rounds): what it left in rbuf is copied into the caller's buffers but the load
          * fails on every rank */
@@ -336,12 +344,43 @@ static ckpt_status move_host(rounds *x, uint64_t r, ckpt_status rs, ckpt_status 
     return s;
 }
 
-/* One round's movement over NCCL: the window up to the device, packs and this rank's own
- * bytes by device-to-device copies, one send/receive group, deliveries, then a wait for the
- * stream (the host window is reread next round).  Agreed before the group (no rank enters it
- * alone) and after it (a failed group aborts the communicator everywhere). */
-static ckpt_status move_nccl(rounds *x, uint64_t r, ckpt_status rs, ckpt_status *us,
-                             ckpt_error *err) {
+/* The device hooks' transfer of a round: one device all-to-all of the packs on the stage's
+ * stream, deliveries queued behind it, the hooks' sync (after a failed all-to-all too: it
+ * waits for whatever was queued), then a wait for the stream.  Every rank makes both calls,
+ * whatever failed here (the peers are in them); this rank's status goes to *us, agreed at
+ * the next round's start or after the rounds, as a host all-to-all's. */
+static void hooks_transfer(rounds *x, uint64_t r, ckpt_status *us, ckpt_error *err) {
+    ckpt_load *l = x->l;
+    dev_stage *st = l->dx;
+    void *stream = dev_stage_stream(st);
+    zcounts(x);
+    ckpt_status ts = dev_stage_flush(st, err); /* the packs, before the transfer reads them */
+    ckpt_status as = load_dev_alltoallv(l, dev_stage_send(st), x->zsc, x->zsd, dev_stage_recv(st),
+                                        x->zrc, x->zrd, stream, ts == CKPT_OK ? err : NULL);
+    if (ts == CKPT_OK) ts = as;
+    for (int k = 0; ts == CKPT_OK && k < l->size; k++) {
+        if (k == l->rank) continue;
+        size_t nt = window(x->p, k, r * x->B, x->B, x->theirs, x->wcap);
+        ddeliver_ctx dc = {l, (uint64_t)x->rd[k], CKPT_OK, err};
+        overlaps(x->p, l->rank, x->theirs, nt, ddeliver, &dc);
+        ts = dc.s;
+    }
+    ckpt_status fs = dev_stage_flush(st, ts == CKPT_OK ? err : NULL);
+    if (ts == CKPT_OK) ts = fs;
+    ckpt_status ws = load_dev_sync(l, stream, ts == CKPT_OK ? err : NULL);
+    if (ts == CKPT_OK) ts = ws;
+    ws = dev_stage_wait(st, ts == CKPT_OK ? err : NULL);
+    if (ts == CKPT_OK) ts = ws;
+    if (ts != CKPT_OK && *us == CKPT_OK) *us = ts;
+}
+
+/* One round's movement device to device: the window up to the device, packs and this rank's
+ * own bytes by device-to-device copies, one transfer, deliveries, then a wait for the stream
+ * (the host window is reread next round).  Agreed before the transfer (no rank enters it
+ * alone).  Over NCCL, agreed after the group too (a failed group aborts the communicator
+ * everywhere); over the device hooks, as a host all-to-all (hooks_transfer). */
+static ckpt_status move_device(rounds *x, uint64_t r, ckpt_status rs, ckpt_status *us,
+                               ckpt_error *err) {
     ckpt_load *l = x->l;
     const load_plan *p = x->p;
     int me = l->rank;
@@ -349,9 +388,9 @@ static ckpt_status move_nccl(rounds *x, uint64_t r, ckpt_status rs, ckpt_status 
         uint64_t n = 0;
         for (size_t i = 0; i < x->nmine; i++)
             n += x->mine[i].r.len;
-        rs = nccl_link_upload(l->nccl, n, err);
+        rs = dev_stage_upload(l->dx, n, err);
     }
-    if (rs == CKPT_OK) rs = nccl_link_reserve(l->nccl, x->stot, x->rtot, err);
+    if (rs == CKPT_OK) rs = dev_stage_reserve(l->dx, x->stot, x->rtot, err);
     for (int j = 0; rs == CKPT_OK && j < l->size; j++) {
         dpack_ctx pc = {l, (uint64_t)x->sd[j], j == me, CKPT_OK, err};
         overlaps(p, j, x->mine, x->nmine, dpack, &pc);
@@ -359,10 +398,18 @@ static ckpt_status move_nccl(rounds *x, uint64_t r, ckpt_status rs, ckpt_status 
     }
     ckpt_status s = load_agree(l, rs, err);
     if (s != CKPT_OK) return s;
+    uint64_t sent = x->stot - (uint64_t)x->sc[me], received = x->rtot - (uint64_t)x->rc[me];
+    if (l->use_hooks) {
+        hooks_transfer(x, r, us, err);
+        l->stats.bytes_sent += sent;
+        l->stats.bytes_received += received;
+        return CKPT_OK;
+    }
     s = load_agree(l, nccl_link_exchange(l->nccl, x->sc, x->sd, x->rc, x->rd, err), err);
     if (s != CKPT_OK) {
         nccl_link_abort(l->nccl);
         l->nccl = NULL;
+        l->dx = NULL;
         return s;
     }
     ckpt_status ds = CKPT_OK;
@@ -376,7 +423,6 @@ static ckpt_status move_nccl(rounds *x, uint64_t r, ckpt_status rs, ckpt_status 
     ckpt_status ws = nccl_link_sync(l->nccl, ds == CKPT_OK ? err : NULL);
     if (ds == CKPT_OK) ds = ws;
     if (ds != CKPT_OK && *us == CKPT_OK) *us = ds;
-    uint64_t sent = x->stot - (uint64_t)x->sc[me], received = x->rtot - (uint64_t)x->rc[me];
     l->stats.bytes_sent += sent;
     l->stats.bytes_received += received;
     l->stats.bytes_sent_nccl += sent;
@@ -387,14 +433,15 @@ static ckpt_status move_nccl(rounds *x, uint64_t r, ckpt_status rs, ckpt_status 
 ckpt_status load_exchange(ckpt_load *l, const load_plan *p, uint64_t staging_bytes,
                           ckpt_error *err) {
     int P = l->size, me = l->rank;
+    dev_stage *dx = l->dx; /* (an aborted NCCL link clears l->dx, freeing the window) */
     double td = now();
     ckpt_status ds = load_agree(l, read_direct(l, p, err), err);
     l->stats.seconds_read += now() - td;
     if (ds != CKPT_OK) return ds;
     /* host: staging B + what is sent (up to P copies) + what is received: B*(1+2P) <= budget;
-     * NCCL: the pinned window and its device twin, then the device send and receive
-     * buffers: B*(2+2P) */
-    uint64_t B = staging_bytes / ((l->use_nccl ? 2 : 1) + 2 * (uint64_t)P);
+     * device to device: the pinned window and its device twin, then the device send and
+     * receive buffers: B*(2+2P) */
+    uint64_t B = staging_bytes / ((dx ? 2 : 1) + 2 * (uint64_t)P);
     if (B > (uint64_t)INT_MAX / (uint64_t)P) B = (uint64_t)INT_MAX / (uint64_t)P;
     if (B < 256) B = 256; /* tiny budgets: many rounds (tests) */
     uint64_t most = 0;
@@ -421,8 +468,8 @@ ckpt_status load_exchange(ckpt_load *l, const load_plan *p, uint64_t staging_byt
     ckpt_status s = x.mine && x.theirs && x.sc && x.sd && x.rc && x.rd && x.zsc
                         ? CKPT_OK
                         : ck_fail(err, CKPT_E_NOMEM, "out of memory");
-    if (s == CKPT_OK && l->use_nccl)
-        s = nccl_link_stage(l->nccl, B, &x.stage, err);
+    if (s == CKPT_OK && dx)
+        s = dev_stage_window(dx, B, &x.stage, err);
     else if (s == CKPT_OK && !(x.stage = ck_big_alloc(B)))
         s = ck_fail(err, CKPT_E_NOMEM, "out of memory");
     s = load_agree(l, s, err);
@@ -436,7 +483,7 @@ ckpt_status load_exchange(ckpt_load *l, const load_plan *p, uint64_t staging_byt
         l->stats.seconds_read += t1 - t0;
         ckpt_status cs = count(&x, r, rs == CKPT_OK ? err : NULL);
         if (rs == CKPT_OK) rs = cs;
-        s = l->use_nccl ? move_nccl(&x, r, rs, &us, err) : move_host(&x, r, rs, &us, err);
+        s = dx ? move_device(&x, r, rs, &us, err) : move_host(&x, r, rs, &us, err);
         l->stats.seconds_exchange += now() - t1;
     }
     if (s == CKPT_OK) s = load_agree(l, us, err);
@@ -444,7 +491,7 @@ ckpt_status load_exchange(ckpt_load *l, const load_plan *p, uint64_t staging_byt
     free(x.theirs);
     free(x.sbuf);
     free(x.rbuf);
-    if (!l->use_nccl) free(x.stage); /* the link's window is freed with its staging */
+    if (!dx) free(x.stage); /* a device exchange's window is freed with its stage */
     free(x.sc);
     free(x.sd);
     free(x.rc);

@@ -79,6 +79,10 @@ ckpt_status ckpt_load_open_transport(const ckpt_transport *t, const char *dir,
         return s;
     }
     l->t = *t;
+    if (t->device) { /* the hooks are copied too: the caller may reuse both structs */
+        l->tdev = *t->device;
+        l->t.device = &l->tdev;
+    }
     l->rank = t->rank;
     l->size = t->size;
     s = load_transport_init(l, err);
@@ -113,6 +117,7 @@ void ckpt_load_free(ckpt_load *l) {
     if (!l) return;
     io_pool_free(l->io);
     nccl_link_free(l->nccl);
+    dev_stage_free(l->hooks);
     dev_sink_free(l->dev);
     ckpt_reader_free(l->r);
     free(l->reqs);
@@ -415,7 +420,9 @@ static void log_stats(const ckpt_load *l) {
             (unsigned long long)s->bytes_sent, (unsigned long long)s->bytes_received,
             (unsigned long long)s->bytes_local, (unsigned long long)s->bytes_device,
             (unsigned long long)s->union_bytes, s->rounds,
-            s->transport == CKPT_LOAD_TRANSPORT_NCCL ? "NCCL" : "the host transport",
+            s->transport == CKPT_LOAD_TRANSPORT_NCCL     ? "NCCL"
+            : s->transport == CKPT_LOAD_TRANSPORT_DEVICE ? "the transport's device hooks"
+                                                         : "the host transport",
             (unsigned long long)s->bytes_sent_nccl, (unsigned long long)s->bytes_received_nccl,
             s->io_threads, s->seconds_setup, s->seconds_nccl_init, s->seconds_plan, s->seconds_read,
             s->seconds_exchange, s->seconds_total);
@@ -438,6 +445,20 @@ static ckpt_status prepare_device(ckpt_load *l, bool mine, uint64_t bytes, ckpt_
     dev_sink_free(l->dev);
     l->dev = NULL;
     return dev_sink_create(bytes, &l->dev, err);
+}
+
+/* Collective: the stage of the device hooks (made by the first execute that uses them, kept);
+ * the hooks' device must be the current one.  The agreed status. */
+static ckpt_status prepare_hooks(ckpt_load *l, ckpt_error *err) {
+    int cur = dev_current();
+    ckpt_status s = cur != l->tdev.device
+                        ? ck_fail(err, CKPT_E_INVAL,
+                                  "transport device hooks: their device is %d, the current "
+                                  "device is %d",
+                                  l->tdev.device, cur)
+                    : l->hooks ? CKPT_OK
+                               : dev_stage_create(&l->hooks, err);
+    return load_agree(l, s, err);
 }
 
 /* A region read by the reader library (decoded chunks, the independent mode). */
@@ -472,38 +493,54 @@ ckpt_status ckpt_load_execute(ckpt_load *l, const ckpt_load_options *opts, ckpt_
     }
     /* the staging split and the transport must be the same on every rank (the rounds'
      * windows depend on them): any rank with device destinations, with host ones, without
-     * device ones; the transport asked for (largest and smallest) */
-    uint64_t want[5] = {(uint64_t)dev_here, (uint64_t)host_here, (uint64_t)!dev_here,
-                        (uint64_t)o.transport, (uint64_t)o.transport};
-    int job[5] = {0};
-    for (int i = 0; i < 4; i++) /* maxima, as minima of the complements; then a minimum */
+     * device ones, without device hooks; the transport asked for (largest and smallest) */
+    bool hooks_here = l->t.device && dev_supported();
+    uint64_t want[6] = {(uint64_t)dev_here,    (uint64_t)host_here,   (uint64_t)!dev_here,
+                        (uint64_t)!hooks_here, (uint64_t)o.transport, (uint64_t)o.transport};
+    int job[6] = {0};
+    for (int i = 0; i < 5; i++) /* maxima, as minima of the complements; then a minimum */
         want[i] = ~want[i];
-    ckpt_status ms = load_min_u64(l, want, 5, "minimum (execute options)", err);
-    for (int i = 0; ms == CKPT_OK && i < 5; i++)
-        job[i] = i == 4 ? -(int)want[i] : (int)~want[i];
+    ckpt_status ms = load_min_u64(l, want, 6, "minimum (execute options)", err);
+    for (int i = 0; ms == CKPT_OK && i < 6; i++)
+        job[i] = i == 5 ? -(int)want[i] : (int)~want[i];
     if (ms != CKPT_OK) {
         l->nreqs = 0;
         return ms; /* the handle is broken: no agreement is possible */
     }
     int dev_job = job[0];
+    bool all_device = !job[1] && !job[2], all_hooks = !job[3];
     uint64_t dev_bytes = dev_job ? device_staging(o.staging_bytes) : 0;
     uint64_t exch_bytes = o.staging_bytes - dev_bytes; /* device_staging <= budget / 4 */
     if (o.staging_bytes < dev_bytes) exch_bytes = 0;
+    bool forced_dev =
+        o.transport == CKPT_LOAD_TRANSPORT_NCCL || o.transport == CKPT_LOAD_TRANSPORT_DEVICE;
+    const char *tname = o.transport == CKPT_LOAD_TRANSPORT_NCCL ? "nccl" : "device";
     ckpt_status s =
-        job[3] != -job[4] ? ck_fail(err, CKPT_E_INVAL, "ranks asked for different transports")
-        : (unsigned)o.transport > CKPT_LOAD_TRANSPORT_NCCL
+        job[4] != -job[5] ? ck_fail(err, CKPT_E_INVAL, "ranks asked for different transports")
+        : (unsigned)o.transport > CKPT_LOAD_TRANSPORT_DEVICE
             ? ck_fail(err, CKPT_E_INVAL, "unknown transport %d", (int)o.transport)
         : o.transport == CKPT_LOAD_TRANSPORT_NCCL && !ckpt_load_has_nccl()
             ? ck_fail(err, CKPT_E_UNSUPPORTED, "transport nccl: this build has no NCCL support")
-        : o.transport == CKPT_LOAD_TRANSPORT_NCCL && job[1]
+        : o.transport == CKPT_LOAD_TRANSPORT_DEVICE && !dev_supported()
+            ? ck_fail(err, CKPT_E_UNSUPPORTED, "transport device: this build has no CUDA support")
+        : o.transport == CKPT_LOAD_TRANSPORT_DEVICE && !all_hooks
             ? ck_fail(err, CKPT_E_UNSUPPORTED,
-                      "transport nccl: every destination must be device memory, "
-                      "and a rank has host destinations")
-            : CKPT_OK;
-    l->use_nccl =
-        o.mode == CKPT_LOAD_COLLECTIVE &&
-        (o.transport == CKPT_LOAD_TRANSPORT_NCCL ||
-         (o.transport == CKPT_LOAD_TRANSPORT_AUTO && ckpt_load_has_nccl() && !job[1] && !job[2]));
+                      "transport device: the transport has no device hooks "
+                      "(ckpt_transport.device) on some rank")
+        : forced_dev && job[1] ? ck_fail(err, CKPT_E_UNSUPPORTED,
+                                         "transport %s: every destination must be device memory, "
+                                         "and a rank has host destinations",
+                                         tname)
+                               : CKPT_OK;
+    /* auto: device to device when every rank has device destinations only, over the
+     * transport's hooks when every rank's transport has them, else over NCCL */
+    bool collective = o.mode == CKPT_LOAD_COLLECTIVE;
+    bool auto_dev = o.transport == CKPT_LOAD_TRANSPORT_AUTO && all_device;
+    l->use_hooks = collective && (o.transport == CKPT_LOAD_TRANSPORT_DEVICE ||
+                                  (auto_dev && all_hooks && dev_supported()));
+    l->use_nccl = collective && (o.transport == CKPT_LOAD_TRANSPORT_NCCL ||
+                                 (auto_dev && !l->use_hooks && ckpt_load_has_nccl()));
+    l->dx = NULL;
     if (s == CKPT_OK) s = prepare_device(l, dev_here, dev_bytes, err);
     if (s == CKPT_OK && (!l->io || io_pool_threads(l->io) != o.io_threads)) {
         io_pool_free(l->io);
@@ -511,21 +548,25 @@ ckpt_status ckpt_load_execute(ckpt_load *l, const ckpt_load_options *opts, ckpt_
         s = io_pool_create(o.io_threads, &l->io, err);
     }
     s = load_agree(l, s, err);
-    if (s == CKPT_OK && l->use_nccl) {
+    if (s == CKPT_OK && (l->use_nccl || l->use_hooks)) {
         double ti = now();
         bool made = !l->nccl;
-        s = nccl_link_open(l, err); /* agreed */
-        if (made && l->nccl) l->stats.seconds_nccl_init = now() - ti;
+        s = l->use_hooks ? prepare_hooks(l, err) : nccl_link_open(l, err); /* agreed */
+        if (l->use_nccl && made && l->nccl) l->stats.seconds_nccl_init = now() - ti;
         if (s != CKPT_OK && o.transport == CKPT_LOAD_TRANSPORT_AUTO) {
             if (l->rank == 0 && getenv("CKPT_DEBUG") && *getenv("CKPT_DEBUG") != '0')
-                fprintf(stderr, "ckpt_load: NCCL transport unavailable, using MPI: %s\n",
-                        err->message);
+                fprintf(stderr, "ckpt_load: %s unavailable, using the host transport: %s\n",
+                        l->use_hooks ? "the device hooks" : "NCCL transport", err->message);
             ck_error_clear(err);
-            l->use_nccl = false;
+            l->use_nccl = l->use_hooks = false;
             s = CKPT_OK;
         }
     }
-    l->stats.transport = l->use_nccl ? CKPT_LOAD_TRANSPORT_NCCL : CKPT_LOAD_TRANSPORT_MPI;
+    if (s == CKPT_OK)
+        l->dx = l->use_hooks ? l->hooks : l->use_nccl ? nccl_link_staging(l->nccl) : NULL;
+    l->stats.transport = l->use_hooks  ? CKPT_LOAD_TRANSPORT_DEVICE
+                         : l->use_nccl ? CKPT_LOAD_TRANSPORT_NCCL
+                                       : CKPT_LOAD_TRANSPORT_MPI;
     l->stats.io_threads = o.io_threads;
     double t_setup = now();
     l->stats.seconds_setup = t_setup - t0;
@@ -559,6 +600,8 @@ ckpt_status ckpt_load_execute(ckpt_load *l, const ckpt_load_options *opts, ckpt_
             load_plan_release(&p, l->size);
         }
         if (l->use_nccl) nccl_link_release(l->nccl); /* waits for its stream */
+        if (l->use_hooks) dev_stage_release(l->hooks);
+        l->dx = NULL;
         ckpt_status ls = CKPT_OK;
         for (size_t i = 0; s == CKPT_OK && ls == CKPT_OK && i < l->nreqs; i++) {
             lreq *q = &l->reqs[i];

@@ -115,11 +115,44 @@ ckpt_status dev_sink_put(dev_sink *s, const uint8_t *buf, uint8_t *dst, const ui
 /* Waits for every copy issued. */
 ckpt_status dev_sink_finish(dev_sink *s, ckpt_error *err);
 
+/* devstage.c (cuda builds) or nodevice.c: the device side of a device-to-device exchange,
+ * shared by the NCCL link and the transport's device hooks.  A stage holds one non-blocking
+ * stream and the staging of an execute: a pinned host window (what a reader preads), its
+ * device copy, and device send and receive buffers.  Copies are queued on the stream in
+ * order (runs merged as copy_run says); dev_stage_wait waits for all of them. */
+typedef struct dev_stage dev_stage;
+ckpt_status dev_stage_create(dev_stage **out, ckpt_error *err);
+/* Waits for the stream, frees the staging and buffers; keeps the stream. */
+void dev_stage_release(dev_stage *x);
+/* Forgets the copies not yet queued (after an aborted transfer). */
+void dev_stage_drop(dev_stage *x);
+void dev_stage_free(dev_stage *x);
+void *dev_stage_stream(dev_stage *x); /* a cudaStream_t */
+uint8_t *dev_stage_send(dev_stage *x);
+uint8_t *dev_stage_recv(dev_stage *x);
+/* The pinned host window of at least `bytes` (and its device twin); waits for the stream. */
+ckpt_status dev_stage_window(dev_stage *x, uint64_t bytes, uint8_t **host, ckpt_error *err);
+/* Device send and receive buffers of at least these sizes (call between rounds). */
+ckpt_status dev_stage_reserve(dev_stage *x, uint64_t send, uint64_t recv, ckpt_error *err);
+/* Queued: the first n bytes of the host window to its device twin. */
+ckpt_status dev_stage_upload(dev_stage *x, uint64_t n, ckpt_error *err);
+/* Queued device-to-device copies of n bytes: window[from] to send[to]; window[from] to dst;
+ * recv[from] to dst (dst in the destination buffer starting at buf). */
+ckpt_status dev_stage_pack(dev_stage *x, uint64_t to, uint64_t from, uint64_t n, ckpt_error *err);
+ckpt_status dev_stage_place(dev_stage *x, const uint8_t *buf, uint8_t *dst, uint64_t from,
+                            uint64_t n, ckpt_error *err);
+ckpt_status dev_stage_deliver(dev_stage *x, const uint8_t *buf, uint8_t *dst, uint64_t from,
+                              uint64_t n, ckpt_error *err);
+/* Queues the copies not yet queued (before anything else uses the stream). */
+ckpt_status dev_stage_flush(dev_stage *x, ckpt_error *err);
+/* Queues them and waits for everything queued. */
+ckpt_status dev_stage_wait(dev_stage *x, ckpt_error *err);
+/* The device the caller runs on (cudaGetDevice), -1 when there is none. */
+int dev_current(void);
+
 /* nccl.c (cuda + nccl builds) or nonccl.c: the NCCL transport of the exchange.  A link holds
- * the NCCL communicator (made over the handle's transport), one non-blocking stream,
- * and the staging of an execute: a pinned host window (what a reader preads), its device
- * copy, and device send and receive buffers.  Copies and transfers are queued on the stream
- * in order; nccl_link_sync waits for all of them. */
+ * the NCCL communicator (made over the handle's transport) and a device stage, whose stream
+ * its groups are queued on; nccl_link_sync waits for all of it. */
 typedef struct nccl_link nccl_link;
 bool nccl_supported(void);
 /* Collective: makes l->nccl when there is none (rank 0's ncclGetUniqueId, load_bcast,
@@ -127,24 +160,13 @@ bool nccl_supported(void);
  * fails. */
 ckpt_status nccl_link_open(ckpt_load *l, ckpt_error *err);
 void nccl_link_free(nccl_link *x);
-/* The pinned host window of at least `bytes` (and its device twin); waits for the stream. */
-ckpt_status nccl_link_stage(nccl_link *x, uint64_t bytes, uint8_t **host, ckpt_error *err);
-/* Device send and receive buffers of at least these sizes (call between rounds). */
-ckpt_status nccl_link_reserve(nccl_link *x, uint64_t send, uint64_t recv, ckpt_error *err);
-/* Queued: the first n bytes of the host window to its device twin. */
-ckpt_status nccl_link_upload(nccl_link *x, uint64_t n, ckpt_error *err);
-/* Queued device-to-device copies of n bytes: window[from] to send[to]; window[from] to dst;
- * recv[from] to dst (dst in the destination buffer starting at buf). */
-ckpt_status nccl_link_pack(nccl_link *x, uint64_t to, uint64_t from, uint64_t n, ckpt_error *err);
-ckpt_status nccl_link_place(nccl_link *x, const uint8_t *buf, uint8_t *dst, uint64_t from,
-                            uint64_t n, ckpt_error *err);
-ckpt_status nccl_link_deliver(nccl_link *x, const uint8_t *buf, uint8_t *dst, uint64_t from,
-                              uint64_t n, ckpt_error *err);
+/* The link's stage (the window, the buffers, the stream). */
+dev_stage *nccl_link_staging(nccl_link *x);
 /* One ncclGroupStart/End: to every other rank j, sc[j] bytes of send from sd[j]; from it,
  * rc[j] bytes into recv at rd[j]. */
 ckpt_status nccl_link_exchange(nccl_link *x, const int *sc, const int *sd, const int *rc,
                                const int *rd, ckpt_error *err);
-/* Waits for everything queued. */
+/* Waits for everything queued, then asks the communicator for an asynchronous error. */
 ckpt_status nccl_link_sync(nccl_link *x, ckpt_error *err);
 /* After an execute: frees the staging and buffers (waiting first), keeps the communicator. */
 void nccl_link_release(nccl_link *x);
@@ -152,7 +174,8 @@ void nccl_link_release(nccl_link *x);
 void nccl_link_abort(nccl_link *x);
 
 struct ckpt_load {
-    ckpt_transport t; /* the caller's (a copy); t.ctx is destroyed by ckpt_load_free */
+    ckpt_transport t;           /* the caller's (a copy); t.ctx is destroyed by ckpt_load_free */
+    ckpt_transport_device tdev; /* a copy of *t.device, which then points here */
     int rank, size;
     /* transport.c's scratch: counts and displacements (size each), the gathered minimum
      * (size * LOAD_MIN_MAX, when the transport has no allreduce_min_u64) */
@@ -166,7 +189,11 @@ struct ckpt_load {
     uint64_t io_piece;        /* of the current execute */
     dev_sink *dev;            /* made by an execute with device destinations, kept while it fits */
     nccl_link *nccl;          /* made by the first execute over NCCL, kept until ckpt_load_free */
-    bool use_nccl; /* the current execute's exchange goes over NCCL (same on every rank) */
+    dev_stage *hooks;         /* made by the first execute over the device hooks, kept */
+    bool use_nccl;  /* the current execute's exchange goes over NCCL (same on every rank) */
+    bool use_hooks; /* ... over the transport's device hooks (same on every rank) */
+    dev_stage *dx;  /* the stage of the current execute's device exchange (NCCL's or hooks),
+                       NULL when the exchange goes through host memory */
     lreq *reqs;
     size_t nreqs, reqs_cap;
     ckpt_load_stats stats;
@@ -191,6 +218,13 @@ ckpt_status load_alltoallv(ckpt_load *l, const void *send, const size_t *sc, con
                            ckpt_error *err);
 ckpt_status load_bcast(ckpt_load *l, void *buf, size_t n, int root, const char *what,
                        ckpt_error *err);
+/* The device hooks (t.device): an all-to-all of device buffers queued on `stream`, and the wait
+ * for it (called after every device all-to-all, also a failed one); this rank's status, to be
+ * agreed, as load_alltoallv's. */
+ckpt_status load_dev_alltoallv(ckpt_load *l, const void *send, const size_t *sc, const size_t *sd,
+                               void *recv, const size_t *rc, const size_t *rd, void *stream,
+                               ckpt_error *err);
+ckpt_status load_dev_sync(ckpt_load *l, void *stream, ckpt_error *err);
 /* Element-wise minimum over the ranks, in place (n <= LOAD_MIN_MAX); all-or-nothing: a failure
  * breaks the handle. */
 ckpt_status load_min_u64(ckpt_load *l, uint64_t *v, size_t n, const char *what, ckpt_error *err);

@@ -1,12 +1,9 @@
 /* nccl.c — the NCCL transport of the collective loader's exchange (compiled with the cuda and
- * nccl features; nonccl.c otherwise): the link (an NCCL communicator made from the handle's
- * MPI communicator, one non-blocking stream, the staging of an execute) and the operations a
- * round queues on its stream — the reader's window uploaded from pinned host memory to a
- * device window, device-to-device packing of what each rank needs, one ncclSend/ncclRecv
- * group, device-to-device placement of what arrived.  Copies that continue the previous one
- * in both source and destination buffer (consecutive rows of a shard, say) are merged into one,
- * issued before anything else is queued or waited for.  The round logic is exchange.c's;
- * this file owns every CUDA and NCCL call of the transport. */
+ * nccl features; nonccl.c otherwise): the link (an NCCL communicator made over the handle's
+ * transport, and the device staging of devstage.c, whose stream its groups are queued on) and
+ * the one thing a round needs of NCCL — one ncclSend/ncclRecv group moving the packed send
+ * buffer to the peers' receive buffers.  The round logic is exchange.c's; the uploads, packs
+ * and placements are devstage.c's; this file owns every NCCL call of the transport. */
 #include "load/load_i.h"
 #include "util/cuda_util.h"
 #include "util/error.h"
@@ -25,28 +22,8 @@ struct nccl_link {
     ncclComm_t comm;
     int rank, size; /* in comm: the handle's */
     int device;     /* current when the communicator was made */
-    cudaStream_t stream;
-    ck_pinned hostmem;   /* the pinned window */
-    uint8_t *host, *win; /* pinned window and its device twin, win_bytes each */
-    uint64_t win_bytes;
-    uint8_t *send, *recv; /* device */
-    uint64_t send_bytes, recv_bytes;
-    copy_run run; /* copies not yet queued, all of run_kind */
-    enum cudaMemcpyKind run_kind;
+    dev_stage *st;  /* the stream and the staging */
 };
-
-/* Queues the run of copies. */
-static ckpt_status flush(nccl_link *x, ckpt_error *err) {
-    if (!x->run.len) return CKPT_OK;
-    cudaError_t e =
-        cudaMemcpyAsync(x->run.dst, x->run.src, (size_t)x->run.len, x->run_kind, x->stream);
-    x->run.len = 0;
-    return e == cudaSuccess
-               ? CKPT_OK
-               : ck_cuda_fail(err, e,
-                              x->run_kind == cudaMemcpyHostToDevice ? "window upload"
-                                                                    : "device-to-device copy");
-}
 
 static ckpt_status nccl_fail(ckpt_error *err, ncclResult_t e, const char *what) {
     return ck_fail(err, CKPT_E_IO, "NCCL %s: %s", what, ncclGetErrorString(e));
@@ -59,10 +36,14 @@ static ckpt_status link_create(nccl_link **out, ckpt_error *err) {
     nccl_link *x = calloc(1, sizeof *x);
     if (!x) return ck_fail(err, CKPT_E_NOMEM, "out of memory");
     cudaError_t e = cudaGetDevice(&x->device);
-    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&x->stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
         free(x);
         return ck_cuda_fail(err, e, "NCCL transport stream");
+    }
+    ckpt_status s = dev_stage_create(&x->st, err);
+    if (s != CKPT_OK) {
+        free(x);
+        return s;
     }
     *out = x;
     return CKPT_OK;
@@ -122,23 +103,17 @@ ckpt_status nccl_link_open(ckpt_load *l, ckpt_error *err) {
     return CKPT_OK;
 }
 
+dev_stage *nccl_link_staging(nccl_link *x) { return x->st; }
+
 void nccl_link_release(nccl_link *x) {
-    if (!x) return;
-    flush(x, NULL);
-    cudaStreamSynchronize(x->stream);
-    ck_cuda_pinned_free(&x->hostmem);
-    cudaFree(x->win);
-    cudaFree(x->send);
-    cudaFree(x->recv);
-    x->host = x->win = x->send = x->recv = NULL;
-    x->win_bytes = x->send_bytes = x->recv_bytes = 0;
+    if (x) dev_stage_release(x->st);
 }
 
 void nccl_link_free(nccl_link *x) {
     if (!x) return;
-    nccl_link_release(x);
+    dev_stage_release(x->st);
     if (x->comm) ncclCommDestroy(x->comm);
-    cudaStreamDestroy(x->stream);
+    dev_stage_free(x->st);
     free(x);
 }
 
@@ -146,99 +121,23 @@ void nccl_link_abort(nccl_link *x) {
     if (!x) return;
     if (x->comm) ncclCommAbort(x->comm); /* what the stream still waits for is dropped */
     x->comm = NULL;
-    x->run.len = 0;
+    dev_stage_drop(x->st);
     nccl_link_free(x);
-}
-
-/* A device buffer of at least `want` bytes in *p (of *have); the stream is idle. */
-static ckpt_status grow(uint8_t **p, uint64_t *have, uint64_t want, const char *what,
-                        ckpt_error *err) {
-    if (*have >= want) return CKPT_OK;
-    cudaFree(*p);
-    *p = NULL;
-    *have = 0;
-    cudaError_t e = cudaMalloc((void **)p, (size_t)want);
-    if (e != cudaSuccess) {
-        *p = NULL;
-        return ck_cuda_fail(err, e, what);
-    }
-    *have = want;
-    return CKPT_OK;
-}
-
-ckpt_status nccl_link_stage(nccl_link *x, uint64_t bytes, uint8_t **host, ckpt_error *err) {
-    *host = NULL;
-    CK_TRY(flush(x, err));
-    cudaError_t e = cudaStreamSynchronize(x->stream);
-    if (e != cudaSuccess) return ck_cuda_fail(err, e, "NCCL transport stream");
-    if (x->win_bytes < bytes) {
-        ck_cuda_pinned_free(&x->hostmem);
-        x->host = NULL;
-        cudaFree(x->win);
-        x->win = NULL;
-        x->win_bytes = 0;
-        e = ck_cuda_pinned_alloc(&x->hostmem, (size_t)bytes);
-        if (e != cudaSuccess) return ck_cuda_fail(err, e, "pinned window");
-        x->host = x->hostmem.p;
-        uint64_t have = 0;
-        CK_TRY(grow(&x->win, &have, bytes, "device window", err));
-        x->win_bytes = bytes;
-    }
-    *host = x->host;
-    return CKPT_OK;
-}
-
-ckpt_status nccl_link_reserve(nccl_link *x, uint64_t send, uint64_t recv, ckpt_error *err) {
-    CK_TRY(flush(x, err));
-    if (x->send_bytes < send || x->recv_bytes < recv) {
-        cudaError_t e = cudaStreamSynchronize(x->stream);
-        if (e != cudaSuccess) return ck_cuda_fail(err, e, "NCCL transport stream");
-    }
-    CK_TRY(grow(&x->send, &x->send_bytes, send, "device send buffer", err));
-    return grow(&x->recv, &x->recv_bytes, recv, "device receive buffer", err);
-}
-
-/* dst lies in the device buffer starting at buf (one allocation). */
-static ckpt_status copy(nccl_link *x, const uint8_t *buf, uint8_t *dst, const uint8_t *src,
-                        uint64_t n, enum cudaMemcpyKind kind, ckpt_error *err) {
-    if (!n) return CKPT_OK;
-    if (x->run_kind == kind && copy_run_extend(&x->run, buf, dst, src, n)) return CKPT_OK;
-    ckpt_status s = flush(x, err);
-    x->run = (copy_run){buf, dst, src, n};
-    x->run_kind = kind;
-    return s;
-}
-
-ckpt_status nccl_link_upload(nccl_link *x, uint64_t n, ckpt_error *err) {
-    return copy(x, x->win, x->win, x->host, n, cudaMemcpyHostToDevice, err);
-}
-
-ckpt_status nccl_link_pack(nccl_link *x, uint64_t to, uint64_t from, uint64_t n, ckpt_error *err) {
-    return copy(x, x->send, x->send + to, x->win + from, n, cudaMemcpyDeviceToDevice, err);
-}
-
-ckpt_status nccl_link_place(nccl_link *x, const uint8_t *buf, uint8_t *dst, uint64_t from,
-                            uint64_t n, ckpt_error *err) {
-    return copy(x, buf, dst, x->win + from, n, cudaMemcpyDeviceToDevice, err);
-}
-
-ckpt_status nccl_link_deliver(nccl_link *x, const uint8_t *buf, uint8_t *dst, uint64_t from,
-                              uint64_t n, ckpt_error *err) {
-    return copy(x, buf, dst, x->recv + from, n, cudaMemcpyDeviceToDevice, err);
 }
 
 ckpt_status nccl_link_exchange(nccl_link *x, const int *sc, const int *sd, const int *rc,
                                const int *rd, ckpt_error *err) {
-    CK_TRY(flush(x, err));
+    CK_TRY(dev_stage_flush(x->st, err));
+    cudaStream_t stream = dev_stage_stream(x->st);
+    uint8_t *send = dev_stage_send(x->st), *recv = dev_stage_recv(x->st);
     ncclResult_t r = ncclGroupStart();
     if (r != ncclSuccess) return nccl_fail(err, r, "group start");
     ncclResult_t first = ncclSuccess;
     for (int j = 0; first == ncclSuccess && j < x->size; j++) {
         if (j == x->rank) continue;
-        if (sc[j])
-            first = ncclSend(x->send + sd[j], (size_t)sc[j], ncclUint8, j, x->comm, x->stream);
+        if (sc[j]) first = ncclSend(send + sd[j], (size_t)sc[j], ncclUint8, j, x->comm, stream);
         if (first == ncclSuccess && rc[j])
-            first = ncclRecv(x->recv + rd[j], (size_t)rc[j], ncclUint8, j, x->comm, x->stream);
+            first = ncclRecv(recv + rd[j], (size_t)rc[j], ncclUint8, j, x->comm, stream);
     }
     r = ncclGroupEnd(); /* always: a started group must end */
     if (first != ncclSuccess) return nccl_fail(err, first, "send/receive");
@@ -246,10 +145,7 @@ ckpt_status nccl_link_exchange(nccl_link *x, const int *sc, const int *sd, const
 }
 
 ckpt_status nccl_link_sync(nccl_link *x, ckpt_error *err) {
-    ckpt_status fs = flush(x, err);
-    cudaError_t e = cudaStreamSynchronize(x->stream);
-    if (fs != CKPT_OK) return fs;
-    if (e != cudaSuccess) return ck_cuda_fail(err, e, "NCCL transport stream");
+    CK_TRY(dev_stage_wait(x->st, err));
     ncclResult_t async = ncclSuccess;
     ncclResult_t r = ncclCommGetAsyncError(x->comm, &async);
     if (r == ncclSuccess) r = async;

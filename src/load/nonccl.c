@@ -18,47 +18,9 @@ void nccl_link_free(nccl_link *x) { (void)x; }
 void nccl_link_release(nccl_link *x) { (void)x; }
 void nccl_link_abort(nccl_link *x) { (void)x; }
 
-ckpt_status nccl_link_stage(nccl_link *x, uint64_t bytes, uint8_t **host, ckpt_error *err) {
+dev_stage *nccl_link_staging(nccl_link *x) {
     (void)x;
-    (void)bytes;
-    *host = NULL;
-    return unsupported(err);
-}
-
-ckpt_status nccl_link_reserve(nccl_link *x, uint64_t send, uint64_t recv, ckpt_error *err) {
-    (void)x;
-    (void)send;
-    (void)recv;
-    return unsupported(err);
-}
-
-ckpt_status nccl_link_upload(nccl_link *x, uint64_t n, ckpt_error *err) {
-    (void)x;
-    (void)n;
-    return unsupported(err);
-}
-
-ckpt_status nccl_link_pack(nccl_link *x, uint64_t to, uint64_t from, uint64_t n, ckpt_error *err) {
-    (void)x;
-    (void)to;
-    (void)from;
-    (void)n;
-    return unsupported(err);
-}
-
-ckpt_status nccl_link_place(nccl_link *x, const uint8_t *buf, uint8_t *dst, uint64_t from,
-                            uint64_t n, ckpt_error *err) {
-    (void)x;
-    (void)buf;
-    (void)dst;
-    (void)from;
-    (void)n;
-    return unsupported(err);
-}
-
-ckpt_status nccl_link_deliver(nccl_link *x, const uint8_t *buf, uint8_t *dst, uint64_t from,
-                              uint64_t n, ckpt_error *err) {
-    return nccl_link_place(x, buf, dst, from, n, err);
+    return NULL;
 }
 
 ckpt_status nccl_link_exchange(nccl_link *x, const int *sc, const int *sd, const int *rc,

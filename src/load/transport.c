@@ -1,7 +1,8 @@
 /* transport.c — the loader's side of ckpt_transport.h: checking a caller's transport, the
- * operations it may leave out (bcast and the minimum, made from allgatherv), a failing callback
- * turned into a ckpt_status naming the operation, and the error agreement every phase ends
- * with (the lowest failing rank's status and message on every rank). */
+ * operations it may leave out (bcast and the minimum, made from allgatherv), the device hooks'
+ * calls, a failing callback turned into a ckpt_status naming the operation, and the error
+ * agreement every phase ends with (the lowest failing rank's status and message on every
+ * rank). */
 #include "load/load_i.h"
 #include "util/error.h"
 
@@ -20,11 +21,12 @@ ckpt_status load_transport_check(const ckpt_transport *t, ckpt_error *err) {
     if (!t->allgatherv || !t->alltoallv)
         return ck_fail(err, CKPT_E_INVAL, "transport: no %s callback",
                        t->allgatherv ? "alltoallv" : "allgatherv");
-    if (t->device)
-        return ck_fail(err, CKPT_E_UNSUPPORTED,
-                       "transport: device hooks are reserved (ckpt_transport.device must be "
-                       "NULL in version %u)",
-                       (unsigned)CKPT_TRANSPORT_VERSION);
+    if (t->device && (!t->device->alltoallv || !t->device->sync))
+        return ck_fail(err, CKPT_E_INVAL, "transport: device hooks with no %s callback",
+                       t->device->alltoallv ? "sync" : "alltoallv");
+    if (t->device && t->device->device < 0)
+        return ck_fail(err, CKPT_E_INVAL, "transport: device hooks on device %d",
+                       t->device->device);
     return CKPT_OK;
 }
 
@@ -91,6 +93,20 @@ ckpt_status load_alltoallv(ckpt_load *l, const void *send, const size_t *sc, con
     if (l->broken) return still_broken(l, err);
     int code = l->t.alltoallv(l->t.ctx, send, sc, sd, recv, rc, rd);
     return code ? failed(l, what, code, err) : CKPT_OK;
+}
+
+ckpt_status load_dev_alltoallv(ckpt_load *l, const void *send, const size_t *sc, const size_t *sd,
+                               void *recv, const size_t *rc, const size_t *rd, void *stream,
+                               ckpt_error *err) {
+    if (l->broken) return still_broken(l, err);
+    int code = l->t.device->alltoallv(l->t.ctx, send, sc, sd, recv, rc, rd, stream);
+    return code ? failed(l, "device all-to-all", code, err) : CKPT_OK;
+}
+
+ckpt_status load_dev_sync(ckpt_load *l, void *stream, ckpt_error *err) {
+    if (l->broken) return still_broken(l, err);
+    int code = l->t.device->sync(l->t.ctx, stream);
+    return code ? failed(l, "device sync", code, err) : CKPT_OK;
 }
 
 ckpt_status load_bcast(ckpt_load *l, void *buf, size_t n, int root, const char *what,

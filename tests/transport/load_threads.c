@@ -6,12 +6,21 @@
  *
  *   load_threads DIR SPEC OUTDIR [--mode collective|independent] [--direct-min N]
  *                [--budget N] [--derived] [--timeout-ms N] [--dir-of K:DIR]
- *                [--fault K:OP:N:KIND]
+ *                [--fault K:OP:N:KIND] [--transport auto|host|nccl|device]
+ *                [--device] [--hooks] [--hooks-device N] [--corrupt-hooks]
  *   load_threads --check-open DIR
  *
  * --derived leaves bcast and allreduce_min_u64 NULL (the loader builds them from allgatherv).
  * --dir-of: rank K opens DIR instead (a copy with damaged or missing shard files).
- * --fault: rank K's N-th call (1-based) of OP (allgatherv, alltoallv, bcast, min) fails:
+ * Built with LOAD_THREADS_CUDA (tests/gpu: against the stand-in CUDA runtime, mock_cudart.c),
+ * --device requests every shard into device memory (copied back to be dumped), --hooks gives
+ * the transport device hooks (ckpt_transport.device: dalltoallv copies device to device
+ * between the threads' buffers, cudaMemcpyAsync on the loader's stream; dsync waits for the
+ * stream, then for every rank's; --hooks-device: the device they name, default 0, the
+ * stand-in's current device), and --corrupt-hooks makes each block the hooks receive
+ * start with its second byte (a planted bug the comparison must catch).
+ * --fault: rank K's N-th call (1-based) of OP (allgatherv, alltoallv, bcast, min, and the
+ * device hooks' dalltoallv and dsync) fails:
  *   lone  the call completes but returns an error on rank K alone (allowed for data calls);
  *   op    that call fails on every rank (rank K's failure is seen by all), the transport
  *         stays usable;
@@ -21,12 +30,16 @@
  * others: a loader bug that skips a collective on one rank shows up as a failure, not a hang.
  *
  * Prints one line per rank: "rank\tK\tSTATUS\tMESSAGE" then
- * "stats\tK\tREAD\tUNION\tCALLS\tMETA\tMETA_RECV\tDATA\tADOPTED\tSENT" (READ: the plan's reads;
- * CALLS: the transport calls the rank made; META: bytes_read_metadata; META_RECV:
- * bytes_received_metadata; DATA: bytes_read; ADOPTED: chunks_adopted; SENT: bytes_sent); exits
- * 0 when every rank
- * loaded, 1 otherwise. */
+ * "stats\tK\tREAD\tUNION\tCALLS\tMETA\tMETA_RECV\tDATA\tADOPTED\tSENT\tTRANSPORT\tDEVICE\tDCALLS"
+ * (READ: the plan's reads; CALLS: the transport calls the rank made; META: bytes_read_metadata;
+ * META_RECV: bytes_received_metadata; DATA: bytes_read; ADOPTED: chunks_adopted; SENT:
+ * bytes_sent; TRANSPORT: the stats' transport; DEVICE: bytes_device; DCALLS: device
+ * all-to-alls); exits 0 when every rank loaded, 1 otherwise. */
 #include "ckpt_load.h"
+
+#ifdef LOAD_THREADS_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 #include <errno.h>
 #include <pthread.h>
@@ -37,8 +50,9 @@
 #include <sys/stat.h>
 #include <time.h>
 
-enum { OP_ALLGATHERV, OP_ALLTOALLV, OP_BCAST, OP_MIN, OP_COUNT };
-static const char *const op_names[OP_COUNT] = {"allgatherv", "alltoallv", "bcast", "min"};
+enum { OP_ALLGATHERV, OP_ALLTOALLV, OP_BCAST, OP_MIN, OP_DALLTOALLV, OP_DSYNC, OP_COUNT };
+static const char *const op_names[OP_COUNT] = {"allgatherv", "alltoallv",  "bcast",
+                                               "min",        "dalltoallv", "dsync"};
 enum { KIND_LONE, KIND_OP, KIND_DOWN };
 /* the transport's error codes */
 enum {
@@ -47,7 +61,8 @@ enum {
     E_DOWN = 103,
     E_TIMEOUT = 104,
     E_MISMATCH = 105,
-    E_LONE = 106
+    E_LONE = 106,
+    E_CUDA = 107
 };
 
 /* What a rank posts for the current collective (read by the others between the barriers). */
@@ -59,6 +74,7 @@ typedef struct slot {
     uint64_t *values;              /* min */
     size_t n;                      /* min: values; bcast: bytes */
     int root;
+    void *stream; /* dalltoallv: the caller's stream */
 } slot;
 
 typedef struct hub {
@@ -75,6 +91,7 @@ typedef struct hub {
     int f_rank, f_op, f_nth, f_kind;
     long poison_seq; /* the collective (by sequence) that fails everywhere (KIND_OP), or -1 */
     char poison_why[200];
+    bool corrupt; /* --corrupt-hooks */
 } hub;
 
 /* One rank's transport context. */
@@ -280,6 +297,66 @@ static int t_min(void *ctx, uint64_t *values, size_t n) {
     return rc;
 }
 
+#ifdef LOAD_THREADS_CUDA
+/* The device hooks: every rank copies its blocks from the peers' send buffers into its
+ * receive buffer with cudaMemcpyAsync device to device on its own stream (all ranks are
+ * threads of one process, one device), after the work queued before the call (the packs):
+ * the stream is synchronized first, as a collective kernel would wait for it. */
+static int t_dev_alltoallv(void *ctx, const void *send, const size_t *send_bytes,
+                           const size_t *send_displs, void *recv, const size_t *recv_bytes,
+                           const size_t *recv_displs, void *stream) {
+    rank_ctx *c = ctx;
+    hub *h = c->h;
+    bool lone;
+    int rc = enter(c, OP_DALLTOALLV,
+                   &(slot){.op = OP_DALLTOALLV,
+                           .send = send,
+                           .counts = send_bytes,
+                           .displs = send_displs,
+                           .stream = stream},
+                   &lone);
+    if (rc) return rc;
+    int cuda = cudaStreamSynchronize(stream) != cudaSuccess ? E_CUDA : 0;
+    if ((rc = barrier(h))) return rc;
+    rc = cuda ? cuda : poisoned(c);
+    for (int j = 0; !rc && j < h->size; j++) {
+        const slot *s = &h->slots[j];
+        uint8_t *to = (uint8_t *)recv + recv_displs[j];
+        if (s->op != OP_DALLTOALLV)
+            rc = mismatch(c, "the operation", j);
+        else if (s->counts[c->rank] != recv_bytes[j])
+            rc = mismatch(c, "a count", j);
+        else if (recv_bytes[j] &&
+                 cudaMemcpyAsync(to, (const uint8_t *)s->send + s->displs[c->rank], recv_bytes[j],
+                                 cudaMemcpyDeviceToDevice, stream) != cudaSuccess)
+            rc = E_CUDA;
+        else if (h->corrupt && recv_bytes[j] >= 2 &&
+                 cudaMemcpyAsync(to, to + 1, 1, cudaMemcpyDeviceToDevice, stream) != cudaSuccess)
+            rc = E_CUDA;
+    }
+    return leave(c, rc, lone);
+}
+
+/* Waits for this rank's copies, then for every rank's (the peers' send buffers are read
+ * until then), then reports: an injected fault is an error learnt after the wait (so the
+ * stream holds nothing of the transfer whatever sync returns, and no rank frees a buffer a
+ * peer's copy still reads). */
+static int t_dev_sync(void *ctx, void *stream) {
+    rank_ctx *c = ctx;
+    int cuda = cudaStreamSynchronize(stream) != cudaSuccess ? E_CUDA : 0;
+    int rc = barrier(c->h);
+    bool lone;
+    int frc = enter(c, OP_DSYNC, &(slot){.op = OP_DSYNC, .stream = stream}, &lone);
+    if (frc) return frc;
+    if (rc) return rc;
+    if ((rc = barrier(c->h))) return rc;
+    rc = cuda ? cuda : poisoned(c);
+    for (int j = 0; !rc && j < c->h->size; j++)
+        if (c->h->slots[j].op != OP_DSYNC) rc = mismatch(c, "the operation", j);
+    return leave(c, rc, lone);
+}
+#endif
+
 static const char *t_strerror(void *ctx, int code) {
     rank_ctx *c = ctx;
     hub *h = c->h;
@@ -290,6 +367,8 @@ static const char *t_strerror(void *ctx, int code) {
         snprintf(c->text, sizeof c->text, "transport down: %s", h->down_why);
     else if (code == E_FAULT || code == E_PEER_FAULT)
         snprintf(c->text, sizeof c->text, "%s", h->poison_why);
+    else if (code == E_CUDA)
+        snprintf(c->text, sizeof c->text, "a CUDA call of the device hooks failed");
     else
         snprintf(c->text, sizeof c->text, "code %d", code);
     pthread_mutex_unlock(&h->mu);
@@ -300,6 +379,8 @@ typedef struct args {
     const char *dir, *spec, *out;
     ckpt_load_options o;
     bool derived;
+    bool device, hooks; /* device destinations; device hooks (LOAD_THREADS_CUDA builds) */
+    int hooks_device;   /* the hooks' device (--hooks-device; the stand-in's current: 0) */
     int dir_of_rank;
     const char *dir_of;
 } args;
@@ -329,7 +410,36 @@ typedef struct dbuf {
     const ckpt_entry *e;
     uint8_t *data;
     size_t size;
+    void *dev; /* --device: the destination (copied back into data) */
 } dbuf;
+
+/* --device: a device buffer for a shard, and the copy back after the load. */
+static void *dev_alloc(size_t bytes) {
+#ifdef LOAD_THREADS_CUDA
+    void *p = NULL;
+    return cudaMalloc(&p, bytes ? bytes : 1) == cudaSuccess ? p : NULL;
+#else
+    (void)bytes;
+    return NULL;
+#endif
+}
+
+static int dev_copy_back(dbuf *b) {
+#ifdef LOAD_THREADS_CUDA
+    return b->size && cudaMemcpy(b->data, b->dev, b->size, cudaMemcpyDeviceToHost) != cudaSuccess;
+#else
+    (void)b;
+    return 1;
+#endif
+}
+
+static void dev_release(void *p) {
+#ifdef LOAD_THREADS_CUDA
+    cudaFree(p);
+#else
+    (void)p;
+#endif
+}
 
 static void *rank_main(void *p) {
     rank_run *rr = p;
@@ -346,6 +456,11 @@ static void *rank_main(void *p) {
         .allreduce_min_u64 = a->derived ? NULL : t_min,
         .strerror = t_strerror,
     };
+#ifdef LOAD_THREADS_CUDA
+    const ckpt_transport_device hooks = {
+        .device = a->hooks_device, .alltoallv = t_dev_alltoallv, .sync = t_dev_sync};
+    if (a->hooks) t.device = &hooks;
+#endif
     ckpt_layout lay;
     ckpt_load *l = NULL;
     const char *dir = rank == a->dir_of_rank ? a->dir_of : a->dir;
@@ -368,10 +483,11 @@ static void *rank_main(void *p) {
         }
         size_t bytes = ckpt_dtype_itemsize(ckpt_entry_dtype(e)) * ckpt_layout_shard_numel(sh);
         ckpt_layout_shard_free(sh);
-        bufs[nb] = (dbuf){e, malloc(bytes ? bytes : 1), bytes};
-        if (!bufs[nb].data ||
-            ckpt_load_request_layout(l, ckpt_entry_key(e), &lay, coord, bufs[nb].data, bytes,
-                                     CKPT_LOAD_MEM_HOST, &rr->err) != CKPT_OK) {
+        bufs[nb] = (dbuf){e, malloc(bytes ? bytes : 1), bytes, a->device ? dev_alloc(bytes) : NULL};
+        if (!bufs[nb].data || (a->device && !bufs[nb].dev) ||
+            ckpt_load_request_layout(
+                l, ckpt_entry_key(e), &lay, coord, a->device ? bufs[nb].dev : bufs[nb].data, bytes,
+                a->device ? CKPT_LOAD_MEM_CUDA : CKPT_LOAD_MEM_HOST, &rr->err) != CKPT_OK) {
             fprintf(stderr, "rank %d: request %s: %s\n", rank, ckpt_entry_key(e), rr->err.message);
             abort();
         }
@@ -383,6 +499,10 @@ static void *rank_main(void *p) {
     for (size_t i = 0; rr->status == CKPT_OK && i < nb; i++) {
         char path[8192];
         snprintf(path, sizeof path, "%s/rank%d/%s", a->out, rank, ckpt_entry_path(bufs[i].e));
+        if (a->device && dev_copy_back(&bufs[i])) {
+            fprintf(stderr, "rank %d: %s: the copy back from device memory failed\n", rank, path);
+            abort();
+        }
         FILE *f = mkdirs(path) == 0 ? fopen(path, "wb") : NULL;
         if (!f || fwrite(bufs[i].data, 1, bufs[i].size, f) != bufs[i].size) {
             fprintf(stderr, "rank %d: %s: %s\n", rank, path, strerror(errno));
@@ -390,8 +510,10 @@ static void *rank_main(void *p) {
         }
         fclose(f);
     }
-    for (size_t i = 0; i < nb; i++)
+    for (size_t i = 0; i < nb; i++) {
         free(bufs[i].data);
+        dev_release(bufs[i].dev);
+    }
     free(bufs);
 out:
     ckpt_load_free(l);
@@ -421,11 +543,26 @@ static int count_alltoallv(void *ctx, const void *send, const size_t *sb, const 
     return 0;
 }
 static void count_destroy(void *ctx) { ++*(int *)ctx; }
+static int count_dev_alltoallv(void *ctx, const void *send, const size_t *sb, const size_t *sd,
+                               void *recv, const size_t *rb, const size_t *rd, void *stream) {
+    (void)ctx, (void)send, (void)sb, (void)sd, (void)recv, (void)rb, (void)rd, (void)stream;
+    g_calls++;
+    return 1;
+}
+static int count_dev_sync(void *ctx, void *stream) {
+    (void)ctx, (void)stream;
+    g_calls++;
+    return 1;
+}
 
 static int check_open(const char *dir) {
     static const ckpt_transport_device dev = {0};
-    const char *cases[] = {"ok",           "version", "rank",       "size", "no-allgatherv",
-                           "no-alltoallv", "device",  "missing-dir"};
+    static const ckpt_transport_device nosync = {.alltoallv = count_dev_alltoallv};
+    static const ckpt_transport_device hooks = {.alltoallv = count_dev_alltoallv,
+                                                .sync = count_dev_sync};
+    const char *cases[] = {
+        "ok",           "version", "rank",           "size",         "no-allgatherv",
+        "no-alltoallv", "device",  "device-no-sync", "device-hooks", "missing-dir"};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         int destroyed = 0;
         ckpt_transport t = {.version = CKPT_TRANSPORT_VERSION,
@@ -442,6 +579,8 @@ static int check_open(const char *dir) {
         if (!strcmp(c, "no-allgatherv")) t.allgatherv = NULL;
         if (!strcmp(c, "no-alltoallv")) t.alltoallv = NULL;
         if (!strcmp(c, "device")) t.device = &dev;
+        if (!strcmp(c, "device-no-sync")) t.device = &nosync;
+        if (!strcmp(c, "device-hooks")) t.device = &hooks; /* accepted; the open calls neither */
         if (!strcmp(c, "missing-dir")) d = "/nonexistent/ckpt";
         ckpt_load *l = NULL;
         ckpt_error err = {0};
@@ -449,7 +588,7 @@ static int check_open(const char *dir) {
         ckpt_status s = ckpt_load_open_transport(&t, d, NULL, &l, &err);
         int after_open = destroyed, calls = g_calls;
         if ((s == CKPT_OK) != (l != NULL)) return 1;
-        if (l) { /* ckpt_load_get_stats writes no more than the caller's size */
+        if (l && !strcmp(c, "ok")) { /* ckpt_load_get_stats writes no more than asked */
             ckpt_load_stats two[2];
             size_t older = offsetof(ckpt_load_stats, bytes_received_metadata), bad = 0;
             memset(two, 0xAB, sizeof two);
@@ -474,7 +613,9 @@ static int check_open(const char *dir) {
 static int usage(void) {
     fprintf(stderr, "usage: load_threads DIR SPEC OUTDIR [--mode collective|independent] "
                     "[--direct-min N] [--budget N] [--derived] [--timeout-ms N] "
-                    "[--dir-of K:DIR] [--fault K:OP:N:lone|op|down]\n");
+                    "[--dir-of K:DIR] [--fault K:OP:N:lone|op|down] "
+                    "[--transport auto|host|nccl|device] [--device] [--hooks] [--hooks-device N] "
+                    "[--corrupt-hooks]\n");
     return 2;
 }
 
@@ -486,8 +627,18 @@ int main(int argc, char **argv) {
     hub h = {.timeout_ms = 20000, .f_rank = -1, .poison_seq = -1};
     for (int i = 4; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(argv[i], "--derived")) {
-            a.derived = true;
+        if (!strcmp(argv[i], "--derived") || !strcmp(argv[i], "--device") ||
+            !strcmp(argv[i], "--hooks") || !strcmp(argv[i], "--corrupt-hooks")) {
+#ifndef LOAD_THREADS_CUDA
+            if (strcmp(argv[i], "--derived")) {
+                fprintf(stderr, "load_threads: %s needs a LOAD_THREADS_CUDA build\n", argv[i]);
+                return 2;
+            }
+#endif
+            a.derived |= !strcmp(argv[i], "--derived");
+            a.device |= !strcmp(argv[i], "--device");
+            a.hooks |= !strcmp(argv[i], "--hooks");
+            h.corrupt |= !strcmp(argv[i], "--corrupt-hooks");
             continue;
         }
         if (!v) return usage();
@@ -498,6 +649,13 @@ int main(int argc, char **argv) {
             a.o.direct_min_bytes = strtoull(v, NULL, 10);
         } else if (!strcmp(argv[i - 1], "--budget")) {
             a.o.staging_bytes = strtoull(v, NULL, 10);
+        } else if (!strcmp(argv[i - 1], "--transport")) {
+            a.o.transport = !strcmp(v, "host")     ? CKPT_LOAD_TRANSPORT_HOST
+                            : !strcmp(v, "nccl")   ? CKPT_LOAD_TRANSPORT_NCCL
+                            : !strcmp(v, "device") ? CKPT_LOAD_TRANSPORT_DEVICE
+                                                   : CKPT_LOAD_TRANSPORT_AUTO;
+        } else if (!strcmp(argv[i - 1], "--hooks-device")) {
+            a.hooks_device = atoi(v);
         } else if (!strcmp(argv[i - 1], "--timeout-ms")) {
             h.timeout_ms = atoi(v);
         } else if (!strcmp(argv[i - 1], "--dir-of")) {
@@ -546,14 +704,15 @@ int main(int argc, char **argv) {
         rc |= runs[k].status != CKPT_OK;
     }
     for (int k = 0; k < h.size; k++)
-        printf("stats\t%d\t%llu\t%llu\t%d\t%llu\t%llu\t%llu\t%llu\t%llu\n", k,
+        printf("stats\t%d\t%llu\t%llu\t%d\t%llu\t%llu\t%llu\t%llu\t%llu\t%d\t%llu\t%d\n", k,
                (unsigned long long)runs[k].stats.bytes_read_plan,
                (unsigned long long)runs[k].stats.union_bytes, runs[k].calls,
                (unsigned long long)runs[k].stats.bytes_read_metadata,
                (unsigned long long)runs[k].stats.bytes_received_metadata,
                (unsigned long long)runs[k].stats.bytes_read,
                (unsigned long long)runs[k].stats.chunks_adopted,
-               (unsigned long long)runs[k].stats.bytes_sent);
+               (unsigned long long)runs[k].stats.bytes_sent, (int)runs[k].stats.transport,
+               (unsigned long long)runs[k].stats.bytes_device, runs[k].ctx.calls[OP_DALLTOALLV]);
     free(h.slots);
     free(runs);
     free(tids);

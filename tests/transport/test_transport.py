@@ -53,7 +53,8 @@ def run(fx: Path | str, spec: str, out: Path, *extra, timeout=120):
             assert int(f[1]) == len(ranks)
             ranks.append((int(f[2]), f[3]))
         elif f[0] == "stats":  # plan reads, union, calls, metadata read, received, read,
-            stats.append(tuple(int(x) for x in f[2:11]))  # chunks adopted, sent
+            stats.append(tuple(int(x) for x in f[2:]))  # chunks adopted, sent, transport,
+            # device bytes, device all-to-alls
     assert r.returncode in (0, 1), r.stdout + r.stderr
     assert ranks and len(stats) == len(ranks), r.stdout + r.stderr
     return r.returncode, ranks, stats, time.monotonic() - t0
@@ -257,8 +258,9 @@ def test_a_failing_broadcast_in_the_agreement(tmp_path):
 
 
 def test_the_open_refuses_bad_transports_before_any_call():
-    """Version, rank, size, a missing callback, device hooks (reserved): refused on the calling
-    rank with no callback made; destroy is called once, by the failed open or by the free."""
+    """Version, rank, size, a missing callback, device hooks missing one: refused on the calling
+    rank with no callback made; destroy is called once, by the failed open or by the free.
+    Complete device hooks are accepted (the open calls neither)."""
     r = subprocess.run([BIN, "--check-open", str(FX)], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -269,11 +271,14 @@ def test_the_open_refuses_bad_transports_before_any_call():
     abi = [tuple(map(int, f[1:])) for f in lines if f[0] == "stats-abi"]
     assert len(abi) == 1 and abi[0][0] == abi[0][1] == abi[0][2] and abi[0][3] == 0, abi
     assert got["ok"][:2] == (0, "0/1") and got["ok"][2] > 0, got["ok"]
+    assert got["device-hooks"][:2] == (0, "0/1") and got["device-hooks"][2] > 0, got
+    assert got["device-hooks"][2] == got["ok"][2], got  # (the same host calls, no device one)
     want = {"version": (4, "version 2, this loader knows version 1"),
             "rank": (8, "rank 1 of 1 ranks"), "size": (8, "rank 0 of 0 ranks"),
             "no-allgatherv": (8, "no allgatherv callback"),
             "no-alltoallv": (8, "no alltoallv callback"),
-            "device": (4, "device hooks are reserved")}
+            "device": (8, "device hooks with no alltoallv callback"),
+            "device-no-sync": (8, "device hooks with no sync callback")}
     for case, (status, text) in want.items():
         st, destroyed, calls, msg = got[case]
         assert (st, destroyed, calls) == (status, "1/1", 0) and text in msg, (case, got[case])
