@@ -209,8 +209,8 @@ Test(tree, file_fd_only_for_whole_source_files) {
     char p[512];
     const char *const others[] = {"", ".raw", ".npy", ".safetensors"};
     for (size_t i = 0; i < sizeof others / sizeof *others; i++)
-        cr_assert_eq(ckpt_tree_file_fd(t, i ? lookup_path(t, others[i]) : CKPT_TREE_ROOT, NULL),
-                     -1, "%s", others[i]);
+        cr_assert_eq(ckpt_tree_file_fd(t, i ? lookup_path(t, others[i]) : CKPT_TREE_ROOT, NULL), -1,
+                     "%s", others[i]);
     cr_assert_eq(ckpt_tree_file_fd(t, lookup_path(t, path), NULL), -1, "%s", path);
     snprintf(p, sizeof p, ".npy/%s.npy", path);
     cr_assert_eq(ckpt_tree_file_fd(t, lookup_path(t, p), NULL), -1, "%s", p);
